@@ -1,0 +1,1 @@
+"""Triton kernels with naive torch references beside them (installed as kvplan.kernels)."""

@@ -1,0 +1,3 @@
+from kvplan.cli import app
+
+app(prog_name="kvplan")

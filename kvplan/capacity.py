@@ -1,0 +1,251 @@
+"""Analytic sizing: bytes per token, GPU fit, blocks, concurrency, roofline.
+
+The figures follow how vLLM sizes its KV cache: usable memory = total x
+gpu_memory_utilization; KV budget = usable - weights - a reserve for activations and
+runtime; blocks = budget // (block_size x bytes per token); "GPU KV cache size" =
+blocks x block_size tokens; "maximum concurrency" = KV cache tokens / max_model_len.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from kvplan.roofline import Roofline
+from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
+
+GIB = 2**30
+RUNTIME_OVERHEAD_BYTES = 1 * GIB  # CUDA context, NCCL buffers, CUDA graphs
+PREFILL_CHUNK_TOKENS = 8192  # vLLM's default max_num_batched_tokens
+ACTIVATION_TENSORS = 10  # live hidden-size activations per token at the peak of a layer
+MAX_SEQS_SAMPLED = 256  # vLLM's default max_num_seqs: fp32 logits for each
+
+
+def default_reserve_bytes(model: ModelSpec, tp: int) -> float:
+    """Memory held back for activations and runtime (overridable with --reserve-gib).
+
+    1 GiB runtime + one 8192-token prefill chunk's activations (10 hidden-size bf16 tensors
+    per token, split by tp) + fp32 logits for 256 sequences. vLLM measures this by
+    profiling; for Llama-3-8B on one GPU this heuristic gives 1.75 GiB.
+    """
+    activations = PREFILL_CHUNK_TOKENS * model.hidden_size * 2 * ACTIVATION_TENSORS / tp
+    logits = MAX_SEQS_SAMPLED * model.vocab_size * 4
+    return RUNTIME_OVERHEAD_BYTES + activations + logits
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    kv_format: KVFormat = field(default_factory=lambda: parse_kv_format("bf16"))
+    context: int | None = None  # max_model_len; the model's max_position_embeddings if None
+    batch: int = 1
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    reserve_bytes: float | None = None
+    kv_cache_bytes: float | None = None  # a fixed KV budget per GPU, as vLLM's kv_cache_memory_bytes
+    weight_dtype: str | None = None
+    respect_windows: bool = False  # size sliding-window layers at their window (ideal)
+    gpu_memory_gib: float | None = None
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.tp >= 1, f"--tp must be at least 1, got {self.tp}"),
+            (self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),
+            (self.block_size >= 1, f"--block-size must be positive, got {self.block_size}"),
+            (0 < self.gpu_memory_utilization <= 1,
+             f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
+            (self.context is None or self.context >= 1, f"--context must be at least 1, got {self.context}"),
+            (self.reserve_bytes is None or self.reserve_bytes >= 0, "--reserve-gib must not be negative"),
+            (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "--kv-cache-gib must be positive"),
+            (self.gpu_memory_gib is None or self.gpu_memory_gib > 0, "--gpu-mem-gib must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.model.num_heads % self.tp:
+            raise ValueError(f"--tp {self.tp} must divide the {self.model.num_heads} attention heads "
+                             f"of {self.model.name}; try {', '.join(map(str, valid_tps(self.model)[:5]))}")
+
+    @property
+    def max_model_len(self) -> int:
+        return self.context or self.model.max_position_embeddings or 4096
+
+
+def valid_tps(model: ModelSpec, limit: int = 64) -> list[int]:
+    return [tp for tp in (1, 2, 4, 8, 16, 32, 64) if tp <= limit and model.num_heads % tp == 0]
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    inputs: PlanInputs
+    usable_bytes: float
+    weight_bytes_per_gpu: float
+    reserve_bytes: float
+    kv_budget_bytes: float
+    kv_bytes_per_token: float  # per GPU, every layer at full length
+    naive_kv_bytes_per_token: float
+    num_blocks: int
+    seq_bytes: float  # one max_model_len sequence, per GPU, under the chosen allocation
+    seq_bytes_ideal: float
+    seq_bytes_full: float
+    max_batch: int
+    max_context: int
+    verdict: str
+    reasons: tuple[str, ...]
+    suggestions: tuple[str, ...]
+
+    @property
+    def block_bytes(self) -> float:
+        return self.inputs.block_size * self.kv_bytes_per_token
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.num_blocks * self.inputs.block_size
+
+    @property
+    def pool_bytes(self) -> float:
+        """KV memory sequences can use: whole blocks, plus the remainder for models whose
+        linear-attention layers keep a per-sequence state outside the blocks."""
+        if self.inputs.model.state_bytes_per_seq(self.inputs.tp):
+            return max(0.0, self.kv_budget_bytes)
+        return self.num_blocks * self.block_bytes
+
+    @property
+    def max_concurrency(self) -> float:
+        """vLLM's 'Maximum concurrency for M tokens per request'."""
+        return self.pool_bytes / self.seq_bytes if self.seq_bytes else math.inf
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+    def to_dict(self) -> dict:
+        """The stable `kvplan estimate --json` record (schema kvplan.estimate/1, see README)."""
+        i = self.inputs
+        return {
+            "schema": "kvplan.estimate/1",
+            "model": i.model.name, "model_source": i.model.source, "kv_kind": i.model.kv_kind,
+            "gpu": i.gpu.name, "tp": i.tp, "kv_dtype": i.kv_format.name,
+            "weight_dtype": i.weight_dtype or i.model.weight_dtype,
+            "context": i.max_model_len, "batch": i.batch, "block_size": i.block_size,
+            "gpu_memory_utilization": i.gpu_memory_utilization,
+            "allocation": "ideal" if i.respect_windows else "full",
+            "params_total": i.model.params.total, "params_active": i.model.params.active,
+            "kv_bytes_per_token": i.model.kv_bytes_per_token(i.kv_format),
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token,
+            "naive_kv_bytes_per_token": self.naive_kv_bytes_per_token,
+            "seq_kv_bytes_full": self.seq_bytes_full, "seq_kv_bytes_ideal": self.seq_bytes_ideal,
+            "request_kv_bytes_per_gpu": self.seq_bytes * i.batch,
+            "usable_bytes_per_gpu": self.usable_bytes, "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+            "reserve_bytes_per_gpu": self.reserve_bytes, "kv_budget_bytes_per_gpu": self.kv_budget_bytes,
+            "block_bytes_per_gpu": self.block_bytes, "num_blocks": self.num_blocks,
+            "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 4),
+            "max_batch_at_context": self.max_batch, "max_context_at_batch": self.max_context,
+            "verdict": self.verdict, "reasons": list(self.reasons), "suggestions": list(self.suggestions),
+        }
+
+
+def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool) -> float:
+    """Bytes one sequence holds per GPU, rounded up to whole blocks per attention group."""
+    model, fmt, block = inputs.model, inputs.kv_format, inputs.block_size
+    total = float(model.state_bytes_per_seq(inputs.tp))
+    for group in model.token_groups:
+        tokens = group.retained_tokens(context) if respect_windows else context
+        total += math.ceil(tokens / block) * block * group.bytes_per_token(fmt, inputs.tp)
+    return total
+
+
+def _max_context(inputs: PlanInputs, budget: float, batch: int) -> int:
+    """Largest context whose `batch` sequences fit the budget (binary search: windows make
+    the size piecewise linear)."""
+    fits = lambda n: batch * _seq_bytes(inputs, n, inputs.respect_windows) <= budget  # noqa: E731
+    if not fits(1):
+        return 0
+    low, high = 1, 1
+    while fits(high) and high < 2**40:
+        low, high = high, high * 2
+    if fits(high):
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
+    model, gpu, tp = inputs.model, inputs.gpu, inputs.tp
+    memory = (inputs.gpu_memory_gib * GIB) if inputs.gpu_memory_gib else gpu.memory_bytes
+    usable = memory * inputs.gpu_memory_utilization
+    weights = Roofline(model, gpu, tp, inputs.kv_format, inputs.weight_dtype).weight_bytes_per_gpu
+    reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else default_reserve_bytes(model, tp)
+    budget = inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
+    per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
+    blocks = max(0, math.floor(budget / (per_token * inputs.block_size)))
+    context = inputs.max_model_len
+    seq_full = _seq_bytes(inputs, context, False)
+    seq_ideal = _seq_bytes(inputs, context, True)
+    seq = seq_ideal if inputs.respect_windows else seq_full
+    shell = CapacityPlan(inputs, usable, weights, reserve, budget, per_token,
+                         model.naive_kv_bytes_per_token(inputs.kv_format), blocks, seq,
+                         seq_ideal, seq_full, 0, 0, "", (), ())
+    pool = shell.pool_bytes
+    max_batch = int(pool // seq) if seq else 0
+    max_context = _max_context(inputs, pool, inputs.batch) if pool > 0 else 0
+
+    reasons: list[str] = []
+    if weights + reserve > usable and inputs.kv_cache_bytes is None:
+        verdict = "weights-do-not-fit"
+        reasons.append(f"weights need {weights / GIB:.1f} GiB per GPU + {reserve / GIB:.1f} GiB reserve, "
+                       f"but only {usable / GIB:.1f} GiB is usable at {inputs.gpu_memory_utilization:.0%}")
+    elif seq * inputs.batch > pool:
+        verdict = "kv-does-not-fit"
+        reasons.append(f"{inputs.batch} x {context:,} tokens need {seq * inputs.batch / GIB:.2f} GiB of KV "
+                       f"per GPU; the KV budget is {max(budget, 0) / GIB:.2f} GiB")
+    else:
+        verdict = "fits"
+    result = replace(shell, max_batch=max_batch, max_context=max_context, verdict=verdict,
+                     reasons=tuple(reasons))
+    return replace(result, suggestions=_suggestions(result)) if suggest else result
+
+
+def _suggestions(result: CapacityPlan) -> tuple[str, ...]:
+    """What would make a plan that does not fit fit: a shorter context, FP8 KV, more GPUs."""
+    inputs = result.inputs
+    tips: list[str] = []
+    if result.verdict != "fits":
+        if result.verdict == "kv-does-not-fit" and result.max_context > 0:
+            tips.append(f"largest max_model_len that fits at batch {inputs.batch}: {result.max_context:,} "
+                        f"(vLLM: --max-model-len {result.max_context})")
+        if result.verdict == "kv-does-not-fit" and result.max_batch > 0:
+            tips.append(f"largest batch at {inputs.max_model_len:,} tokens: {result.max_batch}")
+        weights_fp8 = (inputs.weight_dtype or inputs.model.weight_dtype) == "fp8"
+        if result.verdict == "weights-do-not-fit" and inputs.gpu.fp8_support and not weights_fp8:
+            fp8 = plan(replace(inputs, weight_dtype="fp8"), suggest=False)
+            outcome = "fits" if fp8.fits else f"still does not fit ({fp8.verdict})"
+            tips.append(f"FP8 weights (--weight-dtype fp8): {outcome}")
+        elif inputs.kv_format.bits > 8 and inputs.gpu.fp8_support:
+            fp8 = plan(replace(inputs, kv_format=parse_kv_format("fp8")), suggest=False)
+            tips.append(f"FP8 KV cache (--kv-dtype fp8): {'fits' if fp8.fits else 'still does not fit'}, "
+                        f"{fp8.kv_cache_tokens:,} tokens of KV cache")
+        for tp in valid_tps(inputs.model):
+            if tp > inputs.tp:
+                bigger = plan(replace(inputs, tp=tp), suggest=False)
+                if bigger.fits:
+                    tips.append(f"TP={tp} ({tp} x {inputs.gpu.name}) fits, {bigger.max_concurrency:.2f}x concurrency")
+                    break
+        if inputs.model.has_windows and not inputs.respect_windows:
+            ideal = plan(replace(inputs, respect_windows=True), suggest=False)
+            if ideal.fits:
+                tips.append("fits if sliding-window layers keep only their window (--allocation ideal; "
+                            "vLLM's hybrid KV cache manager does this)")
+    return tuple(tips)
+
+
+def smallest_tp_for_weights(inputs: PlanInputs) -> int | None:
+    """The smallest TP degree at which weights + reserve fit in usable memory, if any."""
+    for tp in valid_tps(inputs.model):
+        if plan(replace(inputs, tp=tp), suggest=False).verdict != "weights-do-not-fit":
+            return tp
+    return None

@@ -1,0 +1,155 @@
+"""Vectorized estimate sweeps: the same arithmetic as capacity.plan() over a whole grid.
+
+Categorical axes (model, gpu, kv-dtype, tp) are looped; numeric axes (context, batch,
+block size, memory utilization) are numpy arrays, so 100,000 points take well under a
+second. Every row equals what plan() gives for the same point (tests check this).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import replace
+from typing import Any
+
+from kvplan.capacity import PlanInputs, default_reserve_bytes
+from kvplan.profiles import load_gpu, load_model
+from kvplan.roofline import Roofline
+from kvplan.spec import parse_kv_format
+
+NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
+CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
+COLUMNS = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "block_size", "gpu_memory_utilization",
+           "kv_bytes_per_token", "seq_kv_bytes", "weight_bytes_per_gpu", "kv_budget_bytes_per_gpu",
+           "num_blocks", "kv_cache_tokens", "max_concurrency", "max_batch_at_context", "verdict")
+
+_SUFFIX = {"k": 1024, "m": 1024**2}
+_RANGE = re.compile(r"^(?P<start>[^.:]+)\.\.(?P<stop>[^.:]+)(?::(?P<step>.+))?$")
+
+
+def _number(text: str, kind: type, axis: str) -> float:
+    text = text.strip().lower()
+    scale = 1
+    if text and text[-1] in _SUFFIX and kind is int:
+        scale, text = _SUFFIX[text[-1]], text[:-1]
+    try:
+        value = kind(float(text) * scale) if kind is int else float(text)
+    except ValueError:
+        raise ValueError(f"--sweep {axis}: '{text}' is not a number; write e.g. {axis}=1k..128k or {axis}=1,2,4") from None
+    if value <= 0:
+        raise ValueError(f"--sweep {axis}: values must be positive, got {value}")
+    return value
+
+
+def parse_axis(spec: str) -> tuple[str, list[Any]]:
+    """'context=1k..128k' (doubling), 'batch=8..64:8' (stepped), 'kv-dtype=fp16,fp8' (listed)."""
+    if "=" not in spec:
+        raise ValueError(f"--sweep '{spec}' needs NAME=VALUES, e.g. context=1k..128k or kv-dtype=fp16,fp8")
+    name, values = (part.strip() for part in spec.split("=", 1))
+    name = name.replace("_", "-")
+    if name in ("kv-dtype", "model", "gpu"):
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not items:
+            raise ValueError(f"--sweep {name}: no values given")
+        return name, items
+    if name == "tp":
+        return name, [int(_number(v, int, name)) for v in values.split(",")]
+    if name not in NUMERIC_AXES:
+        raise ValueError(f"--sweep: unknown axis '{name}'; use one of: "
+                         f"{', '.join(sorted([*NUMERIC_AXES, *CATEGORICAL_AXES]))}")
+    kind = NUMERIC_AXES[name]
+    match = _RANGE.match(values)
+    if not match:
+        return name, [_number(v, kind, name) for v in values.split(",")]
+    start, stop = _number(match["start"], kind, name), _number(match["stop"], kind, name)
+    if stop < start:
+        raise ValueError(f"--sweep {name}: range {values} runs backwards; write the smaller value first")
+    points: list[float] = []
+    step = _number(match["step"], kind, name) if match["step"] else None
+    value = start
+    while value <= stop * (1 + 1e-9) and len(points) < 1_000_000:
+        points.append(value)
+        value = value + step if step else value * 2
+    if points[-1] != stop:
+        points.append(stop)
+    return name, points
+
+
+def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
+    """Columns (numpy arrays or lists) for every point of the grid, in COLUMNS order."""
+    import numpy as np
+
+    models = [load_model(m) for m in axes.get("model", [])] or [base.model]
+    gpus = [load_gpu(g) for g in axes.get("gpu", [])] or [base.gpu]
+    formats = [parse_kv_format(f) for f in axes.get("kv-dtype", [])] or [base.kv_format]
+    tps = axes.get("tp", [base.tp])
+    numeric = [np.asarray(axes.get(name, [_base_value(base, name)]), dtype=float) for name in NUMERIC_AXES]
+    grids = [g.ravel() for g in np.meshgrid(*numeric, indexing="ij")]
+    context, batch, block, util = grids
+    n = context.size
+    parts: dict[str, list[Any]] = {column: [] for column in COLUMNS}
+
+    for model, gpu, fmt, tp in itertools.product(models, gpus, formats, tps):
+        point = replace(base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=int(context[0]))
+        per_token = model.kv_bytes_per_token(fmt, point.tp)
+        weights = Roofline(model, gpu, point.tp, fmt, base.weight_dtype).weight_bytes_per_gpu
+        reserve = base.reserve_bytes if base.reserve_bytes is not None else default_reserve_bytes(model, point.tp)
+        memory = base.gpu_memory_gib * 2**30 if base.gpu_memory_gib else gpu.memory_bytes
+        usable = memory * util
+        budget = np.full(n, base.kv_cache_bytes) if base.kv_cache_bytes is not None else usable - weights - reserve
+        blocks = np.maximum(0, np.floor(budget / (per_token * block)))
+        state = model.state_bytes_per_seq(point.tp)
+        seq = np.full(n, float(state))
+        for group in model.token_groups:
+            tokens = np.minimum(context, group.window) if (base.respect_windows and group.window) else context
+            seq += np.ceil(tokens / block) * block * group.bytes_per_token(fmt, point.tp)
+        pool = np.maximum(0, budget) if state else blocks * block * per_token
+        weights_fail = (weights + reserve > usable) & (base.kv_cache_bytes is None)
+        verdict = np.where(weights_fail, "weights-do-not-fit",
+                           np.where(seq * batch > pool, "kv-does-not-fit", "fits"))
+        values = {
+            "model": [model.name] * n, "gpu": [gpu.name] * n, "tp": np.full(n, point.tp),
+            "kv_dtype": [fmt.name] * n, "context": context.astype(int), "batch": batch.astype(int),
+            "block_size": block.astype(int), "gpu_memory_utilization": util,
+            # Byte counts are whole bytes; integers also keep the CSV small and fast to write.
+            "kv_bytes_per_token": np.full(n, round(model.kv_bytes_per_token(fmt)), dtype=np.int64),
+            "seq_kv_bytes": np.rint(seq).astype(np.int64),
+            "weight_bytes_per_gpu": np.full(n, round(weights), dtype=np.int64),
+            "kv_budget_bytes_per_gpu": np.floor(budget).astype(np.int64),
+            "num_blocks": blocks.astype(np.int64), "kv_cache_tokens": (blocks * block).astype(np.int64),
+            "max_concurrency": np.round(pool / seq, 4), "max_batch_at_context": np.floor(pool / seq).astype(np.int64),
+            "verdict": verdict,
+        }
+        for column in COLUMNS:
+            parts[column].append(values[column])
+    return {column: _concat(chunks) for column, chunks in parts.items()}
+
+
+def _base_value(base: PlanInputs, axis: str) -> float:
+    return {"context": base.max_model_len, "batch": base.batch, "block-size": base.block_size,
+            "gpu-memory-utilization": base.gpu_memory_utilization}[axis]
+
+
+def _concat(chunks: list[Any]) -> Any:
+    import numpy as np
+
+    if isinstance(chunks[0], list):
+        return [item for chunk in chunks for item in chunk]
+    return np.concatenate(chunks)
+
+
+def write_csv(columns: dict[str, Any], path: Any) -> None:
+    import csv
+
+    plain = [col.tolist() if hasattr(col, "tolist") else col for col in columns.values()]
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(list(columns))
+        writer.writerows(zip(*plain))
+
+
+def rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """Row dicts with plain Python values (for JSON)."""
+    count = len(columns["model"])
+    plain = {name: (col.tolist() if hasattr(col, "tolist") else col) for name, col in columns.items()}
+    return [{name: plain[name][i] for name in COLUMNS} for i in range(count)]

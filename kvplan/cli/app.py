@@ -1,0 +1,31 @@
+"""The kvplan command line: one module per command group, wired here."""
+
+from __future__ import annotations
+
+import typer
+
+from kvplan import __version__
+from kvplan.cli import profiles
+from kvplan.cli.estimate import estimate
+
+app = typer.Typer(
+    name="kvplan",
+    help="KV-cache capacity planning and benchmarking for LLM inference.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("estimate")(estimate)
+app.add_typer(profiles.app, name="profiles")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kvplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """KV-cache capacity planning and benchmarking for LLM inference."""

@@ -1,0 +1,85 @@
+"""Shared CLI pieces: the one error path, option aliases reused across commands, formatting."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+console = Console()
+error_console = Console(stderr=True, highlight=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class KvplanError(ValueError):
+    """Bad input a user can fix; the CLI prints it as one line and exits with code 2."""
+
+
+def cli_errors(*outputs_param: str) -> Callable[[F], F]:
+    """Turn library ValueErrors (and unreadable files) into `error: ...` plus exit code 2.
+
+    Names in outputs_param are the command's output-path parameters: any file they name
+    that the failed command created is removed, so no partial output is left behind.
+    """
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            paths = [Path(kwargs[name]) for name in outputs_param if kwargs.get(name)]
+            existed = {path: path.exists() for path in paths}
+            try:
+                return command(*args, **kwargs)
+            except (ValueError, OSError) as err:
+                for path in paths:
+                    if not existed[path] and path.is_file():
+                        path.unlink()
+                message = str(err).splitlines()[0] if str(err) else type(err).__name__
+                if isinstance(err, OSError) and err.filename:
+                    message = f"cannot use '{err.filename}': {err.strerror}; check the path and permissions"
+                error_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+                raise typer.Exit(2) from None
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def die(message: str) -> None:
+    raise KvplanError(message)
+
+
+# Option aliases shared by estimate, bench and later commands.
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Profile name (kvplan profiles models) or a config.json / model dir.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU profile (kvplan profiles gpus).")]
+TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (GPUs per replica).")]
+KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="KV format: fp16, bf16, fp32, fp8[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
+BlockSizeOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV block.")]
+UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory the engine may use.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same results.")]
+
+
+def fmt_bytes(value: float) -> str:
+    """Binary units, as vLLM logs them (GiB)."""
+    if value is None:
+        return "-"
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{sign}{value / size:,.2f} {unit}"
+    return f"{sign}{value:,.0f} B"
+
+
+def fmt_int(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,207 @@
+"""`kvplan estimate`: KV sizing, GPU fit and decode roofline for one model (or a sweep)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.panel import Panel
+from rich.table import Table
+
+from kvplan.capacity import CapacityPlan, PlanInputs, plan, smallest_tp_for_weights
+from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
+                               console, fmt_bytes, fmt_int)
+from kvplan.profiles import load_gpu, load_model
+from kvplan.roofline import Roofline
+from kvplan.spec import parse_kv_format
+
+GIB = 2**30
+SWEEP_TABLE_ROWS = 40
+
+
+@cli_errors("csv_path")
+def estimate(
+    model: Annotated[str, typer.Argument(help="Profile name (kvplan profiles models), or a config.json / model dir.")],
+    gpu: GpuOpt = "h100-80gb",
+    tp: TpOpt = 1,
+    kv_dtype: KvDtypeOpt = "auto",
+    context: Annotated[Optional[int], typer.Option("--context", "-c", help="Tokens per request (max_model_len); default: the model's maximum.")] = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="Concurrent requests at --context.")] = 1,
+    block_size: BlockSizeOpt = 16,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    allocation: Annotated[str, typer.Option(help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
+    weight_dtype: Annotated[Optional[str], typer.Option(help="Override weight dtype (bf16, fp8, int4, ...); default: the checkpoint's.")] = None,
+    params_b: Annotated[Optional[float], typer.Option("--params-b", help="Override the parameter count (billions).")] = None,
+    reserve_gib: Annotated[Optional[float], typer.Option(help="Memory per GPU held for activations and runtime; default: a heuristic (see README).")] = None,
+    kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it (vLLM's kv_cache_memory_bytes).")] = None,
+    gpu_mem_gib: Annotated[Optional[float], typer.Option(help="Override the GPU's memory capacity (GiB).")] = None,
+    sweep_axes: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.")] = None,
+    csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write the sweep (or the single estimate) as CSV.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
+    if allocation not in ("full", "ideal"):
+        raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
+    spec = load_model(model)
+    if params_b is not None:
+        spec = spec.with_param_count(params_b * 1e9)
+    inputs = PlanInputs(
+        model=spec, gpu=load_gpu(gpu), tp=tp, kv_format=parse_kv_format(kv_dtype, spec), context=context,
+        batch=batch, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+        reserve_bytes=None if reserve_gib is None else reserve_gib * GIB,
+        kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * GIB,
+        weight_dtype=weight_dtype, respect_windows=allocation == "ideal", gpu_memory_gib=gpu_mem_gib,
+    )
+    if sweep_axes:
+        _run_sweep(inputs, sweep_axes, csv_path, as_json)
+        return
+    result = plan(inputs)
+    if csv_path:
+        record = result.to_dict()
+        _write_csv(csv_path, [{k: v for k, v in record.items() if not isinstance(v, list)}])
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    render_plan(result)
+
+
+def _write_csv(path: Path, records: list[dict]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, as_json: bool) -> None:
+    from kvplan.capacity_sweep import COLUMNS, parse_axis, rows, sweep, write_csv
+
+    axes = dict(parse_axis(spec) for spec in specs)
+    started = time.perf_counter()
+    columns = sweep(inputs, axes)
+    elapsed = time.perf_counter() - started
+    if csv_path:
+        write_csv(columns, csv_path)
+    if as_json:
+        records = rows(columns)
+        print(json.dumps({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
+        return
+    count = len(columns["model"])
+    records = rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()})
+    table = Table(title=f"{count:,} configurations in {elapsed * 1000:.0f} ms", header_style="bold")
+    shown = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "seq_kv_bytes", "kv_cache_tokens",
+             "max_concurrency", "max_batch_at_context", "verdict")
+    for column in shown:
+        table.add_column(column.replace("_", " "), justify="left" if column in ("model", "gpu", "kv_dtype", "verdict") else "right")
+    for record in records:
+        table.add_row(*(_cell(column, record[column]) for column in shown))
+    console.print(table)
+    if count > SWEEP_TABLE_ROWS:
+        where = f"all rows are in {csv_path}" if csv_path else "use --csv FILE or --json for all rows"
+        console.print(f"[dim]showing {SWEEP_TABLE_ROWS} of {count:,} rows; {where}[/]")
+    elif csv_path:
+        console.print(f"[dim]wrote {csv_path}[/]")
+
+
+def _cell(column: str, value: object) -> str:
+    if column == "seq_kv_bytes":
+        return fmt_bytes(float(value))
+    if column == "max_concurrency":
+        return f"{value:.2f}x"
+    if column == "verdict":
+        return "[green]fits[/]" if value == "fits" else f"[red]{value}[/]"
+    return fmt_int(value) if isinstance(value, (int, float)) else str(value)
+
+
+def render_plan(result: CapacityPlan) -> None:
+    i = result.inputs
+    m = i.model
+    ctx = i.max_model_len
+    moe = f", {m.params.active / 1e9:.1f}B active" if m.params.is_moe else ""
+    console.print(f"[bold]{m.name}[/] ({m.kv_kind}, {m.params.total / 1e9:.2f}B params{moe}) on "
+                  f"{i.tp} x {i.gpu.display_name}, KV {i.kv_format.name}, context {ctx:,}, batch {i.batch}")
+
+    size = Table(title="KV cache size", show_header=False, title_justify="left")
+    size.add_column(style="cyan")
+    size.add_column(justify="right")
+    size.add_column(style="dim")
+    per_token = m.kv_bytes_per_token(i.kv_format)
+    size.add_row("KV per token (all layers)", f"{per_token:,.0f} B", "; ".join(g.describe() for g in m.groups))
+    if i.tp > 1:
+        size.add_row("KV per token per GPU", f"{result.kv_bytes_per_token:,.0f} B", f"TP={i.tp}")
+    naive = result.naive_kv_bytes_per_token
+    if abs(naive - per_token) > 0.5:
+        size.add_row("naive 2 x layers x hidden", f"{naive:,.0f} B",
+                     f"{naive / per_token:.1f}x off: it ignores {_naive_gap(result)}")
+    applies = "every layer at full length" + (" (chosen)" if m.has_windows and not i.respect_windows else "")
+    size.add_row(f"one {ctx:,}-token sequence", fmt_bytes(result.seq_bytes_full), applies + ", per GPU")
+    if m.has_windows or result.seq_bytes_ideal != result.seq_bytes_full:
+        chosen = " (chosen)" if i.respect_windows else ""
+        size.add_row("  ideal, windows kept", fmt_bytes(result.seq_bytes_ideal),
+                     f"sliding layers hold only their window{chosen}; vLLM's hybrid KV cache manager allocates this")
+    if m.state_bytes_per_seq(i.tp):
+        size.add_row("  of which per-sequence state", fmt_bytes(m.state_bytes_per_seq(i.tp)), "linear-attention layers")
+    size.add_row(f"batch of {i.batch}", fmt_bytes(result.seq_bytes * i.batch), "per GPU")
+    console.print(size)
+
+    memory = Table(title="Memory per GPU", show_header=False, title_justify="left")
+    memory.add_column(style="cyan")
+    memory.add_column(justify="right")
+    memory.add_column(style="dim")
+    memory.add_row("usable", fmt_bytes(result.usable_bytes), f"{i.gpu.memory_gib:g} GiB x {i.gpu_memory_utilization}")
+    memory.add_row("weights", fmt_bytes(result.weight_bytes_per_gpu), f"{i.weight_dtype or m.weight_dtype}, / TP {i.tp}")
+    memory.add_row("reserve", fmt_bytes(result.reserve_bytes), "activations + runtime")
+    memory.add_row("KV budget", fmt_bytes(result.kv_budget_bytes), f"{result.num_blocks:,} blocks of {fmt_bytes(result.block_bytes)}")
+    memory.add_row("GPU KV cache size", f"{result.kv_cache_tokens:,} tokens", "as vLLM logs it")
+    memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{result.max_concurrency:.2f}x", "")
+    memory.add_row(f"largest batch at {ctx:,} tokens", fmt_int(result.max_batch), "")
+    memory.add_row(f"largest context at batch {i.batch}", fmt_int(result.max_context), "")
+    smallest = smallest_tp_for_weights(i)
+    memory.add_row("smallest TP that fits the weights", str(smallest) if smallest else "none up to 64", "")
+    console.print(memory)
+
+    if result.fits:
+        console.print(Panel(f"[bold green]FITS[/]: {i.batch} x {ctx:,} tokens on {i.tp} x {i.gpu.name}", expand=False))
+        render_roofline(result)
+    else:
+        lines = [f"[bold red]DOES NOT FIT[/] ({result.verdict})", *result.reasons]
+        lines += [f"  -> {tip}" for tip in result.suggestions]
+        console.print(Panel("\n".join(lines), expand=False))
+
+
+def _naive_gap(result: CapacityPlan) -> str:
+    m = result.inputs.model
+    kinds = []
+    if any(g.kind == "mla" for g in m.groups):
+        kinds.append("MLA's compressed latent")
+    full = [g for g in m.groups if g.kind in ("full", "sliding")]
+    if full and full[0].num_kv_heads < m.num_heads:
+        kinds.append(f"the {full[0].num_kv_heads} KV heads of {m.num_heads} query heads")
+    if full and full[0].head_dim * m.num_heads != m.hidden_size:
+        kinds.append(f"head_dim {full[0].head_dim} x {m.num_heads} heads != hidden {m.hidden_size}")
+    if any(g.kind == "state" for g in m.groups):
+        kinds.append("linear-attention layers that keep no per-token KV")
+    return ", ".join(kinds) or "the model's KV layout"
+
+
+def render_roofline(result: CapacityPlan) -> None:
+    i = result.inputs
+    roof = Roofline(i.model, i.gpu, i.tp, i.kv_format, i.weight_dtype)
+    ctx = i.max_model_len
+    table = Table(title=f"Decode roofline at {ctx:,} tokens (lower bound, per replica of {i.tp} GPU)",
+                  title_justify="left", header_style="bold")
+    for column in ("batch", "ITL (ms)", "tokens/s", "bound"):
+        table.add_column(column, justify="right")
+    batches = sorted({b for b in (1, 8, 32, 128, 512, i.batch, result.max_batch) if 1 <= b <= max(1, result.max_batch)})
+    for b in batches:
+        step = roof.decode_step_time(b, ctx)
+        memory_time = (roof.weight_bytes_read(b) + b * roof.kv_read_bytes(ctx)) / roof.bandwidth
+        bound = "memory" if memory_time >= step * 0.999 else "compute"
+        table.add_row(str(b), f"{step * 1e3:.2f}", f"{b / step:,.0f}", bound)
+    console.print(table)
+    console.print(f"[dim]prefill of {ctx:,} tokens >= {roof.prefill_time(ctx) * 1e3:,.1f} ms "
+                  f"({'FP8' if roof.uses_fp8_compute else 'BF16'} peak {roof.peak_flops / 1e12:,.0f} TFLOP/s, "
+                  f"HBM {i.gpu.hbm_tbps} TB/s; source: {i.gpu.source})[/]")

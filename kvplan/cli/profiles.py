@@ -1,0 +1,110 @@
+"""`kvplan profiles`: list and show the shipped model and GPU profiles."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kvplan.cli.common import JsonOpt, cli_errors, console, fmt_bytes
+from kvplan.profiles import gpu_profiles, load_gpu, load_model, model_profiles
+from kvplan.spec import parse_kv_format
+
+app = typer.Typer(help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
+
+
+@app.command("models")
+@cli_errors()
+def models(as_json: JsonOpt = False) -> None:
+    """Model profiles: verbatim Hugging Face config.json files with their sources."""
+    records = []
+    for name, profile in model_profiles().items():
+        spec = load_model(name)
+        records.append({
+            "name": name, "hf_repo": profile.hf_repo, "kv_kind": spec.kv_kind, "layers": spec.num_layers,
+            "params_b": round(spec.params.total / 1e9, 3), "active_params_b": round(spec.params.active / 1e9, 3),
+            "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(parse_kv_format("bf16")),
+            "max_context": spec.max_position_embeddings,
+        })
+    if as_json:
+        print(json.dumps(records, indent=2))
+        return
+    table = Table(title="Model profiles (kvplan profiles show NAME for details)", header_style="bold")
+    for column, justify in (("name", "left"), ("HF repo", "left"), ("KV", "left"), ("layers", "right"),
+                            ("params", "right"), ("KV/token (bf16)", "right"), ("max context", "right")):
+        table.add_column(column, justify=justify)
+    for r in records:
+        params = f"{r['params_b']:.1f}B" + (f" ({r['active_params_b']:.1f}B act.)" if r["active_params_b"] < r["params_b"] * 0.9 else "")
+        table.add_row(r["name"], r["hf_repo"], r["kv_kind"], str(r["layers"]), params,
+                      f"{r['kv_bytes_per_token_bf16']:,.0f} B", f"{r['max_context']:,}")
+    console.print(table)
+
+
+@app.command("gpus")
+@cli_errors()
+def gpus(as_json: JsonOpt = False) -> None:
+    """GPU profiles: dense datasheet figures with their sources."""
+    records = [{"name": g.name, "display_name": g.display_name, "memory_gib": g.memory_gib,
+                "hbm_tbps": g.hbm_tbps, "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops,
+                "fp8_support": g.fp8_support, "source": g.source} for g in gpu_profiles().values()]
+    if as_json:
+        print(json.dumps(records, indent=2))
+        return
+    table = Table(title="GPU profiles (dense, no sparsity)", header_style="bold")
+    for column, justify in (("name", "left"), ("GPU", "left"), ("memory", "right"), ("HBM TB/s", "right"),
+                            ("BF16 TFLOP/s", "right"), ("FP8 TFLOP/s", "right")):
+        table.add_column(column, justify=justify)
+    for r in records:
+        table.add_row(r["name"], r["display_name"], f"{r['memory_gib']:g} GiB", f"{r['hbm_tbps']:g}",
+                      f"{r['bf16_tflops']:,.1f}", f"{r['fp8_tflops']:,.1f}" if r["fp8_support"] else "no FP8")
+    console.print(table)
+    console.print("[dim]sources: kvplan profiles show GPU[/]")
+
+
+@app.command("show")
+@cli_errors()
+def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name.")], as_json: JsonOpt = False) -> None:
+    """Details of one model or GPU profile, with its source."""
+    try:
+        gpu = load_gpu(name)
+    except ValueError:
+        gpu = None
+    if gpu is not None:
+        record = {k: v for k, v in vars(gpu).items()}
+        record["aliases"] = list(gpu.aliases)
+    else:
+        spec = load_model(name)
+        profile = model_profiles().get(spec.name)
+        record = {
+            "name": spec.name, "source": spec.source, "model_type": spec.model_type, "kv_kind": spec.kv_kind,
+            "layers": spec.num_layers, "hidden_size": spec.hidden_size, "attention_heads": spec.num_heads,
+            "attention_groups": [g.describe() for g in spec.groups],
+            "params_total": spec.params.total, "params_active": spec.params.active,
+            "weight_dtype": spec.weight_dtype, "weight_bytes": spec.weight_bytes(),
+            "max_position_embeddings": spec.max_position_embeddings,
+            "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(parse_kv_format("bf16")),
+        }
+        if profile:
+            record.update(config_file=profile.file, copied_from=profile.source,
+                          published_params_b=profile.published_params_b,
+                          published_active_b=profile.published_active_b,
+                          published_source=profile.published_params_source)
+    if as_json:
+        print(json.dumps(record, indent=2))
+        return
+    table = Table(show_header=False, title=name, title_justify="left")
+    table.add_column(style="cyan")
+    table.add_column()
+    for key, value in record.items():
+        if value is None:
+            continue
+        if key == "weight_bytes":
+            value = fmt_bytes(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:,}"
+        elif isinstance(value, list):
+            value = "; ".join(map(str, value))
+        table.add_row(key, str(value))
+    console.print(table)

@@ -1,0 +1,184 @@
+"""Turn a Hugging Face config.json (a plain dict) into a ModelSpec.
+
+A plain-dict parser on purpose: `kvplan estimate` must stay instant and must never reach
+a model hub, so transformers' config classes are not needed here. Field names follow the
+HF conventions of the families covered (Llama, Mistral/Mixtral, Qwen2/3/3.5, Gemma2/3,
+Phi-3, gpt-oss, DeepSeek-V2/V3/Kimi, OPT, GPT-2/Falcon-style names).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvplan.params import count_params
+from kvplan.spec import AttentionGroup, ModelSpec, dtype_bytes
+
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "num_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len",
+                                "seq_length", "context_window_size"),
+}
+
+
+def get_field(cfg: dict[str, Any], key: str, default: Any = None) -> Any:
+    for alias in _ALIASES.get(key, (key,)):
+        if cfg.get(alias) is not None:
+            return cfg[alias]
+    return default
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs (Qwen3.5, Gemma3, Llama-4) nest the language model's config."""
+    inner = cfg.get("text_config")
+    if isinstance(inner, dict) and get_field(cfg, "num_layers") is None:
+        merged = {k: v for k, v in cfg.items() if k != "text_config"}
+        merged.update(inner)
+        return merged
+    return cfg
+
+
+def _positive_int(cfg: dict[str, Any], key: str, name: str) -> int:
+    value = get_field(cfg, key)
+    if value is None:
+        raise ValueError(f"config of '{name}' has no '{_ALIASES.get(key, (key,))[0]}'; "
+                         "pass a Hugging Face config.json of a decoder-only model")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value != int(value):
+        raise ValueError(f"config of '{name}' has an invalid {key} = {value!r}; it must be a positive integer")
+    return int(value)
+
+
+def kv_heads(cfg: dict[str, Any], num_heads: int) -> int:
+    for key in ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num"):
+        if cfg.get(key):
+            return int(cfg[key])
+    if cfg.get("multi_query"):
+        return 1
+    return num_heads
+
+
+def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
+    """One of 'full', 'sliding', 'state' per layer, from the config's own conventions."""
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False:
+        window = None  # Qwen2/Qwen3 ship sliding_window but disable it
+    layer_types = cfg.get("layer_types")
+    if layer_types:
+        if len(layer_types) != num_layers:
+            raise ValueError(f"layer_types has {len(layer_types)} entries but the model has {num_layers} layers")
+        mapping = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "state",
+                   "chunked_attention": "sliding", "mamba": "state", "attention": "full"}
+        kinds = []
+        for entry in layer_types:
+            if entry not in mapping:
+                raise ValueError(f"unknown layer type '{entry}' in layer_types; known: {', '.join(mapping)}")
+            kinds.append(mapping[entry])
+        if "sliding" in kinds and not window:
+            kinds = ["full" if k == "sliding" else k for k in kinds]
+        return kinds
+    if cfg.get("full_attention_interval"):
+        interval = int(cfg["full_attention_interval"])
+        return ["full" if (i + 1) % interval == 0 else "state" for i in range(num_layers)]
+    if not window:
+        return ["full"] * num_layers
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern:  # Gemma3: every pattern-th layer is global
+        return ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(num_layers)]
+    if cfg.get("model_type") == "gemma2":  # Gemma2 alternates, starting with a sliding layer
+        return ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
+    if cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
+        first = int(cfg["max_window_layers"])  # Qwen2: layers from max_window_layers on slide
+        return ["sliding" if i >= first else "full" for i in range(num_layers)]
+    return ["sliding"] * num_layers  # Mistral v0.1, Phi-3, Mixtral with a window: every layer
+
+
+def linear_state_bytes(cfg: dict[str, Any]) -> int:
+    """Per-layer state of a gated-delta-net layer (Qwen3-Next / Qwen3.5): conv + recurrent."""
+    key_heads = int(cfg.get("linear_num_key_heads", 0))
+    value_heads = int(cfg.get("linear_num_value_heads", 0))
+    key_dim = int(cfg.get("linear_key_head_dim", 0))
+    value_dim = int(cfg.get("linear_value_head_dim", 0))
+    if not (key_heads and value_heads and key_dim and value_dim):
+        raise ValueError("linear-attention layers need linear_num_key_heads, linear_num_value_heads, "
+                         "linear_key_head_dim and linear_value_head_dim in the config")
+    conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
+    kernel = int(cfg.get("linear_conv_kernel_dim", 4))
+    model_bytes = int(dtype_bytes(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16")))
+    state_bytes = int(dtype_bytes(str(cfg.get("mamba_ssm_dtype") or "float32")))
+    conv_state = conv_dim * (kernel - 1) * model_bytes
+    recurrent_state = value_heads * key_dim * value_dim * state_bytes
+    return conv_state + recurrent_state
+
+
+def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int) -> tuple[AttentionGroup, ...]:
+    if cfg.get("kv_lora_rank"):
+        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
+        return (AttentionGroup("mla", num_layers, latent_dim=latent),)
+    head_dim = int(cfg.get("head_dim") or hidden // num_heads)
+    heads = kv_heads(cfg, num_heads)
+    if heads <= 0 or heads > num_heads or num_heads % heads:
+        raise ValueError(f"num_key_value_heads = {heads} must divide num_attention_heads = {num_heads}")
+    kinds = layer_kinds(cfg, num_layers)
+    groups = []
+    for kind in ("full", "sliding", "state"):
+        count = kinds.count(kind)
+        if not count:
+            continue
+        if kind == "state":
+            groups.append(AttentionGroup("state", count, state_bytes_per_layer=linear_state_bytes(cfg)))
+        else:
+            window = int(cfg["sliding_window"]) if kind == "sliding" else None
+            groups.append(AttentionGroup(kind, count, heads, head_dim, window))
+    return tuple(groups)
+
+
+def native_dtype(cfg: dict[str, Any]) -> str:
+    native = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16").lower()
+    native = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(native, native)
+    return native if native in ("fp32", "fp16", "bf16") else "bf16"
+
+
+def weight_format(cfg: dict[str, Any]) -> tuple[str, float | None]:
+    """(dtype of dense weights, bits of expert weights when the checkpoint quantizes them)."""
+    quant = cfg.get("quantization_config") or {}
+    method = str(quant.get("quant_method", "")).lower()
+    native = native_dtype(cfg)
+    if method == "fp8":
+        return "fp8", None
+    if method == "mxfp4":
+        return native, 4.25  # 4-bit elements plus one 8-bit scale per 32
+    return native, None
+
+
+def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config of '{name}' must be a JSON object")
+    cfg = text_config(cfg)
+    hidden = _positive_int(cfg, "hidden_size", name)
+    num_layers = _positive_int(cfg, "num_layers", name)
+    num_heads = _positive_int(cfg, "num_heads", name)
+    vocab = _positive_int(cfg, "vocab_size", name)
+    max_len = int(get_field(cfg, "max_position_embeddings", 0) or 0)
+    groups = attention_groups(cfg, num_layers, num_heads, hidden)
+    weight_dtype, expert_bits = weight_format(cfg)
+    params, experts, per_token = count_params(cfg, hidden, num_layers, num_heads, vocab, groups)
+    return ModelSpec(
+        name=name,
+        source=source,
+        model_type=str(cfg.get("model_type", "unknown")),
+        hidden_size=hidden,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        head_dim=int(cfg.get("head_dim") or hidden // num_heads),
+        vocab_size=vocab,
+        max_position_embeddings=max_len,
+        groups=groups,
+        params=params,
+        weight_dtype=weight_dtype,
+        dtype=native_dtype(cfg),
+        expert_weight_bits=expert_bits,
+        num_experts=experts,
+        experts_per_token=per_token,
+    )

@@ -1,0 +1,115 @@
+"""Load model and GPU profiles: by name, by a local config.json path or model directory.
+
+Shipped profiles live in profiles/ (installed as the package kvplan.profiles_data). Nothing
+here ever reaches a model hub.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kvplan.hf_config import model_spec_from_config
+from kvplan.spec import GpuSpec, ModelSpec
+
+
+def profiles_dir() -> Path:
+    try:
+        return Path(str(resources.files("kvplan.profiles_data")))
+    except ModuleNotFoundError:  # running from a source tree that was never installed
+        return Path(__file__).resolve().parents[1] / "profiles"
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    file: str
+    hf_repo: str
+    source: str
+    aliases: tuple[str, ...] = ()
+    published_params_b: float | None = None
+    published_active_b: float | None = None
+    published_params_source: str | None = None
+
+    @property
+    def path(self) -> Path:
+        return profiles_dir() / "models" / self.file
+
+
+@cache
+def model_profiles() -> dict[str, ModelProfile]:
+    index = tomllib.loads((profiles_dir() / "models" / "index.toml").read_text())
+    profiles = {}
+    for entry in index["model"]:
+        entry = dict(entry)
+        entry["aliases"] = tuple(entry.get("aliases", ()))
+        profiles[entry["name"]] = ModelProfile(**entry)
+    return profiles
+
+
+@cache
+def gpu_profiles() -> dict[str, GpuSpec]:
+    table = tomllib.loads((profiles_dir() / "gpus.toml").read_text())
+    return {entry["name"]: GpuSpec(**{**entry, "aliases": tuple(entry.get("aliases", ()))})
+            for entry in table["gpu"]}
+
+
+def _normalize(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def _lookup(name: str, entries: dict[str, Any], kind: str, hint: str) -> Any:
+    wanted = _normalize(name)
+    names: dict[str, str] = {}
+    for key, entry in entries.items():
+        names[_normalize(key)] = key
+        for alias in getattr(entry, "aliases", ()):
+            names[_normalize(alias)] = key
+        repo = getattr(entry, "hf_repo", None)
+        if repo:
+            names[_normalize(repo)] = key
+            names[_normalize(repo.split("/")[-1])] = key
+    if wanted in names:
+        return entries[names[wanted]]
+    close = difflib.get_close_matches(wanted, list(names), n=3, cutoff=0.5)
+    suggestion = f"; did you mean {', '.join(sorted({names[c] for c in close}))}?" if close else ""
+    raise ValueError(f"unknown {kind} '{name}'{suggestion}; {hint}")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A config.json file, or a model directory holding one."""
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"no config.json at '{path}'; pass a Hugging Face config.json or a model directory")
+    try:
+        config = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"malformed config '{file}': {err}; fix the JSON or re-download the file") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"malformed config '{file}': expected a JSON object")
+    return config
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith(".json") or name.startswith((".", "/", "~")) or Path(name).exists()
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A shipped profile by name (or HF repo id), or any local config.json / model directory."""
+    if _looks_like_path(name_or_path):
+        path = Path(name_or_path).expanduser()
+        label = path.parent.name if path.name == "config.json" else path.stem if path.is_file() else path.name
+        return model_spec_from_config(read_config(path), label, str(path))
+    profile = _lookup(name_or_path, model_profiles(), "model",
+                      "run 'kvplan profiles models' for the list, or pass a path to a config.json")
+    return model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
+
+
+def load_gpu(name: str) -> GpuSpec:
+    return _lookup(name, gpu_profiles(), "GPU", "run 'kvplan profiles gpus' for the list")

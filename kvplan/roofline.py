@@ -1,0 +1,88 @@
+"""Roofline time model: a step costs at least its HBM bytes over bandwidth and its FLOPs
+over peak compute, whichever is larger.
+
+Used by `estimate` (ITL and tokens/s per batch size, prefill lower bound) and by the
+simulated engine (the modeled time of every step). All figures are per GPU at tensor
+parallel degree tp; communication is not modeled, so these are lower bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.spec import GpuSpec, KVFormat, ModelSpec
+
+
+@dataclass(frozen=True)
+class Roofline:
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    kv_format: KVFormat
+    weight_dtype: str | None = None
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes(self.weight_dtype) / self.tp
+
+    @property
+    def expert_bytes_per_gpu(self) -> float:
+        params = self.model.params
+        if not params.is_moe:
+            return 0.0
+        return self.weight_bytes_per_gpu * params.experts_total / params.total
+
+    @property
+    def uses_fp8_compute(self) -> bool:
+        dtype = self.weight_dtype or self.model.weight_dtype
+        return dtype == "fp8" and self.gpu.fp8_support
+
+    @property
+    def peak_flops(self) -> float:
+        return self.gpu.peak_flops(self.uses_fp8_compute)
+
+    @property
+    def bandwidth(self) -> float:
+        return self.gpu.hbm_tbps * 1e12
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weights one forward pass over `tokens` tokens reads: every dense weight, and for
+        MoE the experts at least one token routes to (uniform routing: E(1-(1-k/E)^n))."""
+        experts = self.expert_bytes_per_gpu
+        dense = self.weight_bytes_per_gpu - experts
+        if not experts or tokens <= 0:
+            return dense + (experts if tokens > 0 else 0.0)
+        total, per_token = self.model.num_experts, self.model.experts_per_token
+        touched = 1.0 - (1.0 - per_token / total) ** tokens
+        return dense + experts * touched
+
+    def linear_flops(self, tokens: int) -> float:
+        return 2.0 * self.model.params.active * tokens / self.tp
+
+    def attention_flops(self, query_tokens: int, context: int) -> float:
+        """QK^T and PV for `query_tokens` new tokens that each see up to `context` tokens."""
+        heads_per_gpu = self.model.num_heads / self.tp
+        flops = 0.0
+        for group in self.model.token_groups:
+            seen = group.retained_tokens(context)
+            dim = group.latent_dim if group.kind == "mla" else group.head_dim
+            flops += 4.0 * group.num_layers * heads_per_gpu * dim * seen * query_tokens
+        return flops
+
+    def kv_read_bytes(self, context: int) -> float:
+        """KV bytes one decode step reads for one sequence (attention reads only the window)."""
+        return self.model.kv_bytes(context, self.kv_format, self.tp, respect_windows=True)
+
+    def step_time(self, tokens: int, flops: float, kv_bytes: float) -> float:
+        memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bandwidth
+        return max(memory, (self.linear_flops(tokens) + flops) / self.peak_flops)
+
+    def decode_step_time(self, batch: int, context: int) -> float:
+        """One decode step of `batch` sequences that each hold `context` tokens."""
+        flops = batch * self.attention_flops(1, context)
+        return self.step_time(batch, flops, batch * self.kv_read_bytes(context))
+
+    def prefill_time(self, prompt: int) -> float:
+        """Lower bound for one prompt's prefill: causal attention sees prompt/2 on average."""
+        flops = self.attention_flops(prompt, max(1, prompt // 2))
+        return self.step_time(prompt, flops, self.kv_read_bytes(prompt))

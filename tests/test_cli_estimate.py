@@ -1,0 +1,110 @@
+"""`kvplan estimate` and `kvplan profiles` end to end through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_default_estimate_prints_tables_and_verdict() -> None:
+    result = run("estimate", "llama-3.1-70b")
+    assert result.exit_code == 0, result.output
+    assert "327,680 B" in result.output
+    assert "2,621,440 B" in result.output and "8.0x" in result.output  # naive formula beside the correct one
+    assert "DOES NOT FIT" in result.output
+
+
+def test_issue_example_json_is_stable() -> None:
+    result = run("estimate", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "2", "--kv-dtype", "fp8",
+                 "--context", "32768", "--batch", "16", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["schema"] == "kvplan.estimate/1"
+    assert record["kv_bytes_per_token"] == 163_840
+    assert record["kv_bytes_per_token_per_gpu"] == 81_920
+    assert record["verdict"] == "kv-does-not-fit"
+    assert record["suggestions"]
+
+
+def test_local_config_path_and_model_dir(tmp_path: Path) -> None:
+    config = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+              "max_position_embeddings": 8192}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for target in (tmp_path / "config.json", tmp_path):
+        result = run("estimate", str(target), "--gpu", "h200", "--json")
+        assert result.exit_code == 0, result.output
+        record = json.loads(result.stdout)
+        assert record["kv_bytes_per_token"] == 131_072 and record["verdict"] == "fits"
+
+
+def test_sweep_writes_csv(tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    result = run("estimate", "deepseek-v3", "--sweep", "context=1k..128k", "--sweep", "kv-dtype=fp16,fp8,int4",
+                 "--csv", str(out), "--tp", "8", "--gpu", "h200")
+    assert result.exit_code == 0, result.output
+    with out.open() as handle:
+        table = list(csv.DictReader(handle))
+    assert len(table) == 24
+    assert {r["kv_dtype"] for r in table} == {"fp16", "fp8-e4m3", "int4"}
+    first = table[0]
+    assert int(first["context"]) == 1024 and float(first["kv_bytes_per_token"]) == 70_272
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["estimate", "llama-3.1-7b"], "did you mean"),
+    (["estimate", "llama-3.1-8b", "--gpu", "h900"], "unknown GPU"),
+    (["estimate", "llama-3.1-8b", "--batch", "-3"], "--batch"),
+    (["estimate", "llama-3.1-8b", "--tp", "3"], "must divide"),
+    (["estimate", "llama-3.1-8b", "--kv-dtype", "fp6"], "unknown KV dtype"),
+    (["estimate", "llama-3.1-8b", "--sweep", "context=8k..1k"], "backwards"),
+    (["estimate", "./missing/config.json"], "no config.json"),
+    (["profiles", "show", "nothing-like-this"], "unknown model"),
+])
+def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:
+    result = run(*args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_malformed_config_leaves_no_csv(tmp_path: Path) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text('{"hidden_size": 64, ')
+    out = tmp_path / "out.csv"
+    result = run("estimate", str(bad), "--csv", str(out))
+    assert result.exit_code == 2 and "malformed config" in result.stderr
+    assert not out.exists()
+
+
+def test_profiles_commands() -> None:
+    models = run("profiles", "models", "--json")
+    assert models.exit_code == 0
+    assert {"llama-3.1-70b", "deepseek-v3"} <= {m["name"] for m in json.loads(models.stdout)}
+    gpus = json.loads(run("profiles", "gpus", "--json").stdout)
+    assert len(gpus) >= 8 and all(g["source"] for g in gpus)
+    shown = json.loads(run("profiles", "show", "mixtral-8x7b", "--json").stdout)
+    assert shown["published_params_b"] == 46.7
+    assert json.loads(run("profiles", "show", "h200", "--json").stdout)["hbm_tbps"] == 4.8
+
+
+def test_console_script_exit_code_is_2_without_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "kvplan", "estimate", "nope-model"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: unknown model 'nope-model'")
+    assert "Traceback" not in proc.stderr
