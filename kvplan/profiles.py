@@ -33,6 +33,7 @@ class ModelProfile:
     hf_repo: str
     source: str
     aliases: tuple[str, ...] = ()
+    license: str | None = None
     published_params_b: float | None = None
     published_active_b: float | None = None
     published_params_source: str | None = None

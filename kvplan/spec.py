@@ -141,13 +141,17 @@ class ModelSpec:
 
     @property
     def kv_kind(self) -> str:
-        kinds = sorted({g.kind for g in self.groups})
-        if kinds == ["full"]:
-            heads = self.groups[0].num_kv_heads
-            return "MHA" if heads == self.num_heads else ("MQA" if heads == 1 else "GQA")
-        if kinds == ["mla"]:
+        """MHA / GQA / MQA / MLA, with +SWA for sliding-window layers and +linear for state layers."""
+        kinds = {g.kind for g in self.groups}
+        if "mla" in kinds:
             return "MLA"
-        return "hybrid(" + "+".join(kinds) + ")"
+        heads = next(g.num_kv_heads for g in self.groups if g.kind in ("full", "sliding"))
+        label = "MHA" if heads == self.num_heads else ("MQA" if heads == 1 else "GQA")
+        if "sliding" in kinds:
+            label += "+SWA" if "full" in kinds else " (all SWA)"
+        if "state" in kinds:
+            label += "+linear"
+        return label
 
     def kv_bytes_per_token(self, fmt: KVFormat, tp: int = 1) -> float:
         """Per-token KV bytes on one GPU with every attention layer kept at full length."""

@@ -32,13 +32,13 @@ def models(as_json: JsonOpt = False) -> None:
         print(json.dumps(records, indent=2))
         return
     table = Table(title="Model profiles (kvplan profiles show NAME for details)", header_style="bold")
-    for column, justify in (("name", "left"), ("HF repo", "left"), ("KV", "left"), ("layers", "right"),
-                            ("params", "right"), ("KV/token (bf16)", "right"), ("max context", "right")):
-        table.add_column(column, justify=justify)
+    for column, justify in (("name", "left"), ("KV", "left"), ("layers", "right"), ("params", "right"),
+                            ("active", "right"), ("B/token bf16", "right"), ("max ctx", "right")):
+        table.add_column(column, justify=justify, no_wrap=column == "name")
     for r in records:
-        params = f"{r['params_b']:.1f}B" + (f" ({r['active_params_b']:.1f}B act.)" if r["active_params_b"] < r["params_b"] * 0.9 else "")
-        table.add_row(r["name"], r["hf_repo"], r["kv_kind"], str(r["layers"]), params,
-                      f"{r['kv_bytes_per_token_bf16']:,.0f} B", f"{r['max_context']:,}")
+        active = f"{r['active_params_b']:.1f}B" if r["active_params_b"] < r["params_b"] * 0.9 else ""
+        table.add_row(r["name"], r["kv_kind"], str(r["layers"]), f"{r['params_b']:.1f}B", active,
+                      f"{r['kv_bytes_per_token_bf16']:,.0f}", f"{r['max_context']:,}")
     console.print(table)
 
 
