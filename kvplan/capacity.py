@@ -19,6 +19,7 @@ RUNTIME_OVERHEAD_BYTES = 1 * GIB  # CUDA context, NCCL buffers, CUDA graphs
 PREFILL_CHUNK_TOKENS = 8192  # vLLM's default max_num_batched_tokens
 ACTIVATION_TENSORS = 10  # live hidden-size activations per token at the peak of a layer
 MAX_SEQS_SAMPLED = 256  # vLLM's default max_num_seqs: fp32 logits for each
+MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
 
 
 def default_reserve_bytes(model: ModelSpec, tp: int) -> float:
@@ -56,7 +57,9 @@ class PlanInputs:
             (self.block_size >= 1, f"--block-size must be positive, got {self.block_size}"),
             (0 < self.gpu_memory_utilization <= 1,
              f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
-            (self.context is None or self.context >= 1, f"--context must be at least 1, got {self.context}"),
+            (self.context is None or 1 <= self.context <= MAX_TOKENS,
+             f"--context must be between 1 and {MAX_TOKENS:,} tokens, got {self.context}"),
+            (self.batch <= MAX_TOKENS, f"--batch must be at most {MAX_TOKENS:,}, got {self.batch}"),
             (self.reserve_bytes is None or self.reserve_bytes >= 0, "--reserve-gib must not be negative"),
             (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "--kv-cache-gib must be positive"),
             (self.gpu_memory_gib is None or self.gpu_memory_gib > 0, "--gpu-mem-gib must be positive"),
@@ -143,6 +146,7 @@ class CapacityPlan:
             "block_bytes_per_gpu": self.block_bytes, "num_blocks": self.num_blocks,
             "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 4),
             "max_batch_at_context": self.max_batch, "max_context_at_batch": self.max_context,
+            "smallest_tp_for_weights": smallest_tp_for_weights(i),
             "verdict": self.verdict, "reasons": list(self.reasons), "suggestions": list(self.suggestions),
         }
 
@@ -241,6 +245,16 @@ def _suggestions(result: CapacityPlan) -> tuple[str, ...]:
                 tips.append("fits if sliding-window layers keep only their window (--allocation ideal; "
                             "vLLM's hybrid KV cache manager does this)")
     return tuple(tips)
+
+
+def check_can_fit_somehow(inputs: PlanInputs) -> None:
+    """A model whose weights fit at no TP degree is an input error, not a plan."""
+    if inputs.kv_cache_bytes is None and smallest_tp_for_weights(inputs) is None:
+        largest = valid_tps(inputs.model)[-1]
+        weights = plan(replace(inputs, tp=largest), suggest=False).weight_bytes_per_gpu
+        raise ValueError(f"{inputs.model.name} cannot fit on {inputs.gpu.name} at any TP up to {largest}: "
+                         f"weights alone need {weights / GIB:.1f} GiB per GPU; choose a GPU with more memory "
+                         "or a smaller --weight-dtype")
 
 
 def smallest_tp_for_weights(inputs: PlanInputs) -> int | None:

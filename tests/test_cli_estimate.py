@@ -73,6 +73,8 @@ def test_sweep_writes_csv(tmp_path: Path) -> None:
     (["estimate", "llama-3.1-8b", "--kv-dtype", "fp6"], "unknown KV dtype"),
     (["estimate", "llama-3.1-8b", "--sweep", "context=8k..1k"], "backwards"),
     (["estimate", "./missing/config.json"], "no config.json"),
+    (["estimate", "llama-3.1-8b", "--context", "99999999999"], "--context"),
+    (["estimate", "llama-3.1-405b", "--gpu", "l4", "--gpu-mem-gib", "8"], "cannot fit on l4 at any TP"),
     (["profiles", "show", "nothing-like-this"], "unknown model"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
-from kvplan.capacity import CapacityPlan, PlanInputs, plan, smallest_tp_for_weights
+from kvplan.capacity import CapacityPlan, PlanInputs, check_can_fit_somehow, plan, smallest_tp_for_weights
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, fmt_bytes, fmt_int)
 from kvplan.profiles import load_gpu, load_model
@@ -59,6 +59,7 @@ def estimate(
     if sweep_axes:
         _run_sweep(inputs, sweep_axes, csv_path, as_json)
         return
+    check_can_fit_somehow(inputs)
     result = plan(inputs)
     if csv_path:
         record = result.to_dict()
