@@ -9,6 +9,7 @@ parallel degree tp; communication is not modeled, so these are lower bounds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec
 
@@ -21,11 +22,11 @@ class Roofline:
     kv_format: KVFormat
     weight_dtype: str | None = None
 
-    @property
+    @cached_property
     def weight_bytes_per_gpu(self) -> float:
         return self.model.weight_bytes(self.weight_dtype) / self.tp
 
-    @property
+    @cached_property
     def expert_bytes_per_gpu(self) -> float:
         params = self.model.params
         if not params.is_moe:
@@ -37,11 +38,11 @@ class Roofline:
         dtype = self.weight_dtype or self.model.weight_dtype
         return dtype == "fp8" and self.gpu.fp8_support
 
-    @property
+    @cached_property
     def peak_flops(self) -> float:
         return self.gpu.peak_flops(self.uses_fp8_compute)
 
-    @property
+    @cached_property
     def bandwidth(self) -> float:
         return self.gpu.hbm_tbps * 1e12
 

@@ -6,6 +6,7 @@ import typer
 
 from kvplan import __version__
 from kvplan.cli import profiles
+from kvplan.cli.bench import bench
 from kvplan.cli.estimate import estimate
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("estimate")(estimate)
+app.command("bench")(bench)
 app.add_typer(profiles.app, name="profiles")
 
 

@@ -1,0 +1,148 @@
+"""Optimization presets and the matrix runner: every optimization on the identical request
+stream, through the same engine, sized from the same capacity plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from kvplan.capacity import PlanInputs, plan
+from kvplan.engine.allocator import ALLOCATORS, make_allocator
+from kvplan.engine.engine import Engine
+from kvplan.engine.runner import SimulatedRunner
+from kvplan.engine.scheduler import SchedulerConfig
+from kvplan.profiles import load_gpu, load_model
+from kvplan.results import make_record
+from kvplan.roofline import Roofline
+from kvplan.spec import KVFormat, ModelSpec, parse_kv_format
+from kvplan.workload.request import Request
+
+GIB = 2**30
+DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
+KV_FORMAT_PARTS = ("fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """One composed optimization, e.g. `paged+fp8`: an allocator plus a KV format."""
+
+    name: str
+    allocator: str = "paged"
+    kv_dtype: str | None = None  # None: the run's --kv-dtype
+
+
+def parse_optimization(text: str) -> Optimization:
+    parts = [p.strip().lower() for p in text.split("+") if p.strip()]
+    if not parts:
+        raise ValueError("empty optimization name; use e.g. paged, contiguous-max or paged+fp8")
+    allocator, kv_dtype = None, None
+    for part in parts:
+        if part in ALLOCATORS:
+            if allocator:
+                raise ValueError(f"'{text}' names two allocators; compose one allocator with other parts")
+            allocator = part
+        elif part in KV_FORMAT_PARTS or part.startswith(("int4-g", "int8-g", "int2-g")):
+            parse_kv_format(part)
+            kv_dtype = part
+        else:
+            known = ", ".join((*ALLOCATORS, *KV_FORMAT_PARTS))
+            raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
+    return Optimization("+".join(parts), allocator or "paged", kv_dtype)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100-80gb"
+    tp: int = 1
+    kv_dtype: str = "auto"
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_gib: float | None = None
+    max_model_len: int | None = None
+    weight_dtype: str | None = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    swap_space_gib: float = 0.0
+    seed: int = 0
+    workload: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"--block-size must be a power of two, got {self.block_size}")
+        if self.swap_space_gib < 0:
+            raise ValueError("--swap-space-gib must not be negative")
+
+
+@dataclass(frozen=True)
+class EngineSizing:
+    model: ModelSpec
+    kv_format: KVFormat
+    kv_budget_bytes: float
+    slot_bytes: float
+    capacity_slots: int
+    max_model_len: int
+
+
+def size_engine(config: BenchConfig, optimization: Optimization) -> EngineSizing:
+    """The KV budget per GPU from the capacity plan, in slots of the optimization's format.
+
+    Linear-attention state (hybrids) is set aside for max_num_seqs sequences up front.
+    """
+    model = load_model(config.model)
+    kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, model)
+    max_model_len = config.max_model_len or model.max_position_embeddings or 4096
+    inputs = PlanInputs(model=model, gpu=load_gpu(config.gpu), tp=config.tp, kv_format=kv_format,
+                        context=max_model_len, block_size=config.block_size,
+                        gpu_memory_utilization=config.gpu_memory_utilization,
+                        kv_cache_bytes=None if config.kv_cache_gib is None else config.kv_cache_gib * GIB,
+                        weight_dtype=config.weight_dtype)
+    capacity = plan(inputs, suggest=False)
+    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * config.scheduler.max_num_seqs
+    slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
+    blocks = math.floor(budget / (slot_bytes * config.block_size)) if budget > 0 else 0
+    if blocks < 1:
+        raise ValueError(f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
+                         f"{budget / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib")
+    return EngineSizing(model, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
+
+
+def build_engine(config: BenchConfig, optimization: Optimization) -> tuple[Engine, EngineSizing]:
+    sizing = size_engine(config, optimization)
+    allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
+                               sizing.max_model_len)
+    roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
+    swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
+    scheduler = replace(config.scheduler, swap_slots=swap_slots)
+    return Engine(allocator, SimulatedRunner(roofline), scheduler, sizing.max_model_len), sizing
+
+
+def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list[str],
+               progress: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
+    """Run each optimization on the same requests; one result record per optimization.
+
+    progress(optimization, n) is called as requests end; records come back in the order
+    given, the first one marked as the baseline.
+    """
+    parsed = [parse_optimization(name) for name in optimizations]
+    # Deterministic: the same inputs give the same run id and the same results file, so
+    # nothing wall-clock goes into a simulated record.
+    identity = json.dumps([asdict(config), optimizations, len(requests)], sort_keys=True, default=str)
+    run_id = hashlib.sha256(identity.encode()).hexdigest()[:12]
+    records = []
+    for index, optimization in enumerate(parsed):
+        engine, sizing = build_engine(config, optimization)
+        result = engine.run(requests, (lambda n, name=optimization.name: progress(name, n)) if progress else None)
+        metrics = dict(result.metrics)
+        metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
+        metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
+        params = {**{k: v for k, v in asdict(config).items() if k != "scheduler"},
+                  **{f"scheduler_{k}": v for k, v in asdict(config.scheduler).items()},
+                  "allocator": optimization.allocator, "kv_format": sizing.kv_format.name,
+                  "max_model_len": sizing.max_model_len, "num_requests": len(requests)}
+        records.append(make_record("bench", run_id, "simulated", optimization.name, params, metrics,
+                                   result.timeseries, baseline=index == 0))
+    return records

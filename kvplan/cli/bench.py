@@ -1,0 +1,176 @@
+"""`kvplan bench`: run KV optimizations on one request stream through the engine, compare."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
+                               cli_errors, console, error_console)
+
+DEFAULT_MAX_MODEL_LEN = 4096
+
+
+def _workload(workload: str, trace: Optional[Path], trace_format: Optional[str], skip_bad_lines: bool,
+              num_requests: Optional[int], rate: float, arrival: str, cv: float, seed: int,
+              max_model_len: int, stats_path: Optional[Path], time_scale: float) -> tuple[list, dict[str, Any]]:
+    from kvplan.workload import load_trace, make_workload
+
+    if trace is not None:
+        loaded = load_trace(trace, trace_format, skip_bad_lines=skip_bad_lines, max_requests=num_requests,
+                            time_scale=time_scale)
+        if loaded.skipped:
+            error_console.print(f"[yellow]warning:[/] skipped {loaded.skipped} malformed lines in {trace}")
+        info = {"kind": "trace", "path": str(trace), "format": loaded.fmt, "skipped_lines": loaded.skipped,
+                "time_scale": time_scale}
+        return loaded.requests, info
+    requests = make_workload(workload, num_requests or 1000, rate=rate, arrival=arrival, cv=cv, seed=seed,
+                             max_model_len=max_model_len, stats_path=stats_path)
+    info = {"kind": workload, "rate": rate, "arrival": arrival, "cv": cv}
+    return requests, info
+
+
+@cli_errors("out")
+def bench(
+    model: ModelOpt = "llama-3.1-8b",
+    gpu: GpuOpt = "l4",
+    tp: TpOpt = 1,
+    kv_dtype: KvDtypeOpt = "auto",
+    optimizations: Annotated[str, typer.Option(help="Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged",
+    workload: Annotated[str, typer.Option(help="Synthetic workload: sharegpt, alpaca, sharegpt-stats, long-reasoning.")] = "sharegpt",
+    trace: Annotated[Optional[Path], typer.Option(help="Replay a trace instead: Mooncake JSONL, Azure CSV or generic JSONL.")] = None,
+    trace_format: Annotated[Optional[str], typer.Option(help="mooncake, azure or generic (default: detected).")] = None,
+    skip_bad_lines: Annotated[bool, typer.Option(help="Skip malformed trace lines (counted) instead of failing.")] = False,
+    time_scale: Annotated[float, typer.Option(help="Multiply trace arrival times (0.5 = twice the rate).")] = 1.0,
+    stats_path: Annotated[Optional[Path], typer.Option(help="ShareGPT stats CSV for --workload sharegpt-stats.")] = None,
+    rate: Annotated[float, typer.Option(help="Requests per second (synthetic workloads).")] = 3.0,
+    arrival: Annotated[str, typer.Option(help="poisson, gamma or burst (all at t=0).")] = "poisson",
+    cv: Annotated[float, typer.Option(help="Coefficient of variation of gamma arrivals.")] = 1.0,
+    num_requests: Annotated[Optional[int], typer.Option(help="Requests to generate (default 1000), or the first N of a trace.")] = None,
+    max_model_len: Annotated[Optional[int], typer.Option(help="Longest request; contiguous-max reserves this. Default 4096 for synthetic workloads, the model's maximum for traces.")] = None,
+    block_size: BlockSizeOpt = 16,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
+    max_num_seqs: Annotated[int, typer.Option(help="Most sequences per step.")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 8192,
+    chunked_prefill: Annotated[bool, typer.Option(help="Split long prefills across steps.")] = True,
+    preemption: Annotated[str, typer.Option(help="recompute (vLLM v1) or swap to a CPU area.")] = "recompute",
+    swap_space_gib: Annotated[float, typer.Option(help="CPU swap area per GPU for --preemption swap.")] = 4.0,
+    seed: SeedOpt = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Results JSONL (default reports/bench-MODEL-GPU.jsonl).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run every optimization on the identical request stream and compare (simulated mode)."""
+    from kvplan.bench import BenchConfig, parse_optimization, run_matrix
+    from kvplan.engine.scheduler import SchedulerConfig
+    from kvplan.profiles import load_model
+    from kvplan.results import write_jsonl
+
+    names = [name.strip() for name in optimizations.split(",") if name.strip()]
+    for name in names:
+        parse_optimization(name)
+    spec = load_model(model)
+    if max_model_len is None:
+        max_model_len = spec.max_position_embeddings if trace else min(DEFAULT_MAX_MODEL_LEN, spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN)
+    if max_model_len < 2:
+        raise ValueError(f"--max-model-len must be at least 2, got {max_model_len}")
+    if num_requests is not None and num_requests < 1:
+        raise ValueError(f"--num-requests must be at least 1, got {num_requests}")
+    requests, workload_info = _workload(workload, trace, trace_format, skip_bad_lines, num_requests, rate, arrival,
+                                        cv, seed, max_model_len, stats_path, time_scale)
+    scheduler = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                chunked_prefill=chunked_prefill, preemption=preemption)
+    config = BenchConfig(model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, block_size=block_size,
+                         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
+                         max_model_len=max_model_len, scheduler=scheduler, seed=seed,
+                         swap_space_gib=swap_space_gib if preemption == "swap" else 0.0, workload=workload_info)
+    out = out or Path("reports") / f"bench-{spec.name}-{gpu}.jsonl"
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=error_console, transient=as_json) as progress:
+        tasks = {name: progress.add_task(name, total=len(requests)) for name in (parse_optimization(n).name for n in names)}
+        records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
+    write_jsonl(out, records)
+    elapsed = time.perf_counter() - started
+    if as_json:
+        print(json.dumps([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))
+        return
+    render_comparison(records)
+    console.print(f"[dim]{len(requests):,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
+                  f"results: {out}[/]")
+
+
+ROWS: tuple[tuple[str, str, str], ...] = (
+    # (label, metric, format); pct = share of the KV pool, time-averaged
+    ("token states", "token_states_share", "pct"),
+    ("reservation", "reservation_share", "pct"),
+    ("internal frag.", "internal_fragmentation_share", "pct"),
+    ("external frag.", "external_fragmentation_share", "pct"),
+    ("free", "free_share", "pct"),
+    ("waste", "waste", "pct"),
+    ("KV cache usage", "kv_cache_usage_mean", "pct"),
+    ("running (mean)", "running_mean", "float"),
+    ("running (peak)", "running_peak", "int"),
+    ("waiting (mean)", "waiting_mean", "float"),
+    ("preemptions", "preemptions", "int"),
+    ("recomputed tokens", "recomputed_tokens", "int"),
+    ("output tokens/s", "output_tokens_per_s", "rate"),
+    ("total tokens/s", "total_tokens_per_s", "rate"),
+    ("requests/s", "requests_per_s", "float"),
+    ("TTFT p50/90/99", "ttft_s", "pcts"),
+    ("TPOT p50/90/99", "tpot_s", "pcts"),
+    ("E2E p50/90/99", "e2e_s", "pcts"),
+    ("finished/rejected", "requests_finished", "done"),
+)
+
+
+def render_comparison(records: list[dict[str, Any]]) -> None:
+    """One column per optimization, one row per metric; throughput also as a ratio to the baseline."""
+    base = records[0]["metrics"]
+    params = records[0]["params"]
+    mode = records[0].get("mode", "simulated")
+    table = Table(title=f"{params['model']} on {params['tp']} x {params['gpu']}, {params['num_requests']:,} requests "
+                        f"({params['workload'].get('kind')}), KV {params['kv_format']}, "
+                        f"max_model_len {params['max_model_len']:,}", header_style="bold", title_justify="left")
+    table.add_column("metric", style="cyan", no_wrap=True)
+    for record in records:
+        table.add_column(record["optimization"] + (" (base)" if record is records[0] else ""), justify="right")
+    for label, key, kind in ROWS:
+        cells = [_cell(record["metrics"], key, kind) for record in records]
+        if kind == "pcts" and mode == "simulated":
+            label += "*"
+        table.add_row(label, *cells)
+    ratios = [m["output_tokens_per_s"] / base["output_tokens_per_s"] if base["output_tokens_per_s"] else 0.0
+              for m in (record["metrics"] for record in records)]
+    table.add_row("throughput vs base", *(f"{r:.2f}x" for r in ratios))
+    console.print(table)
+    if mode == "simulated":
+        console.print("[dim]* modeled from the GPU roofline, not measured[/]")
+
+
+def _cell(metrics: dict[str, Any], key: str, kind: str) -> str:
+    if kind == "pcts":
+        return " ".join(_seconds(metrics.get(f"{key}_{p}")) for p in ("p50", "p90", "p99"))
+    if kind == "done":
+        return f"{metrics['requests_finished']:,} / {metrics['requests_rejected']:,}"
+    value = metrics.get(key)
+    if value is None:
+        return "-"
+    return {"pct": lambda: _pct(value), "float": lambda: f"{value:,.2f}", "int": lambda: f"{value:,}",
+            "rate": lambda: f"{value:,.0f}"}[kind]()
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.0f}ms" if value < 1 else f"{value:.1f}s"

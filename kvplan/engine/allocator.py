@@ -1,0 +1,176 @@
+"""KV allocators behind one interface: paged blocks, or contiguous first-fit reservations.
+
+The contiguous allocators (Orca/FasterTransformer style) are real first-fit allocators over
+a linear slot space, so external fragmentation is measured from the free extents rather
+than assumed. All allocators account in slots (one token's KV in every layer).
+"""
+
+from __future__ import annotations
+
+import bisect
+from abc import ABC, abstractmethod
+
+from kvplan.engine.block_pool import BlockPool
+from kvplan.engine.sequence import Sequence
+
+ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
+
+
+class Allocator(ABC):
+    """`allocate(seq, tokens)` makes room for the sequence to hold `tokens` tokens of KV and
+    keeps `seq.capacity` (slots held) current, so callers can skip the call when it fits."""
+
+    name: str
+    capacity_slots: int
+    reserved_slots: int
+
+    @abstractmethod
+    def can_admit(self, seq: Sequence, tokens: int) -> bool: ...
+
+    @abstractmethod
+    def allocate(self, seq: Sequence, tokens: int) -> bool: ...
+
+    @abstractmethod
+    def free(self, seq: Sequence) -> None: ...
+
+    @abstractmethod
+    def reservation_size(self, seq: Sequence) -> int:
+        """Slots the sequence will hold at most (what must fit in an empty pool)."""
+
+    def planned_slots(self, seq: Sequence) -> int:
+        """Slots a running sequence is entitled to: its final length within its reservation."""
+        return min(seq.final_len, self.reservation_size(seq))
+
+    def external_fragmentation(self, smallest_need: int) -> int:
+        return 0
+
+    @property
+    def usage(self) -> float:
+        return self.reserved_slots / self.capacity_slots
+
+
+class PagedAllocator(Allocator):
+    """vLLM-style paging: blocks on demand, a watermark kept free at admission."""
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
+        self.name = "paged"
+        self.pool = BlockPool(num_blocks)
+        self.block_size = block_size
+        self.capacity_slots = num_blocks * block_size
+        self.watermark_blocks = int(watermark * num_blocks)
+
+    @property
+    def reserved_slots(self) -> int:  # type: ignore[override]
+        return self.pool.num_allocated * self.block_size
+
+    def blocks_needed(self, seq: Sequence, tokens: int) -> int:
+        return max(0, -(-tokens // self.block_size) - len(seq.block_table))
+
+    def can_admit(self, seq: Sequence, tokens: int) -> bool:
+        return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
+
+    def allocate(self, seq: Sequence, tokens: int) -> bool:
+        needed = -(-tokens // self.block_size) - len(seq.block_table)
+        if needed <= 0:
+            return True
+        if needed > self.pool.num_free:
+            return False
+        seq.block_table.extend(self.pool.allocate(needed))
+        seq.capacity = len(seq.block_table) * self.block_size
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        self.pool.free(reversed(seq.block_table))  # tail blocks are reclaimed first
+        seq.block_table = []
+        seq.capacity = 0
+
+    def reservation_size(self, seq: Sequence) -> int:
+        return -(-seq.final_len // self.block_size) * self.block_size
+
+    def planned_slots(self, seq: Sequence) -> int:
+        return len(seq.block_table) * self.block_size  # nothing is reserved ahead
+
+
+class ContiguousAllocator(Allocator):
+    """Reserve one extent per request at admission: max_model_len (Orca-Max), the next power
+    of two of the final length (Orca-Pow2), or exactly the final length (Orca-Oracle)."""
+
+    def __init__(self, policy: str, capacity_slots: int, max_model_len: int) -> None:
+        if policy not in ("max", "pow2", "oracle"):
+            raise ValueError(f"unknown contiguous policy '{policy}'")
+        self.name = f"contiguous-{policy}"
+        self.policy = policy
+        self.capacity_slots = capacity_slots
+        self.max_model_len = max_model_len
+        self.reserved_slots = 0
+        self.free_starts: list[int] = [0]  # sorted extent starts
+        self.free_lengths: dict[int, int] = {0: capacity_slots}
+
+    def reservation_size(self, seq: Sequence) -> int:
+        if self.policy == "max":
+            return self.max_model_len
+        if self.policy == "pow2":
+            return min(1 << (seq.final_len - 1).bit_length(), max(self.max_model_len, seq.final_len))
+        return seq.final_len
+
+    def _first_fit(self, size: int) -> int | None:
+        for start in self.free_starts:
+            if self.free_lengths[start] >= size:
+                return start
+        return None
+
+    def can_admit(self, seq: Sequence, tokens: int) -> bool:
+        return seq.extent is not None or self._first_fit(self.reservation_size(seq)) is not None
+
+    def allocate(self, seq: Sequence, tokens: int) -> bool:
+        if seq.extent is not None:
+            return tokens <= seq.extent[1]
+        size = self.reservation_size(seq)
+        start = self._first_fit(size)
+        if start is None or tokens > size:
+            return False
+        length = self.free_lengths.pop(start)
+        index = bisect.bisect_left(self.free_starts, start)
+        if length == size:
+            del self.free_starts[index]
+        else:
+            self.free_starts[index] = start + size
+            self.free_lengths[start + size] = length - size
+        seq.extent = (start, size)
+        seq.capacity = size
+        self.reserved_slots += size
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        if seq.extent is None:
+            return
+        start, size = seq.extent
+        seq.extent = None
+        seq.capacity = 0
+        self.reserved_slots -= size
+        index = bisect.bisect_left(self.free_starts, start)
+        # Coalesce with the following and the preceding free extents.
+        following = start + size
+        if index < len(self.free_starts) and self.free_starts[index] == following:
+            size += self.free_lengths.pop(following)
+            del self.free_starts[index]
+        if index > 0:
+            before = self.free_starts[index - 1]
+            if before + self.free_lengths[before] == start:
+                self.free_lengths[before] += size
+                return
+        self.free_starts.insert(index, start)
+        self.free_lengths[start] = size
+
+    def external_fragmentation(self, smallest_need: int) -> int:
+        """Free slots in extents too small for the smallest waiting reservation."""
+        return sum(length for length in self.free_lengths.values() if length < smallest_need)
+
+
+def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
+                   watermark: float = 0.01) -> Allocator:
+    if kind == "paged":
+        return PagedAllocator(capacity_slots // block_size, block_size, watermark)
+    if kind.startswith("contiguous-"):
+        return ContiguousAllocator(kind.removeprefix("contiguous-"), capacity_slots, max_model_len)
+    raise ValueError(f"unknown allocator '{kind}'; use one of: {', '.join(ALLOCATORS)}")

@@ -1,0 +1,121 @@
+"""Engine metrics with the names and definitions fixed in DESIGN.md.
+
+The pool split (token states / reservation / internal / external fragmentation / free) is
+sampled after every step and averaged over time, weighting each step by its duration, as
+in the vLLM paper's Fig. 2. Latencies come from per-request timestamps: modeled in
+simulated mode, wall-clock in real mode.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.engine.allocator import Allocator, PagedAllocator
+from kvplan.engine.scheduler import Scheduler
+from kvplan.engine.sequence import Sequence
+
+SPLIT = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
+TIMESERIES_POINTS = 400
+WAITING_SCAN = 64  # waiting requests inspected for the smallest reservation need
+
+
+@dataclass
+class StepMetrics:
+    """Duration-weighted sums over steps, and a per-step trace for charts."""
+
+    elapsed: float = 0.0
+    steps: int = 0
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        (*SPLIT, "used", "reserved", "running", "waiting", "kv_cache_usage"), 0.0))
+    peak_running: int = 0
+    peak_kv_cache_usage: float = 0.0
+    trace_t: array = field(default_factory=lambda: array("d"))
+    trace_usage: array = field(default_factory=lambda: array("d"))
+    trace_running: array = field(default_factory=lambda: array("l"))
+    trace_waiting: array = field(default_factory=lambda: array("l"))
+    trace_used: array = field(default_factory=lambda: array("d"))
+
+    def record(self, dt: float, now: float, allocator: Allocator, scheduler: Scheduler) -> None:
+        capacity = allocator.capacity_slots
+        used = scheduler.used_slots
+        reserved = allocator.reserved_slots
+        if isinstance(allocator, PagedAllocator):
+            reservation = 0  # paging allocates on demand: nothing is held for future tokens
+            internal = reserved - used  # unfilled tails of last blocks
+        else:
+            reservation = scheduler.running_final_slots - used
+            internal = reserved - scheduler.running_final_slots
+        external = 0
+        waiting = scheduler.waiting
+        if waiting and not isinstance(allocator, PagedAllocator):
+            need = min(allocator.reservation_size(seq) for seq in _head(waiting))
+            external = allocator.external_fragmentation(need)
+        free = capacity - reserved - external
+        usage = reserved / capacity
+        running = len(scheduler.running)
+        sums = self.sums
+        for key, value in (("token_states", used), ("reservation", reservation),
+                           ("internal_fragmentation", internal), ("external_fragmentation", external),
+                           ("free", free), ("used", used), ("reserved", reserved)):
+            sums[key] += dt * value / capacity
+        sums["running"] += dt * running
+        sums["waiting"] += dt * len(waiting)
+        sums["kv_cache_usage"] += dt * usage
+        self.elapsed += dt
+        self.steps += 1
+        self.peak_running = max(self.peak_running, running)
+        self.peak_kv_cache_usage = max(self.peak_kv_cache_usage, usage)
+        self.trace_t.append(now)
+        self.trace_usage.append(usage)
+        self.trace_running.append(running)
+        self.trace_waiting.append(len(waiting))
+        self.trace_used.append(used / capacity)
+
+    def averages(self) -> dict[str, float]:
+        span = self.elapsed or 1.0
+        return {key: value / span for key, value in self.sums.items()}
+
+    def timeseries(self, points: int = TIMESERIES_POINTS) -> dict[str, list[float]]:
+        """The trace thinned to at most `points` samples (every k-th step)."""
+        stride = max(1, -(-len(self.trace_t) // points))
+        return {
+            "t": [round(v, 4) for v in self.trace_t[::stride]],
+            "kv_cache_usage": [round(v, 4) for v in self.trace_usage[::stride]],
+            "token_state_share": [round(v, 4) for v in self.trace_used[::stride]],
+            "running": list(self.trace_running[::stride]),
+            "waiting": list(self.trace_waiting[::stride]),
+        }
+
+
+def _head(waiting: Any) -> list[Sequence]:
+    head = []
+    for seq in waiting:
+        head.append(seq)
+        if len(head) >= WAITING_SCAN:
+            break
+    return head
+
+
+def percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
+    import numpy as np
+
+    if not values:
+        return {f"{prefix}_{name}": None for name in ("mean", "p50", "p90", "p99")}
+    data = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return {f"{prefix}_mean": float(data.mean()), f"{prefix}_p50": float(p50),
+            f"{prefix}_p90": float(p90), f"{prefix}_p99": float(p99)}
+
+
+def request_metrics(finished: list[Sequence]) -> dict[str, float | None]:
+    """TTFT, TPOT (= mean inter-token latency per request) and E2E percentiles, in seconds."""
+    ttft, tpot, e2e = [], [], []
+    for seq in finished:
+        arrival = seq.request.arrival_s
+        ttft.append(seq.first_token_s - arrival)
+        e2e.append(seq.finish_s - arrival)
+        if seq.request.output_len > 1:
+            tpot.append((seq.finish_s - seq.first_token_s) / (seq.request.output_len - 1))
+    return {**percentiles(ttft, "ttft_s"), **percentiles(tpot, "tpot_s"), **percentiles(e2e, "e2e_s")}

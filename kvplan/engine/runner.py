@@ -1,0 +1,60 @@
+"""Runners execute a step plan and say how long it took.
+
+SimulatedRunner charges each step what the roofline model of the target GPU says: the
+weights and KV bytes read over HBM bandwidth, or the FLOPs over peak compute, whichever
+is larger, plus swap traffic over the host link. Real mode (kvplan.engine.real_runner)
+measures wall-clock time instead; both take the same StepPlan.
+"""
+
+from __future__ import annotations
+
+from kvplan.engine.scheduler import StepPlan
+from kvplan.roofline import Roofline
+
+
+class SimulatedRunner:
+    mode = "simulated"
+
+    def __init__(self, roofline: Roofline, host_link_bytes_per_s: float | None = None) -> None:
+        self.roofline = roofline
+        model, fmt, tp = roofline.model, roofline.kv_format, roofline.tp
+        self.slot_bytes = model.kv_bytes_per_token(fmt, tp)
+        # Per attention group: (window or None, KV bytes per token, attention FLOPs per query-key pair).
+        heads = model.num_heads / tp
+        self.groups = [
+            (g.window, g.bytes_per_token(fmt, tp),
+             4.0 * g.num_layers * heads * (g.latent_dim if g.kind == "mla" else g.head_dim))
+            for g in model.token_groups
+        ]
+        self.windowed = any(window for window, _, _ in self.groups)
+        self.read_bytes_per_token = sum(b for _, b, _ in self.groups)
+        self.flops_per_pair = sum(f for _, _, f in self.groups)
+        self.host_link = host_link_bytes_per_s or roofline.gpu.host_link_gbps * 1e9
+
+    def step_time(self, plan: StepPlan) -> float:
+        """Modeled seconds for one step (the plan's tokens are not yet counted as computed)."""
+        if self.windowed:
+            kv_bytes, flops = self._windowed_costs(plan)
+        else:
+            kv_bytes = plan.context_tokens * self.read_bytes_per_token
+            flops = plan.attention_pairs * self.flops_per_pair
+        seconds = self.roofline.step_time(plan.num_tokens, flops, kv_bytes)
+        swapped = plan.swapped_in_slots + plan.swapped_out_slots
+        if swapped:
+            seconds += swapped * self.slot_bytes / self.host_link
+        return seconds
+
+    def _windowed_costs(self, plan: StepPlan) -> tuple[float, float]:
+        kv_bytes = flops = 0.0
+        for seq, count in plan.scheduled:
+            before = seq.num_computed
+            after = before + count
+            for window, bytes_per_token, flops_per_pair in self.groups:
+                seen = min(after, window) if window else after
+                kv_bytes += seen * bytes_per_token
+                # Each new token attends to at most `window` earlier tokens.
+                pairs = count * before + count * (count + 1) // 2
+                if window:
+                    pairs = min(pairs, count * window)
+                flops += pairs * flops_per_pair
+        return kv_bytes, flops

@@ -1,0 +1,197 @@
+"""Continuous batching as vLLM v1 schedules it.
+
+Each step: running sequences first (decode 1 token, or the next chunk of a prefill), then
+waiting ones in FCFS order while `max_num_seqs`, the token budget
+(`max_num_batched_tokens`) and the pool allow, keeping a watermark of free blocks at
+admission. When a running sequence cannot grow, the newest running sequence is preempted:
+its KV is dropped and recomputed later (vLLM v1), or swapped to a bounded CPU area.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+
+from kvplan.engine.allocator import Allocator
+from kvplan.engine.sequence import Sequence, Status
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    preemption: str = "recompute"
+    swap_slots: int = 0  # CPU swap area, in token slots
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)}, got '{self.preemption}'")
+        if self.swap_slots < 0:
+            raise ValueError("--swap-space-gib must not be negative")
+
+
+@dataclass
+class StepPlan:
+    """What one engine step computes: (sequence, new tokens) pairs, plus swap traffic."""
+
+    scheduled: list[tuple[Sequence, int]]
+    num_tokens: int
+    context_tokens: int = 0  # sum over sequences of tokens attention reads after the step
+    attention_pairs: int = 0  # (new token, earlier-or-same token) pairs attention computes
+    swapped_in_slots: int = 0
+    swapped_out_slots: int = 0
+
+
+def _arrival_order(seq: Sequence) -> tuple[float, int]:
+    return seq.request.arrival_s, seq.request.request_id
+
+
+class Scheduler:
+    def __init__(self, allocator: Allocator, config: SchedulerConfig) -> None:
+        self.allocator = allocator
+        self.config = config
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.swap_used_slots = 0
+        self.swapped_out_slots_total = 0
+        # Running totals the metrics read every step without walking the batch.
+        self.used_slots = 0  # tokens with KV on the device
+        self.running_final_slots = 0  # final lengths of running sequences
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
+        self.preemptions += 1
+        seq.preemptions += 1
+        slots = self.allocator.planned_slots(seq)
+        self.allocator.free(seq)
+        self.used_slots -= seq.num_computed
+        self.running_final_slots -= seq.final_len
+        if self.config.preemption == "swap" and self.swap_used_slots + slots <= self.config.swap_slots:
+            seq.status = Status.SWAPPED
+            seq.swapped_blocks = slots
+            self.swap_used_slots += slots
+            self.swapped_out_slots_total += slots
+            plan.swapped_out_slots += slots
+        else:
+            self.recomputed_tokens += seq.num_computed
+            seq.status = Status.WAITING
+            seq.num_computed = 0
+        self.waiting.appendleft(seq)
+
+    def _chunk(self, seq: Sequence, budget: int) -> int:
+        pending = seq.pending_tokens
+        if pending <= budget:
+            return pending
+        return budget if self.config.chunked_prefill else 0
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan([], 0)
+        scheduled = plan.scheduled
+        budget = self.config.max_num_batched_tokens
+        chunked = self.config.chunked_prefill
+        allocate = self.allocator.allocate
+        running = self.running
+        preempted = False
+        context = pairs = 0
+        # The hot loop of the simulator: kept flat, with the common decode case (one token
+        # that fits the slots already held) touching no allocator. Popping victims from the
+        # end while iterating is safe: the loop stops where the list now ends.
+        for seq in running:
+            if budget <= 0:
+                break
+            before = seq.num_computed
+            count = seq.prompt_len + seq.num_generated - before
+            if count > budget:
+                if not chunked:
+                    continue
+                count = budget
+            needed = before + count
+            if needed > seq.capacity:
+                while not allocate(seq, needed):
+                    victim = running.pop()
+                    self._preempt(victim, plan)
+                    preempted = True
+                    if victim is seq:
+                        break
+                else:
+                    needed = 0
+                if needed:
+                    break
+                needed = before + count
+            scheduled.append((seq, count))
+            budget -= count
+            context += needed
+            pairs += count * before + count * (count + 1) // 2
+        plan.context_tokens, plan.attention_pairs = context, pairs
+        if not preempted:
+            budget = self._admit(plan, budget)
+        plan.num_tokens = self.config.max_num_batched_tokens - budget
+        return plan
+
+    def _admit(self, plan: StepPlan, budget: int) -> int:
+        allocator = self.allocator
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            count = self._chunk(seq, budget)
+            if count == 0 or not allocator.can_admit(seq, seq.num_computed + count):
+                break
+            if not allocator.allocate(seq, seq.num_computed + count):
+                break
+            self.waiting.popleft()
+            if seq.status == Status.SWAPPED:
+                self.used_slots += seq.num_computed
+                self.swap_used_slots -= seq.swapped_blocks
+                plan.swapped_in_slots += seq.swapped_blocks
+                seq.swapped_blocks = 0
+            seq.status = Status.RUNNING
+            self.running_final_slots += seq.final_len
+            # Running stays in arrival order, so the victim popped from the end is always the
+            # newest request, even after an older preempted one is re-admitted.
+            bisect.insort(self.running, seq, key=_arrival_order)
+            plan.scheduled.append((seq, count))
+            budget -= count
+            before = seq.num_computed
+            plan.context_tokens += before + count
+            plan.attention_pairs += count * before + count * (count + 1) // 2
+        return budget
+
+    def complete_step(self, plan: StepPlan, now: float) -> list[Sequence]:
+        """Advance every scheduled sequence; return those that finished this step."""
+        finished = []
+        self.used_slots += plan.num_tokens
+        for seq, count in plan.scheduled:
+            computed = seq.num_computed + count
+            seq.num_computed = computed
+            if computed < seq.prompt_len + seq.num_generated:
+                continue  # a prefill chunk: no token sampled yet
+            generated = seq.num_generated + 1
+            seq.num_generated = generated
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+            if generated >= seq.output_len:
+                seq.status = Status.FINISHED
+                seq.finish_s = now
+                finished.append(seq)
+        if finished:
+            done = {id(seq) for seq in finished}
+            self.running = [seq for seq in self.running if id(seq) not in done]
+            for seq in finished:
+                self.allocator.free(seq)
+                self.used_slots -= seq.num_computed
+                self.running_final_slots -= seq.final_len
+        return finished

@@ -1,0 +1,309 @@
+"""Trace loaders: replay real request logs as Request lists.
+
+One entry point, ``load_trace(path, fmt=None)``. Three formats:
+
+- ``mooncake`` (JSONL, Mooncake FAST'25 traces): ``timestamp`` (ms), ``input_length``,
+  ``output_length``, ``hash_ids`` (one id per 512-token prompt block, the last block may
+  be partial; equal ids mean equal prefixes). The ids become ``block_hashes`` with
+  ``hash_block_tokens=512`` so prefix caching can be measured without token ids.
+- ``azure`` (CSV, Azure LLM inference traces / Splitwise): header
+  ``TIMESTAMP,ContextTokens,GeneratedTokens``; TIMESTAMP is a naive datetime such as
+  ``2023-11-16 18:15:46.6805900`` (7 fractional digits, more than ``fromisoformat``
+  takes, so the fraction is parsed separately, exactly, in integer nanoseconds).
+- ``generic`` (JSONL, kvplan's own): one object per line with
+  ``arrival_s`` (seconds) or ``timestamp_ms``; ``prompt_len`` or ``prompt_tokens`` (a list
+  of token ids; if both are given they must agree); ``output_len``; optional
+  ``session_id`` (string or integer); optional ``block_hashes`` (list of ints) with
+  ``hash_block_tokens`` (> 0), one hash per full block plus optionally one for the tail.
+
+In every format arrivals are made relative to the earliest request (so a trace always
+starts at t = 0) and multiplied by ``time_scale`` (0.5 replays twice as fast). Requests
+are sorted by arrival (stable, so ties keep file order) and numbered in that order.
+
+Detection (fmt=None): ``.csv`` -> azure; otherwise the first non-blank line decides:
+a JSON object with ``hash_ids`` -> mooncake, a ``TIMESTAMP,`` header -> azure, else generic.
+
+Bad lines (bad JSON, a missing, non-numeric, negative or zero field: a request needs at
+least one prompt and one output token) raise ValueError naming the file and 1-based line;
+with ``skip_bad_lines=True`` they are skipped and counted in ``TraceLoad.skipped``.
+Blank lines are ignored everywhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kvplan.workload.request import Request
+
+TRACE_FORMATS: tuple[str, ...] = ("mooncake", "azure", "generic")
+MOONCAKE_BLOCK_TOKENS = 512
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_EPOCH = datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class TraceLoad:
+    """A loaded trace: the requests plus how many bad lines were skipped to get them."""
+
+    requests: list[Request]
+    skipped: int
+    path: str
+    fmt: str
+
+
+class BadLine(ValueError):
+    """One line of a trace is unusable; carries the reason without file context."""
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A parsed line before sorting; `time` counts ticks of 1/ticks_per_s seconds.
+
+    Keeping the file's own unit (ms, integer ns) until after re-basing keeps arrivals exact:
+    (1200 - 1000) / 1000 is 0.2, while 1.2 - 1.0 is not.
+    """
+
+    time: float
+    ticks_per_s: int
+    prompt_len: int
+    output_len: int
+    prompt_tokens: tuple[int, ...] | None = None
+    block_hashes: tuple[int, ...] | None = None
+    hash_block_tokens: int = 0
+    session_id: str | None = None
+
+
+# --- field checks ------------------------------------------------------------------------
+
+def _field(obj: dict[str, Any], *names: str) -> Any:
+    """The first of `names` present (aliases such as arrival_s / timestamp_ms)."""
+    for name in names:
+        if name in obj:
+            return obj[name]
+    raise BadLine(f"missing field {' or '.join(repr(n) for n in names)}")
+
+
+def _count(value: Any, name: str) -> int:
+    """A token count: an integer (or integral float) >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value):
+        raise BadLine(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise BadLine(f"{name} must be >= 1, got {value!r}")
+    return int(value)
+
+
+def _time(value: Any, name: str) -> float:
+    """A timestamp: any finite number >= 0 (re-based to the earliest request later)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadLine(f"{name} must be a number, got {value!r}")
+    if value < 0:
+        raise BadLine(f"{name} must be >= 0, got {value!r}")
+    return float(value)
+
+
+def _ints(value: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise BadLine(f"{name} must be a list of integers")
+    return tuple(value)
+
+
+def _check_hashes(hashes: tuple[int, ...], prompt_len: int, block: int, name: str, tail: bool) -> None:
+    """Hashes must cover the prompt: one per full block, plus one for a partial tail block
+    (always when `tail`, as Mooncake does; optionally otherwise)."""
+    lowest = -(-prompt_len // block) if tail else prompt_len // block
+    if not lowest <= len(hashes) <= -(-prompt_len // block):
+        raise BadLine(f"{name} has {len(hashes)} ids but a {prompt_len}-token prompt has "
+                      f"{-(-prompt_len // block)} blocks of {block} tokens")
+
+
+# --- per-format line parsers -------------------------------------------------------------
+
+def _json_object(line: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BadLine(f"bad JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise BadLine("expected a JSON object")
+    return obj
+
+
+def _parse_mooncake(line: str) -> _Row:
+    obj = _json_object(line)
+    prompt_len = _count(_field(obj, "input_length"), "input_length")
+    hashes = _ints(_field(obj, "hash_ids"), "hash_ids")
+    _check_hashes(hashes, prompt_len, MOONCAKE_BLOCK_TOKENS, "hash_ids", tail=True)
+    return _Row(time=_time(_field(obj, "timestamp"), "timestamp"), ticks_per_s=1000, prompt_len=prompt_len,
+                output_len=_count(_field(obj, "output_length"), "output_length"),
+                block_hashes=hashes, hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+
+
+def _parse_generic(line: str) -> _Row:
+    obj = _json_object(line)
+    if "arrival_s" in obj:
+        time, ticks_per_s = _time(obj["arrival_s"], "arrival_s"), 1
+    else:
+        time, ticks_per_s = _time(_field(obj, "arrival_s", "timestamp_ms"), "timestamp_ms"), 1000
+    tokens = _ints(obj["prompt_tokens"], "prompt_tokens") if "prompt_tokens" in obj else None
+    if "prompt_len" in obj:
+        prompt_len = _count(obj["prompt_len"], "prompt_len")
+        if tokens is not None and len(tokens) != prompt_len:
+            raise BadLine(f"prompt_len {prompt_len} but {len(tokens)} prompt_tokens")
+    elif tokens is not None:
+        prompt_len = _count(len(tokens), "len(prompt_tokens)")
+    else:
+        raise BadLine("missing field 'prompt_len' or 'prompt_tokens'")
+    hashes, block = None, 0
+    if "block_hashes" in obj:
+        hashes = _ints(obj["block_hashes"], "block_hashes")
+        block = _count(_field(obj, "hash_block_tokens"), "hash_block_tokens")
+        _check_hashes(hashes, prompt_len, block, "block_hashes", tail=False)
+    session = obj.get("session_id")
+    if session is not None and (isinstance(session, bool) or not isinstance(session, (str, int))):
+        raise BadLine(f"session_id must be a string or integer, got {session!r}")
+    output_len = _count(_field(obj, "output_len"), "output_len")
+    return _Row(time=time, ticks_per_s=ticks_per_s, prompt_len=prompt_len, output_len=output_len,
+                prompt_tokens=tokens, block_hashes=hashes, hash_block_tokens=block,
+                session_id=None if session is None else str(session))
+
+
+def parse_azure_timestamp(text: str) -> int:
+    """Nanoseconds since 1970 of a naive datetime with any number of fractional digits.
+
+    Integer nanoseconds keep 7-digit fractions exact (a float of epoch seconds would not).
+    """
+    base, dot, frac = text.strip().partition(".")
+    if dot and not frac.isdigit():
+        raise BadLine(f"bad TIMESTAMP {text!r}")
+    try:
+        delta = datetime.fromisoformat(base) - _EPOCH
+    except (ValueError, TypeError):
+        raise BadLine(f"bad TIMESTAMP {text!r}; expected e.g. 2023-11-16 18:15:46.6805900") from None
+    whole_s = delta.days * 86_400 + delta.seconds
+    return whole_s * 1_000_000_000 + int((frac + "000000000")[:9]) if dot else whole_s * 1_000_000_000
+
+
+def _azure_row(cells: list[str]) -> tuple[int, int, int]:
+    """(time_ns, prompt_len, output_len) from one CSV row; kept lean, it runs per row."""
+    if len(cells) != len(AZURE_COLUMNS):
+        raise BadLine(f"expected {len(AZURE_COLUMNS)} columns, got {len(cells)}")
+    counts = []
+    for name, cell in zip(AZURE_COLUMNS[1:], cells[1:]):
+        try:
+            value = int(cell)
+        except ValueError:
+            raise BadLine(f"{name} must be an integer, got {cell!r}") from None
+        if value < 1:
+            raise BadLine(f"{name} must be >= 1, got {value}")
+        counts.append(value)
+    return parse_azure_timestamp(cells[0]), counts[0], counts[1]
+
+
+# --- readers: yield (line number, row or BadLine) ----------------------------------------
+
+def _read_jsonl(path: Path, parse: Callable[[str], _Row]) -> Iterator[tuple[int, _Row | BadLine]]:
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    yield lineno, parse(line)
+                except BadLine as e:
+                    yield lineno, e
+
+
+def _read_azure(path: Path) -> Iterator[tuple[int, _Row | BadLine]]:
+    """Azure rows; times are nanoseconds since 1970 here and re-based after sorting."""
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next((row for row in reader if row), None)
+        if header is None:
+            raise ValueError(f"{path}: empty trace file (no header, no requests); check the path")
+        if [h.strip() for h in header] != list(AZURE_COLUMNS):
+            raise ValueError(f"{path}: expected the header {','.join(AZURE_COLUMNS)}, got "
+                             f"{','.join(header)!r}; is this an Azure LLM inference trace?")
+        for cells in reader:
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                continue
+            try:
+                ns, prompt_len, output_len = _azure_row(cells)
+            except BadLine as e:
+                yield reader.line_num, e
+                continue
+            yield reader.line_num, _Row(time=ns, ticks_per_s=1_000_000_000, prompt_len=prompt_len,
+                                        output_len=output_len)
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+def detect_format(path: Path) -> str:
+    """Guess the trace format from the extension, then from the first non-blank line."""
+    if path.suffix.lower() == ".csv":
+        return "azure"
+    with path.open(encoding="utf-8") as f:
+        first = next((line.strip() for line in f if line.strip()), "")
+    if first.startswith("TIMESTAMP,"):
+        return "azure"
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return "generic"
+    return "mooncake" if isinstance(obj, dict) and "hash_ids" in obj else "generic"
+
+
+def _rows(path: Path, fmt: str) -> Iterator[tuple[int, _Row | BadLine]]:
+    if fmt == "azure":
+        return _read_azure(path)
+    return _read_jsonl(path, _parse_mooncake if fmt == "mooncake" else _parse_generic)
+
+
+def _to_requests(rows: list[_Row], time_scale: float, max_requests: int | None) -> list[Request]:
+    """Sort (stable) by time, re-base to the earliest, scale, number in arrival order."""
+    if len({r.ticks_per_s for r in rows}) > 1:  # a generic trace mixing arrival_s and timestamp_ms
+        rows = [replace(r, time=r.time / r.ticks_per_s, ticks_per_s=1) for r in rows]
+    rows = sorted(rows, key=lambda r: r.time)[:max_requests]
+    t0 = rows[0].time
+    return [Request(request_id=i, arrival_s=(r.time - t0) / r.ticks_per_s * time_scale, prompt_len=r.prompt_len,
+                    output_len=r.output_len, prompt_tokens=r.prompt_tokens, block_hashes=r.block_hashes,
+                    hash_block_tokens=r.hash_block_tokens, session_id=r.session_id)
+            for i, r in enumerate(rows)]
+
+
+def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_lines: bool = False,
+               max_requests: int | None = None, time_scale: float = 1.0) -> TraceLoad:
+    """Load a request trace (see the module docstring for formats and rules).
+
+    max_requests keeps the earliest N requests; time_scale multiplies every arrival time.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"trace file {path} not found; check the path")
+    if fmt is not None and fmt not in TRACE_FORMATS:
+        raise ValueError(f"unknown trace format {fmt!r}; use one of {', '.join(TRACE_FORMATS)} or omit it to detect")
+    if not (0 < time_scale < math.inf):
+        raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
+    if max_requests is not None and (isinstance(max_requests, bool) or max_requests < 1):
+        raise ValueError(f"max_requests must be >= 1 or None, got {max_requests!r}")
+    fmt = fmt or detect_format(path)
+    rows: list[_Row] = []
+    skipped = 0
+    for lineno, row in _rows(path, fmt):
+        if isinstance(row, BadLine):
+            if not skip_bad_lines:
+                raise ValueError(f"{path}:{lineno}: {row} ({fmt} trace); fix the line or pass "
+                                 "--skip-bad-lines (skip_bad_lines=True) to skip it")
+            skipped += 1
+        else:
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no valid requests in this {fmt} trace ({skipped} bad lines skipped); "
+                         "check the file and its format")
+    return TraceLoad(requests=_to_requests(rows, time_scale, max_requests), skipped=skipped,
+                     path=str(path), fmt=fmt)
