@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -164,9 +163,7 @@ def test_empty_missing_and_all_bad(tmp_path: Path) -> None:
 # --- the real traces (figures measured on the files in ../shared/data/traces) --------------
 
 def test_mooncake_real_trace(shared_data: Path) -> None:
-    start = time.perf_counter()
     load = load_trace(shared_data / "traces" / MOONCAKE)
-    elapsed = time.perf_counter() - start
     reqs = load.requests
     assert (load.fmt, load.skipped, len(reqs)) == ("mooncake", 0, 3_993)
     assert sum(r.prompt_len for r in reqs) == 61_194_628  # mean 15,325.5
@@ -177,20 +174,16 @@ def test_mooncake_real_trace(shared_data: Path) -> None:
     assert (len(blocks), len(set(blocks))) == (121_877, 43_924)
     assert round(1 - len(set(blocks)) / len(blocks), 3) == 0.640  # infinite-cache block hit bound
     assert all(r.hash_block_tokens == 512 for r in reqs)
-    assert elapsed < 2.0  # ~0.15 s measured; a loose guard against accidental slowness
 
 
 def test_azure_real_trace(shared_data: Path) -> None:
-    start = time.perf_counter()
     load = load_trace(shared_data / "traces" / AZURE)
-    elapsed = time.perf_counter() - start
     reqs = load.requests
     assert (load.fmt, load.skipped, len(reqs)) == ("azure", 0, 19_366)  # every row is valid
     assert sum(r.prompt_len for r in reqs) == 22_361_870  # mean 1,154.7
     assert sum(r.output_len for r in reqs) == 4_088_665  # mean 211.1
     assert reqs[1].arrival_s == pytest.approx(4.314579, abs=1e-9)
     assert reqs[-1].arrival_s == pytest.approx(3501.721937, abs=1e-6)  # about 58 minutes
-    assert elapsed < 3.0  # ~0.3 s measured
 
 
 def test_real_trace_scaling_and_truncation(shared_data: Path) -> None:

@@ -67,7 +67,7 @@ def bench(
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated mode)."""
-    from kvplan.bench import BenchConfig, parse_optimization, run_matrix
+    from kvplan.bench import BenchConfig, parse_optimization, run_matrix, size_engine
     from kvplan.engine.scheduler import SchedulerConfig
     from kvplan.profiles import load_model
     from kvplan.results import write_jsonl
@@ -90,6 +90,8 @@ def bench(
                          gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
                          max_model_len=max_model_len, scheduler=scheduler, seed=seed,
                          swap_space_gib=swap_space_gib if preemption == "swap" else 0.0, workload=workload_info)
+    for name in names:  # fail on impossible sizing before any progress bar is drawn
+        size_engine(config, parse_optimization(name))
     out = out or Path("reports") / f"bench-{spec.name}-{gpu}.jsonl"
     started = time.perf_counter()
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
