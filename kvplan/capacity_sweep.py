@@ -148,6 +148,26 @@ def write_csv(columns: dict[str, Any], path: Any) -> None:
         writer.writerows(zip(*plain))
 
 
+PARAM_COLUMNS = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "block_size", "gpu_memory_utilization")
+
+
+def estimate_records(rows_: list[dict[str, Any]], allocation: str) -> list[dict[str, Any]]:
+    """Sweep rows as kvplan.result/1 records (kind "estimate") for `kvplan report`."""
+    import hashlib
+    import json
+
+    from kvplan.results import make_record
+
+    run_id = hashlib.sha256(json.dumps(rows_[:1] + rows_[-1:], sort_keys=True).encode()).hexdigest()[:12]
+    records = []
+    for row in rows_:
+        params = {key: row[key] for key in PARAM_COLUMNS}
+        params["allocation"] = allocation
+        metrics = {key: value for key, value in row.items() if key not in PARAM_COLUMNS}
+        records.append(make_record("estimate", run_id, "analytic", row["kv_dtype"], params, metrics))
+    return records
+
+
 def rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
     """Row dicts with plain Python values (for JSON)."""
     count = len(columns["model"])

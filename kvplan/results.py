@@ -50,6 +50,9 @@ def write_jsonl(path: str | Path, records: list[dict[str, Any]]) -> Path:
         with os.fdopen(handle, "w") as out:
             for record in records:
                 out.write(json.dumps(record, sort_keys=True) + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

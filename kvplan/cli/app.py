@@ -8,6 +8,7 @@ from kvplan import __version__
 from kvplan.cli import profiles
 from kvplan.cli.bench import bench
 from kvplan.cli.estimate import estimate
+from kvplan.cli.report import report
 
 app = typer.Typer(
     name="kvplan",
@@ -18,6 +19,7 @@ app = typer.Typer(
 )
 app.command("estimate")(estimate)
 app.command("bench")(bench)
+app.command("report")(report)
 app.add_typer(profiles.app, name="profiles")
 
 

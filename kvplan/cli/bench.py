@@ -64,6 +64,7 @@ def bench(
     swap_space_gib: Annotated[float, typer.Option(help="CPU swap area per GPU for --preemption swap.")] = 4.0,
     seed: SeedOpt = 0,
     out: Annotated[Optional[Path], typer.Option(help="Results JSONL (default reports/bench-MODEL-GPU.jsonl).")] = None,
+    report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated mode)."""
@@ -99,6 +100,11 @@ def bench(
         tasks = {name: progress.add_task(name, total=len(requests)) for name in (parse_optimization(n).name for n in names)}
         records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
     write_jsonl(out, records)
+    report_index = None
+    if report:
+        from kvplan.report import write_report
+
+        report_index = write_report([out], out.with_suffix("")).index
     elapsed = time.perf_counter() - started
     if as_json:
         print(json.dumps([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))
@@ -106,6 +112,8 @@ def bench(
     render_comparison(records)
     console.print(f"[dim]{len(requests):,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
                   f"results: {out}[/]")
+    if report_index:
+        console.print(f"report: {report_index}")
 
 
 ROWS: tuple[tuple[str, str, str], ...] = (

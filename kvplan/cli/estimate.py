@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ GIB = 2**30
 SWEEP_TABLE_ROWS = 40
 
 
-@cli_errors("csv_path")
+@cli_errors("csv_path", "out")
 def estimate(
     model: Annotated[str, typer.Argument(help="Profile name (kvplan profiles models), or a config.json / model dir.")],
     gpu: GpuOpt = "h100-80gb",
@@ -41,6 +40,7 @@ def estimate(
     gpu_mem_gib: Annotated[Optional[float], typer.Option(help="Override the GPU's memory capacity (GiB).")] = None,
     sweep_axes: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.")] = None,
     csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write the sweep (or the single estimate) as CSV.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write kvplan.result/1 records (JSONL) for `kvplan report`.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
@@ -56,29 +56,24 @@ def estimate(
         kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * GIB,
         weight_dtype=weight_dtype, respect_windows=allocation == "ideal", gpu_memory_gib=gpu_mem_gib,
     )
+    if not sweep_axes:
+        check_can_fit_somehow(inputs)
+    axes = sweep_axes or [f"context={inputs.max_model_len}"]  # one point is a sweep of one
+    _run_sweep(inputs, axes, csv_path, out, as_json, table=bool(sweep_axes))
     if sweep_axes:
-        _run_sweep(inputs, sweep_axes, csv_path, as_json)
         return
-    check_can_fit_somehow(inputs)
     result = plan(inputs)
-    if csv_path:
-        record = result.to_dict()
-        _write_csv(csv_path, [{k: v for k, v in record.items() if not isinstance(v, list)}])
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
     render_plan(result)
 
 
-def _write_csv(path: Path, records: list[dict]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(records[0]))
-        writer.writeheader()
-        writer.writerows(records)
-
-
-def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, as_json: bool) -> None:
-    from kvplan.capacity_sweep import COLUMNS, parse_axis, rows, sweep, write_csv
+def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out: Path | None, as_json: bool,
+               table: bool = True) -> None:
+    """Sweep (or a single point), writing CSV / result records; prints the table when asked."""
+    from kvplan.capacity_sweep import COLUMNS, estimate_records, parse_axis, rows, sweep, write_csv
+    from kvplan.results import write_jsonl
 
     axes = dict(parse_axis(spec) for spec in specs)
     started = time.perf_counter()
@@ -86,6 +81,10 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, as_j
     elapsed = time.perf_counter() - started
     if csv_path:
         write_csv(columns, csv_path)
+    if out:
+        write_jsonl(out, estimate_records(rows(columns), "ideal" if inputs.respect_windows else "full"))
+    if not table:
+        return
     if as_json:
         records = rows(columns)
         print(json.dumps({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))

@@ -45,6 +45,11 @@ class Allocator(ABC):
         return 0
 
     @property
+    def admissible_slots(self) -> int:
+        """The largest reservation an idle pool can admit (arrivals above it are rejected)."""
+        return self.capacity_slots
+
+    @property
     def usage(self) -> float:
         return self.reserved_slots / self.capacity_slots
 
@@ -62,6 +67,12 @@ class PagedAllocator(Allocator):
     @property
     def reserved_slots(self) -> int:  # type: ignore[override]
         return self.pool.num_allocated * self.block_size
+
+    @property
+    def admissible_slots(self) -> int:  # type: ignore[override]
+        # The watermark also gates re-admission after a preemption, so a request must fit
+        # below it or it could be stranded half-way.
+        return (self.pool.num_blocks - self.watermark_blocks) * self.block_size
 
     def blocks_needed(self, seq: Sequence, tokens: int) -> int:
         return max(0, -(-tokens // self.block_size) - len(seq.block_table))

@@ -37,6 +37,11 @@ class RunResult:
 
 class Engine:
     def __init__(self, allocator: Allocator, runner: Runner, config: SchedulerConfig, max_model_len: int) -> None:
+        if not config.chunked_prefill and config.max_num_batched_tokens < max_model_len:
+            # A preempted request recomputes prompt + generated tokens in one step without
+            # chunking; vLLM refuses this configuration for the same reason.
+            raise ValueError(f"without chunked prefill --max-num-batched-tokens ({config.max_num_batched_tokens}) "
+                             f"must be at least --max-model-len ({max_model_len})")
         self.allocator = allocator
         self.runner = runner
         self.scheduler = Scheduler(allocator, config)
@@ -48,8 +53,8 @@ class Engine:
         if request.total_len > self.max_model_len:
             return f"needs {request.total_len} tokens, above max_model_len {self.max_model_len}"
         size = self.allocator.reservation_size(seq)
-        if size > self.allocator.capacity_slots:
-            return f"needs {size} KV slots, the whole pool holds {self.allocator.capacity_slots}"
+        if size > self.allocator.admissible_slots:
+            return f"needs {size} KV slots, the whole pool admits {self.allocator.admissible_slots}"
         return None
 
     def run(self, requests: list[Request], progress: ProgressCallback | None = None) -> RunResult:
@@ -75,6 +80,8 @@ class Engine:
                 else:
                     scheduler.add(seq)
             if not scheduler.has_work():
+                if not pending:
+                    break  # the last arrivals were all rejected
                 now = pending[0].arrival_s
                 continue
             plan = scheduler.schedule()

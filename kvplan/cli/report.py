@@ -1,0 +1,25 @@
+"""`kvplan report`: results files -> charts, one HTML page, CSV and Prometheus text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvplan.cli.common import cli_errors, console
+
+
+@cli_errors()
+def report(
+    results: Annotated[list[Path], typer.Argument(help="Results files written by kvplan bench or estimate --out.")],
+    out: Annotated[Path, typer.Option(help="Output folder for index.html, PNGs, CSV and metrics.prom.")] = Path("reports/report"),
+) -> None:
+    """Turn results files into PNG charts and one self-contained HTML page."""
+    with console.status("rendering report"):
+        from kvplan.report import write_report
+
+        written = write_report(results, out)
+    console.print(f"wrote {written.index} ({len(written.charts)} charts, {len(written.files)} files)")
+    for alert in written.alerts:
+        console.print(f"[yellow]alert[/] {alert['alert']}: {alert['run']}: {alert['detail']}")

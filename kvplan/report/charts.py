@@ -1,0 +1,255 @@
+"""Report charts: a registry of chart functions, each drawn only when its data exists.
+
+Later capabilities (prefix caching, routing, compression, offload) add charts by
+registering them here. matplotlib's object API (Figure, no pyplot) renders headless with
+the Agg backend and keeps no global state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from kvplan.report.data import ReportData
+
+GIB = 2**30
+SPLIT = (("token_states_share", "token states", "#2b8a3e"), ("reservation_share", "reservation", "#74c0fc"),
+         ("internal_fragmentation_share", "internal frag.", "#f08c00"),
+         ("external_fragmentation_share", "external frag.", "#e03131"), ("free_share", "free", "#dee2e6"))
+VERDICT_COLORS = {"fits": "#2b8a3e", "kv-does-not-fit": "#f59f00", "weights-do-not-fit": "#c92a2a"}
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str
+    title: str
+    applies: Callable[[ReportData], bool]
+    draw: Callable[[ReportData], Figure]
+
+
+CHARTS: list[Chart] = []
+
+
+def chart(name: str, title: str, applies: Callable[[ReportData], bool]) -> Callable[[Callable[[ReportData], Figure]], Callable[[ReportData], Figure]]:
+    def register(draw: Callable[[ReportData], Figure]) -> Callable[[ReportData], Figure]:
+        CHARTS.append(Chart(name, title, applies, draw))
+        return draw
+
+    return register
+
+
+def has_bench(data: ReportData) -> bool:
+    return not data.bench.empty
+
+
+def has_estimate(data: ReportData) -> bool:
+    return not data.estimate.empty
+
+
+def has_metric(metric: str) -> Callable[[ReportData], bool]:
+    return lambda data: has_bench(data) and metric in data.bench and data.bench[metric].fillna(0).gt(0).any()
+
+
+def has_series(series: str) -> Callable[[ReportData], bool]:
+    return lambda data: any(series in ts for ts in data.timeseries.values())
+
+
+def labels(data: ReportData) -> list[str]:
+    """Optimization names, qualified by run when several runs share a report."""
+    many = data.bench["run_id"].nunique() > 1
+    return [f"{o} [{r[:6]}]" if many else o for o, r in zip(data.bench["optimization"], data.bench["run_id"])]
+
+
+def render(data: ReportData, out_dir: Path) -> list[tuple[Chart, Path]]:
+    rendered = []
+    for item in CHARTS:
+        if not item.applies(data):
+            continue
+        figure = item.draw(data)
+        path = out_dir / f"{item.name}.png"
+        figure.savefig(path, dpi=110, bbox_inches="tight")
+        rendered.append((item, path))
+    return rendered
+
+
+def _figure(width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int = 1):
+    figure = Figure(figsize=(width, height), layout="constrained")
+    axes = figure.subplots(rows, cols, squeeze=False)
+    return figure, axes
+
+
+@chart("pool_split", "KV pool split per optimization (time-averaged, as in the vLLM paper's Fig. 2)", has_bench)
+def pool_split(data: ReportData) -> Figure:
+    bench = data.bench
+    names = labels(data)
+    figure, axes = _figure(height=0.5 * len(names) + 1.8)
+    ax = axes[0][0]
+    left = [0.0] * len(names)
+    for column, label, color in SPLIT:
+        values = [100 * (v or 0) for v in bench.get(column, [0] * len(names))]
+        ax.barh(names, values, left=left, label=label, color=color, edgecolor="white")
+        for i, value in enumerate(values):
+            if value >= 6:
+                ax.text(left[i] + value / 2, i, f"{value:.0f}%", ha="center", va="center", fontsize=8)
+        left = [a + b for a, b in zip(left, values)]
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the KV pool (%)")
+    ax.legend(ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
+    return figure
+
+
+@chart("throughput", "Throughput per optimization (bars) and ratio to the baseline", has_bench)
+def throughput(data: ReportData) -> Figure:
+    bench = data.bench
+    names = labels(data)
+    figure, axes = _figure(height=3.6)
+    ax = axes[0][0]
+    values = bench["output_tokens_per_s"].fillna(0).tolist()
+    bars = ax.bar(names, values, color="#1971c2")
+    for run_id, group in bench.groupby("run_id", sort=False):
+        base = group[group["baseline"]]["output_tokens_per_s"]
+        base_value = float(base.iloc[0]) if len(base) else float(group["output_tokens_per_s"].iloc[0])
+        for index in group.index:
+            ratio = values[index] / base_value if base_value else 0.0
+            ax.annotate(f"{ratio:.2f}x", (bars[index].get_x() + bars[index].get_width() / 2, values[index]),
+                        ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("output tokens/s")
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return figure
+
+
+@chart("latency", "TTFT and TPOT percentiles per optimization", has_bench)
+def latency(data: ReportData) -> Figure:
+    bench = data.bench
+    names = labels(data)
+    figure, axes = _figure(width=10, height=3.8, cols=2)
+    width = 0.27
+    for ax, prefix, title in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "tpot_s", "TPOT")):
+        for offset, pct in enumerate(("p50", "p90", "p99")):
+            column = f"{prefix}_{pct}"
+            values = [v if v and v > 0 else float("nan") for v in bench.get(column, [])]
+            ax.bar([i + (offset - 1) * width for i in range(len(names))], values, width, label=pct)
+        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+        ax.set_yscale("log")
+        mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
+        ax.set_ylabel(f"{title} (s, {mode})")
+        ax.legend(fontsize=8)
+    return figure
+
+
+@chart("kv_usage_over_time", "KV cache usage, running and waiting requests over time", has_series("kv_cache_usage"))
+def kv_usage_over_time(data: ReportData) -> Figure:
+    figure, axes = _figure(width=10, height=5.5, rows=2)
+    usage, queue = axes[0][0], axes[1][0]
+    for (run_id, optimization), series in data.timeseries.items():
+        if not series.get("t"):
+            continue
+        label = optimization if data.bench["run_id"].nunique() == 1 else f"{optimization} [{run_id[:6]}]"
+        usage.plot(series["t"], [100 * u for u in series["kv_cache_usage"]], label=label, linewidth=1)
+        line, = queue.plot(series["t"], series["running"], label=f"{label} running", linewidth=1)
+        queue.plot(series["t"], series["waiting"], linestyle="--", color=line.get_color(), linewidth=1,
+                   label=f"{label} waiting")
+    usage.set_ylabel("KV cache usage (%)")
+    usage.set_ylim(0, 105)
+    usage.legend(fontsize=7, ncols=3)
+    queue.set_ylabel("requests")
+    queue.set_xlabel("time (s)")
+    queue.legend(fontsize=7, ncols=3)
+    return figure
+
+
+@chart("preemptions", "Preemptions and recomputed tokens per optimization", has_metric("preemptions"))
+def preemptions(data: ReportData) -> Figure:
+    bench = data.bench
+    names = labels(data)
+    figure, axes = _figure(width=10, height=3.4, cols=2)
+    axes[0][0].bar(names, bench["preemptions"].fillna(0), color="#c92a2a")
+    axes[0][0].set_ylabel("preemptions")
+    axes[0][1].bar(names, bench["recomputed_tokens"].fillna(0), color="#e8590c")
+    axes[0][1].set_ylabel("recomputed tokens")
+    for ax in axes[0]:
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return figure
+
+
+def _estimate_groups(data: ReportData, keys: list[str], limit: int = 4):
+    groups = list(data.estimate.groupby(keys, sort=False))
+    return groups[:limit]
+
+
+@chart("kv_vs_context", "KV memory per GPU vs context length, per KV dtype, against the GPU's KV budget", has_estimate)
+def kv_vs_context(data: ReportData) -> Figure:
+    groups = _estimate_groups(data, ["model", "gpu", "tp", "batch"])
+    figure, axes = _figure(width=5 * min(2, len(groups)), height=3.8 * ((len(groups) + 1) // 2),
+                           rows=(len(groups) + 1) // 2, cols=min(2, len(groups)))
+    for ax, ((model, gpu, tp, batch), frame) in zip(axes.flat, groups):
+        for kv_dtype, rows in frame.groupby("kv_dtype", sort=False):
+            rows = rows.sort_values("context")
+            ax.plot(rows["context"], rows["seq_kv_bytes"] * batch / GIB, marker="o", markersize=3, label=kv_dtype)
+        budget = frame["kv_budget_bytes_per_gpu"].iloc[0] / GIB
+        ax.axhline(budget, color="black", linestyle="--", linewidth=1, label=f"KV budget {budget:.1f} GiB")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{model} on {tp} x {gpu}, batch {batch}", fontsize=9)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("KV per GPU (GiB)")
+        ax.legend(fontsize=7)
+    return figure
+
+
+@chart("concurrency_vs_context", "Maximum concurrency vs context length per GPU, one panel per KV dtype", has_estimate)
+def concurrency_vs_context(data: ReportData) -> Figure:
+    dtypes = list(dict.fromkeys(data.estimate["kv_dtype"]))[:3]
+    figure, axes = _figure(width=4.2 * len(dtypes) + 2.2, height=3.8, cols=len(dtypes))
+    for ax, kv_dtype in zip(axes[0], dtypes):
+        frame = data.estimate[data.estimate["kv_dtype"] == kv_dtype]
+        for (model, gpu, tp), rows in list(frame.groupby(["model", "gpu", "tp"], sort=False))[:10]:
+            rows = rows.drop_duplicates("context").sort_values("context")
+            ax.plot(rows["context"], rows["max_concurrency"].clip(lower=1e-2), marker="o", markersize=3,
+                    label=f"{model} {tp}x{gpu}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axhline(1, color="grey", linewidth=0.8)
+        ax.set_title(f"KV {kv_dtype}", fontsize=9)
+        ax.set_xlabel("context (tokens)")
+    axes[0][0].set_ylabel("max concurrency (requests)")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    return figure
+
+
+@chart("fit_matrix", "Fit matrix: model x GPU x TP at the longest context swept (largest fitting context noted)",
+       has_estimate)
+def fit_matrix(data: ReportData) -> Figure:
+    estimate = data.estimate
+    first_dtype = estimate["kv_dtype"].iloc[0]
+    frame = estimate[estimate["kv_dtype"] == first_dtype]
+    models = list(dict.fromkeys(frame["model"]))
+    targets = list(dict.fromkeys(zip(frame["gpu"], frame["tp"])))
+    figure, axes = _figure(width=1.6 * len(targets) + 2.5, height=0.6 * len(models) + 1.5)
+    ax = axes[0][0]
+    for y, model in enumerate(models):
+        for x, (gpu, tp) in enumerate(targets):
+            cell = frame[(frame["model"] == model) & (frame["gpu"] == gpu) & (frame["tp"] == tp)]
+            if cell.empty:
+                continue
+            longest = cell.sort_values("context").iloc[-1]
+            fitting = cell[cell["verdict"] == "fits"]["context"]
+            note = f"{int(fitting.max()):,}" if len(fitting) else "none"
+            ax.add_patch(_rect(x, y, VERDICT_COLORS.get(longest["verdict"], "#868e96")))
+            ax.text(x + 0.5, y + 0.5, note, ha="center", va="center", fontsize=8, color="white")
+    ax.set_xlim(0, len(targets))
+    ax.set_ylim(len(models), 0)
+    ax.set_xticks([x + 0.5 for x in range(len(targets))], [f"{tp} x {gpu}" for gpu, tp in targets], fontsize=8)
+    ax.set_yticks([y + 0.5 for y in range(len(models))], models, fontsize=8)
+    ax.set_title(f"KV {first_dtype}; green fits, amber KV does not fit, red weights do not fit", fontsize=9)
+    return figure
+
+
+def _rect(x: int, y: int, color: str):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 1, 1, color=color, ec="white")

@@ -1,0 +1,115 @@
+"""Results records -> pandas frames, comparison tables and alert checks.
+
+Reports only read results files (DESIGN: results are data). pandas is imported here,
+never by `import kvplan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvplan.results import read_jsonl
+
+# Comparison-table columns: (metric, label, higher_is_better or None when neutral).
+COMPARISON: tuple[tuple[str, str, bool | None], ...] = (
+    ("token_states_share", "token states", True),
+    ("waste", "waste", False),
+    ("kv_cache_usage_mean", "KV usage", None),
+    ("running_mean", "mean running", True),
+    ("preemptions", "preemptions", False),
+    ("output_tokens_per_s", "output tok/s", True),
+    ("requests_per_s", "req/s", True),
+    ("ttft_s_p50", "TTFT p50 (s)", False),
+    ("ttft_s_p90", "TTFT p90 (s)", False),
+    ("tpot_s_p50", "TPOT p50 (s)", False),
+    ("e2e_s_p90", "E2E p90 (s)", False),
+    ("requests_rejected", "rejected", False),
+)
+RATIO_METRICS = ("output_tokens_per_s", "running_mean", "ttft_s_p50", "tpot_s_p50")
+
+# Alert checks from common practice for vLLM deployments (thresholds in the README).
+USAGE_ALERT = 0.90
+HIT_RATE_ALERT = 0.50
+PREEMPTION_ALERT = 0.05  # preemptions per finished request
+
+
+@dataclass
+class ReportData:
+    sources: list[str]
+    bench: pd.DataFrame
+    estimate: pd.DataFrame
+    timeseries: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> run parameters
+
+
+def load(paths: list[str | Path]) -> ReportData:
+    if not paths:
+        raise ValueError("no results files given; pass one or more files written by kvplan bench or estimate --out")
+    bench_rows, estimate_rows = [], []
+    timeseries: dict[tuple[str, str], dict[str, list[float]]] = {}
+    params: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for record in read_jsonl(path):
+            base = {"run_id": record["run_id"], "optimization": record["optimization"],
+                    "baseline": bool(record.get("baseline")), "mode": record.get("mode", ""),
+                    "source": str(path)}
+            flat_params = {k: v for k, v in record["params"].items() if not isinstance(v, (dict, list))}
+            workload = record["params"].get("workload")
+            if isinstance(workload, dict):
+                flat_params["workload"] = workload.get("kind", "")
+            if record["kind"] == "estimate":
+                estimate_rows.append({**base, **flat_params, **record["metrics"]})
+                continue
+            bench_rows.append({**base, **flat_params, **{k: v for k, v in record["metrics"].items()
+                                                        if not isinstance(v, (dict, list))}})
+            timeseries[(record["run_id"], record["optimization"])] = record.get("timeseries") or {}
+            params.setdefault(record["run_id"], {**record["params"], "kvplan_version": record.get("kvplan_version")})
+    return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
+                      timeseries, params)
+
+
+def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, optimization): the headline metrics and each one's ratio to the
+    run's baseline (the first optimization of that run)."""
+    rows = []
+    for run_id, group in bench.groupby("run_id", sort=False):
+        base = group[group["baseline"]].iloc[0] if group["baseline"].any() else group.iloc[0]
+        for _, row in group.iterrows():
+            entry: dict[str, Any] = {"run": run_id, "optimization": row["optimization"],
+                                     "baseline": row["optimization"] == base["optimization"]}
+            for metric, label, _ in COMPARISON:
+                if metric in row:
+                    entry[label] = row[metric]
+            for metric in RATIO_METRICS:
+                if metric in row and base.get(metric):
+                    entry[f"{metric} vs base"] = row[metric] / base[metric]
+            rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def alerts(bench: pd.DataFrame) -> list[dict[str, str]]:
+    """Warnings a dashboard would raise on these runs: KV usage > 90%, prefix hit rate
+    < 50% (where prefix caching ran), preemptions on more than 5% of requests."""
+    found = []
+    for _, row in bench.iterrows():
+        name = f"{row['optimization']} ({row['run_id']})"
+        usage = row.get("kv_cache_usage_mean")
+        if usage is not None and usage > USAGE_ALERT:
+            found.append({"run": name, "alert": "KVCacheUsageHigh",
+                          "detail": f"mean KV cache usage {usage:.1%} > {USAGE_ALERT:.0%}: requests queue for memory"})
+        queries = row.get("prefix_cache_queries")
+        hit_rate = row.get("prefix_hit_rate")
+        if queries and hit_rate is not None and not pd.isna(hit_rate) and hit_rate < HIT_RATE_ALERT:
+            found.append({"run": name, "alert": "PrefixCacheHitRateLow",
+                          "detail": f"prefix hit rate {hit_rate:.1%} < {HIT_RATE_ALERT:.0%}"})
+        finished = row.get("requests_finished") or 0
+        preemptions = row.get("preemptions") or 0
+        if finished and preemptions / finished > PREEMPTION_ALERT:
+            found.append({"run": name, "alert": "EvictionRateHigh",
+                          "detail": f"{preemptions:,} preemptions for {finished:,} requests "
+                                    f"({preemptions / finished:.0%} > {PREEMPTION_ALERT:.0%})"})
+    return found

@@ -1,0 +1,97 @@
+"""One self-contained HTML page: charts embedded as base64 PNGs, tables, run parameters,
+alerts. Every string from a results file is HTML-escaped (a model named `<script>` is text).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvplan.report.charts import Chart
+from kvplan.report.data import ReportData
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1180px;
+       color: #212529; padding: 0 1rem; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #dee2e6; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0 1rem; }
+th, td { border: 1px solid #dee2e6; padding: 0.25rem 0.5rem; text-align: right; }
+th { background: #f1f3f5; } td:first-child, th:first-child { text-align: left; }
+figure { margin: 1rem 0 2rem; } figure img { max-width: 100%; border: 1px solid #e9ecef; }
+figcaption { color: #495057; font-size: 0.9rem; margin-bottom: 0.3rem; }
+.alert { background: #fff4e6; border-left: 4px solid #f08c00; padding: 0.4rem 0.8rem; margin: 0.3rem 0; }
+.ok { background: #ebfbee; border-left: 4px solid #2b8a3e; padding: 0.4rem 0.8rem; }
+.muted { color: #868e96; font-size: 0.85rem; }
+"""
+
+RUN_PARAMS = ("model", "gpu", "tp", "kv_format", "kv_dtype", "workload", "num_requests", "max_model_len",
+              "block_size", "gpu_memory_utilization", "kv_cache_gib", "scheduler_max_num_seqs",
+              "scheduler_max_num_batched_tokens", "scheduler_preemption", "seed", "kvplan_version")
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(frame: pd.DataFrame, float_format: str = "{:,.4g}") -> str:
+    formatters = {column: (lambda v, f=float_format: "" if pd.isna(v) else f.format(v))
+                  for column in frame.columns if pd.api.types.is_float_dtype(frame[column])}
+    table = frame.to_html(index=False, escape=True, border=0, formatters=formatters, na_rep="")
+    return f'<div class="scroll">{table}</div>'
+
+
+def _run_parameters(data: ReportData) -> str:
+    rows = []
+    for run_id, params in data.params.items():
+        workload = params.get("workload")
+        described = dict(params)
+        if isinstance(workload, dict):
+            described["workload"] = ", ".join(f"{k}={v}" for k, v in workload.items())
+        rows.append({"run": run_id, **{key: described[key] for key in RUN_PARAMS
+                                       if described.get(key) is not None}})
+    return _table(pd.DataFrame(rows)) if rows else ""
+
+
+def _image(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str, str]],
+               charts: list[tuple[Chart, Path]], files: list[str]) -> str:
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             "<title>kvplan report</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
+             "<h1>kvplan report</h1>",
+             f'<p class="muted">from {", ".join(_esc(s) for s in data.sources)}</p>']
+    if not data.bench.empty:
+        parts += ["<h2>Runs</h2>", _run_parameters(data),
+                  "<h2>Comparison</h2>",
+                  '<p class="muted">ratios are to each run\'s baseline (its first optimization); '
+                  "shares are time-averaged fractions of the KV pool; latencies are modeled in simulated mode "
+                  "and measured in real mode</p>",
+                  _table(comparison)]
+        parts.append("<h2>Alerts</h2>")
+        if alerts:
+            parts += [f'<div class="alert"><b>{_esc(a["alert"])}</b> {_esc(a["run"])}: {_esc(a["detail"])}</div>'
+                      for a in alerts]
+        else:
+            parts.append('<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
+                         "the usual thresholds</div>")
+    if charts:
+        parts.append("<h2>Charts</h2>")
+        for item, path in charts:
+            parts.append(f'<figure id="{_esc(item.name)}"><figcaption>{_esc(item.title)}</figcaption>'
+                         f'<img src="{_image(path)}" alt="{_esc(item.title)}"></figure>')
+    if not data.estimate.empty:
+        shown = data.estimate.drop(columns=["run_id", "baseline", "mode", "source", "optimization"], errors="ignore")
+        parts += ["<h2>Estimates</h2>",
+                  f'<p class="muted">{len(shown):,} configurations; all of them are in estimates.csv</p>',
+                  _table(shown.head(200))]
+    parts += ["<h2>Files</h2>", "<ul>"] + [f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in files] + ["</ul>"]
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"
