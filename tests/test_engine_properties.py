@@ -1,0 +1,569 @@
+"""Property-based tests of the engine: random operation sequences against the block pool,
+the allocators and the whole engine, with the invariants checked after every step.
+
+a) BlockPool against a plain model (reference counts, free-queue order, prefix-hash maps).
+b) PagedAllocator and the three ContiguousAllocator policies driven through live Sequences:
+   admit, grow, finish, preempt (free, keep for re-admission), re-admit.
+c) The whole Engine on small random workloads with tiny pools, every allocator, chunked
+   prefill on/off, recompute or swap preemption; a checking runner verifies scheduler and
+   allocator invariants at every step, and the run's outcome and metrics are checked at the end.
+
+The tests at the end pin the three engine bugs these properties found (a crash when the last
+arrivals are all rejected; requests stranded after a preemption by the token budget or by the
+watermark). KVPLAN_PROPERTY_EXAMPLES=5000 runs a longer hunt of the engine property.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvplan.engine.allocator import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
+from kvplan.engine.block_pool import BlockPool
+from kvplan.engine.engine import Engine
+from kvplan.engine.metrics import SPLIT, StepMetrics
+from kvplan.engine.runner import SimulatedRunner
+from kvplan.engine.scheduler import SchedulerConfig, StepPlan
+from kvplan.engine.sequence import Sequence, Status
+from kvplan.profiles import load_gpu, load_model
+from kvplan.roofline import Roofline
+from kvplan.spec import parse_kv_format
+from kvplan.workload.request import Request
+
+EXAMPLES = int(os.environ.get("KVPLAN_PROPERTY_EXAMPLES", "120"))  # raise for a longer hunt
+PICK = st.integers(min_value=0, max_value=10_000)  # an index, taken modulo the list's length
+
+
+# --- shared allocator invariants -----------------------------------------------------------
+
+def check_paged(allocator: PagedAllocator, holders: list[Sequence], others: list[Sequence] = ()) -> None:
+    """Block tables of `holders` are disjoint, singly referenced and out of the free queue;
+    everything else is free; sequences not holding anything have empty tables."""
+    pool, size = allocator.pool, allocator.block_size
+    tables: Counter[int] = Counter()
+    for seq in holders:
+        tables.update(seq.block_table)
+        assert seq.capacity == len(seq.block_table) * size
+    for block, count in tables.items():
+        assert count == 1, f"block {block} is in {count} live block tables"
+        assert pool.ref_counts[block] == count
+        assert block not in pool.free_queue
+    assert pool.num_allocated == sum(tables.values())  # nothing held outside live tables
+    for block in range(pool.num_blocks):
+        if block not in tables:
+            assert pool.ref_counts[block] == 0 and block in pool.free_queue
+    for seq in others:
+        assert seq.block_table == [] and seq.capacity == 0
+    assert allocator.reserved_slots == len(tables) * size <= allocator.capacity_slots
+
+
+def contiguous_gaps(capacity: int, extents: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The free extents implied by the live ones (checked not to overlap), coalesced."""
+    gaps, cursor = [], 0
+    for start, length in sorted(extents):
+        assert length > 0
+        assert start >= cursor, f"extent {(start, length)} overlaps the one before it"
+        if start > cursor:
+            gaps.append((cursor, start - cursor))
+        cursor = start + length
+    assert cursor <= capacity, "a live extent runs past the end of the slot space"
+    if cursor < capacity:
+        gaps.append((cursor, capacity - cursor))
+    return gaps
+
+
+def check_contiguous(allocator: ContiguousAllocator, holders: list[Sequence], others: list[Sequence] = ()) -> None:
+    extents = []
+    for seq in holders:
+        assert seq.extent is not None
+        assert seq.capacity == seq.extent[1] == allocator.reservation_size(seq)
+        extents.append(seq.extent)
+    # Live extents plus free extents tile [0, capacity) exactly; free extents are coalesced.
+    gaps = contiguous_gaps(allocator.capacity_slots, extents)
+    assert allocator.free_starts == sorted(allocator.free_starts)
+    assert set(allocator.free_lengths) == set(allocator.free_starts)
+    assert [(s, allocator.free_lengths[s]) for s in allocator.free_starts] == gaps
+    for (a, la), (b, _) in zip(gaps, gaps[1:]):
+        assert a + la < b  # no two free extents touch
+    assert allocator.reserved_slots == sum(length for _, length in extents)
+    assert allocator.reserved_slots + sum(allocator.free_lengths.values()) == allocator.capacity_slots
+    for seq in others:
+        assert seq.extent is None and seq.capacity == 0
+
+
+def check_allocator(allocator: Allocator, holders: list[Sequence], others: list[Sequence] = ()) -> None:
+    if isinstance(allocator, PagedAllocator):
+        check_paged(allocator, holders, others)
+    else:
+        check_contiguous(allocator, holders, others)
+
+
+def check_all_free(allocator: Allocator) -> None:
+    assert allocator.reserved_slots == 0
+    if isinstance(allocator, PagedAllocator):
+        assert allocator.pool.num_free == allocator.pool.num_blocks
+        assert all(count == 0 for count in allocator.pool.ref_counts)
+    else:
+        assert allocator.free_starts == [0]
+        assert allocator.free_lengths == {0: allocator.capacity_slots}
+
+
+# --- a) the block pool ----------------------------------------------------------------------
+
+class BlockPoolMachine(RuleBasedStateMachine):
+    """The pool against a model: references held, free-queue order, hash maps."""
+
+    @initialize(num_blocks=st.integers(1, 24))
+    def setup(self, num_blocks: int) -> None:
+        self.pool = BlockPool(num_blocks)
+        self.refs: Counter[int] = Counter()  # references this test holds, per block
+        self.queue: list[int] = list(range(num_blocks))  # expected free-queue order
+        self.h2b: dict[int, int] = {}
+        self.evictions = 0
+
+    def held(self) -> list[int]:
+        return sorted(self.refs.elements())
+
+    @rule(count=st.integers(0, 30))
+    def allocate(self, count: int) -> None:
+        if count > len(self.queue):
+            before = (list(self.pool.free_queue), list(self.pool.ref_counts))
+            with pytest.raises(RuntimeError):
+                self.pool.allocate(count)
+            assert (list(self.pool.free_queue), list(self.pool.ref_counts)) == before
+            return
+        blocks = self.pool.allocate(count)
+        expected, self.queue = self.queue[:count], self.queue[count:]
+        assert blocks == expected  # taken from the front, in order
+        for block in blocks:
+            assert self.refs[block] == 0
+            self.refs[block] = 1
+            for h, b in list(self.h2b.items()):
+                if b == block:  # a reclaimed cached block forgets its prefix
+                    del self.h2b[h]
+                    self.evictions += 1
+
+    @rule(pick=PICK)
+    def touch(self, pick: int) -> None:
+        block = pick % self.pool.num_blocks
+        if self.refs[block] == 0:
+            self.queue.remove(block)
+        self.refs[block] += 1
+        self.pool.touch(block)
+
+    @precondition(lambda self: self.refs)
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        held = self.held()
+        picks = data.draw(st.lists(st.integers(0, len(held) - 1), unique=True, max_size=len(held)))
+        blocks = [held[i] for i in picks]
+        self.pool.free(blocks)
+        for block in blocks:
+            self.refs[block] -= 1
+            if self.refs[block] == 0:
+                del self.refs[block]
+                self.queue.append(block)  # joins the back, in the order given
+
+    @rule(pick=PICK)
+    def free_unheld_raises(self, pick: int) -> None:
+        block = pick % self.pool.num_blocks
+        if self.refs[block] == 0:
+            with pytest.raises(RuntimeError):
+                self.pool.free([block])
+
+    @rule(pick=PICK, block_hash=st.integers(0, 12))
+    def cache(self, pick: int, block_hash: int) -> None:
+        block = pick % self.pool.num_blocks
+        if block_hash not in self.h2b and block not in self.h2b.values():
+            self.h2b[block_hash] = block
+        self.pool.cache(block, block_hash)
+
+    @rule(block_hash=st.integers(0, 12))
+    def lookup(self, block_hash: int) -> None:
+        assert self.pool.lookup(block_hash) == self.h2b.get(block_hash)
+
+    @rule()
+    def free_everything(self) -> None:
+        order = list(reversed(self.held()))
+        self.pool.free(order)
+        for block in order:  # blocks reaching zero join the back in the order given
+            self.refs[block] -= 1
+            if self.refs[block] == 0:
+                del self.refs[block]
+                self.queue.append(block)
+        assert self.pool.num_free == self.pool.num_blocks  # no leak
+
+    @invariant()
+    def consistent(self) -> None:
+        pool = self.pool
+        queue = list(pool.free_queue)
+        assert len(queue) == len(set(queue))
+        assert queue == self.queue
+        for block in range(pool.num_blocks):
+            assert pool.ref_counts[block] == self.refs[block]
+            # free iff unreferenced, and then in the queue exactly once
+            assert (block in pool.free_queue) == (pool.ref_counts[block] == 0)
+        assert pool.num_free + pool.num_allocated == pool.num_blocks
+        assert pool.num_free == sum(1 for c in pool.ref_counts if c == 0)
+        assert pool.hash_to_block == self.h2b
+        assert {b: h for h, b in pool.hash_to_block.items()} == pool.block_to_hash
+        assert pool.cached_evictions == self.evictions
+        assert pool.num_cached_free == sum(1 for b in self.h2b.values() if self.refs[b] == 0)
+
+    def teardown(self) -> None:
+        if hasattr(self, "pool"):
+            self.pool.free(self.held())
+            assert self.pool.num_free == self.pool.num_blocks
+
+
+TestBlockPool = BlockPoolMachine.TestCase
+TestBlockPool.settings = settings(max_examples=120, stateful_step_count=40, deadline=None)
+
+
+# --- b) the allocators ------------------------------------------------------------------------
+
+class AllocatorMachine(RuleBasedStateMachine):
+    """Live sequences each allocated for some token count; preempted ones wait to come back."""
+
+    @initialize(kind=st.sampled_from(["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]),
+                block_size=st.sampled_from([1, 2, 4, 8, 16]), units=st.integers(1, 24),
+                max_model_len=st.integers(2, 200), watermark=st.sampled_from([0.0, 0.01, 0.1, 0.25]))
+    def setup(self, kind: str, block_size: int, units: int, max_model_len: int, watermark: float) -> None:
+        self.allocator = make_allocator(kind, units * block_size, block_size, max_model_len, watermark)
+        self.paged = kind == "paged"
+        self.max_model_len = max_model_len
+        self.live: dict[int, tuple[Sequence, int]] = {}  # id -> (seq, tokens allocated for)
+        self.preempted: list[Sequence] = []
+        self.gone: list[Sequence] = []
+        self.next_id = 0
+
+    def _try_admit(self, seq: Sequence, tokens: int) -> None:
+        alloc = self.allocator
+        if self.paged:
+            needed = -(-tokens // alloc.block_size)
+            assert alloc.can_admit(seq, tokens) == (alloc.pool.num_free - needed >= alloc.watermark_blocks)
+            expect = needed <= alloc.pool.num_free
+        else:
+            size = alloc.reservation_size(seq)
+            gaps = contiguous_gaps(alloc.capacity_slots, [s.extent for s, _ in self.live.values()])
+            fits = [start for start, length in gaps if length >= size]
+            assert alloc.can_admit(seq, tokens) == bool(fits)
+            expect = bool(fits)
+        ok = alloc.allocate(seq, tokens)
+        assert ok == expect
+        if ok:
+            if not self.paged:
+                assert seq.extent[0] == fits[0]  # first fit
+            self.live[id(seq)] = (seq, tokens)
+        else:
+            assert seq.capacity == 0 and seq.block_table == [] and seq.extent is None
+
+    @rule(prompt=st.integers(1, 150), output=st.integers(1, 100), frac=st.floats(0, 1))
+    def admit(self, prompt: int, output: int, frac: float) -> None:
+        output = min(output, self.max_model_len - 1)  # as the engine would: final_len <= max_model_len
+        prompt = min(prompt, self.max_model_len - output)
+        seq = Sequence(Request(self.next_id, 0.0, prompt, output))
+        self.next_id += 1
+        tokens = max(1, round(frac * seq.final_len))
+        self._try_admit(seq, tokens)
+
+    @precondition(lambda self: self.preempted)
+    @rule(pick=PICK, frac=st.floats(0, 1))
+    def readmit(self, pick: int, frac: float) -> None:
+        seq = self.preempted.pop(pick % len(self.preempted))
+        tokens = max(1, round(frac * seq.final_len))
+        self._try_admit(seq, tokens)
+        if id(seq) not in self.live:
+            self.preempted.append(seq)
+
+    @precondition(lambda self: self.live)
+    @rule(pick=PICK, extra=st.integers(1, 80))
+    def grow(self, pick: int, extra: int) -> None:
+        seq, tokens = list(self.live.values())[pick % len(self.live)]
+        target = min(tokens + extra, seq.final_len)
+        alloc = self.allocator
+        table = list(seq.block_table)
+        if self.paged:
+            needed = max(0, -(-target // alloc.block_size) - len(table))
+            assert alloc.blocks_needed(seq, target) == needed
+            expect = needed <= alloc.pool.num_free
+        else:
+            expect = True  # the reservation already covers the final length
+        extent = seq.extent
+        ok = alloc.allocate(seq, target)
+        assert ok == expect
+        assert seq.block_table[:len(table)] == table and seq.extent == extent  # never moves
+        if ok:
+            self.live[id(seq)] = (seq, target)
+        else:
+            assert seq.block_table == table
+
+    def _release(self, pick: int) -> Sequence:
+        seq, _ = self.live.pop(list(self.live)[pick % len(self.live)])
+        self.allocator.free(seq)
+        assert seq.capacity == 0 and seq.block_table == [] and seq.extent is None
+        return seq
+
+    @precondition(lambda self: self.live)
+    @rule(pick=PICK)
+    def finish(self, pick: int) -> None:
+        self.gone.append(self._release(pick))
+
+    @precondition(lambda self: self.live)
+    @rule(pick=PICK)
+    def preempt(self, pick: int) -> None:
+        self.preempted.append(self._release(pick))
+
+    @precondition(lambda self: self.gone or self.preempted)
+    @rule(pick=PICK)
+    def free_again_is_a_no_op(self, pick: int) -> None:
+        pool = self.gone + self.preempted
+        reserved = self.allocator.reserved_slots
+        self.allocator.free(pool[pick % len(pool)])
+        assert self.allocator.reserved_slots == reserved
+
+    @invariant()
+    def consistent(self) -> None:
+        if not hasattr(self, "allocator"):
+            return
+        alloc = self.allocator
+        holders = [seq for seq, _ in self.live.values()]
+        check_allocator(alloc, holders, self.preempted + self.gone)
+        used = 0
+        for seq, tokens in self.live.values():
+            assert tokens <= seq.capacity
+            if self.paged:  # exactly the blocks the tokens need, nothing ahead
+                assert len(seq.block_table) == -(-tokens // alloc.block_size)
+            used += tokens
+        assert used <= alloc.reserved_slots <= alloc.capacity_slots
+        assert 0.0 <= alloc.usage <= 1.0
+
+    def teardown(self) -> None:
+        if not hasattr(self, "allocator"):
+            return
+        while self.live:
+            self._release(0)
+        check_all_free(self.allocator)
+
+
+TestAllocators = AllocatorMachine.TestCase
+TestAllocators.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+# --- c) the whole engine ----------------------------------------------------------------------
+
+MODEL = load_model("llama-3.1-8b")
+ROOFLINE = Roofline(MODEL, load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
+
+
+class CheckingRunner(SimulatedRunner):
+    """Checks the scheduler and allocator state every time a step is about to run."""
+
+    engine: Engine
+
+    def step_time(self, plan: StepPlan) -> float:
+        check_step(self.engine, plan)
+        return super().step_time(plan)
+
+
+class CheckingMetrics(StepMetrics):
+    """Every step's pool split is non-negative and sums to the pool."""
+
+    def record(self, dt, now, allocator, scheduler) -> None:  # type: ignore[no-untyped-def]
+        before = dict(self.sums)
+        super().record(dt, now, allocator, scheduler)
+        if dt > 0:
+            parts = [(self.sums[key] - before[key]) / dt for key in SPLIT]
+            assert all(-1e-9 <= part <= 1 + 1e-9 for part in parts), dict(zip(SPLIT, parts))
+            assert sum(parts) == pytest.approx(1.0, abs=1e-9)
+
+
+def check_step(engine: Engine, plan: StepPlan) -> None:
+    scheduler, allocator, config = engine.scheduler, engine.allocator, engine.scheduler.config
+    running, waiting = scheduler.running, list(scheduler.waiting)
+    assert len(running) <= config.max_num_seqs
+    assert len({id(s) for s in running}) == len(running)
+    assert not {id(s) for s in running} & {id(s) for s in waiting}
+    assert all(s.status is Status.RUNNING for s in running)
+    assert all(s.status in (Status.WAITING, Status.SWAPPED) for s in waiting)
+    keys = [(s.request.arrival_s, s.request_id) for s in running]
+    assert keys == sorted(keys)  # the newest is at the end, where victims are taken
+    # The plan: distinct running sequences, each with room for the KV it computes.
+    assert plan.scheduled
+    running_ids = {id(s) for s in running}
+    assert len({id(s) for s, _ in plan.scheduled}) == len(plan.scheduled)
+    assert sum(count for _, count in plan.scheduled) == plan.num_tokens <= config.max_num_batched_tokens
+    for seq, count in plan.scheduled:
+        assert id(seq) in running_ids
+        assert 1 <= count <= seq.pending_tokens
+        if not config.chunked_prefill:
+            assert count == seq.pending_tokens
+        assert seq.num_computed + count <= seq.capacity
+    assert plan.context_tokens == sum(s.num_computed + c for s, c in plan.scheduled)
+    # Running totals match the sequences they summarize.
+    used = scheduler.used_slots
+    assert used == sum(s.num_computed for s in running)
+    assert scheduler.running_final_slots == sum(s.final_len for s in running)
+    for seq in running:
+        assert seq.num_computed <= seq.known_tokens and seq.num_generated < seq.output_len
+    for seq in waiting:
+        if seq.status is Status.WAITING:
+            assert seq.num_computed == 0
+        else:
+            assert seq.swapped_blocks > 0 and seq.num_computed > 0
+    assert scheduler.swap_used_slots == sum(s.swapped_blocks for s in waiting if s.status is Status.SWAPPED)
+    assert scheduler.swap_used_slots <= config.swap_slots
+    assert used <= used + plan.num_tokens <= allocator.reserved_slots <= allocator.capacity_slots
+    check_allocator(allocator, running, waiting)
+
+
+def idle_admissible(engine: Engine, seq: Sequence) -> bool:
+    """Could this waiting sequence be admitted by a fresh allocator of the same kind?"""
+    config = engine.scheduler.config
+    pending = seq.pending_tokens
+    count = pending if pending <= config.max_num_batched_tokens else (
+        config.max_num_batched_tokens if config.chunked_prefill else 0)
+    if count == 0:
+        return False
+    alloc = engine.allocator
+    if isinstance(alloc, PagedAllocator):
+        fresh: Allocator = PagedAllocator(alloc.pool.num_blocks, alloc.block_size, 0.0)
+        fresh.watermark_blocks = alloc.watermark_blocks
+    else:
+        fresh = ContiguousAllocator(alloc.policy, alloc.capacity_slots, alloc.max_model_len)
+    probe = Sequence(seq.request)
+    probe.num_computed, probe.num_generated = seq.num_computed, seq.num_generated
+    return fresh.can_admit(probe, seq.num_computed + count)
+
+
+REQUESTS = st.lists(
+    st.tuples(st.one_of(st.just(0.0), st.floats(0.0, 0.2)), st.integers(1, 100), st.integers(1, 60)),
+    min_size=1, max_size=24)
+
+
+def engine_setups():  # type: ignore[no-untyped-def]
+    return st.fixed_dictionaries({
+        "kind": st.sampled_from(["paged"] * 4 + ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]),
+        "num_blocks": st.one_of(st.integers(8, 20), st.integers(8, 64)),
+        "block_size": st.sampled_from([4, 8, 16]),
+        "max_model_len": st.sampled_from([64, 128, 160, 256]),
+        "watermark": st.sampled_from([0.0, 0.01, 0.1]),
+        "max_num_seqs": st.one_of(st.integers(1, 16), st.just(16)),
+        "max_num_batched_tokens": st.sampled_from([8, 16, 32, 64, 128, 512, 512]),
+        "chunked_prefill": st.booleans(),
+        "preemption": st.sampled_from(["recompute", "swap"]),
+        "swap_slots": st.sampled_from([0, 16, 64, 256]),
+    })
+
+
+def build(setup: dict) -> Engine:
+    setup = dict(setup)
+    if not setup["chunked_prefill"]:  # the engine refuses a smaller budget without chunking
+        setup["max_num_batched_tokens"] = max(setup["max_num_batched_tokens"], setup["max_model_len"])
+    allocator = make_allocator(setup["kind"], setup["num_blocks"] * setup["block_size"], setup["block_size"],
+                               setup["max_model_len"], setup["watermark"])
+    runner = CheckingRunner(ROOFLINE)
+    config = SchedulerConfig(max_num_seqs=setup["max_num_seqs"],
+                             max_num_batched_tokens=setup["max_num_batched_tokens"],
+                             chunked_prefill=setup["chunked_prefill"], preemption=setup["preemption"],
+                             swap_slots=setup["swap_slots"])
+    engine = Engine(allocator, runner, config, setup["max_model_len"])
+    runner.engine = engine
+    engine.step_metrics = CheckingMetrics()
+    return engine
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=engine_setups(), specs=REQUESTS)
+def test_engine_runs_every_request_to_an_end(setup: dict, specs: list[tuple[float, int, int]]) -> None:
+    requests = [Request(i, arrival, prompt, output) for i, (arrival, prompt, output) in enumerate(specs)]
+    engine = build(setup)
+    result = engine.run(requests)
+    m = result.metrics
+    event(f"{setup['kind']} {setup['preemption']}: preempted={m['preemptions'] > 0} "
+          f"swapped={m['swapped_out_slots'] > 0} rejected={m['requests_rejected'] > 0}")
+    # Every request ended exactly once, finished or rejected.
+    assert len(result.finished) + len(result.rejected) == len(requests)
+    assert m["requests_finished"] + m["requests_rejected"] == len(requests)
+    ids = sorted(s.request_id for s in (*result.finished, *result.rejected))
+    assert ids == list(range(len(requests)))
+    for seq in result.finished:
+        assert seq.status is Status.FINISHED
+        assert seq.num_generated == seq.output_len
+        assert seq.num_computed == seq.prompt_len + seq.output_len - 1
+        assert seq.request.arrival_s <= seq.first_token_s <= seq.finish_s
+    for seq in result.rejected:
+        assert seq.status is Status.REJECTED and seq.reject_reason
+        if "idle" in seq.reject_reason:  # the verdict holds: an empty pool cannot take it either
+            assert not idle_admissible(engine, seq)
+        # A rejection is a verdict on arrival or from an idle pool, never after admission.
+        assert seq.preemptions == 0, f"request {seq.request_id} rejected after a preemption"
+        assert seq.num_computed == 0 and seq.num_generated == 0 and seq.first_token_s is None
+    # Nothing leaked.
+    scheduler = engine.scheduler
+    assert not scheduler.running and not scheduler.waiting
+    assert scheduler.used_slots == 0 and scheduler.running_final_slots == 0 and scheduler.swap_used_slots == 0
+    check_all_free(engine.allocator)
+    # Metrics.
+    shares = [m[f"{key}_share"] for key in SPLIT]
+    assert all(-1e-12 <= share <= 1 + 1e-12 for share in shares), shares
+    if m["engine_steps"]:
+        assert sum(shares) == pytest.approx(1.0, abs=1e-9)
+    assert 0.0 <= m["waste"] <= 1.0
+    assert 0.0 <= m["token_states_of_reserved"] <= 1.0
+    assert 0.0 <= m["kv_cache_usage_mean"] <= m["kv_cache_usage_peak"] <= 1.0
+    assert m["running_peak"] <= setup["max_num_seqs"]
+    for seq in result.finished:
+        assert seq.first_token_s - seq.request.arrival_s <= seq.finish_s - seq.request.arrival_s
+    if result.finished:
+        assert m["ttft_s_mean"] <= m["e2e_s_mean"]
+        assert m["ttft_s_p99"] <= m["e2e_s_p99"] + 1e-12
+
+
+
+# --- regressions: the engine bugs the properties above found -----------------------------------
+
+def small_engine(slots: int, block: int, max_len: int, watermark: float = 0.0, **config: object) -> Engine:
+    allocator = make_allocator("paged", slots, block, max_len, watermark=watermark)
+    return Engine(allocator, SimulatedRunner(ROOFLINE), SchedulerConfig(**config), max_model_len=max_len)
+
+
+@pytest.mark.parametrize("requests", [
+    [Request(0, 0.0, 100, 10)],  # longer than max_model_len: the only request
+    [Request(0, 0.0, 10, 10), Request(1, 5.0, 100, 10)],  # the last one, after the pool went idle
+])
+def test_last_arrival_rejected_on_arrival_ends_the_run(requests: list[Request]) -> None:
+    # Was: IndexError at `now = pending[0].arrival_s` once the last arrivals were all rejected.
+    result = small_engine(64, 16, 64).run(requests)
+    assert result.metrics["requests_rejected"] == 1
+    assert len(result.finished) == len(requests) - 1
+
+
+def test_no_chunking_with_a_budget_below_max_model_len_is_refused() -> None:
+    # Was: 3 blocks of 4, budget 4, no chunking: A (4+6) grows into B's block once B (1+6) has
+    # generated 4 tokens; B, preempted, had to recompute 5 > 4 tokens at once and was rejected
+    # ("idle KV pool") after generating. vLLM refuses such a configuration; so does the engine.
+    with pytest.raises(ValueError, match="chunked prefill"):
+        small_engine(12, 4, 12, max_num_batched_tokens=4, chunked_prefill=False)
+    engine = small_engine(12, 4, 12, max_num_batched_tokens=12, chunked_prefill=False)
+    result = engine.run([Request(0, 0.0, 4, 6), Request(1, 0.0, 1, 6)])
+    assert result.metrics["preemptions"] == 1 and result.metrics["requests_finished"] == 2
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_watermark_never_strands_a_preempted_sequence(preemption: str) -> None:
+    # Was: 20 blocks of 4, watermark 2 blocks. A (1+10) holds 2 blocks when B (68+10: 20 blocks,
+    # then admitted as fitting the pool) needs its 19th; B, preempted with 73 tokens to restore,
+    # needed 19 blocks, 20 - 19 < 2 kept it out even of an idle pool: rejected after generating.
+    # Now a request must fit below the watermark on arrival, and one that does always returns.
+    config = dict(preemption=preemption, swap_slots=1000)
+    result = small_engine(80, 4, 128, 0.1, **config).run([Request(0, 0.0, 1, 10), Request(1, 0.0, 68, 10)])
+    (rejected,) = result.rejected
+    assert rejected.request_id == 1 and rejected.num_generated == 0 and "admits 72" in rejected.reject_reason
+    result = small_engine(80, 4, 128, 0.1, **config).run([Request(0, 0.0, 1, 10), Request(1, 0.0, 62, 10)])
+    assert result.metrics["preemptions"] == 1 and result.metrics["requests_finished"] == 2
