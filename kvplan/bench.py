@@ -11,8 +11,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kvplan.capacity import PlanInputs, plan
+from kvplan.cluster import RouterConfig, run_cluster
 from kvplan.engine.allocator import ALLOCATORS, make_allocator
 from kvplan.engine.engine import Engine
+from kvplan.engine.prefix import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
 from kvplan.engine.runner import SimulatedRunner
 from kvplan.engine.scheduler import SchedulerConfig
 from kvplan.profiles import load_gpu, load_model
@@ -22,7 +24,7 @@ from kvplan.spec import KVFormat, ModelSpec, parse_kv_format
 from kvplan.workload.request import Request
 
 GIB = 2**30
-DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
+DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "prefix")
 KV_FORMAT_PARTS = ("fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4")
 
 
@@ -33,15 +35,18 @@ class Optimization:
     name: str
     allocator: str = "paged"
     kv_dtype: str | None = None  # None: the run's --kv-dtype
+    prefix_caching: bool = False
 
 
 def parse_optimization(text: str) -> Optimization:
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:
         raise ValueError("empty optimization name; use e.g. paged, contiguous-max or paged+fp8")
-    allocator, kv_dtype = None, None
+    allocator, kv_dtype, prefix = None, None, False
     for part in parts:
-        if part in ALLOCATORS:
+        if part == "prefix":
+            prefix = True
+        elif part in ALLOCATORS:
             if allocator:
                 raise ValueError(f"'{text}' names two allocators; compose one allocator with other parts")
             allocator = part
@@ -49,9 +54,11 @@ def parse_optimization(text: str) -> Optimization:
             parse_kv_format(part)
             kv_dtype = part
         else:
-            known = ", ".join((*ALLOCATORS, *KV_FORMAT_PARTS))
+            known = ", ".join((*ALLOCATORS, "prefix", *KV_FORMAT_PARTS))
             raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
-    return Optimization("+".join(parts), allocator or "paged", kv_dtype)
+    if prefix and allocator not in (None, "paged"):
+        raise ValueError(f"'{text}': prefix caching needs the paged allocator")
+    return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix)
 
 
 @dataclass(frozen=True)
@@ -69,12 +76,20 @@ class BenchConfig:
     swap_space_gib: float = 0.0
     seed: int = 0
     workload: dict[str, Any] = field(default_factory=dict)
+    pods: int = 1
+    routers: tuple[str, ...] = ()
+    w_hit: float = 0.8
+    w_load: float = 0.2
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"--block-size must be a power of two, got {self.block_size}")
         if self.swap_space_gib < 0:
             raise ValueError("--swap-space-gib must not be negative")
+        if self.pods < 1:
+            raise ValueError(f"--pods must be at least 1, got {self.pods}")
+        for router in self.routers:
+            RouterConfig(router)  # validates the name
 
 
 @dataclass(frozen=True)
@@ -113,7 +128,7 @@ def size_engine(config: BenchConfig, optimization: Optimization) -> EngineSizing
 def build_engine(config: BenchConfig, optimization: Optimization) -> tuple[Engine, EngineSizing]:
     sizing = size_engine(config, optimization)
     allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
-                               sizing.max_model_len)
+                               sizing.max_model_len, prefix_caching=optimization.prefix_caching)
     roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
     swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
     scheduler = replace(config.scheduler, swap_slots=swap_slots)
@@ -132,17 +147,48 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
     # nothing wall-clock goes into a simulated record.
     identity = json.dumps([asdict(config), optimizations, len(requests)], sort_keys=True, default=str)
     run_id = hashlib.sha256(identity.encode()).hexdigest()[:12]
+    bounds: dict[str, float | None] = {}
+    hashes: dict[int, list[int]] = {}
+    if any(o.prefix_caching for o in parsed):
+        hashes = hashes_by_request(requests, config.block_size)
+        hits, queried = infinite_cache_hit_tokens(requests, config.block_size, hashes)
+        bounds = {"prefix_hit_rate_upper_bound": hits / queried if queried else 0.0,
+                  "trace_block_hit_bound": trace_block_bound(requests)}
     records = []
-    for index, optimization in enumerate(parsed):
-        engine, sizing = build_engine(config, optimization)
-        result = engine.run(requests, (lambda n, name=optimization.name: progress(name, n)) if progress else None)
-        metrics = dict(result.metrics)
+    variants = [(o, r) for o in parsed for r in (config.routers or ("round-robin",))] if config.pods > 1 \
+        else [(o, None) for o in parsed]
+    for index, (optimization, router) in enumerate(variants):
+        name = f"{optimization.name}@{router}" if router else optimization.name
+        report = (lambda n, name=name: progress(name, n)) if progress else None
+        engines = []
+        for _ in range(config.pods):
+            engine, sizing = build_engine(config, optimization)
+            if optimization.prefix_caching:
+                engine.allocator.known_hashes = hashes  # type: ignore[attr-defined]
+            engines.append(engine)
+        if router:
+            metrics = run_cluster(engines, requests, RouterConfig(router, config.w_hit, config.w_load),
+                                  config.block_size, report)
+            timeseries: dict[str, list[float]] = {}
+        else:
+            result = engines[0].run(requests, report)
+            metrics, timeseries = dict(result.metrics), result.timeseries
         metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
+        if optimization.prefix_caching:
+            metrics.update(bounds)
         params = {**{k: v for k, v in asdict(config).items() if k != "scheduler"},
                   **{f"scheduler_{k}": v for k, v in asdict(config.scheduler).items()},
                   "allocator": optimization.allocator, "kv_format": sizing.kv_format.name,
-                  "max_model_len": sizing.max_model_len, "num_requests": len(requests)}
-        records.append(make_record("bench", run_id, "simulated", optimization.name, params, metrics,
-                                   result.timeseries, baseline=index == 0))
+                  "max_model_len": sizing.max_model_len, "num_requests": len(requests), "router": router}
+        records.append(make_record("bench", run_id, "simulated", name, params, metrics, timeseries,
+                                   baseline=index == 0))
     return records
+
+
+def variant_names(config: BenchConfig, optimizations: list[str]) -> list[str]:
+    """The record names run_matrix will produce, in order (for progress bars)."""
+    names = [parse_optimization(n).name for n in optimizations]
+    if config.pods > 1:
+        return [f"{n}@{r}" for n in names for r in (config.routers or ("round-robin",))]
+    return names

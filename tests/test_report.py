@@ -171,3 +171,17 @@ def test_page_renders_in_headless_chromium(bench_results: Path, estimate_results
     assert image.size == (1280, 2400) and high - low > 100  # not a blank page
     histogram = image.histogram()
     assert sum(histogram[:200]) > 0.02 * image.size[0] * image.size[1]  # charts and text drawn
+
+
+def test_prefix_and_router_charts(tmp_path: Path) -> None:
+    requests = make_workload("chat", 150, rate=4, seed=0, max_model_len=4096)
+    single = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)
+    cluster = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096, pods=2,
+                          routers=("round-robin", "kv-aware"))
+    write_jsonl(tmp_path / "single.jsonl", run_matrix(single, requests, ["paged", "prefix"]))
+    write_jsonl(tmp_path / "cluster.jsonl", run_matrix(cluster, requests, ["prefix"]))
+    written = write_report([tmp_path / "single.jsonl", tmp_path / "cluster.jsonl"], tmp_path / "out")
+    assert {"prefix_hit_rate_over_time", "sharing", "routers"} <= set(written.charts)
+    page = written.index.read_text()
+    parse(page)
+    assert "prefix@kv-aware" in page and "prefix hit rate" in page

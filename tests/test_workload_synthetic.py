@@ -31,7 +31,7 @@ def tiny_stats(tmp_path: Path) -> Path:
 
 
 def test_exports() -> None:
-    assert WORKLOAD_KINDS == ("sharegpt", "alpaca", "sharegpt-stats", "long-reasoning")
+    assert WORKLOAD_KINDS == ("sharegpt", "alpaca", "sharegpt-stats", "long-reasoning", "system-prompt", "rag", "chat", "few-shot")
     assert ARRIVALS == ("poisson", "gamma", "burst")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -17,9 +18,28 @@ from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelO
 DEFAULT_MAX_MODEL_LEN = 4096
 
 
+def _params(pairs: list[str]) -> dict[str, Any]:
+    """NAME=VALUE generator settings, numbers parsed as int or float."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--workload-param '{pair}' needs NAME=VALUE, e.g. doc_len=2048")
+        text = value.strip()
+        try:
+            params[name.strip()] = int(text)
+        except ValueError:
+            try:
+                params[name.strip()] = float(text)
+            except ValueError:
+                params[name.strip()] = text
+    return params
+
+
 def _workload(workload: str, trace: Optional[Path], trace_format: Optional[str], skip_bad_lines: bool,
               num_requests: Optional[int], rate: float, arrival: str, cv: float, seed: int,
-              max_model_len: int, stats_path: Optional[Path], time_scale: float) -> tuple[list, dict[str, Any]]:
+              max_model_len: int, stats_path: Optional[Path], time_scale: float,
+              extra: dict[str, Any]) -> tuple[list, dict[str, Any]]:
     from kvplan.workload import load_trace, make_workload
 
     if trace is not None:
@@ -30,9 +50,12 @@ def _workload(workload: str, trace: Optional[Path], trace_format: Optional[str],
         info = {"kind": "trace", "path": str(trace), "format": loaded.fmt, "skipped_lines": loaded.skipped,
                 "time_scale": time_scale}
         return loaded.requests, info
-    requests = make_workload(workload, num_requests or 1000, rate=rate, arrival=arrival, cv=cv, seed=seed,
-                             max_model_len=max_model_len, stats_path=stats_path)
-    info = {"kind": workload, "rate": rate, "arrival": arrival, "cv": cv}
+    try:
+        requests = make_workload(workload, num_requests or 1000, rate=rate, arrival=arrival, cv=cv, seed=seed,
+                                 max_model_len=max_model_len, stats_path=stats_path, **extra)
+    except TypeError as err:  # an unknown --workload-param name
+        raise ValueError(f"--workload-param: {err}; see the generator's parameters in the README") from None
+    info = {"kind": workload, "rate": rate, "arrival": arrival, "cv": cv, **extra}
     return requests, info
 
 
@@ -42,8 +65,14 @@ def bench(
     gpu: GpuOpt = "l4",
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
-    optimizations: Annotated[str, typer.Option(help="Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged",
-    workload: Annotated[str, typer.Option(help="Synthetic workload: sharegpt, alpaca, sharegpt-stats, long-reasoning.")] = "sharegpt",
+    optimizations: Annotated[str, typer.Option(help="Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix",
+    workload: Annotated[str, typer.Option(help="Synthetic workload: sharegpt, alpaca, sharegpt-stats, long-reasoning, system-prompt, rag, chat, few-shot.")] = "sharegpt",
+    workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", help="Generator setting NAME=VALUE, e.g. doc_len=2048, zipf_s=1.2, turns_per_session=8, system_prompt_len=512.")] = None,
+    samples: Annotated[int, typer.Option(help="Parallel samples per request (n > 1 shares the prompt's blocks copy-on-write).")] = 1,
+    pods: Annotated[int, typer.Option(help="Engine instances behind a router, each with its own KV pool.")] = 1,
+    router: Annotated[str, typer.Option(help="Comma-separated routers for --pods > 1: round-robin, least-loaded, sticky, prefix-hash, kv-aware.")] = "round-robin,least-loaded,sticky,prefix-hash,kv-aware",
+    w_hit: Annotated[float, typer.Option(help="kv-aware router: weight of the cached-prefix fraction.")] = 0.8,
+    w_load: Annotated[float, typer.Option(help="kv-aware router: weight of the load.")] = 0.2,
     trace: Annotated[Optional[Path], typer.Option(help="Replay a trace instead: Mooncake JSONL, Azure CSV or generic JSONL.")] = None,
     trace_format: Annotated[Optional[str], typer.Option(help="mooncake, azure or generic (default: detected).")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip malformed trace lines (counted) instead of failing.")] = False,
@@ -68,7 +97,7 @@ def bench(
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated mode)."""
-    from kvplan.bench import BenchConfig, parse_optimization, run_matrix, size_engine
+    from kvplan.bench import BenchConfig, parse_optimization, run_matrix, size_engine, variant_names
     from kvplan.engine.scheduler import SchedulerConfig
     from kvplan.profiles import load_model
     from kvplan.results import write_jsonl
@@ -84,20 +113,28 @@ def bench(
     if num_requests is not None and num_requests < 1:
         raise ValueError(f"--num-requests must be at least 1, got {num_requests}")
     requests, workload_info = _workload(workload, trace, trace_format, skip_bad_lines, num_requests, rate, arrival,
-                                        cv, seed, max_model_len, stats_path, time_scale)
+                                        cv, seed, max_model_len, stats_path, time_scale,
+                                        _params(workload_param or []))
+    if samples < 1:
+        raise ValueError(f"--samples must be at least 1, got {samples}")
+    if samples > 1:
+        requests = [dataclasses.replace(r, n=samples) for r in requests]
+        workload_info["samples"] = samples
     scheduler = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                 chunked_prefill=chunked_prefill, preemption=preemption)
     config = BenchConfig(model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, block_size=block_size,
                          gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
                          max_model_len=max_model_len, scheduler=scheduler, seed=seed,
-                         swap_space_gib=swap_space_gib if preemption == "swap" else 0.0, workload=workload_info)
+                         swap_space_gib=swap_space_gib if preemption == "swap" else 0.0, workload=workload_info,
+                         pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip()) if pods > 1 else (),
+                         w_hit=w_hit, w_load=w_load)
     for name in names:  # fail on impossible sizing before any progress bar is drawn
         size_engine(config, parse_optimization(name))
     out = out or Path("reports") / f"bench-{spec.name}-{gpu}.jsonl"
     started = time.perf_counter()
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=error_console, transient=as_json) as progress:
-        tasks = {name: progress.add_task(name, total=len(requests)) for name in (parse_optimization(n).name for n in names)}
+        tasks = {name: progress.add_task(name, total=len(requests)) for name in variant_names(config, names)}
         records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
     write_jsonl(out, records)
     report_index = None

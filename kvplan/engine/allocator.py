@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import bisect
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 from kvplan.engine.block_pool import BlockPool
+from kvplan.engine.prefix import block_hashes
 from kvplan.engine.sequence import Sequence
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
@@ -23,9 +25,33 @@ class Allocator(ABC):
     name: str
     capacity_slots: int
     reserved_slots: int
+    prefix_caching = False
 
     @abstractmethod
-    def can_admit(self, seq: Sequence, tokens: int) -> bool: ...
+    def can_admit(self, seq: Sequence, tokens: int, hits: list[int] | None = None) -> bool: ...
+
+    def lookup(self, seq: Sequence) -> list[int]:
+        """Cached blocks holding the longest prefix of a sequence about to be admitted."""
+        return []
+
+    def adopt(self, seq: Sequence, hits: list[int]) -> None:
+        """Take references to prefix-cache hits; they become the head of the block table."""
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Register the sequence's newly filled blocks in the prefix cache."""
+
+    def fork(self, parent: Sequence, child: Sequence) -> bool:
+        """Share the parent's blocks with a parallel sample (copy-on-write)."""
+        return False
+
+    @property
+    def shared_slots(self) -> int:
+        """Slots counted twice when summing sequences (a shared block counts once)."""
+        return 0
+
+    @property
+    def cached_free_slots(self) -> int:
+        return 0
 
     @abstractmethod
     def allocate(self, seq: Sequence, tokens: int) -> bool: ...
@@ -54,15 +80,33 @@ class Allocator(ABC):
         return self.reserved_slots / self.capacity_slots
 
 
-class PagedAllocator(Allocator):
-    """vLLM-style paging: blocks on demand, a watermark kept free at admission."""
+@dataclass
+class PrefixStats:
+    """vLLM's prefix-cache counters, in tokens; preempted re-admissions counted apart."""
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
-        self.name = "paged"
+    queries: int = 0
+    hits: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    forks: int = 0
+    cow_copies: int = 0
+
+
+class PagedAllocator(Allocator):
+    """vLLM-style paging: blocks on demand, a watermark kept free at admission, and
+    optionally automatic prefix caching over hash-chained full blocks."""
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
+                 prefix_caching: bool = False) -> None:
+        self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
         self.capacity_slots = num_blocks * block_size
         self.watermark_blocks = int(watermark * num_blocks)
+        self.prefix_caching = prefix_caching
+        self.stats = PrefixStats()
+        self.known_hashes: dict[int, list[int]] = {}  # request id -> block hashes, computed once per run
+        self.free_hits = 0
 
     @property
     def reserved_slots(self) -> int:  # type: ignore[override]
@@ -77,8 +121,90 @@ class PagedAllocator(Allocator):
     def blocks_needed(self, seq: Sequence, tokens: int) -> int:
         return max(0, -(-tokens // self.block_size) - len(seq.block_table))
 
-    def can_admit(self, seq: Sequence, tokens: int) -> bool:
-        return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
+    def can_admit(self, seq: Sequence, tokens: int, hits: list[int] | None = None) -> bool:
+        if not hits:
+            return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
+        # Hits on free cached blocks leave the free queue too (counted by lookup).
+        new = -(-tokens // self.block_size) - len(hits)
+        return self.pool.num_free - self.free_hits - new >= self.watermark_blocks
+
+    def lookup(self, seq: Sequence) -> list[int]:
+        if not self.prefix_caching:
+            return []
+        if seq.hashes is None:
+            request = seq.request
+            seq.hashes = self.known_hashes.get(request.request_id)
+            if seq.hashes is None:
+                seq.hashes = block_hashes(request, self.block_size)
+        # At least one token is computed, so a fully cached prompt recomputes its last block.
+        limit = (seq.known_tokens - 1) // self.block_size
+        found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
+        hits = []
+        free_hits = 0
+        for block_hash in seq.hashes[:limit]:
+            block = found.get(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+            if not ref_counts[block]:
+                free_hits += 1
+        self.free_hits = free_hits  # read by the can_admit call that follows
+        return hits
+
+    def adopt(self, seq: Sequence, hits: list[int]) -> None:
+        if not self.prefix_caching:
+            return
+        queried, hit_tokens = seq.known_tokens, len(hits) * self.block_size
+        if seq.preemptions:
+            self.stats.preempted_queries += queried
+            self.stats.preempted_hits += hit_tokens
+        else:
+            self.stats.queries += queried
+            self.stats.hits += hit_tokens
+        for block in hits:
+            self.pool.touch(block)
+        seq.block_table = list(hits)
+        seq.capacity = hit_tokens
+        seq.cached_blocks = len(hits)
+        seq.hit_tokens += hit_tokens
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        hashes = seq.hashes or ()
+        full = min(seq.num_computed // self.block_size, len(hashes))
+        # Inlined BlockPool.cache: the blocks are live (ref >= 1), so no free-queue change.
+        hash_to_block, block_to_hash, table = self.pool.hash_to_block, self.pool.block_to_hash, seq.block_table
+        for index in range(seq.cached_blocks, full):
+            block_hash, block = hashes[index], table[index]
+            if block_hash not in hash_to_block and block not in block_to_hash:
+                hash_to_block[block_hash] = block
+                block_to_hash[block] = block_hash
+        seq.cached_blocks = max(seq.cached_blocks, full)
+
+    def fork(self, parent: Sequence, child: Sequence) -> bool:
+        """The child shares every full block; a partial last block is copied now (eager
+        copy-on-write: the next decode step would write into it anyway)."""
+        full = parent.num_computed // self.block_size
+        partial = len(parent.block_table) > full
+        if partial and self.pool.num_free < 1:
+            return False
+        for block in parent.block_table[:full]:
+            self.pool.touch(block)
+        child.block_table = parent.block_table[:full]
+        if partial:
+            child.block_table += self.pool.allocate(1)
+            self.stats.cow_copies += 1
+        child.capacity = len(child.block_table) * self.block_size
+        child.hashes, child.cached_blocks = parent.hashes, min(parent.cached_blocks, full)
+        self.stats.forks += 1
+        return True
+
+    @property
+    def shared_slots(self) -> int:  # type: ignore[override]
+        return self.pool.extra_refs * self.block_size
+
+    @property
+    def cached_free_slots(self) -> int:  # type: ignore[override]
+        return self.pool.num_cached_free * self.block_size
 
     def allocate(self, seq: Sequence, tokens: int) -> bool:
         needed = -(-tokens // self.block_size) - len(seq.block_table)
@@ -94,6 +220,7 @@ class PagedAllocator(Allocator):
         self.pool.free(reversed(seq.block_table))  # tail blocks are reclaimed first
         seq.block_table = []
         seq.capacity = 0
+        seq.cached_blocks = 0
 
     def reservation_size(self, seq: Sequence) -> int:
         return -(-seq.final_len // self.block_size) * self.block_size
@@ -130,7 +257,7 @@ class ContiguousAllocator(Allocator):
                 return start
         return None
 
-    def can_admit(self, seq: Sequence, tokens: int) -> bool:
+    def can_admit(self, seq: Sequence, tokens: int, hits: list[int] | None = None) -> bool:
         return seq.extent is not None or self._first_fit(self.reservation_size(seq)) is not None
 
     def allocate(self, seq: Sequence, tokens: int) -> bool:
@@ -179,9 +306,11 @@ class ContiguousAllocator(Allocator):
 
 
 def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
-                   watermark: float = 0.01) -> Allocator:
+                   watermark: float = 0.01, prefix_caching: bool = False) -> Allocator:
     if kind == "paged":
-        return PagedAllocator(capacity_slots // block_size, block_size, watermark)
+        return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching)
+    if prefix_caching:
+        raise ValueError(f"prefix caching needs the paged allocator, not {kind}")
     if kind.startswith("contiguous-"):
         return ContiguousAllocator(kind.removeprefix("contiguous-"), capacity_slots, max_model_len)
     raise ValueError(f"unknown allocator '{kind}'; use one of: {', '.join(ALLOCATORS)}")

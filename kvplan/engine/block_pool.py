@@ -22,6 +22,9 @@ class BlockPool:
         self.hash_to_block: dict[int, int] = {}
         self.block_to_hash: dict[int, int] = {}
         self.cached_evictions = 0  # cached blocks reclaimed for new allocations
+        # Kept incrementally so per-step metrics never walk the pool:
+        self.num_cached_free = 0  # free blocks that still hold a reusable prefix
+        self.extra_refs = 0  # references beyond the first: sum of max(0, ref_count - 1)
 
     @property
     def num_free(self) -> int:
@@ -31,47 +34,60 @@ class BlockPool:
     def num_allocated(self) -> int:
         return self.num_blocks - len(self.free_queue)
 
-    @property
-    def num_cached_free(self) -> int:
-        """Free blocks that still hold a reusable prefix (the cache beyond live sequences)."""
-        return sum(1 for block in self.block_to_hash if self.ref_counts[block] == 0)
-
     def allocate(self, count: int) -> list[int]:
         """Take `count` blocks from the front of the free queue (caller checks num_free)."""
         if count > len(self.free_queue):
             raise RuntimeError(f"asked for {count} blocks with {len(self.free_queue)} free")
-        blocks = []
-        for _ in range(count):
-            block, _ = self.free_queue.popitem(last=False)
-            if block in self.block_to_hash:
-                del self.hash_to_block[self.block_to_hash.pop(block)]
-                self.cached_evictions += 1
-            self.ref_counts[block] = 1
-            blocks.append(block)
+        popitem = self.free_queue.popitem
+        blocks = [popitem(last=False)[0] for _ in range(count)]
+        block_to_hash = self.block_to_hash
+        if block_to_hash:
+            pop, hash_to_block, evicted = block_to_hash.pop, self.hash_to_block, 0
+            for block in blocks:
+                block_hash = pop(block, None)
+                if block_hash is not None:  # reclaiming a cached block evicts its prefix
+                    del hash_to_block[block_hash]
+                    evicted += 1
+            self.cached_evictions += evicted
+            self.num_cached_free -= evicted
+        ref_counts = self.ref_counts
+        for block in blocks:
+            ref_counts[block] = 1
         return blocks
 
     def touch(self, block: int) -> None:
         """Add a reference to a block another sequence holds or the cache keeps."""
         if self.ref_counts[block] == 0:
             del self.free_queue[block]
+            if block in self.block_to_hash:
+                self.num_cached_free -= 1
+        else:
+            self.extra_refs += 1
         self.ref_counts[block] += 1
 
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching zero join the back of the queue in
         the order given (pass a sequence's blocks tail-first so its tail is reclaimed first)."""
+        ref_counts, queue, block_to_hash = self.ref_counts, self.free_queue, self.block_to_hash
         for block in blocks:
-            count = self.ref_counts[block] - 1
+            count = ref_counts[block] - 1
             if count < 0:
                 raise RuntimeError(f"block {block} freed more often than allocated")
-            self.ref_counts[block] = count
+            ref_counts[block] = count
             if count == 0:
-                self.free_queue[block] = None
+                queue[block] = None
+                if block in block_to_hash:
+                    self.num_cached_free += 1
+            else:
+                self.extra_refs -= 1
 
     def cache(self, block: int, block_hash: int) -> None:
         """Remember that `block` holds the full block identified by `block_hash`."""
         if block_hash not in self.hash_to_block and block not in self.block_to_hash:
             self.hash_to_block[block_hash] = block
             self.block_to_hash[block] = block_hash
+            if self.ref_counts[block] == 0:
+                self.num_cached_free += 1
 
     def lookup(self, block_hash: int) -> int | None:
         return self.hash_to_block.get(block_hash)

@@ -7,7 +7,7 @@ is rejected rather than left waiting forever.
 
 from __future__ import annotations
 
-from collections import deque
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -47,6 +47,11 @@ class Engine:
         self.scheduler = Scheduler(allocator, config)
         self.max_model_len = max_model_len
         self.step_metrics = StepMetrics()
+        self.now = 0.0
+        self.start: float | None = None  # the first arrival
+        self.finished: list[Sequence] = []
+        self.rejected: list[Sequence] = []
+        self.progress: ProgressCallback | None = None
 
     def _rejection(self, seq: Sequence) -> str | None:
         request = seq.request
@@ -57,70 +62,88 @@ class Engine:
             return f"needs {size} KV slots, the whole pool admits {self.allocator.admissible_slots}"
         return None
 
+    def submit(self, request: Request) -> None:
+        """A request arrives now (the caller has advanced the clock to its arrival)."""
+        if self.start is None:
+            self.start = self.now = max(self.now, request.arrival_s)
+        seq = Sequence(request)
+        reason = self._rejection(seq)
+        if reason:
+            self._reject(seq, reason)
+        else:
+            self.scheduler.add(seq)
+
+    def _reject(self, seq: Sequence, reason: str) -> None:
+        seq.status, seq.reject_reason, seq.finish_s = Status.REJECTED, reason, self.now
+        self.rejected.append(seq)
+        if self.progress:
+            self.progress(1)
+
+    @property
+    def busy(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> None:
+        """Schedule, run and complete one step (the caller checks `busy` first)."""
+        scheduler = self.scheduler
+        plan = scheduler.schedule()
+        if not plan.scheduled:
+            if scheduler.running:
+                raise RuntimeError("scheduler made no progress with sequences running")
+            # Nothing runs and the head cannot be admitted into an idle pool: it never will.
+            self._reject(scheduler.waiting.popleft(), "cannot be admitted even into an idle KV pool")
+            return
+        dt = self.runner.step_time(plan)
+        self.now += dt
+        done = scheduler.complete_step(plan, self.now)
+        self.step_metrics.record(dt, self.now, self.allocator, scheduler)
+        if done:
+            self.finished.extend(done)
+            if self.progress:
+                self.progress(sum(1 for seq in done if seq.sample_index == 0))
+
+    def advance(self, until: float) -> None:
+        """Run the steps that start before `until`; an idle engine's clock jumps to it."""
+        while self.scheduler.has_work() and self.now < until:
+            self.step()
+        if until != math.inf and not self.scheduler.has_work() and self.now < until:
+            self.now = until
+
     def run(self, requests: list[Request], progress: ProgressCallback | None = None) -> RunResult:
-        pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
-        scheduler, metrics = self.scheduler, self.step_metrics
-        finished: list[Sequence] = []
-        rejected: list[Sequence] = []
-        now = pending[0].arrival_s if pending else 0.0
-        start = now
+        self.progress = progress
+        for request in sorted(requests, key=lambda r: (r.arrival_s, r.request_id)):
+            self.advance(request.arrival_s)
+            self.submit(request)
+        self.advance(math.inf)
+        return self.result()
 
-        def reject(seq: Sequence, reason: str) -> None:
-            seq.status, seq.reject_reason, seq.finish_s = Status.REJECTED, reason, now
-            rejected.append(seq)
-            if progress:
-                progress(1)
-
-        while pending or scheduler.has_work():
-            while pending and pending[0].arrival_s <= now:
-                seq = Sequence(pending.popleft())
-                reason = self._rejection(seq)
-                if reason:
-                    reject(seq, reason)
-                else:
-                    scheduler.add(seq)
-            if not scheduler.has_work():
-                if not pending:
-                    break  # the last arrivals were all rejected
-                now = pending[0].arrival_s
-                continue
-            plan = scheduler.schedule()
-            if not plan.scheduled:
-                if scheduler.running:
-                    raise RuntimeError("scheduler made no progress with sequences running")
-                if pending and not scheduler.waiting:
-                    continue
-                # Nothing runs and the head cannot be admitted into an idle pool: it never will.
-                reject(scheduler.waiting.popleft(), "cannot be admitted even into an idle KV pool")
-                continue
-            dt = self.runner.step_time(plan)
-            now += dt
-            done = scheduler.complete_step(plan, now)
-            metrics.record(dt, now, self.allocator, scheduler)
-            if done:
-                finished.extend(done)
-                if progress:
-                    progress(len(done))
-        return RunResult(self._summary(finished, rejected, now - start), metrics.timeseries(), finished, rejected)
+    def result(self) -> RunResult:
+        makespan = self.now - (self.start or 0.0)
+        return RunResult(self._summary(self.finished, self.rejected, makespan), self.step_metrics.timeseries(),
+                         self.finished, self.rejected)
 
     def _summary(self, finished: list[Sequence], rejected: list[Sequence], makespan: float) -> dict[str, Any]:
         averages = self.step_metrics.averages()
         scheduler = self.scheduler
+        requests = [seq for seq in finished if seq.sample_index == 0]
         output_tokens = sum(seq.request.output_len for seq in finished)
-        prompt_tokens = sum(seq.request.prompt_len for seq in finished)
+        prompt_tokens = sum(seq.request.prompt_len for seq in requests)
         span = makespan or 1.0
-        used, reserved = averages["used"], averages["reserved"]
+        used, reserved, logical = averages["used"], averages["reserved"], averages["logical"]
         summary: dict[str, Any] = {
-            "requests_finished": len(finished),
+            "requests_finished": len(requests),
             "requests_rejected": len(rejected),
             "reject_reasons": sorted({seq.reject_reason for seq in rejected if seq.reject_reason}),
             "makespan_s": makespan,
             "engine_steps": self.step_metrics.steps,
             "pool_slots": self.allocator.capacity_slots,
             **{f"{key}_share": averages[key] for key in
-               ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")},
+               ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "cached", "free")},
             "waste": 1.0 - used / reserved if reserved else 0.0,
             "token_states_of_reserved": used / reserved if reserved else 0.0,
+            # Blocks a sequence-by-sequence count would need but sharing avoids (vLLM paper §6.3).
+            "sharing_savings": averages["shared_refs"] / averages["block_refs"] if averages["block_refs"] else 0.0,
+            "shared_token_share": 1.0 - used / logical if logical else 0.0,
             "kv_cache_usage_mean": averages["kv_cache_usage"],
             "kv_cache_usage_peak": self.step_metrics.peak_kv_cache_usage,
             "running_mean": averages["running"],
@@ -131,7 +154,18 @@ class Engine:
             "swapped_out_slots": scheduler.swapped_out_slots_total,
             "output_tokens_per_s": output_tokens / span,
             "total_tokens_per_s": (output_tokens + prompt_tokens) / span,
-            "requests_per_s": len(finished) / span,
+            "requests_per_s": len(requests) / span,
             **request_metrics(finished),
         }
+        stats = getattr(self.allocator, "stats", None)
+        if stats is not None and self.allocator.prefix_caching:
+            summary.update(
+                prefix_cache_queries=stats.queries, prefix_cache_hits=stats.hits,
+                prefix_hit_rate=stats.hits / stats.queries if stats.queries else 0.0,
+                preempted_prefix_queries=stats.preempted_queries, preempted_prefix_hits=stats.preempted_hits,
+                prefill_tokens_saved=stats.hits + stats.preempted_hits,
+                cached_blocks_evicted=self.allocator.pool.cached_evictions,  # type: ignore[attr-defined]
+            )
+        if stats is not None and stats.forks:
+            summary.update(parallel_forks=stats.forks, cow_copies=stats.cow_copies)
         return summary

@@ -16,7 +16,7 @@ from kvplan.engine.allocator import Allocator, PagedAllocator
 from kvplan.engine.scheduler import Scheduler
 from kvplan.engine.sequence import Sequence
 
-SPLIT = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
+SPLIT = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "cached", "free")
 TIMESERIES_POINTS = 400
 WAITING_SCAN = 64  # waiting requests inspected for the smallest reservation need
 
@@ -28,7 +28,8 @@ class StepMetrics:
     elapsed: float = 0.0
     steps: int = 0
     sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        (*SPLIT, "used", "reserved", "running", "waiting", "kv_cache_usage"), 0.0))
+        (*SPLIT, "used", "logical", "reserved", "running", "waiting", "kv_cache_usage",
+         "shared_refs", "block_refs"), 0.0))
     peak_running: int = 0
     peak_kv_cache_usage: float = 0.0
     trace_t: array = field(default_factory=lambda: array("d"))
@@ -36,11 +37,15 @@ class StepMetrics:
     trace_running: array = field(default_factory=lambda: array("l"))
     trace_waiting: array = field(default_factory=lambda: array("l"))
     trace_used: array = field(default_factory=lambda: array("d"))
+    trace_cached: array = field(default_factory=lambda: array("d"))
+    trace_hit_rate: array = field(default_factory=lambda: array("d"))
 
     def record(self, dt: float, now: float, allocator: Allocator, scheduler: Scheduler) -> None:
         capacity = allocator.capacity_slots
-        used = scheduler.used_slots
+        logical = scheduler.used_slots
+        used = logical - allocator.shared_slots  # a block shared by several sequences counts once
         reserved = allocator.reserved_slots
+        cached = allocator.cached_free_slots
         if isinstance(allocator, PagedAllocator):
             reservation = 0  # paging allocates on demand: nothing is held for future tokens
             internal = reserved - used  # unfilled tails of last blocks
@@ -52,14 +57,19 @@ class StepMetrics:
         if waiting and not isinstance(allocator, PagedAllocator):
             need = min(allocator.reservation_size(seq) for seq in _head(waiting))
             external = allocator.external_fragmentation(need)
-        free = capacity - reserved - external
+        free = capacity - reserved - external - cached
         usage = reserved / capacity
         running = len(scheduler.running)
         sums = self.sums
         for key, value in (("token_states", used), ("reservation", reservation),
                            ("internal_fragmentation", internal), ("external_fragmentation", external),
-                           ("free", free), ("used", used), ("reserved", reserved)):
+                           ("cached", cached), ("free", free), ("used", used), ("logical", logical),
+                           ("reserved", reserved)):
             sums[key] += dt * value / capacity
+        if isinstance(allocator, PagedAllocator):  # the vLLM paper's sharing saving, in blocks
+            extra = allocator.pool.extra_refs
+            sums["shared_refs"] += dt * extra
+            sums["block_refs"] += dt * (allocator.pool.num_allocated + extra)
         sums["running"] += dt * running
         sums["waiting"] += dt * len(waiting)
         sums["kv_cache_usage"] += dt * usage
@@ -72,6 +82,10 @@ class StepMetrics:
         self.trace_running.append(running)
         self.trace_waiting.append(len(waiting))
         self.trace_used.append(used / capacity)
+        self.trace_cached.append(cached / capacity)
+        if allocator.prefix_caching:
+            stats = allocator.stats  # type: ignore[attr-defined]
+            self.trace_hit_rate.append(stats.hits / stats.queries if stats.queries else 0.0)
 
     def averages(self) -> dict[str, float]:
         span = self.elapsed or 1.0
@@ -80,13 +94,17 @@ class StepMetrics:
     def timeseries(self, points: int = TIMESERIES_POINTS) -> dict[str, list[float]]:
         """The trace thinned to at most `points` samples (every k-th step)."""
         stride = max(1, -(-len(self.trace_t) // points))
-        return {
+        series = {
             "t": [round(v, 4) for v in self.trace_t[::stride]],
             "kv_cache_usage": [round(v, 4) for v in self.trace_usage[::stride]],
             "token_state_share": [round(v, 4) for v in self.trace_used[::stride]],
+            "cached_share": [round(v, 4) for v in self.trace_cached[::stride]],
             "running": list(self.trace_running[::stride]),
             "waiting": list(self.trace_waiting[::stride]),
         }
+        if self.trace_hit_rate:
+            series["prefix_hit_rate"] = [round(v, 4) for v in self.trace_hit_rate[::stride]]
+        return series
 
 
 def _head(waiting: Any) -> list[Sequence]:
@@ -113,6 +131,8 @@ def request_metrics(finished: list[Sequence]) -> dict[str, float | None]:
     """TTFT, TPOT (= mean inter-token latency per request) and E2E percentiles, in seconds."""
     ttft, tpot, e2e = [], [], []
     for seq in finished:
+        if seq.sample_index:
+            continue  # parallel samples share their request's arrival and first token
         arrival = seq.request.arrival_s
         ttft.append(seq.first_token_s - arrival)
         e2e.append(seq.finish_s - arrival)

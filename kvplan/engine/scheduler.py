@@ -50,8 +50,8 @@ class StepPlan:
     swapped_out_slots: int = 0
 
 
-def _arrival_order(seq: Sequence) -> tuple[float, int]:
-    return seq.request.arrival_s, seq.request.request_id
+def _arrival_order(seq: Sequence) -> tuple[float, int, int]:
+    return seq.request.arrival_s, seq.request.request_id, seq.sample_index
 
 
 class Scheduler:
@@ -92,12 +92,6 @@ class Scheduler:
             seq.status = Status.WAITING
             seq.num_computed = 0
         self.waiting.appendleft(seq)
-
-    def _chunk(self, seq: Sequence, budget: int) -> int:
-        pending = seq.pending_tokens
-        if pending <= budget:
-            return pending
-        return budget if self.config.chunked_prefill else 0
 
     def schedule(self) -> StepPlan:
         plan = StepPlan([], 0)
@@ -147,10 +141,18 @@ class Scheduler:
         allocator = self.allocator
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            count = self._chunk(seq, budget)
-            if count == 0 or not allocator.can_admit(seq, seq.num_computed + count):
+            fresh = allocator.prefix_caching and seq.status == Status.WAITING and seq.num_computed == 0
+            hits = allocator.lookup(seq) if fresh else []
+            cached = len(hits) * allocator.block_size if hits else 0  # type: ignore[attr-defined]
+            count = self._chunk_of(seq.known_tokens - seq.num_computed - cached, budget)
+            total = seq.num_computed + cached + count
+            if count == 0 or not allocator.can_admit(seq, total, hits):
                 break
-            if not allocator.allocate(seq, seq.num_computed + count):
+            if fresh:
+                allocator.adopt(seq, hits)
+                seq.num_computed = cached
+                self.used_slots += cached
+            if not allocator.allocate(seq, total):
                 break
             self.waiting.popleft()
             if seq.status == Status.SWAPPED:
@@ -170,19 +172,53 @@ class Scheduler:
             plan.attention_pairs += count * before + count * (count + 1) // 2
         return budget
 
+    def _chunk_of(self, pending: int, budget: int) -> int:
+        if pending <= budget:
+            return pending
+        return budget if self.config.chunked_prefill else 0
+
+    def _fork(self, parent: Sequence, now: float) -> list[Sequence]:
+        """Parallel sampling: after the prompt's first token, n - 1 more samples continue
+        from the same KV, sharing its blocks copy-on-write where the allocator can.
+        Returns the samples that are already complete (one-token outputs)."""
+        done = []
+        for index in range(1, parent.request.n):
+            child = Sequence(parent.request, index)
+            child.num_generated = 1
+            child.first_token_s = now
+            if child.output_len <= 1:
+                child.status, child.finish_s = Status.FINISHED, now
+                done.append(child)
+            elif self.allocator.fork(parent, child):
+                child.num_computed = parent.num_computed
+                child.status = Status.RUNNING
+                self.used_slots += child.num_computed
+                self.running_final_slots += child.final_len
+                bisect.insort(self.running, child, key=_arrival_order)
+            else:
+                self.waiting.appendleft(child)  # recomputes prompt + first token later
+        return done
+
     def complete_step(self, plan: StepPlan, now: float) -> list[Sequence]:
         """Advance every scheduled sequence; return those that finished this step."""
         finished = []
         self.used_slots += plan.num_tokens
+        allocator = self.allocator
+        caching = allocator.prefix_caching
+        block_size = getattr(allocator, "block_size", 0)
         for seq, count in plan.scheduled:
             computed = seq.num_computed + count
             seq.num_computed = computed
+            if caching and seq.hashes and computed >= (seq.cached_blocks + 1) * block_size:
+                allocator.cache_full_blocks(seq)
             if computed < seq.prompt_len + seq.num_generated:
                 continue  # a prefill chunk: no token sampled yet
             generated = seq.num_generated + 1
             seq.num_generated = generated
             if seq.first_token_s is None:
                 seq.first_token_s = now
+                if seq.request.n > 1 and seq.sample_index == 0:
+                    finished.extend(self._fork(seq, now))
             if generated >= seq.output_len:
                 seq.status = Status.FINISHED
                 seq.finish_s = now
@@ -191,6 +227,8 @@ class Scheduler:
             done = {id(seq) for seq in finished}
             self.running = [seq for seq in self.running if id(seq) not in done]
             for seq in finished:
+                if seq.num_computed == 0:
+                    continue  # a one-token parallel sample that never held KV
                 self.allocator.free(seq)
                 self.used_slots -= seq.num_computed
                 self.running_final_slots -= seq.final_len

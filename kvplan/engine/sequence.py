@@ -23,9 +23,9 @@ class Sequence:
 
     __slots__ = ("request", "prompt_len", "output_len", "capacity", "status", "num_computed", "num_generated", "num_cached", "block_table", "extent",
                  "first_token_s", "finish_s", "admitted_s", "preemptions", "reject_reason", "final_len",
-                 "hit_tokens", "swapped_blocks")
+                 "hit_tokens", "swapped_blocks", "sample_index", "hashes", "cached_blocks")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, sample_index: int = 0) -> None:
         self.request = request
         self.prompt_len = request.prompt_len  # copied out of the request for the hot loop
         self.output_len = request.output_len
@@ -44,6 +44,9 @@ class Sequence:
         self.final_len = request.prompt_len + request.output_len  # slots the oracle reserves
         self.hit_tokens = 0
         self.swapped_blocks = 0
+        self.sample_index = sample_index  # parallel samples (n > 1) fork from sample 0
+        self.hashes: list[int] | None = None  # full-block hashes, computed on first lookup
+        self.cached_blocks = 0  # leading blocks of the table already registered in the cache
 
     @property
     def known_tokens(self) -> int:

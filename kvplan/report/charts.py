@@ -253,3 +253,76 @@ def _rect(x: int, y: int, color: str):
     from matplotlib.patches import Rectangle
 
     return Rectangle((x, y), 1, 1, color=color, ec="white")
+
+
+def has_routers(data: ReportData) -> bool:
+    return has_bench(data) and "router" in data.bench and data.bench["router"].notna().any()
+
+
+@chart("prefix_hit_rate_over_time", "Prefix cache hit rate over time (cumulative, in prompt tokens)",
+       has_series("prefix_hit_rate"))
+def prefix_hit_rate_over_time(data: ReportData) -> Figure:
+    figure, axes = _figure(height=3.6)
+    ax = axes[0][0]
+    for (run_id, optimization), series in data.timeseries.items():
+        if series.get("prefix_hit_rate"):
+            ax.plot(series["t"], [100 * v for v in series["prefix_hit_rate"]], label=optimization, linewidth=1.2)
+            if "cached_share" in series:
+                ax.plot(series["t"], [100 * v for v in series["cached_share"]], linestyle=":", linewidth=1,
+                        label=f"{optimization}: cached-but-free share of the pool")
+    upper = data.bench.get("prefix_hit_rate_upper_bound")
+    if upper is not None and upper.notna().any():
+        ax.axhline(100 * upper.dropna().iloc[0], color="black", linestyle="--", linewidth=1,
+                   label="infinite-cache upper bound")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("%")
+    ax.legend(fontsize=7)
+    return figure
+
+
+@chart("sharing", "What prefix caching and sharing save: hit rate, prefill tokens saved, blocks shared",
+       has_metric("prefix_cache_queries"))
+def sharing(data: ReportData) -> Figure:
+    bench = data.bench
+    names = labels(data)
+    figure, axes = _figure(width=10, height=3.4, cols=2)
+    hit = [100 * (v or 0) for v in bench.get("prefix_hit_rate", [0] * len(names))]
+    savings = [100 * (v or 0) for v in bench.get("sharing_savings", [0] * len(names))]
+    x = range(len(names))
+    axes[0][0].bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate", color="#1971c2")
+    axes[0][0].bar([i + 0.2 for i in x], savings, 0.4, label="blocks saved by sharing", color="#2b8a3e")
+    axes[0][0].set_xticks(list(x), names, rotation=20, fontsize=8)
+    axes[0][0].set_ylabel("%")
+    axes[0][0].legend(fontsize=7)
+    saved = bench.get("prefill_tokens_saved")
+    axes[0][1].bar(names, [(v or 0) / 1e6 for v in (saved if saved is not None else [0] * len(names))], color="#5c940d")
+    axes[0][1].set_ylabel("prefill tokens saved (millions)")
+    axes[0][1].tick_params(axis="x", labelrotation=20, labelsize=8)
+    return figure
+
+
+@chart("routers", "Routing across pods: cluster hit rate, requests per pod, TTFT p50/p90", has_routers)
+def routers(data: ReportData) -> Figure:
+    bench = data.bench[data.bench["router"].notna()]
+    names = [f"{r}" for r in bench["router"]]
+    figure, axes = _figure(width=12, height=3.6, cols=3)
+    axes[0][0].bar(names, 100 * bench["prefix_hit_rate"].fillna(0), color="#1971c2")
+    axes[0][0].set_ylabel("cluster prefix hit rate (%)")
+    pods = max(len(v) for v in bench["pod_requests"])
+    width = 0.8 / pods
+    for p in range(pods):
+        axes[0][1].bar([i + (p - (pods - 1) / 2) * width for i in range(len(names))],
+                       [v[p] if p < len(v) else 0 for v in bench["pod_requests"]], width, label=f"pod {p}")
+    axes[0][1].set_xticks(range(len(names)), names)
+    axes[0][1].set_ylabel("requests routed")
+    axes[0][1].legend(fontsize=7)
+    for offset, pct in enumerate(("p50", "p90")):
+        axes[0][2].bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], bench[f"ttft_s_{pct}"], 0.4, label=pct)
+    axes[0][2].set_xticks(range(len(names)), names)
+    axes[0][2].set_yscale("log")
+    axes[0][2].set_ylabel("TTFT (s, modeled)")
+    axes[0][2].legend(fontsize=7)
+    for ax in axes[0]:
+        ax.tick_params(axis="x", labelrotation=25, labelsize=8)
+    return figure

@@ -21,6 +21,9 @@ COMPARISON: tuple[tuple[str, str, bool | None], ...] = (
     ("kv_cache_usage_mean", "KV usage", None),
     ("running_mean", "mean running", True),
     ("preemptions", "preemptions", False),
+    ("prefix_hit_rate", "prefix hit rate", True),
+    ("sharing_savings", "sharing savings", True),
+    ("load_imbalance", "load imbalance", False),
     ("output_tokens_per_s", "output tok/s", True),
     ("requests_per_s", "req/s", True),
     ("ttft_s_p50", "TTFT p50 (s)", False),
@@ -64,8 +67,9 @@ def load(paths: list[str | Path]) -> ReportData:
             if record["kind"] == "estimate":
                 estimate_rows.append({**base, **flat_params, **record["metrics"]})
                 continue
-            bench_rows.append({**base, **flat_params, **{k: v for k, v in record["metrics"].items()
-                                                        if not isinstance(v, (dict, list))}})
+            router = record["params"].get("router")
+            bench_rows.append({**base, **flat_params, "router": router,
+                               **{k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}})
             timeseries[(record["run_id"], record["optimization"])] = record.get("timeseries") or {}
             params.setdefault(record["run_id"], {**record["params"], "kvplan_version": record.get("kvplan_version")})
     return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
@@ -82,13 +86,17 @@ def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
             entry: dict[str, Any] = {"run": run_id, "optimization": row["optimization"],
                                      "baseline": row["optimization"] == base["optimization"]}
             for metric, label, _ in COMPARISON:
-                if metric in row:
+                if metric in row and not _blank(row[metric]):
                     entry[label] = row[metric]
             for metric in RATIO_METRICS:
                 if metric in row and base.get(metric):
                     entry[f"{metric} vs base"] = row[metric] / base[metric]
             rows.append(entry)
     return pd.DataFrame(rows)
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and pd.isna(value))
 
 
 def alerts(bench: pd.DataFrame) -> list[dict[str, str]]:

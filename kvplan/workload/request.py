@@ -11,7 +11,10 @@ class Request:
 
     prompt_tokens: real token ids when known (prefix caching hashes them); otherwise
     block_hashes: one id per `hash_block_tokens` prompt tokens, as traces such as Mooncake
-    publish them (512 tokens per hash); otherwise neither (length-only workloads).
+    publish them (512 tokens per hash); otherwise neither (length-only workloads, whose
+    prompts never share a prefix). output_tokens: the ids the request will generate, when a
+    workload knows them (multi-turn chat: the next turn's prompt repeats them), so the
+    engine can cache generated blocks as vLLM does.
     """
 
     request_id: int
@@ -23,6 +26,7 @@ class Request:
     hash_block_tokens: int = 0
     session_id: str | None = None
     n: int = 1  # parallel samples sharing the prompt
+    output_tokens: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -36,6 +40,9 @@ class Request:
                              f"but prompt_len {self.prompt_len}")
         if self.block_hashes is not None and self.hash_block_tokens <= 0:
             raise ValueError(f"request {self.request_id}: block_hashes need a positive hash_block_tokens")
+        if self.output_tokens is not None and len(self.output_tokens) != self.output_len:
+            raise ValueError(f"request {self.request_id}: {len(self.output_tokens)} output tokens "
+                             f"but output_len {self.output_len}")
         if self.n < 1:
             raise ValueError(f"request {self.request_id}: n must be at least 1, got {self.n}")
 
