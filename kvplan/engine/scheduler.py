@@ -209,7 +209,8 @@ class Scheduler:
         for seq, count in plan.scheduled:
             computed = seq.num_computed + count
             seq.num_computed = computed
-            if caching and seq.hashes and computed >= (seq.cached_blocks + 1) * block_size:
+            if caching and seq.hashes and computed >= (seq.cached_blocks + 1) * block_size \
+                    and seq.cached_blocks < len(seq.hashes):
                 allocator.cache_full_blocks(seq)
             if computed < seq.prompt_len + seq.num_generated:
                 continue  # a prefill chunk: no token sampled yet
