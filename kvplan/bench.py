@@ -78,6 +78,12 @@ class BenchConfig:
     workload: dict[str, Any] = field(default_factory=dict)
     pods: int = 1
     routers: tuple[str, ...] = ()
+    mode: str = "simulated"
+    device: str = "auto"
+    model_path: str | None = None
+    layers: int | None = None
+    model_dtype: str = "auto"
+    kernel_backend: str | None = None
     w_hit: float = 0.8
     w_load: float = 0.2
 
@@ -90,6 +96,10 @@ class BenchConfig:
             raise ValueError(f"--pods must be at least 1, got {self.pods}")
         for router in self.routers:
             RouterConfig(router)  # validates the name
+        if self.mode not in ("simulated", "real"):
+            raise ValueError(f"--mode must be simulated or real, got '{self.mode}'")
+        if self.mode == "real" and self.pods > 1:
+            raise ValueError("--pods needs simulated mode; real mode runs one engine")
 
 
 @dataclass(frozen=True)
@@ -154,6 +164,11 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
         hits, queried = infinite_cache_hit_tokens(requests, config.block_size, hashes)
         bounds = {"prefix_hit_rate_upper_bound": hits / queried if queried else 0.0,
                   "trace_block_hit_bound": trace_block_bound(requests)}
+    loaded = None
+    if config.mode == "real":
+        from kvplan.real_bench import build_real_engine, load_for_bench
+
+        loaded = load_for_bench(config)
     records = []
     variants = [(o, r) for o in parsed for r in (config.routers or ("round-robin",))] if config.pods > 1 \
         else [(o, None) for o in parsed]
@@ -162,7 +177,8 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
         report = (lambda n, name=name: progress(name, n)) if progress else None
         engines = []
         for _ in range(config.pods):
-            engine, sizing = build_engine(config, optimization)
+            engine, sizing = (build_real_engine(config, optimization, loaded) if loaded
+                              else build_engine(config, optimization))
             if optimization.prefix_caching:
                 engine.allocator.known_hashes = hashes  # type: ignore[attr-defined]
             engines.append(engine)
@@ -173,6 +189,9 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
         else:
             result = engines[0].run(requests, report)
             metrics, timeseries = dict(result.metrics), result.timeseries
+        if loaded:
+            metrics["kv_bytes_allocated"] = engines[0].runner.kv_bytes  # type: ignore[attr-defined]
+            metrics["device"] = loaded.device
         metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
         if optimization.prefix_caching:
@@ -181,7 +200,7 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
                   **{f"scheduler_{k}": v for k, v in asdict(config.scheduler).items()},
                   "allocator": optimization.allocator, "kv_format": sizing.kv_format.name,
                   "max_model_len": sizing.max_model_len, "num_requests": len(requests), "router": router}
-        records.append(make_record("bench", run_id, "simulated", name, params, metrics, timeseries,
+        records.append(make_record("bench", run_id, config.mode, name, params, metrics, timeseries,
                                    baseline=index == 0))
     return records
 

@@ -93,6 +93,12 @@ def bench(
     swap_space_gib: Annotated[float, typer.Option(help="CPU swap area per GPU for --preemption swap.")] = 4.0,
     seed: SeedOpt = 0,
     out: Annotated[Optional[Path], typer.Option(help="Results JSONL (default reports/bench-MODEL-GPU.jsonl).")] = None,
+    mode: Annotated[str, typer.Option(help="simulated (roofline time, no tensors) or real (KV in torch block pools, a transformers model, wall-clock time).")] = "simulated",
+    device: Annotated[str, typer.Option(help="Real mode: cpu, cuda or auto.")] = "auto",
+    model_path: Annotated[Optional[Path], typer.Option(help="Real mode: a local transformers checkpoint folder (offline).")] = None,
+    layers: Annotated[Optional[int], typer.Option(help="Real mode with a profile: keep only the first N layers (random weights).")] = None,
+    model_dtype: Annotated[str, typer.Option(help="Real mode: fp32, fp16, bf16 or auto (fp32 on CPU, bf16 on CUDA).")] = "auto",
+    kernel_backend: Annotated[Optional[str], typer.Option(help="Real mode kernels: triton, torch or reference (default: Triton where it can run).")] = None,
     report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -105,7 +111,11 @@ def bench(
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
     for name in names:
         parse_optimization(name)
+    if model_path is not None:
+        model = str(model_path)
     spec = load_model(model)
+    if mode == "real" and max_model_len is None:
+        max_model_len = min(spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
     if max_model_len is None:
         max_model_len = spec.max_position_embeddings if trace else min(DEFAULT_MAX_MODEL_LEN, spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN)
     if max_model_len < 2:
@@ -127,13 +137,16 @@ def bench(
                          max_model_len=max_model_len, scheduler=scheduler, seed=seed,
                          swap_space_gib=swap_space_gib if preemption == "swap" else 0.0, workload=workload_info,
                          pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip()) if pods > 1 else (),
-                         w_hit=w_hit, w_load=w_load)
-    for name in names:  # fail on impossible sizing before any progress bar is drawn
-        size_engine(config, parse_optimization(name))
-    out = out or Path("reports") / f"bench-{spec.name}-{gpu}.jsonl"
+                         w_hit=w_hit, w_load=w_load, mode=mode, device=device,
+                         model_path=str(model_path) if model_path else None, layers=layers,
+                         model_dtype=model_dtype, kernel_backend=kernel_backend)
+    if mode == "simulated":
+        for name in names:  # fail on impossible sizing before any progress bar is drawn
+            size_engine(config, parse_optimization(name))
+    out = out or Path("reports") / f"bench-{spec.name}-{gpu if mode == 'simulated' else 'real'}.jsonl"
     started = time.perf_counter()
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=error_console, transient=as_json) as progress:
+                  console=error_console, transient=True) as progress:
         tasks = {name: progress.add_task(name, total=len(requests)) for name in variant_names(config, names)}
         records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
     write_jsonl(out, records)
@@ -182,7 +195,8 @@ def render_comparison(records: list[dict[str, Any]]) -> None:
     base = records[0]["metrics"]
     params = records[0]["params"]
     mode = records[0].get("mode", "simulated")
-    table = Table(title=f"{params['model']} on {params['tp']} x {params['gpu']}, {params['num_requests']:,} requests "
+    where = f"real mode on {records[0]['metrics']['device']}" if mode == "real" else f"{params['tp']} x {params['gpu']}"
+    table = Table(title=f"{params['model']} on {where}, {params['num_requests']:,} requests "
                         f"({params['workload'].get('kind')}), KV {params['kv_format']}, "
                         f"max_model_len {params['max_model_len']:,}", header_style="bold", title_justify="left")
     table.add_column("metric", style="cyan", no_wrap=True)
@@ -199,6 +213,8 @@ def render_comparison(records: list[dict[str, Any]]) -> None:
     console.print(table)
     if mode == "simulated":
         console.print("[dim]* modeled from the GPU roofline, not measured[/]")
+    else:
+        console.print("[dim]* measured wall-clock time[/]")
 
 
 def _cell(metrics: dict[str, Any], key: str, kind: str) -> str:
