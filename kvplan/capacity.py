@@ -49,6 +49,7 @@ class PlanInputs:
     weight_dtype: str | None = None
     respect_windows: bool = False  # size sliding-window layers at their window (ideal)
     gpu_memory_gib: float | None = None
+    kv_budget: int | None = None  # tokens an eviction policy keeps per layer per sequence
 
     def __post_init__(self) -> None:
         checks = [
@@ -63,6 +64,7 @@ class PlanInputs:
             (self.reserve_bytes is None or self.reserve_bytes >= 0, "--reserve-gib must not be negative"),
             (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "--kv-cache-gib must be positive"),
             (self.gpu_memory_gib is None or self.gpu_memory_gib > 0, "--gpu-mem-gib must be positive"),
+            (self.kv_budget is None or self.kv_budget >= 1, "--kv-budget must be at least 1 token"),
         ]
         for ok, message in checks:
             if not ok:
@@ -134,7 +136,7 @@ class CapacityPlan:
             "weight_dtype": i.weight_dtype or i.model.weight_dtype,
             "context": i.max_model_len, "batch": i.batch, "block_size": i.block_size,
             "gpu_memory_utilization": i.gpu_memory_utilization,
-            "allocation": "ideal" if i.respect_windows else "full",
+            "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
             "params_total": i.model.params.total, "params_active": i.model.params.active,
             "kv_bytes_per_token": i.model.kv_bytes_per_token(i.kv_format),
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token,
@@ -157,6 +159,8 @@ def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool) -> float
     total = float(model.state_bytes_per_seq(inputs.tp))
     for group in model.token_groups:
         tokens = group.retained_tokens(context) if respect_windows else context
+        if inputs.kv_budget is not None:
+            tokens = min(tokens, inputs.kv_budget)
         total += math.ceil(tokens / block) * block * group.bytes_per_token(fmt, inputs.tp)
     return total
 

@@ -102,6 +102,8 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
         seq = np.full(n, float(state))
         for group in model.token_groups:
             tokens = np.minimum(context, group.window) if (base.respect_windows and group.window) else context
+            if base.kv_budget is not None:
+                tokens = np.minimum(tokens, base.kv_budget)
             seq += np.ceil(tokens / block) * block * group.bytes_per_token(fmt, point.tp)
         pool = np.maximum(0, budget) if state else blocks * block * per_token
         weights_fail = (weights + reserve > usable) & (base.kv_cache_bytes is None)

@@ -99,6 +99,9 @@ def bench(
     layers: Annotated[Optional[int], typer.Option(help="Real mode with a profile: keep only the first N layers (random weights).")] = None,
     model_dtype: Annotated[str, typer.Option(help="Real mode: fp32, fp16, bf16 or auto (fp32 on CPU, bf16 on CUDA).")] = "auto",
     kernel_backend: Annotated[Optional[str], typer.Option(help="Real mode kernels: triton, torch or reference (default: Triton where it can run).")] = None,
+    quality_text: Annotated[Optional[Path], typer.Option(help="Real mode: measure perplexity, KL and greedy agreement of each optimization (KV formats, eviction policies) on this text.")] = None,
+    tokenizer: Annotated[Optional[Path], typer.Option(help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
+    kv_budget: Annotated[Optional[int], typer.Option(help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
     report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -109,6 +112,14 @@ def bench(
     from kvplan.results import write_jsonl
 
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
+    if quality_text is not None:
+        if mode != "real":
+            raise ValueError("--quality-text needs --mode real: quality is measured on a real model")
+        from kvplan.cli.quality import run_quality_command
+
+        run_quality_command(model, model_path, layers, device, model_dtype, seed, names, quality_text, tokenizer,
+                            kv_budget, kv_cache_gib, out, as_json, report)
+        return
     for name in names:
         parse_optimization(name)
     if model_path is not None:

@@ -38,6 +38,7 @@ def estimate(
     reserve_gib: Annotated[Optional[float], typer.Option(help="Memory per GPU held for activations and runtime; default: a heuristic (see README).")] = None,
     kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it (vLLM's kv_cache_memory_bytes).")] = None,
     gpu_mem_gib: Annotated[Optional[float], typer.Option(help="Override the GPU's memory capacity (GiB).")] = None,
+    kv_budget: Annotated[Optional[int], typer.Option(help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer per sequence.")] = None,
     sweep_axes: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.")] = None,
     csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write the sweep (or the single estimate) as CSV.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write kvplan.result/1 records (JSONL) for `kvplan report`.")] = None,
@@ -55,6 +56,7 @@ def estimate(
         reserve_bytes=None if reserve_gib is None else reserve_gib * GIB,
         kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * GIB,
         weight_dtype=weight_dtype, respect_windows=allocation == "ideal", gpu_memory_gib=gpu_mem_gib,
+        kv_budget=kv_budget,
     )
     if not sweep_axes:
         check_can_fit_somehow(inputs)

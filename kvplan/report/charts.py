@@ -326,3 +326,30 @@ def routers(data: ReportData) -> Figure:
     for ax in axes[0]:
         ax.tick_params(axis="x", labelrotation=25, labelsize=8)
     return figure
+
+
+def has_quality(data: ReportData) -> bool:
+    return not data.quality.empty
+
+
+@chart("memory_vs_quality", "Memory vs quality: KV bytes per sequence against perplexity (Pareto frontier dashed)",
+       has_quality)
+def memory_vs_quality(data: ReportData) -> Figure:
+    frame = data.quality
+    figure, axes = _figure(width=9, height=4.6)
+    ax = axes[0][0]
+    kib = [v / 1024 for v in frame["kv_bytes_per_seq"]]
+    ax.scatter(kib, frame["perplexity"], color="#1971c2", zorder=3)
+    for x, y, name in zip(kib, frame["perplexity"], frame["optimization"]):
+        ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    points = sorted(zip(kib, frame["perplexity"]))
+    frontier, best = [], float("inf")
+    for x, y in points:  # lowest perplexity reachable with at most this much memory
+        if y < best:
+            frontier.append((x, y))
+            best = y
+    ax.plot([p[0] for p in frontier], [p[1] for p in frontier], linestyle="--", color="grey", zorder=2)
+    ax.set_xlabel("KV per sequence (KiB)")
+    ax.set_ylabel("perplexity (lower is better)")
+    ax.set_yscale("log")
+    return figure

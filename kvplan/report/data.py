@@ -47,12 +47,13 @@ class ReportData:
     estimate: pd.DataFrame
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> run parameters
+    quality: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def load(paths: list[str | Path]) -> ReportData:
     if not paths:
         raise ValueError("no results files given; pass one or more files written by kvplan bench or estimate --out")
-    bench_rows, estimate_rows = [], []
+    bench_rows, estimate_rows, quality_rows = [], [], []
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = {}
     params: dict[str, dict[str, Any]] = {}
     for path in paths:
@@ -67,13 +68,17 @@ def load(paths: list[str | Path]) -> ReportData:
             if record["kind"] == "estimate":
                 estimate_rows.append({**base, **flat_params, **record["metrics"]})
                 continue
+            if record["kind"] == "quality":
+                quality_rows.append({**base, **flat_params, **{k: v for k, v in record["metrics"].items()
+                                                             if not isinstance(v, list)}})
+                continue
             router = record["params"].get("router")
             bench_rows.append({**base, **flat_params, "router": router,
                                **{k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}})
             timeseries[(record["run_id"], record["optimization"])] = record.get("timeseries") or {}
             params.setdefault(record["run_id"], {**record["params"], "kvplan_version": record.get("kvplan_version")})
     return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
-                      timeseries, params)
+                      timeseries, params, pd.DataFrame(quality_rows))
 
 
 def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:

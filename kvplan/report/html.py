@@ -82,6 +82,13 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
         else:
             parts.append('<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
                          "the usual thresholds</div>")
+    if not data.quality.empty:
+        columns = [c for c in ("optimization", "policy", "kv_format", "kv_budget", "kv_bytes_per_seq", "kv_bytes_vs_base",
+                               "max_concurrency", "perplexity", "perplexity_vs_base", "kl_mean", "greedy_agreement")
+                   if c in data.quality]
+        parts += ["<h2>Memory and quality</h2>",
+                  '<p class="muted">measured on a real model: perplexity of the text, KL(full || optimized), '
+                  "greedy agreement with the full cache</p>", _table(data.quality[columns])]
     if charts:
         parts.append("<h2>Charts</h2>")
         for item, path in charts:

@@ -1,0 +1,111 @@
+"""Eviction policies' retained-token sets on tiny inputs, and quality on stories260K."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvplan.quality.policies import (PolicySpec, keep_h2o, keep_paged, keep_sliding, keep_snapkv, keep_streaming,
+                                     split_budget)
+
+
+def test_sliding_and_streaming_keep_sets() -> None:
+    assert keep_sliding(10, 4) == [6, 7, 8, 9]
+    assert keep_sliding(3, 4) == [0, 1, 2]
+    assert keep_streaming(10, 6) == [0, 1, 2, 3, 8, 9]  # 4 sinks + the 2 most recent
+    assert keep_streaming(5, 6) == [0, 1, 2, 3, 4]
+
+
+def test_h2o_keeps_recent_half_and_heavy_hitters() -> None:
+    scores = [5.0, 0.1, 3.0, 0.2, 4.0, 0.3, 0.0, 0.0]
+    assert keep_h2o(scores, 4) == [0, 4, 6, 7]  # recent 2 (6, 7) + the 2 heaviest older ones (0, 4)
+    assert keep_h2o(scores, 4, recent=1) == [0, 2, 4, 7]
+    assert keep_h2o([1.0, 1.0, 1.0], 2, recent=0) == [0, 1]  # ties keep the earlier token
+
+
+def test_snapkv_pools_votes_and_keeps_the_window() -> None:
+    votes = [0.0, 0.0, 9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # 10 earlier tokens, window of 2
+    assert keep_snapkv(votes, budget=5, window=2, kernel=3) == [1, 2, 3, 10, 11]
+    assert keep_snapkv(votes, budget=20, window=2) == list(range(12))
+
+
+def test_paged_eviction_drops_whole_blocks() -> None:
+    positions = list(range(12))
+    scores = [9, 9, 9, 9, 1, 1, 1, 1, 5, 5, 5, 5]
+    assert keep_paged(scores, positions, budget=8, block=4) == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert keep_paged(scores, positions, budget=4, block=4) == [8, 9, 10, 11]  # the newest block stays
+
+
+def test_entropy_budget_split() -> None:
+    assert split_budget(40, [1.0, 1.0, 2.0]) == [11, 11, 18]
+    assert sum(split_budget(37, [0.3, 2.0, 1.1, 0.0])) == 37
+    with pytest.raises(ValueError):
+        split_budget(10, [1.0, 1.0, 1.0])
+
+
+def test_policy_specs_validate() -> None:
+    with pytest.raises(ValueError, match="unknown policy"):
+        PolicySpec("lru")
+    with pytest.raises(ValueError, match="token budget"):
+        PolicySpec("h2o")
+
+
+@pytest.fixture(scope="module")
+def stories(shared_data: Path):
+    pytest.importorskip("transformers")
+    from kvplan.engine.hf_model import load_causal_lm
+    from kvplan.quality.evaluate import run_policy
+    from kvplan.quality.tokenizer import Llama2cTokenizer
+
+    root = shared_data / "models/stories260K"
+    tokens = Llama2cTokenizer(root / "tok512.bin").encode((root / "tinystories_validation_0.txt").read_text().strip())
+    model, _ = load_causal_lm("stories260K", str(root / "hf"), None, "fp32", "cpu")
+    reference, _ = run_policy(model, tokens, PolicySpec("full"))
+    return model, tokens, reference
+
+
+def test_baseline_nll_reproduces_the_published_figure(stories) -> None:
+    from kvplan.quality.evaluate import evaluate
+
+    model, tokens, reference = stories
+    assert len(tokens) == 171
+    result = evaluate(model, tokens, PolicySpec("full"), reference=reference)
+    assert result.nll == pytest.approx(1.2977, abs=5e-5) and round(result.perplexity, 2) == 3.66
+    assert result.kl_mean == pytest.approx(0.0, abs=1e-9)
+
+
+def test_int8_within_one_percent_and_int4_as_published(stories) -> None:
+    from kvplan.quality.evaluate import evaluate
+
+    model, tokens, reference = stories
+    int8 = evaluate(model, tokens, PolicySpec("full"), "int8", reference=reference)
+    int4 = evaluate(model, tokens, PolicySpec("full"), "int4", reference=reference)
+    assert int8.perplexity == pytest.approx(3.661, rel=0.01)  # shared README: 3.666 at 8 bits
+    assert int4.perplexity == pytest.approx(8.59, rel=0.01)  # and 8.59 at 4 bits
+    assert int8.kv_bytes_per_seq == 171 * 5 * 2 * 4 * (8 + 4)  # int8 values + one fp32 scale per token-head
+
+
+def test_streaming_beats_sliding_window_at_equal_budget(stories) -> None:
+    from kvplan.quality.evaluate import evaluate
+
+    model, tokens, reference = stories
+    sliding = evaluate(model, tokens, PolicySpec("sliding-window", 32), reference=reference)
+    streaming = evaluate(model, tokens, PolicySpec("streaming", 32), reference=reference)
+    assert streaming.kv_bytes_per_seq == sliding.kv_bytes_per_seq == 32 * 5 * 2 * 4 * 8 * 4
+    assert streaming.perplexity < sliding.perplexity  # the StreamingLLM finding
+
+
+def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
+    from kvplan.capacity import PlanInputs, plan
+    from kvplan.profiles import load_gpu, load_model
+    from kvplan.quality.evaluate import evaluate
+    from kvplan.spec import parse_kv_format
+
+    model, tokens, _ = stories
+    spec = load_model(str(shared_data / "models/stories260K/hf"))
+    for fmt, name in ((None, "fp32"), ("int8", "int8"), ("int4", "int4")):
+        measured = evaluate(model, tokens, PolicySpec("h2o", 40), fmt).kv_bytes_per_seq
+        estimated = plan(PlanInputs(spec, load_gpu("l4"), kv_format=parse_kv_format(name), context=len(tokens),
+                                    block_size=1, kv_budget=40), suggest=False).seq_bytes
+        assert measured == estimated
