@@ -18,6 +18,7 @@ from kvplan.engine.prefix import hashes_by_request, infinite_cache_hit_tokens, t
 from kvplan.engine.runner import SimulatedRunner
 from kvplan.engine.scheduler import SchedulerConfig
 from kvplan.profiles import load_gpu, load_model
+from kvplan.quality.policies import POLICIES
 from kvplan.results import make_record
 from kvplan.roofline import Roofline
 from kvplan.spec import KVFormat, ModelSpec, parse_kv_format
@@ -36,16 +37,19 @@ class Optimization:
     allocator: str = "paged"
     kv_dtype: str | None = None  # None: the run's --kv-dtype
     prefix_caching: bool = False
+    policy: str | None = None  # an eviction policy, applied in simulated mode as a token budget
 
 
 def parse_optimization(text: str) -> Optimization:
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:
         raise ValueError("empty optimization name; use e.g. paged, contiguous-max or paged+fp8")
-    allocator, kv_dtype, prefix = None, None, False
+    allocator, kv_dtype, prefix, policy = None, None, False, None
     for part in parts:
         if part == "prefix":
             prefix = True
+        elif part in POLICIES:
+            policy = part
         elif part in ALLOCATORS:
             if allocator:
                 raise ValueError(f"'{text}' names two allocators; compose one allocator with other parts")
@@ -54,11 +58,13 @@ def parse_optimization(text: str) -> Optimization:
             parse_kv_format(part)
             kv_dtype = part
         else:
-            known = ", ".join((*ALLOCATORS, "prefix", *KV_FORMAT_PARTS))
+            known = ", ".join((*ALLOCATORS, "prefix", *POLICIES, *KV_FORMAT_PARTS))
             raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
     if prefix and allocator not in (None, "paged"):
         raise ValueError(f"'{text}': prefix caching needs the paged allocator")
-    return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix)
+    if policy and allocator not in (None, "paged"):
+        raise ValueError(f"'{text}': eviction policies need the paged allocator")
+    return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix, policy)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class BenchConfig:
     workload: dict[str, Any] = field(default_factory=dict)
     pods: int = 1
     routers: tuple[str, ...] = ()
+    kv_budget: int | None = None
     mode: str = "simulated"
     device: str = "auto"
     model_path: str | None = None
@@ -137,8 +144,15 @@ def size_engine(config: BenchConfig, optimization: Optimization) -> EngineSizing
 
 def build_engine(config: BenchConfig, optimization: Optimization) -> tuple[Engine, EngineSizing]:
     sizing = size_engine(config, optimization)
+    budget = None
+    if optimization.policy:
+        if config.kv_budget is None or config.kv_budget <= config.block_size:
+            raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block ({config.block_size} tokens)")
+        budget = config.kv_budget
+    # StreamingLLM keeps its attention sinks: the first block is never released.
     allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
-                               sizing.max_model_len, prefix_caching=optimization.prefix_caching)
+                               sizing.max_model_len, prefix_caching=optimization.prefix_caching,
+                               token_budget=budget, sink_blocks=1 if optimization.policy == "streaming" else 0)
     roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
     swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
     scheduler = replace(config.scheduler, swap_slots=swap_slots)

@@ -150,7 +150,7 @@ def bench(
                          pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip()) if pods > 1 else (),
                          w_hit=w_hit, w_load=w_load, mode=mode, device=device,
                          model_path=str(model_path) if model_path else None, layers=layers,
-                         model_dtype=model_dtype, kernel_backend=kernel_backend)
+                         model_dtype=model_dtype, kernel_backend=kernel_backend, kv_budget=kv_budget)
     if mode == "simulated":
         for name in names:  # fail on impossible sizing before any progress bar is drawn
             size_engine(config, parse_optimization(name))

@@ -46,7 +46,8 @@ class Allocator(ABC):
 
     @property
     def shared_slots(self) -> int:
-        """Slots counted twice when summing sequences (a shared block counts once)."""
+        """Slots in the per-sequence token sum that hold no distinct KV: shared blocks beyond
+        their first holder, and tokens an eviction budget dropped."""
         return 0
 
     @property
@@ -97,7 +98,7 @@ class PagedAllocator(Allocator):
     optionally automatic prefix caching over hash-chained full blocks."""
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
-                 prefix_caching: bool = False) -> None:
+                 prefix_caching: bool = False, token_budget: int | None = None, sink_blocks: int = 0) -> None:
         self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
@@ -107,6 +108,13 @@ class PagedAllocator(Allocator):
         self.stats = PrefixStats()
         self.known_hashes: dict[int, list[int]] = {}  # request id -> block hashes, computed once per run
         self.free_hits = 0
+        # An eviction policy's budget (simulated mode applies it as memory only): a sequence
+        # keeps at most this many blocks; older ones (after `sink_blocks`) are released.
+        if token_budget is not None and prefix_caching:
+            raise ValueError("prefix caching cannot be combined with an eviction budget in simulated mode")
+        self.max_blocks = -(-token_budget // block_size) if token_budget else None
+        self.sink_blocks = sink_blocks if token_budget else 0
+        self.evicted_slots = 0  # tokens of live sequences dropped by the budget
 
     @property
     def reserved_slots(self) -> int:  # type: ignore[override]
@@ -200,33 +208,61 @@ class PagedAllocator(Allocator):
 
     @property
     def shared_slots(self) -> int:  # type: ignore[override]
-        return self.pool.extra_refs * self.block_size
+        # Shared blocks count once; tokens an eviction budget dropped count not at all.
+        return self.pool.extra_refs * self.block_size + self.evicted_slots
 
     @property
     def cached_free_slots(self) -> int:  # type: ignore[override]
         return self.pool.num_cached_free * self.block_size
 
     def allocate(self, seq: Sequence, tokens: int) -> bool:
-        needed = -(-tokens // self.block_size) - len(seq.block_table)
+        needed = -(-tokens // self.block_size) - len(seq.block_table) - seq.dropped_blocks
         if needed <= 0:
             return True
+        if self.max_blocks is not None:  # blocks beyond the budget replace the oldest ones
+            needed = min(needed, self.max_blocks - len(seq.block_table) + 1)
         if needed > self.pool.num_free:
             return False
         seq.block_table.extend(self.pool.allocate(needed))
-        seq.capacity = len(seq.block_table) * self.block_size
+        if self.max_blocks is not None:
+            self._drop_oldest(seq, tokens)
+        seq.capacity = (len(seq.block_table) + seq.dropped_blocks) * self.block_size
         return True
+
+    def _drop_oldest(self, seq: Sequence, tokens: int) -> None:
+        """Keep the blocks covering the newest tokens (and the sink blocks) within the budget;
+        positions that skip whole blocks are counted as dropped without holding them."""
+        total = -(-tokens // self.block_size)  # blocks this many tokens span
+        skipped = total - len(seq.block_table) - seq.dropped_blocks
+        seq.dropped_blocks += max(0, skipped)
+        self.evicted_slots += max(0, skipped) * self.block_size
+        while len(seq.block_table) > self.max_blocks:  # type: ignore[operator]
+            victim = seq.block_table.pop(self.sink_blocks)
+            self.pool.free([victim])
+            seq.dropped_blocks += 1
+            self.evicted_slots += self.block_size
 
     def free(self, seq: Sequence) -> None:
         self.pool.free(reversed(seq.block_table))  # tail blocks are reclaimed first
+        self.evicted_slots -= seq.dropped_blocks * self.block_size
         seq.block_table = []
         seq.capacity = 0
         seq.cached_blocks = 0
+        seq.dropped_blocks = 0
 
     def reservation_size(self, seq: Sequence) -> int:
-        return -(-seq.final_len // self.block_size) * self.block_size
+        blocks = -(-seq.final_len // self.block_size)
+        if self.max_blocks is not None:
+            blocks = min(blocks, self.max_blocks)
+        return blocks * self.block_size
 
     def planned_slots(self, seq: Sequence) -> int:
         return len(seq.block_table) * self.block_size  # nothing is reserved ahead
+
+    @property
+    def retained_cap(self) -> int | None:
+        """Tokens a sequence's attention can read at most (the budget, in whole blocks)."""
+        return self.max_blocks * self.block_size if self.max_blocks is not None else None
 
 
 class ContiguousAllocator(Allocator):
@@ -306,11 +342,13 @@ class ContiguousAllocator(Allocator):
 
 
 def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
-                   watermark: float = 0.01, prefix_caching: bool = False) -> Allocator:
+                   watermark: float = 0.01, prefix_caching: bool = False, token_budget: int | None = None,
+                   sink_blocks: int = 0) -> Allocator:
     if kind == "paged":
-        return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching)
-    if prefix_caching:
-        raise ValueError(f"prefix caching needs the paged allocator, not {kind}")
+        return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching, token_budget,
+                              sink_blocks)
+    if prefix_caching or token_budget:
+        raise ValueError(f"prefix caching and eviction budgets need the paged allocator, not {kind}")
     if kind.startswith("contiguous-"):
         return ContiguousAllocator(kind.removeprefix("contiguous-"), capacity_slots, max_model_len)
     raise ValueError(f"unknown allocator '{kind}'; use one of: {', '.join(ALLOCATORS)}")

@@ -102,6 +102,7 @@ class Scheduler:
         running = self.running
         preempted = False
         context = pairs = 0
+        cap = getattr(self.allocator, "retained_cap", None)
         # The hot loop of the simulator: kept flat, with the common decode case (one token
         # that fits the slots already held) touching no allocator. Popping victims from the
         # end while iterating is safe: the loop stops where the list now ends.
@@ -129,6 +130,8 @@ class Scheduler:
                 needed = before + count
             scheduled.append((seq, count))
             budget -= count
+            if cap is not None and needed > cap:  # an eviction budget: attention reads what is kept
+                needed, before = cap, min(before, cap)
             context += needed
             pairs += count * before + count * (count + 1) // 2
         plan.context_tokens, plan.attention_pairs = context, pairs
@@ -168,8 +171,10 @@ class Scheduler:
             plan.scheduled.append((seq, count))
             budget -= count
             before = seq.num_computed
-            plan.context_tokens += before + count
-            plan.attention_pairs += count * before + count * (count + 1) // 2
+            cap = getattr(allocator, "retained_cap", None)
+            read = before + count if cap is None else min(before + count, cap)
+            plan.context_tokens += read
+            plan.attention_pairs += count * (before if cap is None else min(before, cap)) + count * (count + 1) // 2
         return budget
 
     def _chunk_of(self, pending: int, budget: int) -> int:

@@ -23,7 +23,8 @@ class Sequence:
 
     __slots__ = ("request", "prompt_len", "output_len", "capacity", "status", "num_computed", "num_generated", "num_cached", "block_table", "extent",
                  "first_token_s", "finish_s", "admitted_s", "preemptions", "reject_reason", "final_len",
-                 "hit_tokens", "swapped_blocks", "sample_index", "hashes", "cached_blocks")
+                 "hit_tokens", "swapped_blocks", "sample_index", "hashes", "cached_blocks",
+                 "dropped_blocks")
 
     def __init__(self, request: Request, sample_index: int = 0) -> None:
         self.request = request
@@ -47,6 +48,7 @@ class Sequence:
         self.sample_index = sample_index  # parallel samples (n > 1) fork from sample 0
         self.hashes: list[int] | None = None  # full-block hashes, computed on first lookup
         self.cached_blocks = 0  # leading blocks of the table already registered in the cache
+        self.dropped_blocks = 0  # old blocks an eviction budget released (their tokens are gone)
 
     @property
     def known_tokens(self) -> int:
