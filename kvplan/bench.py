@@ -54,7 +54,7 @@ def parse_optimization(text: str) -> Optimization:
             if allocator:
                 raise ValueError(f"'{text}' names two allocators; compose one allocator with other parts")
             allocator = part
-        elif part in KV_FORMAT_PARTS or part.startswith(("int4-g", "int8-g", "int2-g")):
+        elif part in KV_FORMAT_PARTS or part.startswith(("int4-g", "int8-g", "int2-g", "kivi-int")):
             parse_kv_format(part)
             kv_dtype = part
         else:

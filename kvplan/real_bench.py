@@ -59,6 +59,9 @@ def build_real_engine(config: Any, optimization: Any, loaded: LoadedModel) -> tu
 
     spec = loaded.spec
     kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
+    if kv_format.scale == "kivi":
+        raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
+                         "per-token or group scales)")
     max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
     slot_bytes = spec.kv_bytes_per_token(kv_format)
     budget = kv_budget_bytes(config, loaded)

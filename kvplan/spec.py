@@ -216,7 +216,7 @@ def dtype_bytes(name: str) -> float:
         ) from None
 
 
-ScaleScheme = Literal["none", "tensor", "token-head", "group"]
+ScaleScheme = Literal["none", "tensor", "token-head", "group", "kivi"]
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,12 @@ class KVFormat:
             return data + self.scale_bytes
         if self.scale == "group":
             return data + math.ceil(dim / (self.group_size or dim)) * self.scale_bytes
+        if self.scale == "kivi":
+            # KIVI: a key's scales are per channel, shared by a group of tokens; a value's are
+            # per token. Averaged over the K and V vectors of a token; the full-precision
+            # recent window is not counted (steady state).
+            key_scales = dim * self.scale_bytes / (self.group_size or 1)
+            return data + (key_scales + self.scale_bytes) / 2
         return float(data)  # per-tensor scales are a few bytes per layer, not per token
 
     @property
@@ -258,7 +264,7 @@ _ALIASES = {"fp8": "fp8-e4m3", "float16": "fp16", "bfloat16": "bf16", "float32":
 _INT_PATTERN = re.compile(r"^int(8|4|2)(?:-(g(\d+)|tensor|token))?$")
 
 KV_FORMAT_NAMES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4",
-                   "int2-g32", "int4-g64 (any int{8,4,2}-gN)")
+                   "int2-g32", "int4-g64 (any int{8,4,2}-gN)", "kivi-int2", "kivi-int4")
 
 
 def parse_kv_format(name: str, model: ModelSpec | None = None) -> KVFormat:
@@ -269,6 +275,8 @@ def parse_kv_format(name: str, model: ModelSpec | None = None) -> KVFormat:
         key = model.dtype if model is not None and model.dtype in _FLOAT_FORMATS else "bf16"
     if key in _FLOAT_FORMATS:
         return _FLOAT_FORMATS[key]
+    if key in ("kivi-int2", "kivi-int4"):
+        return KVFormat(key, int(key[-1]), False, "kivi", 32)
     match = _INT_PATTERN.match(key)
     if not match:
         raise ValueError(f"unknown KV dtype '{name}'; use one of: {', '.join(KV_FORMAT_NAMES)}")

@@ -194,3 +194,16 @@ def test_bench_quality_table_and_pareto_report(shared_data: Path, tmp_path: Path
     written = write_report([out], tmp_path / "report")
     assert written.charts == ["memory_vs_quality"]
     assert "Memory and quality" in written.index.read_text()
+
+
+def test_kivi_bytes_and_quality(stories) -> None:
+    from kvplan.quality.evaluate import evaluate
+    from kvplan.spec import parse_kv_format
+
+    fmt = parse_kv_format("kivi-int4")
+    assert 2 * fmt.bytes_per_vector(128) == 2 * 64 + 128 * 4 / 32 + 4  # K and V of one token-head
+    model, tokens, reference = stories
+    kivi = evaluate(model, tokens, PolicySpec("full"), "kivi-int4", reference=reference)
+    per_token = evaluate(model, tokens, PolicySpec("full"), "int4", reference=reference)
+    # Keys per channel + a full-precision window: the KIVI finding, 3.665 against 8.59.
+    assert kivi.perplexity < 1.01 * 3.661 < per_token.perplexity

@@ -33,6 +33,7 @@ class LayerCache:
     entropy: float = 0.0
     entropy_steps: int = 0
     peak_tokens: int = 0
+    quantized: int = 0  # KIVI: leading tokens already quantized (the rest is the full-precision window)
 
 
 @dataclass
@@ -54,10 +55,13 @@ def policy_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
         raise RuntimeError("kvplan policy attention needs an evaluation state")
     cache = state.layers[module.layer_idx]
     k, v = key[0], value[0]  # [kv_heads, 1, head_dim]
-    if state.kv_format:
+    kivi = kivi_bits(state.kv_format)
+    if state.kv_format and not kivi:
         k, v = _round_trip(k, state.kv_format), _round_trip(v, state.kv_format)
     cache.keys = k if cache.keys is None else torch.cat([cache.keys, k], dim=1)
     cache.values = v if cache.values is None else torch.cat([cache.values, v], dim=1)
+    if kivi:
+        _kivi_quantize(cache, kivi)
     cache.positions.append(state.step)
     cache.scores.append(0.0)
     q = query[0, :, 0]  # [heads, head_dim]
@@ -75,6 +79,36 @@ def policy_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     cache.peak_tokens = max(cache.peak_tokens, len(cache.positions))
     _prune(state, module.layer_idx, cache)
     return out.to(query.dtype)[None, None], None
+
+
+KIVI_GROUP = 32  # tokens per key-channel quantization group
+KIVI_WINDOW = 32  # most recent tokens kept in full precision
+
+
+def kivi_bits(fmt: str | None) -> int:
+    """2 or 4 for 'kivi-int2' / 'kivi-int4', else 0."""
+    if fmt and fmt.startswith("kivi-int") and fmt[8:] in ("2", "4"):
+        return int(fmt[8:])
+    if fmt and fmt.startswith("kivi"):
+        raise ValueError(f"unknown KIVI format '{fmt}'; use kivi-int2 or kivi-int4")
+    return 0
+
+
+def _kivi_quantize(cache: LayerCache, bits: int) -> None:
+    """KIVI (Liu et al. 2024): keys quantized per channel over groups of tokens, values per
+    token, once a whole group has left the full-precision recent window."""
+    from kvplan.kernels.quant import dequantize, quantize
+
+    qmax = 2 ** (bits - 1) - 1
+    while len(cache.positions) - cache.quantized >= KIVI_WINDOW + KIVI_GROUP:
+        start, end = cache.quantized, cache.quantized + KIVI_GROUP
+        keys = cache.keys[:, start:end].float()  # [kv_heads, group, head_dim]
+        scale = keys.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / qmax  # one per channel
+        cache.keys[:, start:end] = ((keys / scale).round().clamp(-qmax, qmax) * scale).to(cache.keys.dtype)
+        values = cache.values[:, start:end].float()
+        stored, scales = quantize(values, f"int{bits}")
+        cache.values[:, start:end] = dequantize(stored, scales, f"int{bits}", values.shape[-1]).to(cache.values.dtype)
+        cache.quantized = end
 
 
 def _round_trip(x: Any, fmt: str) -> Any:
@@ -171,7 +205,10 @@ def evaluate(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | N
     """Quality of `spec` + `kv_format` against the full cache (`reference`: its logits)."""
     import torch
 
-    per_token = bytes_per_token_layer(model, kv_format)
+    kivi = kivi_bits(kv_format)
+    if kivi and spec.name != "full":
+        raise ValueError("KIVI formats combine with the full cache only (no eviction policy)")
+    per_token = bytes_per_token_layer(model, None if kivi else kv_format)
     budgets = None
     if spec.name == "entropy-budget":
         _, probe = run_policy(model, tokens, PolicySpec("full"))
@@ -190,6 +227,16 @@ def evaluate(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | N
         agreement = sum(p == t for p, t in zip(predicted, greedy[1:])) / max(1, len(greedy) - 1)
     retained = [len(layer.positions) for layer in state.layers]
     peak = [layer.peak_tokens for layer in state.layers]
+    if kivi:  # quantized tokens at KIVI's size, the recent window at full precision
+        config = model.config
+        heads = config.num_key_value_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        packed = -(-dim * kivi // 8)
+        key_bytes = heads * (packed * KIVI_GROUP + dim * 4)  # a group: values + one fp32 scale per channel
+        value_bytes = heads * (packed + 4) * KIVI_GROUP  # a group: per token values + one fp32 scale
+        quantized = sum(layer.quantized for layer in state.layers)
+        total = quantized // KIVI_GROUP * (key_bytes + value_bytes) + (sum(retained) - quantized) * per_token
+        return QualityResult(kv_format, nll, math.exp(nll), kl, agreement, total, total, retained)
     return QualityResult(spec.name if not kv_format else f"{spec.name}+{kv_format}" if spec.name != "full" else kv_format,
                          nll, math.exp(nll), kl, agreement, sum(retained) * per_token, sum(peak) * per_token,
                          retained)

@@ -18,7 +18,7 @@ def parse(name: str, budget: int | None) -> tuple[PolicySpec, str | None]:
     for part in (p.strip().lower() for p in name.split("+") if p.strip()):
         if part in POLICIES:
             policy = part
-        elif part in KV_PARTS or part.startswith(("int4-g", "int8-g", "int2-g")):
+        elif part in KV_PARTS or part.startswith(("int4-g", "int8-g", "int2-g", "kivi-int")):
             fmt = part
         elif part not in ("full", "paged"):
             raise ValueError(f"unknown quality optimization '{part}' in '{name}'; use KV formats "
