@@ -149,6 +149,7 @@ def cluster_metrics(pods: list[Engine], assigned: list[int], requests: list[Requ
         "kv_cache_usage_mean": sum(r.metrics["kv_cache_usage_mean"] for r in results) / len(results),
         **request_metrics(finished),
     }
-    for key in ("token_states_share", "cached_share", "waste"):
+    for key in ("token_states_share", "reservation_share", "internal_fragmentation_share",
+                "external_fragmentation_share", "cached_share", "free_share", "waste", "sharing_savings"):
         metrics[key] = sum(r.metrics[key] for r in results) / len(results)
     return metrics

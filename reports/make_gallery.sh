@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rebuild the example gallery in reports/gallery (about 30 s): an estimate sweep and a
-# bench comparison, rendered by `kvplan report`. Run from the repository root:
+# Rebuild the example gallery in reports/gallery (about 1 minute): an estimate sweep, a
+# bench comparison, a routing comparison and, where ../shared/data is present, the
+# memory/quality table on stories260K, all rendered by `kvplan report`. From the repo root:
 #   bash reports/make_gallery.sh
 set -euo pipefail
 out=reports/gallery
@@ -10,4 +11,15 @@ kvplan estimate llama-3.1-70b --sweep context=1k..128k --sweep kv-dtype=bf16,fp8
 kvplan bench --model llama-3.1-8b --gpu l4 --rate 3 --num-requests 1000 \
     --optimizations contiguous-max,contiguous-pow2,contiguous-oracle,paged,paged+fp8 \
     --out "$out/bench.jsonl" > /dev/null
-kvplan report "$out/bench.jsonl" "$out/estimate.jsonl" --out "$out"
+kvplan bench --workload chat --pods 4 --optimizations prefix --gpu l4 --rate 4 --num-requests 800 \
+    --out "$out/routing.jsonl" > /dev/null
+results=("$out/bench.jsonl" "$out/routing.jsonl" "$out/estimate.jsonl")
+stories=../shared/data/models/stories260K
+if [ -d "$stories" ]; then
+    kvplan bench --mode real --device cpu --model-path "$stories/hf" --tokenizer "$stories/tok512.bin" \
+        --quality-text "$stories/tinystories_validation_0.txt" --kv-budget 32 \
+        --optimizations fp32,int8,int4,kivi-int4,sliding-window,streaming,h2o,snapkv,entropy-budget \
+        --out "$out/quality.jsonl" > /dev/null
+    results+=("$out/quality.jsonl")
+fi
+kvplan report "${results[@]}" --out "$out"
