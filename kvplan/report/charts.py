@@ -18,7 +18,8 @@ from kvplan.report.data import ReportData
 GIB = 2**30
 SPLIT = (("token_states_share", "token states", "#2b8a3e"), ("reservation_share", "reservation", "#74c0fc"),
          ("internal_fragmentation_share", "internal frag.", "#f08c00"),
-         ("external_fragmentation_share", "external frag.", "#e03131"), ("free_share", "free", "#dee2e6"))
+         ("external_fragmentation_share", "external frag.", "#e03131"), ("cached_share", "cached (free)", "#b197fc"),
+         ("free_share", "free", "#dee2e6"))
 VERDICT_COLORS = {"fits": "#2b8a3e", "kv-does-not-fit": "#f59f00", "weights-do-not-fit": "#c92a2a"}
 
 
@@ -89,7 +90,7 @@ def pool_split(data: ReportData) -> Figure:
     ax = axes[0][0]
     left = [0.0] * len(names)
     for column, label, color in SPLIT:
-        values = [100 * (v or 0) for v in bench.get(column, [0] * len(names))]
+        values = [0.0 if v is None or v != v else 100 * v for v in bench.get(column, [0] * len(names))]
         ax.barh(names, values, left=left, label=label, color=color, edgecolor="white")
         for i, value in enumerate(values):
             if value >= 6:
@@ -98,7 +99,7 @@ def pool_split(data: ReportData) -> Figure:
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the KV pool (%)")
-    ax.legend(ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
+    ax.legend(ncols=6, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
     return figure
 
 
