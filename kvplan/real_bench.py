@@ -58,6 +58,9 @@ def build_real_engine(config: Any, optimization: Any, loaded: LoadedModel) -> tu
     from kvplan.kernels.quant import allocate_kv_cache
 
     spec = loaded.spec
+    if optimization.policy:
+        raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
+                         "--quality-text (simulated mode applies them as --kv-budget)")
     kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
     if kv_format.scale == "kivi":
         raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
