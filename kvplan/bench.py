@@ -17,6 +17,7 @@ from kvplan.engine.engine import Engine
 from kvplan.engine.prefix import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
 from kvplan.engine.runner import SimulatedRunner
 from kvplan.engine.scheduler import SchedulerConfig
+from kvplan.engine.tiers import Tier, TieredCache
 from kvplan.profiles import load_gpu, load_model
 from kvplan.quality.policies import POLICIES
 from kvplan.results import make_record
@@ -38,16 +39,20 @@ class Optimization:
     kv_dtype: str | None = None  # None: the run's --kv-dtype
     prefix_caching: bool = False
     policy: str | None = None  # an eviction policy, applied in simulated mode as a token budget
+    offload: tuple[str, ...] = ()  # lower tiers for prefix blocks: ("cpu",) or ("cpu", "disk")
 
 
 def parse_optimization(text: str) -> Optimization:
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:
         raise ValueError("empty optimization name; use e.g. paged, contiguous-max or paged+fp8")
-    allocator, kv_dtype, prefix, policy = None, None, False, None
+    allocator, kv_dtype, prefix, policy, offload = None, None, False, None, ()
     for part in parts:
         if part == "prefix":
             prefix = True
+        elif part in ("offload-cpu", "offload-disk"):
+            prefix = True  # the tiers hold prefix-cache blocks
+            offload = ("cpu",) if part == "offload-cpu" else ("cpu", "disk")
         elif part in POLICIES:
             policy = part
         elif part in ALLOCATORS:
@@ -58,13 +63,13 @@ def parse_optimization(text: str) -> Optimization:
             parse_kv_format(part)
             kv_dtype = part
         else:
-            known = ", ".join((*ALLOCATORS, "prefix", *POLICIES, *KV_FORMAT_PARTS))
+            known = ", ".join((*ALLOCATORS, "prefix", "offload-cpu", "offload-disk", *POLICIES, *KV_FORMAT_PARTS))
             raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
     if prefix and allocator not in (None, "paged"):
         raise ValueError(f"'{text}': prefix caching needs the paged allocator")
     if policy and allocator not in (None, "paged"):
         raise ValueError(f"'{text}': eviction policies need the paged allocator")
-    return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix, policy)
+    return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix, policy, offload)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,11 @@ class BenchConfig:
     pods: int = 1
     routers: tuple[str, ...] = ()
     kv_budget: int | None = None
+    cpu_cache_gb: float = 64.0
+    disk_cache_gb: float = 512.0
+    tier_policy: str = "lru"
+    host_link_gbps: float | None = None  # default: the GPU profile's
+    nvme_gbps: float | None = None
     mode: str = "simulated"
     device: str = "auto"
     model_path: str | None = None
@@ -142,6 +152,24 @@ def size_engine(config: BenchConfig, optimization: Optimization) -> EngineSizing
     return EngineSizing(model, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
 
 
+def make_tiers(config: BenchConfig, optimization: Optimization, sizing: EngineSizing) -> TieredCache | None:
+    """CPU (and disk) tiers sized in blocks of this optimization's format; bandwidths from
+    the GPU profile (host link, NVMe) unless overridden."""
+    if not optimization.offload:
+        return None
+    gpu = load_gpu(config.gpu)
+    block_bytes = sizing.slot_bytes * config.block_size
+    sizes = {"cpu": (config.cpu_cache_gb, config.host_link_gbps or gpu.host_link_gbps),
+             "disk": (config.disk_cache_gb, config.nvme_gbps or gpu.nvme_gbps)}
+    tiers = []
+    for name in optimization.offload:
+        gigabytes, bandwidth = sizes[name]
+        if gigabytes < 0 or bandwidth <= 0:
+            raise ValueError(f"--{name}-cache-gb must not be negative and its bandwidth must be positive")
+        tiers.append(Tier(name, int(gigabytes * 1e9 // block_bytes), bandwidth * 1e9, config.tier_policy))
+    return TieredCache(tiers, block_bytes)
+
+
 def build_engine(config: BenchConfig, optimization: Optimization) -> tuple[Engine, EngineSizing]:
     sizing = size_engine(config, optimization)
     budget = None
@@ -149,11 +177,13 @@ def build_engine(config: BenchConfig, optimization: Optimization) -> tuple[Engin
         if config.kv_budget is None or config.kv_budget <= config.block_size:
             raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block ({config.block_size} tokens)")
         budget = config.kv_budget
+    roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
     # StreamingLLM keeps its attention sinks: the first block is never released.
     allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
                                sizing.max_model_len, prefix_caching=optimization.prefix_caching,
-                               token_budget=budget, sink_blocks=1 if optimization.policy == "streaming" else 0)
-    roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
+                               token_budget=budget, sink_blocks=1 if optimization.policy == "streaming" else 0,
+                               tiers=make_tiers(config, optimization, sizing),
+                               recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
     swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
     scheduler = replace(config.scheduler, swap_slots=swap_slots)
     return Engine(allocator, SimulatedRunner(roofline), scheduler, sizing.max_model_len), sizing

@@ -99,6 +99,11 @@ def bench(
     layers: Annotated[Optional[int], typer.Option(help="Real mode with a profile: keep only the first N layers (random weights).")] = None,
     model_dtype: Annotated[str, typer.Option(help="Real mode: fp32, fp16, bf16 or auto (fp32 on CPU, bf16 on CUDA).")] = "auto",
     kernel_backend: Annotated[Optional[str], typer.Option(help="Real mode kernels: triton, torch or reference (default: Triton where it can run).")] = None,
+    cpu_cache_gb: Annotated[float, typer.Option(help="offload-cpu / offload-disk: host-memory tier size (GB).")] = 64.0,
+    disk_cache_gb: Annotated[float, typer.Option(help="offload-disk: local-disk tier size (GB).")] = 512.0,
+    tier_policy: Annotated[str, typer.Option(help="Eviction inside the offload tiers: lru or arc.")] = "lru",
+    host_link_gbps: Annotated[Optional[float], typer.Option(help="GPU-host bandwidth for the CPU tier (GB/s); default: the GPU profile's.")] = None,
+    nvme_gbps: Annotated[Optional[float], typer.Option(help="Disk tier bandwidth (GB/s); default: the GPU profile's.")] = None,
     quality_text: Annotated[Optional[Path], typer.Option(help="Real mode: measure perplexity, KL and greedy agreement of each optimization (KV formats, eviction policies) on this text.")] = None,
     tokenizer: Annotated[Optional[Path], typer.Option(help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
     kv_budget: Annotated[Optional[int], typer.Option(help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
@@ -150,7 +155,9 @@ def bench(
                          pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip()) if pods > 1 else (),
                          w_hit=w_hit, w_load=w_load, mode=mode, device=device,
                          model_path=str(model_path) if model_path else None, layers=layers,
-                         model_dtype=model_dtype, kernel_backend=kernel_backend, kv_budget=kv_budget)
+                         model_dtype=model_dtype, kernel_backend=kernel_backend, kv_budget=kv_budget,
+                         cpu_cache_gb=cpu_cache_gb, disk_cache_gb=disk_cache_gb, tier_policy=tier_policy,
+                         host_link_gbps=host_link_gbps, nvme_gbps=nvme_gbps)
     if mode == "simulated":
         for name in names:  # fail on impossible sizing before any progress bar is drawn
             size_engine(config, parse_optimization(name))

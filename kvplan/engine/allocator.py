@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvplan.engine.block_pool import BlockPool
 from kvplan.engine.prefix import block_hashes
+from kvplan.engine.tiers import Tier, TieredCache
 from kvplan.engine.sequence import Sequence
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
@@ -33,6 +34,9 @@ class Allocator(ABC):
     def lookup(self, seq: Sequence) -> list[int]:
         """Cached blocks holding the longest prefix of a sequence about to be admitted."""
         return []
+
+    def hit_tokens(self, hits: list[int]) -> int:
+        return 0
 
     def adopt(self, seq: Sequence, hits: list[int]) -> None:
         """Take references to prefix-cache hits; they become the head of the block table."""
@@ -98,7 +102,8 @@ class PagedAllocator(Allocator):
     optionally automatic prefix caching over hash-chained full blocks."""
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
-                 prefix_caching: bool = False, token_budget: int | None = None, sink_blocks: int = 0) -> None:
+                 prefix_caching: bool = False, token_budget: int | None = None, sink_blocks: int = 0,
+                 tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0) -> None:
         self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
@@ -115,6 +120,15 @@ class PagedAllocator(Allocator):
         self.max_blocks = -(-token_budget // block_size) if token_budget else None
         self.sink_blocks = sink_blocks if token_budget else 0
         self.evicted_slots = 0  # tokens of live sequences dropped by the budget
+        # Offload tiers (prefix caching only): reclaimed prefixes move down, hits come back up.
+        self.tiers = tiers
+        self.recompute_s_per_token = recompute_s_per_token
+        self.pending_tier: list[tuple[int, Tier]] = []  # lower-tier hits found by the last lookup
+        self.transfer_s = 0.0  # promotion time not yet charged to a step
+        if tiers is not None:
+            if not prefix_caching:
+                raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
+            self.pool.on_evict = tiers.demote
 
     @property
     def reserved_slots(self) -> int:  # type: ignore[override]
@@ -157,7 +171,30 @@ class PagedAllocator(Allocator):
             if not ref_counts[block]:
                 free_hits += 1
         self.free_hits = free_hits  # read by the can_admit call that follows
+        self.pending_tier = self._tier_run(seq.hashes[len(hits):limit]) if self.tiers else []
         return hits
+
+    def _tier_run(self, hashes: list[int]) -> list[tuple[int, Tier]]:
+        """The prefix continues in the CPU / disk tiers: reload it if moving the blocks costs
+        less than recomputing their tokens, else recompute (the run is not used)."""
+        run = []
+        for block_hash in hashes:
+            tier = self.tiers.find(block_hash)  # type: ignore[union-attr]
+            if tier is None:
+                break
+            run.append((block_hash, tier))
+        if not run:
+            return []
+        reload_s = sum(self.tiers.block_bytes / tier.bandwidth for _, tier in run)  # type: ignore[union-attr]
+        if reload_s > len(run) * self.block_size * self.recompute_s_per_token:
+            self.tiers.recomputes += 1  # type: ignore[union-attr]
+            return []
+        self.tiers.reloads += 1  # type: ignore[union-attr]
+        return run
+
+    def hit_tokens(self, hits: list[int]) -> int:
+        """Tokens the last lookup serves: device hits plus the lower-tier run it will reload."""
+        return (len(hits) + len(self.pending_tier)) * self.block_size
 
     def adopt(self, seq: Sequence, hits: list[int]) -> None:
         if not self.prefix_caching:
@@ -172,8 +209,16 @@ class PagedAllocator(Allocator):
         for block in hits:
             self.pool.touch(block)
         seq.block_table = list(hits)
-        seq.capacity = hit_tokens
-        seq.cached_blocks = len(hits)
+        if self.pending_tier:  # promote: fresh device blocks, filled over the host link / from disk
+            for block_hash, tier in self.pending_tier:  # leave the tiers before any demotion below
+                self.transfer_s += self.tiers.promote(block_hash, tier, self.block_size)  # type: ignore[union-attr]
+            promoted = self.pool.allocate(len(self.pending_tier))
+            for block, (block_hash, _) in zip(promoted, self.pending_tier):
+                self.pool.cache(block, block_hash)
+            seq.block_table += promoted
+            self.pending_tier = []
+        seq.capacity = len(seq.block_table) * self.block_size
+        seq.cached_blocks = len(seq.block_table)
         seq.hit_tokens += hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
@@ -343,10 +388,11 @@ class ContiguousAllocator(Allocator):
 
 def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
                    watermark: float = 0.01, prefix_caching: bool = False, token_budget: int | None = None,
-                   sink_blocks: int = 0) -> Allocator:
+                   sink_blocks: int = 0, tiers: TieredCache | None = None,
+                   recompute_s_per_token: float = 0.0) -> Allocator:
     if kind == "paged":
         return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching, token_budget,
-                              sink_blocks)
+                              sink_blocks, tiers, recompute_s_per_token)
     if prefix_caching or token_budget:
         raise ValueError(f"prefix caching and eviction budgets need the paged allocator, not {kind}")
     if kind.startswith("contiguous-"):

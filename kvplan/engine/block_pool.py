@@ -9,7 +9,7 @@ pop-front, append and removal from the middle (a cache hit on a free block).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class BlockPool:
@@ -25,6 +25,7 @@ class BlockPool:
         # Kept incrementally so per-step metrics never walk the pool:
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix
         self.extra_refs = 0  # references beyond the first: sum of max(0, ref_count - 1)
+        self.on_evict: Callable[[int], None] | None = None  # offload: a reclaimed prefix moves down a tier
 
     @property
     def num_free(self) -> int:
@@ -48,6 +49,8 @@ class BlockPool:
                 if block_hash is not None:  # reclaiming a cached block evicts its prefix
                     del hash_to_block[block_hash]
                     evicted += 1
+                    if self.on_evict is not None:
+                        self.on_evict(block_hash)
             self.cached_evictions += evicted
             self.num_cached_free -= evicted
         ref_counts = self.ref_counts

@@ -166,6 +166,18 @@ class Engine:
                 prefill_tokens_saved=stats.hits + stats.preempted_hits,
                 cached_blocks_evicted=self.allocator.pool.cached_evictions,  # type: ignore[attr-defined]
             )
+        tiers = getattr(self.allocator, "tiers", None)
+        if tiers is not None and stats is not None:
+            tier_hits = 0
+            for tier in tiers.tiers:
+                tier_hits += tier.stats.hits_tokens
+                summary.update({f"{tier.name}_hit_tokens": tier.stats.hits_tokens,
+                                f"{tier.name}_bytes_in": tier.stats.bytes_in,
+                                f"{tier.name}_bytes_out": tier.stats.bytes_out,
+                                f"{tier.name}_evictions": tier.stats.evictions,
+                                f"{tier.name}_hit_rate": tier.stats.hits_tokens / stats.queries if stats.queries else 0.0})
+            summary.update(offload_reloads=tiers.reloads, offload_recomputes=tiers.recomputes,
+                           total_hit_rate=(stats.hits + tier_hits) / stats.queries if stats.queries else 0.0)
         if stats is not None and stats.forks:
             summary.update(parallel_forks=stats.forks, cow_copies=stats.cow_copies)
         return summary

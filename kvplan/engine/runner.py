@@ -42,7 +42,7 @@ class SimulatedRunner:
         swapped = plan.swapped_in_slots + plan.swapped_out_slots
         if swapped:
             seconds += swapped * self.slot_bytes / self.host_link
-        return seconds
+        return seconds + plan.transfer_s
 
     def _windowed_costs(self, plan: StepPlan) -> tuple[float, float]:
         kv_bytes = flops = 0.0

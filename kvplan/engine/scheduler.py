@@ -46,6 +46,7 @@ class StepPlan:
     num_tokens: int
     context_tokens: int = 0  # sum over sequences of tokens attention reads after the step
     attention_pairs: int = 0  # (new token, earlier-or-same token) pairs attention computes
+    transfer_s: float = 0.0  # offload tiers: time to bring reloaded prefix blocks back
     swapped_in_slots: int = 0
     swapped_out_slots: int = 0
 
@@ -137,6 +138,9 @@ class Scheduler:
         plan.context_tokens, plan.attention_pairs = context, pairs
         if not preempted:
             budget = self._admit(plan, budget)
+            pending = getattr(self.allocator, "transfer_s", 0.0)
+            if pending:
+                plan.transfer_s, self.allocator.transfer_s = pending, 0.0  # type: ignore[attr-defined]
         plan.num_tokens = self.config.max_num_batched_tokens - budget
         return plan
 
@@ -146,7 +150,7 @@ class Scheduler:
             seq = self.waiting[0]
             fresh = allocator.prefix_caching and seq.status == Status.WAITING and seq.num_computed == 0
             hits = allocator.lookup(seq) if fresh else []
-            cached = len(hits) * allocator.block_size if hits else 0  # type: ignore[attr-defined]
+            cached = allocator.hit_tokens(hits) if fresh else 0
             count = self._chunk_of(seq.known_tokens - seq.num_computed - cached, budget)
             total = seq.num_computed + cached + count
             if count == 0 or not allocator.can_admit(seq, total, hits):

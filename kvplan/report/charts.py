@@ -354,3 +354,33 @@ def memory_vs_quality(data: ReportData) -> Figure:
     ax.set_ylabel("perplexity (lower is better)")
     ax.set_yscale("log")
     return figure
+
+
+@chart("tiers", "Offload tiers: hit rate per tier (stacked), bytes moved, TTFT with and without offload",
+       has_metric("prefix_cache_queries"))
+def tiers(data: ReportData) -> Figure:
+    bench = data.bench
+    names = labels(data)
+    figure, axes = _figure(width=12, height=3.6, cols=3)
+    bottom = [0.0] * len(names)
+    for column, label, color in (("prefix_hit_rate", "device", "#1971c2"), ("cpu_hit_rate", "cpu", "#74c0fc"),
+                                 ("disk_hit_rate", "disk", "#a5d8ff")):
+        values = [0.0 if v is None or v != v else 100 * v for v in bench.get(column, [0.0] * len(names))]
+        axes[0][0].bar(names, values, bottom=bottom, label=label, color=color)
+        bottom = [a + b for a, b in zip(bottom, values)]
+    axes[0][0].set_ylabel("prefix hit rate by tier (%)")
+    axes[0][0].legend(fontsize=7)
+    for offset, tier in enumerate(("cpu", "disk")):
+        moved = [0.0 if v is None or v != v else v / 1e9 for v in bench.get(f"{tier}_bytes_out", [0.0] * len(names))]
+        axes[0][1].bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], moved, 0.4, label=f"{tier} -> device")
+    axes[0][1].set_xticks(range(len(names)), names)
+    axes[0][1].set_ylabel("GB reloaded")
+    axes[0][1].legend(fontsize=7)
+    for offset, pct in enumerate(("p50", "p90")):
+        axes[0][2].bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], bench[f"ttft_s_{pct}"], 0.4, label=pct)
+    axes[0][2].set_xticks(range(len(names)), names)
+    axes[0][2].set_ylabel("TTFT (s)")
+    axes[0][2].legend(fontsize=7)
+    for ax in axes[0]:
+        ax.tick_params(axis="x", labelrotation=25, labelsize=8)
+    return figure

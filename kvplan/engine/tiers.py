@@ -1,0 +1,178 @@
+"""Offload tiers below the device pool: host memory, then local disk.
+
+A cached prefix block the device pool reclaims is demoted to the CPU tier instead of
+being dropped; a block the CPU tier evicts moves on to disk; disk evicts for good. A
+prefix lookup that runs out of device hits continues in the CPU tier, then on disk, and
+each run of lower-tier hits is either reloaded (transfer time) or recomputed (prefill
+time), whichever the cost model says is cheaper. Simulated mode moves no bytes: it counts
+them and charges their time at the tier's bandwidth (PCIe / NVLink-C2C for host, NVMe
+for disk, from the GPU profile, overridable).
+
+Eviction inside a tier: LRU, or ARC (Megiddo & Modha, FAST'03), which keeps blocks seen
+once (recency) apart from blocks seen again (frequency) and adapts the split with ghost
+lists, so one long scan cannot flush the reused prefixes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+TIER_POLICIES = ("lru", "arc")
+
+
+class LRUSet:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.items: OrderedDict[int, None] = OrderedDict()
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def touch(self, key: int) -> None:
+        self.items.move_to_end(key)
+
+    def remove(self, key: int) -> None:
+        del self.items[key]
+
+    def add(self, key: int) -> list[int]:
+        """Insert; returns the keys evicted to make room."""
+        if self.capacity <= 0:
+            return [key]
+        self.items[key] = None
+        evicted = []
+        while len(self.items) > self.capacity:
+            evicted.append(self.items.popitem(last=False)[0])
+        return evicted
+
+
+class ARCSet:
+    """Adaptive replacement: T1 (seen once), T2 (seen again), ghosts B1/B2 steer `p`."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.p = 0
+        self.t1: OrderedDict[int, None] = OrderedDict()
+        self.t2: OrderedDict[int, None] = OrderedDict()
+        self.b1: OrderedDict[int, None] = OrderedDict()
+        self.b2: OrderedDict[int, None] = OrderedDict()
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.t1 or key in self.t2
+
+    def __len__(self) -> int:
+        return len(self.t1) + len(self.t2)
+
+    def touch(self, key: int) -> None:
+        """A hit: the block is now frequent."""
+        if key in self.t1:
+            del self.t1[key]
+        else:
+            del self.t2[key]
+        self.t2[key] = None
+
+    def remove(self, key: int) -> None:
+        (self.t1 if key in self.t1 else self.t2).pop(key)
+
+    def _replace(self, key: int) -> int:
+        if self.t1 and (len(self.t1) > self.p or (key in self.b2 and len(self.t1) == self.p)):
+            victim = self.t1.popitem(last=False)[0]
+            self.b1[victim] = None
+        else:
+            victim = self.t2.popitem(last=False)[0]
+            self.b2[victim] = None
+        return victim
+
+    def add(self, key: int) -> list[int]:
+        if self.capacity <= 0:
+            return [key]
+        evicted = []
+        if key in self.b1:  # recently evicted from recency: grow its share
+            self.p = min(self.capacity, self.p + max(1, len(self.b2) // max(1, len(self.b1))))
+            del self.b1[key]
+            if len(self) >= self.capacity:
+                evicted.append(self._replace(key))
+            self.t2[key] = None
+        elif key in self.b2:  # recently evicted from frequency: grow that share
+            self.p = max(0, self.p - max(1, len(self.b1) // max(1, len(self.b2))))
+            del self.b2[key]
+            if len(self) >= self.capacity:
+                evicted.append(self._replace(key))
+            self.t2[key] = None
+        else:
+            if len(self.t1) + len(self.b1) >= self.capacity:
+                if len(self.t1) < self.capacity:
+                    self.b1.popitem(last=False)
+                    if len(self) >= self.capacity:
+                        evicted.append(self._replace(key))
+                else:
+                    evicted.append(self.t1.popitem(last=False)[0])
+            elif len(self) + len(self.b1) + len(self.b2) >= self.capacity:
+                if len(self) + len(self.b1) + len(self.b2) >= 2 * self.capacity and self.b2:
+                    self.b2.popitem(last=False)
+                if len(self) >= self.capacity:
+                    evicted.append(self._replace(key))
+            self.t1[key] = None
+        return evicted
+
+
+@dataclass
+class TierStats:
+    hits_tokens: int = 0
+    bytes_in: int = 0  # demoted into this tier
+    bytes_out: int = 0  # promoted back to the device
+    evictions: int = 0
+
+
+@dataclass
+class Tier:
+    name: str
+    capacity_blocks: int
+    bandwidth: float  # bytes/s to and from the device
+    policy: str = "lru"
+    blocks: LRUSet | ARCSet = field(init=False)
+    stats: TierStats = field(default_factory=TierStats)
+
+    def __post_init__(self) -> None:
+        if self.policy not in TIER_POLICIES:
+            raise ValueError(f"unknown tier policy '{self.policy}'; use one of: {', '.join(TIER_POLICIES)}")
+        if self.capacity_blocks < 0 or self.bandwidth <= 0:
+            raise ValueError(f"tier {self.name} needs a non-negative capacity and a positive bandwidth")
+        self.blocks = ARCSet(self.capacity_blocks) if self.policy == "arc" else LRUSet(self.capacity_blocks)
+
+
+class TieredCache:
+    """Lower tiers for prefix blocks, looked up device -> cpu -> disk."""
+
+    def __init__(self, tiers: list[Tier], block_bytes: float) -> None:
+        self.tiers = tiers
+        self.block_bytes = block_bytes
+        self.reloads = 0  # runs of lower-tier hits reloaded
+        self.recomputes = 0  # runs judged cheaper to recompute
+
+    def demote(self, block_hash: int, level: int = 0) -> None:
+        """A block leaves the device (level 0 = into the first tier) or a tier (cascades down)."""
+        if level >= len(self.tiers):
+            return
+        tier = self.tiers[level]
+        tier.stats.bytes_in += int(self.block_bytes)
+        for evicted in tier.blocks.add(block_hash):
+            tier.stats.evictions += 1
+            if evicted != block_hash or tier.capacity_blocks <= 0:
+                self.demote(evicted, level + 1)
+
+    def find(self, block_hash: int) -> Tier | None:
+        for tier in self.tiers:
+            if block_hash in tier.blocks:
+                return tier
+        return None
+
+    def promote(self, block_hash: int, tier: Tier, block_size: int) -> float:
+        """Move a block back to the device; returns the transfer seconds."""
+        tier.blocks.remove(block_hash)
+        tier.stats.hits_tokens += block_size
+        tier.stats.bytes_out += int(self.block_bytes)
+        return self.block_bytes / tier.bandwidth
