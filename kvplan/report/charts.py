@@ -256,6 +256,16 @@ def _rect(x: int, y: int, color: str):
     return Rectangle((x, y), 1, 1, color=color, ec="white")
 
 
+def _ttft_bars(ax, bench, names: list[str]) -> None:
+    """TTFT p50 and p90 side by side per run."""
+    for offset, pct in enumerate(("p50", "p90")):
+        ax.bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], bench[f"ttft_s_{pct}"], 0.4, label=pct)
+    ax.set_xticks(range(len(names)), names)
+    mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
+    ax.set_ylabel(f"TTFT (s, {mode})")
+    ax.legend(fontsize=7)
+
+
 def has_routers(data: ReportData) -> bool:
     return has_bench(data) and "router" in data.bench and data.bench["router"].notna().any()
 
@@ -318,12 +328,8 @@ def routers(data: ReportData) -> Figure:
     axes[0][1].set_xticks(range(len(names)), names)
     axes[0][1].set_ylabel("requests routed")
     axes[0][1].legend(fontsize=7)
-    for offset, pct in enumerate(("p50", "p90")):
-        axes[0][2].bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], bench[f"ttft_s_{pct}"], 0.4, label=pct)
-    axes[0][2].set_xticks(range(len(names)), names)
+    _ttft_bars(axes[0][2], bench, names)
     axes[0][2].set_yscale("log")
-    axes[0][2].set_ylabel("TTFT (s, modeled)")
-    axes[0][2].legend(fontsize=7)
     for ax in axes[0]:
         ax.tick_params(axis="x", labelrotation=25, labelsize=8)
     return figure
@@ -376,11 +382,7 @@ def tiers(data: ReportData) -> Figure:
     axes[0][1].set_xticks(range(len(names)), names)
     axes[0][1].set_ylabel("GB reloaded")
     axes[0][1].legend(fontsize=7)
-    for offset, pct in enumerate(("p50", "p90")):
-        axes[0][2].bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], bench[f"ttft_s_{pct}"], 0.4, label=pct)
-    axes[0][2].set_xticks(range(len(names)), names)
-    axes[0][2].set_ylabel("TTFT (s)")
-    axes[0][2].legend(fontsize=7)
+    _ttft_bars(axes[0][2], bench, names)
     for ax in axes[0]:
         ax.tick_params(axis="x", labelrotation=25, labelsize=8)
     return figure
