@@ -95,6 +95,7 @@ class BenchConfig:
     tier_policy: str = "lru"
     host_link_gbps: float | None = None  # default: the GPU profile's
     nvme_gbps: float | None = None
+    disk_dir: str | None = None  # real mode's disk tier (default: a temporary folder)
     mode: str = "simulated"
     device: str = "auto"
     model_path: str | None = None
@@ -236,6 +237,10 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
         if loaded:
             metrics["kv_bytes_allocated"] = engines[0].runner.kv_bytes  # type: ignore[attr-defined]
             metrics["device"] = loaded.device
+            storage = getattr(getattr(engines[0].allocator, "tiers", None), "storage", None)
+            for direction, moved in (storage.stats.items() if storage is not None else ()):
+                metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s
+                metrics[f"measured_{direction.replace('->', '_to_')}_bytes"] = moved.bytes
         metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
         if optimization.prefix_caching:

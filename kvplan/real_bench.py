@@ -5,6 +5,7 @@ manager as simulated mode, and wall-clock step times."""
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,6 +20,7 @@ from kvplan.spec import ModelSpec, parse_kv_format
 GIB = 2**30
 CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: 40% of the memory free after loading
 CUDA_FREE_SHARE = 0.4
+CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
 
 
 @dataclass
@@ -54,7 +56,8 @@ def kv_budget_bytes(config: Any, loaded: LoadedModel) -> float:
 
 
 def build_real_engine(config: Any, optimization: Any, loaded: LoadedModel) -> tuple[Engine, Any]:
-    from kvplan.bench import EngineSizing
+    from kvplan.bench import EngineSizing, make_tiers
+    from kvplan.engine.tier_storage import TensorTierStorage
     from kvplan.kernels.quant import allocate_kv_cache
 
     spec = loaded.spec
@@ -78,9 +81,17 @@ def build_real_engine(config: Any, optimization: Any, loaded: LoadedModel) -> tu
                               dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
     runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
                         backend=config.kernel_backend, seed=config.seed)
+    sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
+    tiers = make_tiers(config, optimization, sizing)
+    recompute_s = 0.0
+    if tiers is not None:  # real bytes: pinned host memory and files, timed
+        disk = Path(config.disk_dir) if config.disk_dir else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
+        tiers.storage = TensorTierStorage(pool, disk)
+        params = sum(p.numel() for p in loaded.model.parameters())
+        recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
     allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,
-                               max_model_len, prefix_caching=optimization.prefix_caching)
+                               max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
+                               recompute_s_per_token=recompute_s)
     # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
     scheduler = replace(config.scheduler, preemption="recompute", swap_slots=0)
-    sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
     return Engine(allocator, runner, scheduler, max_model_len), sizing

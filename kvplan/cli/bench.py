@@ -104,6 +104,7 @@ def bench(
     tier_policy: Annotated[str, typer.Option(help="Eviction inside the offload tiers: lru or arc.")] = "lru",
     host_link_gbps: Annotated[Optional[float], typer.Option(help="GPU-host bandwidth for the CPU tier (GB/s); default: the GPU profile's.")] = None,
     nvme_gbps: Annotated[Optional[float], typer.Option(help="Disk tier bandwidth (GB/s); default: the GPU profile's.")] = None,
+    disk_dir: Annotated[Optional[Path], typer.Option(help="Real mode: folder for the disk tier (default: a temporary folder).")] = None,
     quality_text: Annotated[Optional[Path], typer.Option(help="Real mode: measure perplexity, KL and greedy agreement of each optimization (KV formats, eviction policies) on this text.")] = None,
     tokenizer: Annotated[Optional[Path], typer.Option(help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
     kv_budget: Annotated[Optional[int], typer.Option(help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
@@ -157,7 +158,8 @@ def bench(
                          model_path=str(model_path) if model_path else None, layers=layers,
                          model_dtype=model_dtype, kernel_backend=kernel_backend, kv_budget=kv_budget,
                          cpu_cache_gb=cpu_cache_gb, disk_cache_gb=disk_cache_gb, tier_policy=tier_policy,
-                         host_link_gbps=host_link_gbps, nvme_gbps=nvme_gbps)
+                         host_link_gbps=host_link_gbps, nvme_gbps=nvme_gbps,
+                         disk_dir=str(disk_dir) if disk_dir else None)
     if mode == "simulated":
         for name in names:  # fail on impossible sizing before any progress bar is drawn
             size_engine(config, parse_optimization(name))

@@ -38,8 +38,13 @@ class Allocator(ABC):
     def hit_tokens(self, hits: list[int]) -> int:
         return 0
 
-    def adopt(self, seq: Sequence, hits: list[int]) -> None:
-        """Take references to prefix-cache hits; they become the head of the block table."""
+    def take_transfer_s(self) -> float:
+        return 0.0
+
+    def adopt(self, seq: Sequence, hits: list[int]) -> int:
+        """Take references to prefix-cache hits (the head of the block table); returns the
+        tokens they serve."""
+        return 0
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register the sequence's newly filled blocks in the prefix cache."""
@@ -124,7 +129,6 @@ class PagedAllocator(Allocator):
         self.tiers = tiers
         self.recompute_s_per_token = recompute_s_per_token
         self.pending_tier: list[tuple[int, Tier]] = []  # lower-tier hits found by the last lookup
-        self.transfer_s = 0.0  # promotion time not yet charged to a step
         if tiers is not None:
             if not prefix_caching:
                 raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
@@ -196,30 +200,46 @@ class PagedAllocator(Allocator):
         """Tokens the last lookup serves: device hits plus the lower-tier run it will reload."""
         return (len(hits) + len(self.pending_tier)) * self.block_size
 
-    def adopt(self, seq: Sequence, hits: list[int]) -> None:
+    def take_transfer_s(self) -> float:
+        """Offload transfer time since the last call (charged to the current step)."""
+        if self.tiers is None:
+            return 0.0
+        seconds, self.tiers.unbilled_s = self.tiers.unbilled_s, 0.0
+        return seconds
+
+    def adopt(self, seq: Sequence, hits: list[int]) -> int:
+        """Take the hits; returns the tokens they serve (lower-tier blocks that cannot be
+        read back are left to recompute)."""
         if not self.prefix_caching:
-            return
-        queried, hit_tokens = seq.known_tokens, len(hits) * self.block_size
+            return 0
+        payloads = []
+        for block_hash, tier in self.pending_tier:  # leave the tiers before any demotion below
+            payload = self.tiers.promote(block_hash, tier, self.block_size)  # type: ignore[union-attr]
+            if payload is None:
+                break
+            payloads.append((block_hash, payload))
+        self.pending_tier = []
+        queried, device_tokens = seq.known_tokens, len(hits) * self.block_size
+        hit_tokens = device_tokens + len(payloads) * self.block_size  # tier hits are counted per tier
         if seq.preemptions:
             self.stats.preempted_queries += queried
-            self.stats.preempted_hits += hit_tokens
+            self.stats.preempted_hits += device_tokens
         else:
             self.stats.queries += queried
-            self.stats.hits += hit_tokens
+            self.stats.hits += device_tokens
         for block in hits:
             self.pool.touch(block)
         seq.block_table = list(hits)
-        if self.pending_tier:  # promote: fresh device blocks, filled over the host link / from disk
-            for block_hash, tier in self.pending_tier:  # leave the tiers before any demotion below
-                self.transfer_s += self.tiers.promote(block_hash, tier, self.block_size)  # type: ignore[union-attr]
-            promoted = self.pool.allocate(len(self.pending_tier))
-            for block, (block_hash, _) in zip(promoted, self.pending_tier):
+        if payloads:  # promote: fresh device blocks, filled over the host link / from disk
+            promoted = self.pool.allocate(len(payloads))
+            for block, (block_hash, payload) in zip(promoted, payloads):
+                self.tiers.restore(block, payload)  # type: ignore[union-attr]
                 self.pool.cache(block, block_hash)
             seq.block_table += promoted
-            self.pending_tier = []
         seq.capacity = len(seq.block_table) * self.block_size
         seq.cached_blocks = len(seq.block_table)
         seq.hit_tokens += hit_tokens
+        return hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         hashes = seq.hashes or ()

@@ -25,7 +25,7 @@ class BlockPool:
         # Kept incrementally so per-step metrics never walk the pool:
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix
         self.extra_refs = 0  # references beyond the first: sum of max(0, ref_count - 1)
-        self.on_evict: Callable[[int], None] | None = None  # offload: a reclaimed prefix moves down a tier
+        self.on_evict: Callable[[int, int], None] | None = None  # offload: (hash, block) moves down a tier
 
     @property
     def num_free(self) -> int:
@@ -50,7 +50,7 @@ class BlockPool:
                     del hash_to_block[block_hash]
                     evicted += 1
                     if self.on_evict is not None:
-                        self.on_evict(block_hash)
+                        self.on_evict(block_hash, block)
             self.cached_evictions += evicted
             self.num_cached_free -= evicted
         ref_counts = self.ref_counts

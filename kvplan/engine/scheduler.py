@@ -138,9 +138,7 @@ class Scheduler:
         plan.context_tokens, plan.attention_pairs = context, pairs
         if not preempted:
             budget = self._admit(plan, budget)
-            pending = getattr(self.allocator, "transfer_s", 0.0)
-            if pending:
-                plan.transfer_s, self.allocator.transfer_s = pending, 0.0  # type: ignore[attr-defined]
+            plan.transfer_s = self.allocator.take_transfer_s()
         plan.num_tokens = self.config.max_num_batched_tokens - budget
         return plan
 
@@ -156,7 +154,8 @@ class Scheduler:
             if count == 0 or not allocator.can_admit(seq, total, hits):
                 break
             if fresh:
-                allocator.adopt(seq, hits)
+                cached = allocator.adopt(seq, hits)  # lower-tier bytes that cannot be read come back short
+                total = cached + count
                 seq.num_computed = cached
                 self.used_slots += cached
             if not allocator.allocate(seq, total):
