@@ -9,6 +9,7 @@ from kvplan.cli import profiles
 from kvplan.cli.bench import bench
 from kvplan.cli.estimate import estimate
 from kvplan.cli.report import report
+from kvplan.cli.sweep import sweep
 
 app = typer.Typer(
     name="kvplan",
@@ -20,6 +21,7 @@ app = typer.Typer(
 app.command("estimate")(estimate)
 app.command("bench")(bench)
 app.command("report")(report)
+app.command("sweep")(sweep)
 app.add_typer(profiles.app, name="profiles")
 
 

@@ -386,3 +386,33 @@ def tiers(data: ReportData) -> Figure:
     for ax in axes[0]:
         ax.tick_params(axis="x", labelrotation=25, labelsize=8)
     return figure
+
+
+def has_study(data: ReportData) -> bool:
+    return any("study" in r["params"] for r in data.records)
+
+
+@chart("study_ttft_vs_rate", "Sweep: p90 TTFT against request rate per setting, with the SLO", has_study)
+def study_ttft_vs_rate(data: ReportData) -> Figure:
+    from kvplan.report.data import study_rows
+
+    _, slo = study_rows(data)
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for record in data.records:
+        sweep = record["params"].get("sweep")
+        if sweep is None or "rate" not in sweep:
+            continue
+        label = ", ".join(f"{v}" for k, v in sorted(sweep.items()) if k not in ("rate", "num_requests", "workload"))
+        groups.setdefault(label, []).append((float(sweep["rate"]), record["metrics"].get("ttft_s_p90") or 0.0))
+    figure, axes = _figure(width=9, height=4.2)
+    ax = axes[0][0]
+    for label, points in list(groups.items())[:12]:
+        points.sort()
+        ax.plot([p[0] for p in points], [max(p[1], 1e-3) for p in points], marker="o", markersize=3, label=label)
+    if slo:
+        ax.axhline(slo, color="black", linestyle="--", linewidth=1, label=f"SLO {slo:g} s")
+    ax.set_yscale("log")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("p90 TTFT (s)")
+    ax.legend(fontsize=7)
+    return figure

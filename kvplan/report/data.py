@@ -48,12 +48,14 @@ class ReportData:
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> run parameters
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
+    records: list[dict[str, Any]] = field(default_factory=list)  # bench records as written
 
 
 def load(paths: list[str | Path]) -> ReportData:
     if not paths:
         raise ValueError("no results files given; pass one or more files written by kvplan bench or estimate --out")
     bench_rows, estimate_rows, quality_rows = [], [], []
+    raw_records: list[dict[str, Any]] = []
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = {}
     params: dict[str, dict[str, Any]] = {}
     for path in paths:
@@ -68,17 +70,20 @@ def load(paths: list[str | Path]) -> ReportData:
             if record["kind"] == "estimate":
                 estimate_rows.append({**base, **flat_params, **record["metrics"]})
                 continue
+            if record["kind"] == "error":  # a failed sweep point: nothing to draw
+                continue
             if record["kind"] == "quality":
                 quality_rows.append({**base, **flat_params, **{k: v for k, v in record["metrics"].items()
                                                              if not isinstance(v, list)}})
                 continue
             router = record["params"].get("router")
+            raw_records.append(record)
             bench_rows.append({**base, **flat_params, "router": router,
                                **{k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}})
             timeseries[(record["run_id"], record["optimization"])] = record.get("timeseries") or {}
             params.setdefault(record["run_id"], {**record["params"], "kvplan_version": record.get("kvplan_version")})
     return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
-                      timeseries, params, pd.DataFrame(quality_rows))
+                      timeseries, params, pd.DataFrame(quality_rows), raw_records)
 
 
 def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
@@ -126,3 +131,14 @@ def alerts(bench: pd.DataFrame) -> list[dict[str, str]]:
                           "detail": f"{preemptions:,} preemptions for {finished:,} requests "
                                     f"({preemptions / finished:.0%} > {PREEMPTION_ALERT:.0%})"})
     return found
+
+
+def study_rows(data: ReportData) -> tuple[list[dict[str, Any]], float | None]:
+    """The sweep study summary, when the records came from `kvplan sweep`."""
+    from kvplan.study import summarize
+
+    swept = [r for r in data.records if "study" in r["params"]]
+    if not swept:
+        return [], None
+    study = swept[0]["params"]["study"]
+    return summarize(swept, study.get("slo_ttft_p90_s"), study.get("prices") or {}), study.get("slo_ttft_p90_s")

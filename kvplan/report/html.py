@@ -82,6 +82,14 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
         else:
             parts.append('<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
                          "the usual thresholds</div>")
+    from kvplan.report.data import study_rows
+    from kvplan.study import varying
+
+    study, _ = study_rows(data)
+    if study:
+        parts += ["<h2>Study</h2>", '<p class="muted">per group of sweep settings: the highest request rate whose '
+                  "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per million output "
+                  "tokens where the sweep gave a GPU price</p>", _table(pd.DataFrame(study)[varying(study)])]
     if not data.quality.empty:
         columns = [c for c in ("optimization", "policy", "kv_format", "kv_budget", "kv_bytes_per_seq", "kv_bytes_vs_base",
                                "max_concurrency", "perplexity", "perplexity_vs_base", "kl_mean", "greedy_agreement")
