@@ -111,7 +111,7 @@ def bench(
     report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run every optimization on the identical request stream and compare (simulated mode)."""
+    """Run every optimization on the identical request stream and compare (simulated or real mode)."""
     from kvplan.bench import BenchConfig, parse_optimization, run_matrix, size_engine, variant_names
     from kvplan.engine.scheduler import SchedulerConfig
     from kvplan.profiles import load_model
