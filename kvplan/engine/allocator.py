@@ -145,7 +145,8 @@ class PagedAllocator(Allocator):
         return (self.pool.num_blocks - self.watermark_blocks) * self.block_size
 
     def blocks_needed(self, seq: Sequence, tokens: int) -> int:
-        return max(0, -(-tokens // self.block_size) - len(seq.block_table))
+        """New blocks for the sequence to span `tokens` (blocks a budget dropped still count)."""
+        return max(0, -(-tokens // self.block_size) - len(seq.block_table) - seq.dropped_blocks)
 
     def can_admit(self, seq: Sequence, tokens: int, hits: list[int] | None = None) -> bool:
         if not hits:
@@ -281,8 +282,8 @@ class PagedAllocator(Allocator):
         return self.pool.num_cached_free * self.block_size
 
     def allocate(self, seq: Sequence, tokens: int) -> bool:
-        needed = -(-tokens // self.block_size) - len(seq.block_table) - seq.dropped_blocks
-        if needed <= 0:
+        needed = self.blocks_needed(seq, tokens)
+        if needed == 0:
             return True
         if self.max_blocks is not None:  # blocks beyond the budget replace the oldest ones
             needed = min(needed, self.max_blocks - len(seq.block_table) + 1)

@@ -58,6 +58,13 @@ def has_series(series: str) -> Callable[[ReportData], bool]:
     return lambda data: any(series in ts for ts in data.timeseries.values())
 
 
+def column(bench, name: str, scale: float = 1.0) -> list[float]:
+    """A metric per run, scaled; runs without it (missing column, None, NaN) read as 0."""
+    if name not in bench:
+        return [0.0] * len(bench)
+    return [0.0 if v is None or v != v else v * scale for v in bench[name]]
+
+
 def labels(data: ReportData) -> list[str]:
     """Optimization names, qualified by run when several runs share a report."""
     many = data.bench["run_id"].nunique() > 1
@@ -89,8 +96,8 @@ def pool_split(data: ReportData) -> Figure:
     figure, axes = _figure(height=0.5 * len(names) + 1.8)
     ax = axes[0][0]
     left = [0.0] * len(names)
-    for column, label, color in SPLIT:
-        values = [0.0 if v is None or v != v else 100 * v for v in bench.get(column, [0] * len(names))]
+    for metric, label, color in SPLIT:
+        values = column(bench, metric, 100)
         ax.barh(names, values, left=left, label=label, color=color, edgecolor="white")
         for i, value in enumerate(values):
             if value >= 6:
@@ -109,7 +116,7 @@ def throughput(data: ReportData) -> Figure:
     names = labels(data)
     figure, axes = _figure(height=3.6)
     ax = axes[0][0]
-    values = bench["output_tokens_per_s"].fillna(0).tolist()
+    values = column(bench, "output_tokens_per_s")
     bars = ax.bar(names, values, color="#1971c2")
     for run_id, group in bench.groupby("run_id", sort=False):
         base = group[group["baseline"]]["output_tokens_per_s"]
@@ -131,8 +138,8 @@ def latency(data: ReportData) -> Figure:
     width = 0.27
     for ax, prefix, title in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "tpot_s", "TPOT")):
         for offset, pct in enumerate(("p50", "p90", "p99")):
-            column = f"{prefix}_{pct}"
-            values = [v if v and v > 0 else float("nan") for v in bench.get(column, [])]
+            name = f"{prefix}_{pct}"
+            values = [v if v and v > 0 else float("nan") for v in bench.get(name, [])]
             ax.bar([i + (offset - 1) * width for i in range(len(names))], values, width, label=pct)
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
         ax.set_yscale("log")
@@ -168,9 +175,9 @@ def preemptions(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
     figure, axes = _figure(width=10, height=3.4, cols=2)
-    axes[0][0].bar(names, bench["preemptions"].fillna(0), color="#c92a2a")
+    axes[0][0].bar(names, column(bench, "preemptions"), color="#c92a2a")
     axes[0][0].set_ylabel("preemptions")
-    axes[0][1].bar(names, bench["recomputed_tokens"].fillna(0), color="#e8590c")
+    axes[0][1].bar(names, column(bench, "recomputed_tokens"), color="#e8590c")
     axes[0][1].set_ylabel("recomputed tokens")
     for ax in axes[0]:
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
@@ -298,16 +305,15 @@ def sharing(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
     figure, axes = _figure(width=10, height=3.4, cols=2)
-    hit = [100 * (v or 0) for v in bench.get("prefix_hit_rate", [0] * len(names))]
-    savings = [100 * (v or 0) for v in bench.get("sharing_savings", [0] * len(names))]
+    hit = column(bench, "prefix_hit_rate", 100)
+    savings = column(bench, "sharing_savings", 100)
     x = range(len(names))
     axes[0][0].bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate", color="#1971c2")
     axes[0][0].bar([i + 0.2 for i in x], savings, 0.4, label="blocks saved by sharing", color="#2b8a3e")
     axes[0][0].set_xticks(list(x), names, rotation=20, fontsize=8)
     axes[0][0].set_ylabel("%")
     axes[0][0].legend(fontsize=7)
-    saved = bench.get("prefill_tokens_saved")
-    axes[0][1].bar(names, [(v or 0) / 1e6 for v in (saved if saved is not None else [0] * len(names))], color="#5c940d")
+    axes[0][1].bar(names, column(bench, "prefill_tokens_saved", 1e-6), color="#5c940d")
     axes[0][1].set_ylabel("prefill tokens saved (millions)")
     axes[0][1].tick_params(axis="x", labelrotation=20, labelsize=8)
     return figure
@@ -318,7 +324,7 @@ def routers(data: ReportData) -> Figure:
     bench = data.bench[data.bench["router"].notna()]
     names = [f"{r}" for r in bench["router"]]
     figure, axes = _figure(width=12, height=3.6, cols=3)
-    axes[0][0].bar(names, 100 * bench["prefix_hit_rate"].fillna(0), color="#1971c2")
+    axes[0][0].bar(names, column(bench, "prefix_hit_rate", 100), color="#1971c2")
     axes[0][0].set_ylabel("cluster prefix hit rate (%)")
     pods = max(len(v) for v in bench["pod_requests"])
     width = 0.8 / pods
@@ -369,15 +375,15 @@ def tiers(data: ReportData) -> Figure:
     names = labels(data)
     figure, axes = _figure(width=12, height=3.6, cols=3)
     bottom = [0.0] * len(names)
-    for column, label, color in (("prefix_hit_rate", "device", "#1971c2"), ("cpu_hit_rate", "cpu", "#74c0fc"),
+    for metric, label, color in (("prefix_hit_rate", "device", "#1971c2"), ("cpu_hit_rate", "cpu", "#74c0fc"),
                                  ("disk_hit_rate", "disk", "#a5d8ff")):
-        values = [0.0 if v is None or v != v else 100 * v for v in bench.get(column, [0.0] * len(names))]
+        values = column(bench, metric, 100)
         axes[0][0].bar(names, values, bottom=bottom, label=label, color=color)
         bottom = [a + b for a, b in zip(bottom, values)]
     axes[0][0].set_ylabel("prefix hit rate by tier (%)")
     axes[0][0].legend(fontsize=7)
     for offset, tier in enumerate(("cpu", "disk")):
-        moved = [0.0 if v is None or v != v else v / 1e9 for v in bench.get(f"{tier}_bytes_out", [0.0] * len(names))]
+        moved = column(bench, f"{tier}_bytes_out", 1e-9)
         axes[0][1].bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], moved, 0.4, label=f"{tier} -> device")
     axes[0][1].set_xticks(range(len(names)), names)
     axes[0][1].set_ylabel("GB reloaded")
