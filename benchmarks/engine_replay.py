@@ -27,7 +27,7 @@ import sys
 import time
 
 from kvplan.bench import BenchConfig, build_engine, parse_optimization
-from kvplan.engine.engine import Engine
+from kvplan.core.engine import Engine
 from kvplan.workload import make_workload
 
 NUM_REQUESTS = 10_000

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from kvplan.capacity import PlanInputs, plan
-from kvplan.capacity_sweep import parse_axis, sweep
-from kvplan.profiles import load_gpu, load_model
+from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.plan.capacity_sweep import parse_axis, sweep
+from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.spec import parse_kv_format
 
 SCALAR_SAMPLE = 2_000

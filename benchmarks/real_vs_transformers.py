@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kvplan.engine.allocator import make_allocator
-from kvplan.engine.engine import Engine
-from kvplan.engine.hf_model import load_causal_lm
-from kvplan.engine.real_runner import RealRunner
-from kvplan.engine.scheduler import SchedulerConfig
+from kvplan.core.kv import make_allocator
+from kvplan.core.engine import Engine
+from kvplan.real.model import load_causal_lm
+from kvplan.real.runner import RealRunner
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.kernels.quant import allocate_kv_cache
 from kvplan.workload.request import Request
 

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvplan.sweep import SweepSpec, run_sweep
+from kvplan.bench.sweep import SweepSpec, run_sweep
 
 SPEC = SweepSpec(fixed={"workload": "sharegpt", "num_requests": 400, "model": "llama-3.1-8b"},
                  axes={"gpu": ["l4", "a100-80gb"], "rate": [1, 2, 4, 8],

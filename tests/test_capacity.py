@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from kvplan.capacity import PlanInputs, default_reserve_bytes, plan, smallest_tp_for_weights
-from kvplan.profiles import load_gpu, load_model
-from kvplan.roofline import Roofline
+from kvplan.plan.capacity import PlanInputs, default_reserve_bytes, plan, smallest_tp_for_weights
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 
 GIB = 2**30

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from kvplan.capacity import PlanInputs, plan
-from kvplan.capacity_sweep import parse_axis, rows, sweep
-from kvplan.profiles import load_gpu, load_model
+from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.plan.capacity_sweep import parse_axis, rows, sweep
+from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.spec import parse_kv_format
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.engine.allocator import ContiguousAllocator, PagedAllocator, make_allocator
-from kvplan.engine.block_pool import BlockPool
-from kvplan.engine.engine import Engine
-from kvplan.engine.runner import SimulatedRunner
-from kvplan.engine.scheduler import SchedulerConfig
-from kvplan.engine.sequence import Sequence
-from kvplan.profiles import load_gpu, load_model
-from kvplan.roofline import Roofline
+from kvplan.core.kv import ContiguousAllocator, PagedAllocator, make_allocator
+from kvplan.core.block_pool import BlockPool
+from kvplan.core.engine import Engine
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.sequence import Sequence
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.workload.request import Request
 

@@ -23,9 +23,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvplan.engine.allocator import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
-from kvplan.engine.block_pool import BlockPool
-from kvplan.engine.sequence import Sequence
+from kvplan.core.kv import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
+from kvplan.core.block_pool import BlockPool
+from kvplan.core.sequence import Sequence
 from kvplan.workload.request import Request
 
 EXAMPLES = int(os.environ.get("KVPLAN_PROPERTY_EXAMPLES", "120"))  # raise for a longer hunt

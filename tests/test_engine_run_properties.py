@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kvplan.engine.allocator import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
-from kvplan.engine.engine import Engine
-from kvplan.engine.metrics import SPLIT, StepMetrics
-from kvplan.engine.runner import SimulatedRunner
-from kvplan.engine.scheduler import SchedulerConfig, StepPlan
-from kvplan.engine.sequence import Sequence, Status
-from kvplan.profiles import load_gpu, load_model
-from kvplan.roofline import Roofline
+from kvplan.core.kv import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
+from kvplan.core.engine import Engine
+from kvplan.core.metrics import SPLIT, StepMetrics
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.core.scheduler import SchedulerConfig, StepPlan
+from kvplan.core.sequence import Sequence, Status
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.workload.request import Request
 from test_engine_properties import EXAMPLES, check_all_free, check_allocator

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.hf_config import model_spec_from_config
-from kvplan.profiles import load_model, model_profiles
+from kvplan.spec.hf_config import model_spec_from_config
+from kvplan.spec.profiles import load_model, model_profiles
 
 
 def kinds(name: str) -> list[tuple[str, int, int | None]]:

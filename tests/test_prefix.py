@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from kvplan.bench import BenchConfig, run_matrix
-from kvplan.engine.allocator import make_allocator
-from kvplan.engine.engine import Engine
-from kvplan.engine.prefix import block_hashes, infinite_cache_hit_tokens, trace_block_bound, trace_hashes
-from kvplan.engine.runner import SimulatedRunner
-from kvplan.engine.scheduler import SchedulerConfig
-from kvplan.profiles import load_gpu, load_model
-from kvplan.roofline import Roofline
+from kvplan.core.kv import make_allocator
+from kvplan.core.engine import Engine
+from kvplan.core.hashing import block_hashes, infinite_cache_hit_tokens, trace_block_bound, trace_hashes
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.workload import load_trace, make_workload
 from kvplan.workload.request import Request

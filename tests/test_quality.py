@@ -54,7 +54,7 @@ def test_policy_specs_validate() -> None:
 @pytest.fixture(scope="module")
 def stories(shared_data: Path):
     pytest.importorskip("transformers")
-    from kvplan.engine.hf_model import load_causal_lm
+    from kvplan.real.model import load_causal_lm
     from kvplan.quality.evaluate import run_policy
     from kvplan.quality.tokenizer import Llama2cTokenizer
 
@@ -97,8 +97,8 @@ def test_streaming_beats_sliding_window_at_equal_budget(stories) -> None:
 
 
 def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
-    from kvplan.capacity import PlanInputs, plan
-    from kvplan.profiles import load_gpu, load_model
+    from kvplan.plan.capacity import PlanInputs, plan
+    from kvplan.spec.profiles import load_gpu, load_model
     from kvplan.quality.evaluate import evaluate
     from kvplan.spec import parse_kv_format
 
@@ -112,12 +112,12 @@ def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
 
 
 def budget_engine(budget: int, sink_blocks: int = 0, blocks: int = 16):
-    from kvplan.engine.allocator import make_allocator
-    from kvplan.engine.engine import Engine
-    from kvplan.engine.runner import SimulatedRunner
-    from kvplan.engine.scheduler import SchedulerConfig
-    from kvplan.profiles import load_gpu, load_model
-    from kvplan.roofline import Roofline
+    from kvplan.core.kv import make_allocator
+    from kvplan.core.engine import Engine
+    from kvplan.sim.runner import SimulatedRunner
+    from kvplan.core.scheduler import SchedulerConfig
+    from kvplan.spec.profiles import load_gpu, load_model
+    from kvplan.plan.roofline import Roofline
     from kvplan.spec import parse_kv_format
 
     roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
@@ -155,8 +155,8 @@ def test_streaming_budget_keeps_the_sink_block() -> None:
 
 def test_budget_concurrency_matches_the_estimator() -> None:
     from kvplan.bench import BenchConfig, run_matrix
-    from kvplan.capacity import PlanInputs, plan
-    from kvplan.profiles import load_gpu, load_model
+    from kvplan.plan.capacity import PlanInputs, plan
+    from kvplan.spec.profiles import load_gpu, load_model
     from kvplan.spec import parse_kv_format
     from kvplan.workload import make_workload
 

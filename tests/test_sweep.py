@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import kvplan.sweep as sweep_module
+import kvplan.bench.sweep as sweep_module
 from kvplan.cli import app
-from kvplan.sweep import load_spec, run_sweep
+from kvplan.bench.sweep import load_spec, run_sweep
 
 STUDY = """
 [fixed]
@@ -105,7 +105,7 @@ def test_bad_sweep_files_are_one_line_errors(content: str, message: str, tmp_pat
 
 def test_report_turns_a_sweep_into_a_study(study: Path, tmp_path: Path) -> None:
     from kvplan.report import write_report
-    from kvplan.study import summarize
+    from kvplan.bench.study import summarize
 
     spec = load_spec(study)
     records = run_sweep(spec, tmp_path / "sweep", workers=1)

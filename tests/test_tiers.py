@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from kvplan.bench import BenchConfig, run_matrix
-from kvplan.engine.tiers import ARCSet, LRUSet, Tier, TieredCache
+from kvplan.core.tiers import ARCSet, LRUSet, Tier, TieredCache
 from kvplan.workload import make_workload
 
 
@@ -82,7 +82,7 @@ def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = Fal
     import numpy as np
 
     from kvplan.bench import parse_optimization
-    from kvplan.real_bench import build_real_engine, load_for_bench
+    from kvplan.real.factory import build_real_engine, load_for_bench
     from kvplan.workload.request import Request
 
     rng = np.random.default_rng(0)
@@ -141,7 +141,7 @@ def test_blocks_read_back_bitwise(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     import hashlib
 
-    from kvplan.engine.tier_storage import TensorTierStorage
+    from kvplan.real.tier_storage import TensorTierStorage
     from kvplan.kernels.quant import allocate_kv_cache
 
     pool = [allocate_kv_cache(fmt, 8, 4, 2, 8, dtype=torch.float16) for fmt in ("fp16", "int8")]
@@ -165,7 +165,7 @@ def test_blocks_read_back_bitwise(tmp_path) -> None:
 
 def test_unwritable_disk_keeps_blocks_out_with_a_warning(tmp_path) -> None:
     torch = pytest.importorskip("torch")
-    from kvplan.engine.tier_storage import TensorTierStorage
+    from kvplan.real.tier_storage import TensorTierStorage
     from kvplan.kernels.quant import allocate_kv_cache
 
     blocker = tmp_path / "not-a-folder"

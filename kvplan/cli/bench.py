@@ -113,8 +113,8 @@ def bench(
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated or real mode)."""
     from kvplan.bench import BenchConfig, parse_optimization, run_matrix, size_engine, variant_names
-    from kvplan.engine.scheduler import SchedulerConfig
-    from kvplan.profiles import load_model
+    from kvplan.core.scheduler import SchedulerConfig
+    from kvplan.spec.profiles import load_model
     from kvplan.results import write_jsonl
 
     names = [name.strip() for name in optimizations.split(",") if name.strip()]

@@ -11,11 +11,11 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
-from kvplan.capacity import CapacityPlan, PlanInputs, check_can_fit_somehow, plan, smallest_tp_for_weights
+from kvplan.plan.capacity import CapacityPlan, PlanInputs, check_can_fit_somehow, plan, smallest_tp_for_weights
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, fmt_bytes, fmt_int)
-from kvplan.profiles import load_gpu, load_model
-from kvplan.roofline import Roofline
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 
 GIB = 2**30
@@ -74,7 +74,7 @@ def estimate(
 def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out: Path | None, as_json: bool,
                table: bool = True) -> None:
     """Sweep (or a single point), writing CSV / result records; prints the table when asked."""
-    from kvplan.capacity_sweep import COLUMNS, estimate_records, parse_axis, rows, sweep, write_csv
+    from kvplan.plan.capacity_sweep import COLUMNS, estimate_records, parse_axis, rows, sweep, write_csv
     from kvplan.results import write_jsonl
 
     axes = dict(parse_axis(spec) for spec in specs)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console, fmt_bytes
-from kvplan.profiles import gpu_profiles, load_gpu, load_model, model_profiles
+from kvplan.spec.profiles import gpu_profiles, load_gpu, load_model, model_profiles
 from kvplan.spec import parse_kv_format
 
 app = typer.Typer(help="List and show the shipped model and GPU profiles.", no_args_is_help=True)

@@ -17,7 +17,7 @@ GIB = 2**30
 def run_quality_command(model: str, model_path: Path | None, layers: int | None, device: str, model_dtype: str,
                         seed: int, names: list[str], text: Path, tokenizer: Path | None, kv_budget: int | None,
                         kv_cache_gib: float | None, out: Path | None, as_json: bool, report: bool) -> None:
-    from kvplan.engine.hf_model import load_causal_lm, resolve_device
+    from kvplan.real.model import load_causal_lm, resolve_device
     from kvplan.quality.run import load_tokens, parse, run_quality
     from kvplan.results import make_record, write_jsonl
 

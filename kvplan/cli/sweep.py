@@ -22,8 +22,8 @@ def sweep(
     workers: Annotated[Optional[int], typer.Option(help="Local executor processes (default: the CPU count).")] = None,
 ) -> None:
     """Expand the grid, run every point not already in the output, and summarize the study."""
-    from kvplan.study import DEFAULT_SLO_S, summarize, varying
-    from kvplan.sweep import load_spec, run_sweep
+    from kvplan.bench.study import DEFAULT_SLO_S, summarize, varying
+    from kvplan.bench.sweep import load_spec, run_sweep
 
     spec = load_spec(study)
     total = len(spec.points())

@@ -135,7 +135,7 @@ def alerts(bench: pd.DataFrame) -> list[dict[str, str]]:
 
 def study_rows(data: ReportData) -> tuple[list[dict[str, Any]], float | None]:
     """The sweep study summary, when the records came from `kvplan sweep`."""
-    from kvplan.study import summarize
+    from kvplan.bench.study import summarize
 
     swept = [r for r in data.records if "study" in r["params"]]
     if not swept:

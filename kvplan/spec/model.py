@@ -1,4 +1,4 @@
-"""Frozen descriptions of what is being planned for: a model's KV layout, a GPU, a KV format.
+"""A model's KV layout and parameter counts, as frozen specs.
 
 Byte sizes are properties or small methods on these specs, so that every layer of kvplan
 (estimator, engine, kernels) derives sizes from one place.
@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from kvplan.spec.kv_format import KVFormat, dtype_bytes
 
 AttentionKind = Literal["full", "sliding", "mla", "state"]
 
@@ -199,122 +201,3 @@ class ModelSpec:
         counts = ParamCount(*(round(v * scale) for v in (p.embedding, p.lm_head, p.attention, p.dense_mlp,
                                                         p.experts_total, p.experts_active, p.other)))
         return replace(self, params=counts)
-
-
-_DTYPE_BYTES = {
-    "fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0, "bfloat16": 2.0,
-    "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,
-}
-
-
-def dtype_bytes(name: str) -> float:
-    try:
-        return _DTYPE_BYTES[name.lower()]
-    except KeyError:
-        raise ValueError(
-            f"unknown weight dtype '{name}'; use one of: {', '.join(sorted(_DTYPE_BYTES))}"
-        ) from None
-
-
-ScaleScheme = Literal["none", "tensor", "token-head", "group", "kivi"]
-
-
-@dataclass(frozen=True)
-class KVFormat:
-    """How one KV vector is stored: element bits plus the scales a quantized format needs.
-
-    Scales are fp32 as vLLM sizes them: per-token-head int8 at head_dim 128 is
-    128 + 4 = 132 B per vector, 264 B per token per head for K and V.
-    """
-
-    name: str
-    bits: int
-    is_float: bool
-    scale: ScaleScheme = "none"
-    group_size: int | None = None
-    scale_bytes: int = 4
-
-    def bytes_per_vector(self, dim: int) -> float:
-        data = math.ceil(dim * self.bits / 8)
-        if self.scale == "token-head":
-            return data + self.scale_bytes
-        if self.scale == "group":
-            return data + math.ceil(dim / (self.group_size or dim)) * self.scale_bytes
-        if self.scale == "kivi":
-            # KIVI: a key's scales are per channel, shared by a group of tokens; a value's are
-            # per token. Averaged over the K and V vectors of a token; the full-precision
-            # recent window is not counted (steady state).
-            key_scales = dim * self.scale_bytes / (self.group_size or 1)
-            return data + (key_scales + self.scale_bytes) / 2
-        return float(data)  # per-tensor scales are a few bytes per layer, not per token
-
-    @property
-    def label(self) -> str:
-        return self.name
-
-
-_FLOAT_FORMATS = {
-    "fp32": KVFormat("fp32", 32, True),
-    "fp16": KVFormat("fp16", 16, True),
-    "bf16": KVFormat("bf16", 16, True),
-    "fp8-e4m3": KVFormat("fp8-e4m3", 8, True, "tensor"),
-    "fp8-e5m2": KVFormat("fp8-e5m2", 8, True, "tensor"),
-}
-_ALIASES = {"fp8": "fp8-e4m3", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-_INT_PATTERN = re.compile(r"^int(8|4|2)(?:-(g(\d+)|tensor|token))?$")
-
-KV_FORMAT_NAMES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4",
-                   "int2-g32", "int4-g64 (any int{8,4,2}-gN)", "kivi-int2", "kivi-int4")
-
-
-def parse_kv_format(name: str, model: ModelSpec | None = None) -> KVFormat:
-    """auto (the model's dtype), fp32, fp16, bf16, fp8[-e4m3|-e5m2], int8/int4/int2 (per token-head scales),
-    int4-g64 (group-wise scales every 64 elements), int8-tensor (one scale per tensor)."""
-    key = _ALIASES.get(name.lower(), name.lower())
-    if key == "auto":
-        key = model.dtype if model is not None and model.dtype in _FLOAT_FORMATS else "bf16"
-    if key in _FLOAT_FORMATS:
-        return _FLOAT_FORMATS[key]
-    if key in ("kivi-int2", "kivi-int4"):
-        return KVFormat(key, int(key[-1]), False, "kivi", 32)
-    match = _INT_PATTERN.match(key)
-    if not match:
-        raise ValueError(f"unknown KV dtype '{name}'; use one of: {', '.join(KV_FORMAT_NAMES)}")
-    bits = int(match.group(1))
-    if match.group(3):
-        group = int(match.group(3))
-        if group <= 0:
-            raise ValueError(f"group size must be positive in '{name}'")
-        return KVFormat(key, bits, False, "group", group)
-    if match.group(2) == "tensor":
-        return KVFormat(key, bits, False, "tensor")
-    return KVFormat(f"int{bits}", bits, False, "token-head")
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """Dense (non-sparsity) datasheet figures for one GPU, with the datasheet named."""
-
-    name: str
-    display_name: str
-    memory_gib: float
-    hbm_tbps: float
-    bf16_tflops: float
-    source: str
-    fp8_tflops: float | None = None  # None: no FP8 tensor cores
-    host_link_gbps: float = 64.0
-    nvme_gbps: float = 7.0
-    price_per_hour: float | None = None
-    aliases: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def memory_bytes(self) -> float:
-        return self.memory_gib * 2**30
-
-    @property
-    def fp8_support(self) -> bool:
-        return self.fp8_tflops is not None
-
-    def peak_flops(self, fp8: bool = False) -> float:
-        tflops = self.fp8_tflops if (fp8 and self.fp8_tflops) else self.bf16_tflops
-        return tflops * 1e12

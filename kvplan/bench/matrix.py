@@ -10,18 +10,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kvplan.capacity import PlanInputs, plan
-from kvplan.cluster import RouterConfig, run_cluster
-from kvplan.engine.allocator import ALLOCATORS, make_allocator
-from kvplan.engine.engine import Engine
-from kvplan.engine.prefix import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
-from kvplan.engine.runner import SimulatedRunner
-from kvplan.engine.scheduler import SchedulerConfig
-from kvplan.engine.tiers import Tier, TieredCache
-from kvplan.profiles import load_gpu, load_model
+from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.sim.cluster import RouterConfig, run_cluster
+from kvplan.core.kv import ALLOCATORS, make_allocator
+from kvplan.core.engine import Engine
+from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.tiers import Tier, TieredCache
+from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.quality.policies import POLICIES
 from kvplan.results import make_record
-from kvplan.roofline import Roofline
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import KVFormat, ModelSpec, parse_kv_format
 from kvplan.workload.request import Request
 
@@ -211,7 +211,7 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
                   "trace_block_hit_bound": trace_block_bound(requests)}
     loaded = None
     if config.mode == "real":
-        from kvplan.real_bench import build_real_engine, load_for_bench
+        from kvplan.real.factory import build_real_engine, load_for_bench
 
         loaded = load_for_bench(config)
     records = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvplan.params import count_params
+from kvplan.spec.params import count_params
 from kvplan.spec import AttentionGroup, ModelSpec, dtype_bytes
 
 _ALIASES: dict[str, tuple[str, ...]] = {

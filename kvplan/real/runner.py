@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan.engine.scheduler import StepPlan
-from kvplan.engine.sequence import Sequence
+from kvplan.core.scheduler import StepPlan
+from kvplan.core.sequence import Sequence
 
 ATTENTION_NAME = "kvplan_paged"
 

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvplan.hf_config import model_spec_from_config
+from kvplan.spec.hf_config import model_spec_from_config
 from kvplan.spec import GpuSpec, ModelSpec
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from kvplan.roofline import Roofline
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 
 GIB = 2**30

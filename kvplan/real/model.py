@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvplan.hf_config import text_config
-from kvplan.profiles import load_model, model_profiles, read_config
+from kvplan.spec.hf_config import text_config
+from kvplan.spec.profiles import load_model, model_profiles, read_config
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 

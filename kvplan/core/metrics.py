@@ -12,9 +12,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan.engine.allocator import Allocator, PagedAllocator
-from kvplan.engine.scheduler import Scheduler
-from kvplan.engine.sequence import Sequence
+from kvplan.core.kv import Allocator, PagedAllocator
+from kvplan.core.scheduler import Scheduler
+from kvplan.core.sequence import Sequence
 
 SPLIT = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "cached", "free")
 TIMESERIES_POINTS = 400

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kvplan.engine.allocator import Allocator
-from kvplan.engine.metrics import StepMetrics, request_metrics
-from kvplan.engine.scheduler import Scheduler, SchedulerConfig, StepPlan
-from kvplan.engine.sequence import Sequence, Status
+from kvplan.core.kv import Allocator
+from kvplan.core.metrics import StepMetrics, request_metrics
+from kvplan.core.scheduler import Scheduler, SchedulerConfig, StepPlan
+from kvplan.core.sequence import Sequence, Status
 from kvplan.workload.request import Request
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just ended

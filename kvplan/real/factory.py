@@ -10,11 +10,11 @@ from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvplan.engine.allocator import make_allocator
-from kvplan.engine.engine import Engine
-from kvplan.engine.hf_model import load_causal_lm, resolve_device
-from kvplan.engine.real_runner import RealRunner
-from kvplan.hf_config import model_spec_from_config
+from kvplan.core.kv import make_allocator
+from kvplan.core.engine import Engine
+from kvplan.real.model import load_causal_lm, resolve_device
+from kvplan.real.runner import RealRunner
+from kvplan.spec.hf_config import model_spec_from_config
 from kvplan.spec import ModelSpec, parse_kv_format
 
 GIB = 2**30
@@ -57,7 +57,7 @@ def kv_budget_bytes(config: Any, loaded: LoadedModel) -> float:
 
 def build_real_engine(config: Any, optimization: Any, loaded: LoadedModel) -> tuple[Engine, Any]:
     from kvplan.bench import EngineSizing, make_tiers
-    from kvplan.engine.tier_storage import TensorTierStorage
+    from kvplan.real.tier_storage import TensorTierStorage
     from kvplan.kernels.quant import allocate_kv_cache
 
     spec = loaded.spec

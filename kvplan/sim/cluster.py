@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.engine.engine import Engine
-from kvplan.engine.metrics import request_metrics
-from kvplan.engine.prefix import block_hashes
+from kvplan.core.engine import Engine
+from kvplan.core.metrics import request_metrics
+from kvplan.core.hashing import block_hashes
 from kvplan.workload.request import Request
 
 ROUTERS = ("round-robin", "least-loaded", "sticky", "prefix-hash", "kv-aware")

@@ -12,9 +12,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from kvplan.capacity import PlanInputs, default_reserve_bytes
-from kvplan.profiles import load_gpu, load_model
-from kvplan.roofline import Roofline
+from kvplan.plan.capacity import PlanInputs, default_reserve_bytes
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}

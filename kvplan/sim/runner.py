@@ -2,14 +2,14 @@
 
 SimulatedRunner charges each step what the roofline model of the target GPU says: the
 weights and KV bytes read over HBM bandwidth, or the FLOPs over peak compute, whichever
-is larger, plus swap traffic over the host link. Real mode (kvplan.engine.real_runner)
+is larger, plus swap traffic over the host link. Real mode (kvplan.real.runner)
 measures wall-clock time instead; both take the same StepPlan.
 """
 
 from __future__ import annotations
 
-from kvplan.engine.scheduler import StepPlan
-from kvplan.roofline import Roofline
+from kvplan.core.scheduler import StepPlan
+from kvplan.plan.roofline import Roofline
 
 
 class SimulatedRunner:

@@ -13,8 +13,8 @@ import bisect
 from collections import deque
 from dataclasses import dataclass
 
-from kvplan.engine.allocator import Allocator
-from kvplan.engine.sequence import Sequence, Status
+from kvplan.core.kv import Allocator
+from kvplan.core.sequence import Sequence, Status
 
 PREEMPTION_MODES = ("recompute", "swap")
 

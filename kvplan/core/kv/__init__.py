@@ -11,10 +11,10 @@ import bisect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from kvplan.engine.block_pool import BlockPool
-from kvplan.engine.prefix import block_hashes
-from kvplan.engine.tiers import Tier, TieredCache
-from kvplan.engine.sequence import Sequence
+from kvplan.core.block_pool import BlockPool
+from kvplan.core.hashing import block_hashes
+from kvplan.core.tiers import Tier, TieredCache
+from kvplan.core.sequence import Sequence
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 

@@ -1,0 +1,2 @@
+"""KV formats and eviction policies measured on a real model: perplexity, KL and greedy
+agreement against the full cache."""
