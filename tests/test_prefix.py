@@ -44,7 +44,7 @@ def test_second_request_hits_the_first_ones_full_blocks() -> None:
     assert b.block_table == [0, 1, 3] and b.hit_tokens == 8
     assert list(pool.free_queue) == [4, 5, 6, 7, 2]
     assert [pool.ref_counts[i] for i in (0, 1, 3)] == [1, 1, 1]
-    stats = e.allocator.stats
+    stats = e.allocator.prefix_stats
     assert (stats.queries, stats.hits) == (20, 8)
 
 
@@ -108,7 +108,7 @@ def test_parallel_samples_share_the_prompt_copy_on_write() -> None:
     assert len(tables) == 3
     assert all(t[:2] == [0, 1] for t in tables) and pool.ref_counts[0] == pool.ref_counts[1] == 3
     assert len({t[2] for t in tables}) == 3  # the partial block was copied for each child
-    assert e.allocator.stats.cow_copies == 2
+    assert e.allocator.fork_stats.cow_copies == 2
     result = e.run([])
     assert result.metrics["requests_finished"] == 1 and result.metrics["parallel_forks"] == 2
     assert len(result.finished) == 3 and all(s.num_generated == 3 for s in result.finished)
