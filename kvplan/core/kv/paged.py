@@ -51,6 +51,8 @@ class PagedAllocator(Allocator):
         """Tokens of live sequences an eviction budget dropped."""
         return self.budget.evicted_slots if self.budget is not None else 0
 
+    # `known_hashes` as an attribute is kept for callers that assign it (bench/matrix.py,
+    # benchmarks/); use_known_hashes is the interface every allocator has.
     @property
     def known_hashes(self) -> dict[int, list[int]]:
         return self.prefix_cache.known_hashes if self.prefix_cache is not None else {}
