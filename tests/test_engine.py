@@ -8,6 +8,7 @@ import pytest
 from kvplan.core.kv import ContiguousAllocator, PagedAllocator, make_allocator
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.engine import Engine
+from kvplan.core.metrics import pool_split
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
@@ -182,3 +183,22 @@ def test_waiting_request_arrives_during_idle_time() -> None:
     late = max(result.finished, key=lambda s: s.request_id)
     assert late.first_token_s > 100.0
     assert result.metrics["makespan_s"] == pytest.approx(late.finish_s)
+
+
+def test_pool_split_by_hand_for_both_allocator_kinds() -> None:
+    # contiguous-max, 100 slots, max_model_len 40: two requests of 5 + 5 hold 40 slots each;
+    # the third waits, and the 20-slot tail is too small for its 40-slot reservation.
+    engine, _ = tiny_engine("contiguous-max", slots=100, max_len=40)
+    for i in range(3):
+        engine.submit(Request(i, 0.0, 5, 5))
+    engine.step()  # both prefills run (5 tokens each) and sample their first token
+    split = pool_split(engine.allocator, engine.scheduler)
+    # token states 10, reservation (final 10 + 10) - 10, internal 80 - 20, external 20, cached 0, free 0
+    assert split == (10, 10, 60, 20, 0, 0)
+    # paged, 8 blocks of 4: the same two requests hold 2 blocks each; nothing reserved ahead
+    engine, _ = tiny_engine("paged", slots=32, block=4, max_len=40)
+    for i in range(2):
+        engine.submit(Request(i, 0.0, 5, 5))
+    engine.step()
+    assert pool_split(engine.allocator, engine.scheduler) == (10, 0, 6, 0, 0, 16)
+    assert sum(pool_split(engine.allocator, engine.scheduler)) == engine.allocator.capacity_slots

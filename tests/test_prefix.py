@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from kvplan.bench import BenchConfig, run_matrix
-from kvplan.core.kv import make_allocator
+from kvplan.core.kv import hit_rate, make_allocator
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import block_hashes, infinite_cache_hit_tokens, trace_block_bound, trace_hashes
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.sequence import Sequence
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
@@ -44,9 +45,35 @@ def test_second_request_hits_the_first_ones_full_blocks() -> None:
     assert b.block_table == [0, 1, 3] and b.hit_tokens == 8
     assert list(pool.free_queue) == [4, 5, 6, 7, 2]
     assert [pool.ref_counts[i] for i in (0, 1, 3)] == [1, 1, 1]
-    stats = e.allocator.stats
+    stats = e.allocator.prefix_stats
     assert (stats.queries, stats.hits) == (20, 8)
 
+
+
+def test_lookup_result_is_passed_explicitly_not_left_on_the_allocator() -> None:
+    e = engine()
+    e.run([req(0, 0.0, tuple(range(1, 11)))])  # caches blocks [1-4] [5-8]; both now free (ref 0)
+    allocator = e.allocator
+    a = Sequence(req(1, 50.0, tuple(range(1, 9)) + (30, 31)))
+    b = Sequence(req(2, 50.0, (40, 41, 42, 43, 44)))
+    hits_a = allocator.lookup(a)
+    hits_b = allocator.lookup(b)  # a later lookup must not change what a's admission sees
+    assert (hits_a.blocks, hits_a.free_cached, hits_a.tier_run) == ([0, 1], 2, [])
+    assert (hits_b.blocks, hits_b.free_cached) == ([], 0)
+    assert allocator.hit_tokens(hits_a) == 8 and allocator.hit_tokens(hits_b) == 0
+    # 8 free blocks; a needs 3 for 10 tokens, two of them are the free cached hits: 8 - 2 - 1 >= 0
+    assert allocator.can_admit(a, 10, hits_a)
+    assert allocator.adopt(a, hits_a) == 8 and a.block_table == [0, 1]
+    assert allocator.pool.num_free == 6 and allocator.prefix_stats.hits == 8
+
+
+def test_contiguous_allocators_declare_no_optional_pieces() -> None:
+    allocator = make_allocator("contiguous-pow2", 64, 4, 64)
+    assert (allocator.pool, allocator.prefix_stats, allocator.fork_stats, allocator.tiers, allocator.retained_cap) \
+        == (None, None, None, None, None)
+    assert allocator.reserves_ahead and allocator.fragments_externally
+    assert allocator.lookup(Sequence(req(0, 0.0, tuple(range(1, 9))))).blocks == []
+    assert hit_rate(0, 0) == 0.0 and hit_rate(3, 4) == 0.75
 
 def test_fully_cached_prompt_recomputes_its_last_block() -> None:
     e = engine()
@@ -108,7 +135,7 @@ def test_parallel_samples_share_the_prompt_copy_on_write() -> None:
     assert len(tables) == 3
     assert all(t[:2] == [0, 1] for t in tables) and pool.ref_counts[0] == pool.ref_counts[1] == 3
     assert len({t[2] for t in tables}) == 3  # the partial block was copied for each child
-    assert e.allocator.stats.cow_copies == 2
+    assert e.allocator.fork_stats.cow_copies == 2
     result = e.run([])
     assert result.metrics["requests_finished"] == 1 and result.metrics["parallel_forks"] == 2
     assert len(result.finished) == 3 and all(s.num_generated == 3 for s in result.finished)

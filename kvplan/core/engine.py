@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kvplan.core.kv import Allocator
-from kvplan.core.metrics import StepMetrics, request_metrics
+from kvplan.core.metrics import StepMetrics
 from kvplan.core.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence, Status
+from kvplan.core.summary import run_summary
 from kvplan.workload.request import Request
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just ended
@@ -119,65 +120,6 @@ class Engine:
 
     def result(self) -> RunResult:
         makespan = self.now - (self.start or 0.0)
-        return RunResult(self._summary(self.finished, self.rejected, makespan), self.step_metrics.timeseries(),
-                         self.finished, self.rejected)
-
-    def _summary(self, finished: list[Sequence], rejected: list[Sequence], makespan: float) -> dict[str, Any]:
-        averages = self.step_metrics.averages()
-        scheduler = self.scheduler
-        requests = [seq for seq in finished if seq.sample_index == 0]
-        output_tokens = sum(seq.request.output_len for seq in finished)
-        prompt_tokens = sum(seq.request.prompt_len for seq in requests)
-        span = makespan or 1.0
-        used, reserved, logical = averages["used"], averages["reserved"], averages["logical"]
-        summary: dict[str, Any] = {
-            "requests_finished": len(requests),
-            "requests_rejected": len(rejected),
-            "reject_reasons": sorted({seq.reject_reason for seq in rejected if seq.reject_reason}),
-            "makespan_s": makespan,
-            "engine_steps": self.step_metrics.steps,
-            "pool_slots": self.allocator.capacity_slots,
-            **{f"{key}_share": averages[key] for key in
-               ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "cached", "free")},
-            "waste": 1.0 - used / reserved if reserved else 0.0,
-            "token_states_of_reserved": used / reserved if reserved else 0.0,
-            # Blocks a sequence-by-sequence count would need but sharing avoids (vLLM paper §6.3).
-            "sharing_savings": averages["shared_refs"] / averages["block_refs"] if averages["block_refs"] else 0.0,
-            "shared_token_share": 1.0 - used / logical if logical else 0.0,
-            "kv_cache_usage_mean": averages["kv_cache_usage"],
-            "kv_cache_usage_peak": self.step_metrics.peak_kv_cache_usage,
-            "running_mean": averages["running"],
-            "running_peak": self.step_metrics.peak_running,
-            "waiting_mean": averages["waiting"],
-            "preemptions": scheduler.preemptions,
-            "recomputed_tokens": scheduler.recomputed_tokens,
-            "swapped_out_slots": scheduler.swapped_out_slots_total,
-            "output_tokens_per_s": output_tokens / span,
-            "total_tokens_per_s": (output_tokens + prompt_tokens) / span,
-            "requests_per_s": len(requests) / span,
-            **request_metrics(finished),
-        }
-        stats = getattr(self.allocator, "stats", None)
-        if stats is not None and self.allocator.prefix_caching:
-            summary.update(
-                prefix_cache_queries=stats.queries, prefix_cache_hits=stats.hits,
-                prefix_hit_rate=stats.hits / stats.queries if stats.queries else 0.0,
-                preempted_prefix_queries=stats.preempted_queries, preempted_prefix_hits=stats.preempted_hits,
-                prefill_tokens_saved=stats.hits + stats.preempted_hits,
-                cached_blocks_evicted=self.allocator.pool.cached_evictions,  # type: ignore[attr-defined]
-            )
-        tiers = getattr(self.allocator, "tiers", None)
-        if tiers is not None and stats is not None:
-            tier_hits = 0
-            for tier in tiers.tiers:
-                tier_hits += tier.stats.hits_tokens
-                summary.update({f"{tier.name}_hit_tokens": tier.stats.hits_tokens,
-                                f"{tier.name}_bytes_in": tier.stats.bytes_in,
-                                f"{tier.name}_bytes_out": tier.stats.bytes_out,
-                                f"{tier.name}_evictions": tier.stats.evictions,
-                                f"{tier.name}_hit_rate": tier.stats.hits_tokens / stats.queries if stats.queries else 0.0})
-            summary.update(offload_reloads=tiers.reloads, offload_recomputes=tiers.recomputes,
-                           total_hit_rate=(stats.hits + tier_hits) / stats.queries if stats.queries else 0.0)
-        if stats is not None and stats.forks:
-            summary.update(parallel_forks=stats.forks, cow_copies=stats.cow_copies)
-        return summary
+        metrics = run_summary(self.allocator, self.scheduler, self.step_metrics, self.finished, self.rejected,
+                              makespan)
+        return RunResult(metrics, self.step_metrics.timeseries(), self.finished, self.rejected)

@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan.core.kv import Allocator, PagedAllocator
+from kvplan.core.kv import Allocator
 from kvplan.core.scheduler import Scheduler
 from kvplan.core.sequence import Sequence
 
@@ -43,33 +43,22 @@ class StepMetrics:
     def record(self, dt: float, now: float, allocator: Allocator, scheduler: Scheduler) -> None:
         capacity = allocator.capacity_slots
         logical = scheduler.used_slots
-        used = logical - allocator.shared_slots  # a block shared by several sequences counts once
-        reserved = allocator.reserved_slots
-        cached = allocator.cached_free_slots
-        if isinstance(allocator, PagedAllocator):
-            reservation = 0  # paging allocates on demand: nothing is held for future tokens
-            internal = reserved - used  # unfilled tails of last blocks
-        else:
-            reservation = scheduler.running_final_slots - used
-            internal = reserved - scheduler.running_final_slots
-        external = 0
-        waiting = scheduler.waiting
-        if waiting and not isinstance(allocator, PagedAllocator):
-            need = min(allocator.reservation_size(seq) for seq in _head(waiting))
-            external = allocator.external_fragmentation(need)
-        free = capacity - reserved - external - cached
+        used, reservation, internal, external, cached, free = pool_split(allocator, scheduler)
+        reserved = used + reservation + internal
         usage = reserved / capacity
         running = len(scheduler.running)
+        waiting = scheduler.waiting
         sums = self.sums
         for key, value in (("token_states", used), ("reservation", reservation),
                            ("internal_fragmentation", internal), ("external_fragmentation", external),
                            ("cached", cached), ("free", free), ("used", used), ("logical", logical),
                            ("reserved", reserved)):
             sums[key] += dt * value / capacity
-        if isinstance(allocator, PagedAllocator):  # the vLLM paper's sharing saving, in blocks
-            extra = allocator.pool.extra_refs
+        pool = allocator.pool
+        if pool is not None:  # the vLLM paper's sharing saving, in blocks
+            extra = pool.extra_refs
             sums["shared_refs"] += dt * extra
-            sums["block_refs"] += dt * (allocator.pool.num_allocated + extra)
+            sums["block_refs"] += dt * (pool.num_allocated + extra)
         sums["running"] += dt * running
         sums["waiting"] += dt * len(waiting)
         sums["kv_cache_usage"] += dt * usage
@@ -83,9 +72,9 @@ class StepMetrics:
         self.trace_waiting.append(len(waiting))
         self.trace_used.append(used / capacity)
         self.trace_cached.append(cached / capacity)
-        if allocator.prefix_caching:
-            stats = allocator.stats  # type: ignore[attr-defined]
-            self.trace_hit_rate.append(stats.hits / stats.queries if stats.queries else 0.0)
+        stats = allocator.prefix_stats
+        if stats is not None:
+            self.trace_hit_rate.append(stats.hit_rate)
 
     def averages(self) -> dict[str, float]:
         span = self.elapsed or 1.0
@@ -105,6 +94,27 @@ class StepMetrics:
         if self.trace_hit_rate:
             series["prefix_hit_rate"] = [round(v, 4) for v in self.trace_hit_rate[::stride]]
         return series
+
+
+def pool_split(allocator: Allocator, scheduler: Scheduler) -> tuple[int, int, int, int, int, int]:
+    """The pool, in slots, split as the vLLM paper's Fig. 2 does (DESIGN.md): token states,
+    reservation, internal fragmentation, external fragmentation, cached, free; the six sum
+    to the pool size, and token states + reservation + internal = reserved."""
+    used = scheduler.used_slots - allocator.shared_slots  # a block shared by several sequences counts once
+    reserved = allocator.reserved_slots
+    cached = allocator.cached_free_slots
+    if allocator.reserves_ahead:  # held for tokens not generated yet, then over-reserved
+        planned = scheduler.running_final_slots
+        reservation, internal = planned - used, reserved - planned
+    else:  # on demand: only the unfilled tails of last blocks
+        reservation, internal = 0, reserved - used
+    external = 0
+    waiting = scheduler.waiting
+    if waiting and allocator.fragments_externally:
+        need = min(allocator.reservation_size(seq) for seq in _head(waiting))
+        external = allocator.external_fragmentation(need)
+    free = allocator.capacity_slots - reserved - external - cached
+    return used, reservation, internal, external, cached, free
 
 
 def _head(waiting: Any) -> list[Sequence]:

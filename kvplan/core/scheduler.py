@@ -13,7 +13,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass
 
-from kvplan.core.kv import Allocator
+from kvplan.core.kv import NO_HITS, Allocator
 from kvplan.core.sequence import Sequence, Status
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -103,7 +103,7 @@ class Scheduler:
         running = self.running
         preempted = False
         context = pairs = 0
-        cap = getattr(self.allocator, "retained_cap", None)
+        cap = self.allocator.retained_cap
         # The hot loop of the simulator: kept flat, with the common decode case (one token
         # that fits the slots already held) touching no allocator. Popping victims from the
         # end while iterating is safe: the loop stops where the list now ends.
@@ -147,7 +147,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             fresh = allocator.prefix_caching and seq.status == Status.WAITING and seq.num_computed == 0
-            hits = allocator.lookup(seq) if fresh else []
+            hits = allocator.lookup(seq) if fresh else NO_HITS  # passed on to can_admit and adopt
             cached = allocator.hit_tokens(hits) if fresh else 0
             count = self._chunk_of(seq.known_tokens - seq.num_computed - cached, budget)
             total = seq.num_computed + cached + count
@@ -174,7 +174,7 @@ class Scheduler:
             plan.scheduled.append((seq, count))
             budget -= count
             before = seq.num_computed
-            cap = getattr(allocator, "retained_cap", None)
+            cap = allocator.retained_cap
             read = before + count if cap is None else min(before + count, cap)
             plan.context_tokens += read
             plan.attention_pairs += count * (before if cap is None else min(before, cap)) + count * (count + 1) // 2
@@ -213,7 +213,7 @@ class Scheduler:
         self.used_slots += plan.num_tokens
         allocator = self.allocator
         caching = allocator.prefix_caching
-        block_size = getattr(allocator, "block_size", 0)
+        block_size = allocator.block_size
         for seq, count in plan.scheduled:
             computed = seq.num_computed + count
             seq.num_computed = computed

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan.core.engine import Engine
-from kvplan.core.metrics import request_metrics
 from kvplan.core.hashing import block_hashes
+from kvplan.core.kv import hit_rate
+from kvplan.core.metrics import request_metrics
+from kvplan.core.summary import throughput
 from kvplan.workload.request import Request
 
 ROUTERS = ("round-robin", "least-loaded", "sticky", "prefix-hash", "kv-aware")
@@ -52,13 +54,7 @@ def cached_prefix_fraction(engine: Engine, hashes: list[int]) -> float:
     """Share of the request's full prompt blocks the pod's prefix cache holds, as a chain."""
     if not hashes:
         return 0.0
-    found = getattr(getattr(engine.allocator, "pool", None), "hash_to_block", {})
-    matched = 0
-    for block_hash in hashes:
-        if block_hash not in found:
-            break
-        matched += 1
-    return matched / len(hashes)
+    return engine.allocator.cached_prefix_blocks(hashes) / len(hashes)
 
 
 class Router:
@@ -123,11 +119,10 @@ def cluster_metrics(pods: list[Engine], assigned: list[int], requests: list[Requ
     finished = [seq for pod in pods for seq in pod.finished]
     start = min(r.arrival_s for r in requests) if requests else 0.0
     makespan = max((pod.now for pod in pods), default=start) - start
-    span = makespan or 1.0
     queries = sum(r.metrics.get("prefix_cache_queries", 0) for r in results)
     hits = sum(r.metrics.get("prefix_cache_hits", 0) for r in results)
     mean = sum(assigned) / len(assigned) if assigned else 0.0
-    output_tokens = sum(seq.request.output_len for seq in finished)
+    rates = throughput(finished, makespan)
     pod_running = [r.metrics["running_mean"] for r in results]
     metrics: dict[str, Any] = {
         "pods": len(pods),
@@ -141,9 +136,9 @@ def cluster_metrics(pods: list[Engine], assigned: list[int], requests: list[Requ
         "load_imbalance": max(assigned) / mean if mean else 0.0,  # 1.0 = perfectly even
         "prefix_cache_queries": queries,
         "prefix_cache_hits": hits,
-        "prefix_hit_rate": hits / queries if queries else 0.0,
-        "output_tokens_per_s": output_tokens / span,
-        "requests_per_s": sum(r.metrics["requests_finished"] for r in results) / span,
+        "prefix_hit_rate": hit_rate(hits, queries),
+        "output_tokens_per_s": rates["output_tokens_per_s"],
+        "requests_per_s": rates["requests_per_s"],
         "preemptions": sum(r.metrics["preemptions"] for r in results),
         "running_mean": sum(pod_running),
         "kv_cache_usage_mean": sum(r.metrics["kv_cache_usage_mean"] for r in results) / len(results),

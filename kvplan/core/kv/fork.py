@@ -1,0 +1,35 @@
+"""Parallel sampling by copy-on-write, as in the vLLM paper: a sample forked after the
+prompt's first token shares every full block of its parent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.block_pool import BlockPool
+from kvplan.core.sequence import Sequence
+
+
+@dataclass
+class ForkStats:
+    forks: int = 0
+    cow_copies: int = 0  # partial last blocks copied at a fork
+
+
+def fork_blocks(pool: BlockPool, block_size: int, parent: Sequence, child: Sequence, stats: ForkStats) -> bool:
+    """The child shares every full block; a partial last block is copied now (eager
+    copy-on-write: the next decode step would write into it anyway). False if no block
+    is free for the copy."""
+    full = parent.num_computed // block_size
+    partial = len(parent.block_table) > full
+    if partial and pool.num_free < 1:
+        return False
+    for block in parent.block_table[:full]:
+        pool.touch(block)
+    child.block_table = parent.block_table[:full]
+    if partial:
+        child.block_table += pool.allocate(1)
+        stats.cow_copies += 1
+    child.capacity = len(child.block_table) * block_size
+    child.hashes, child.cached_blocks = parent.hashes, min(parent.cached_blocks, full)
+    stats.forks += 1
+    return True

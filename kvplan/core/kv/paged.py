@@ -1,0 +1,142 @@
+"""vLLM-style paging: blocks on demand from a BlockPool, a watermark kept free at admission.
+Prefix caching (with its offload tiers), an eviction budget and copy-on-write forks are
+components the allocator composes (prefix_cache.py, budget.py, fork.py)."""
+
+from __future__ import annotations
+
+from kvplan.core.block_pool import BlockPool
+from kvplan.core.kv.base import NO_HITS, Allocator, PrefixLookup
+from kvplan.core.kv.budget import TokenBudget
+from kvplan.core.kv.fork import ForkStats, fork_blocks
+from kvplan.core.kv.prefix_cache import PrefixCache
+from kvplan.core.sequence import Sequence
+from kvplan.core.tiers import TieredCache
+
+
+class PagedAllocator(Allocator):
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
+                 prefix_caching: bool = False, token_budget: int | None = None, sink_blocks: int = 0,
+                 tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0) -> None:
+        if token_budget is not None and prefix_caching:
+            raise ValueError("prefix caching cannot be combined with an eviction budget in simulated mode")
+        if tiers is not None and not prefix_caching:
+            raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
+        self.name = "prefix" if prefix_caching else "paged"
+        self.pool = BlockPool(num_blocks)
+        self.block_size = block_size
+        self.capacity_slots = num_blocks * block_size
+        self.watermark_blocks = int(watermark * num_blocks)
+        self.prefix_caching = prefix_caching
+        self.prefix_cache = PrefixCache(self.pool, block_size, tiers, recompute_s_per_token) if prefix_caching else None
+        if self.prefix_cache is not None:
+            self.prefix_stats = self.prefix_cache.stats
+            self.tiers = tiers
+        self.budget = TokenBudget(token_budget, block_size, sink_blocks) if token_budget else None
+        if self.budget is not None:
+            self.retained_cap = self.budget.retained_cap
+        self.fork_stats = ForkStats()
+
+    @property
+    def reserved_slots(self) -> int:  # type: ignore[override]
+        return self.pool.num_allocated * self.block_size
+
+    @property
+    def admissible_slots(self) -> int:  # type: ignore[override]
+        # The watermark also gates re-admission after a preemption, so a request must fit
+        # below it or it could be stranded half-way.
+        return (self.pool.num_blocks - self.watermark_blocks) * self.block_size
+
+    @property
+    def evicted_slots(self) -> int:
+        """Tokens of live sequences an eviction budget dropped."""
+        return self.budget.evicted_slots if self.budget is not None else 0
+
+    # `known_hashes` as an attribute is kept for callers that assign it (bench/matrix.py,
+    # benchmarks/); use_known_hashes is the interface every allocator has.
+    @property
+    def known_hashes(self) -> dict[int, list[int]]:
+        return self.prefix_cache.known_hashes if self.prefix_cache is not None else {}
+
+    @known_hashes.setter
+    def known_hashes(self, hashes: dict[int, list[int]]) -> None:
+        self.use_known_hashes(hashes)
+
+    def use_known_hashes(self, hashes: dict[int, list[int]]) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.known_hashes = hashes
+
+    def blocks_needed(self, seq: Sequence, tokens: int) -> int:
+        """New blocks for the sequence to span `tokens` (blocks a budget dropped still count)."""
+        return max(0, -(-tokens // self.block_size) - len(seq.block_table) - seq.dropped_blocks)
+
+    def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool:
+        if not hits.blocks:
+            return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
+        # Hits on free cached blocks leave the free queue too.
+        new = -(-tokens // self.block_size) - len(hits.blocks)
+        return self.pool.num_free - hits.free_cached - new >= self.watermark_blocks
+
+    def lookup(self, seq: Sequence) -> PrefixLookup:
+        return self.prefix_cache.lookup(seq) if self.prefix_cache is not None else NO_HITS
+
+    def hit_tokens(self, hits: PrefixLookup) -> int:
+        return self.prefix_cache.hit_tokens(hits) if self.prefix_cache is not None else 0
+
+    def adopt(self, seq: Sequence, hits: PrefixLookup) -> int:
+        return self.prefix_cache.adopt(seq, hits) if self.prefix_cache is not None else 0
+
+    def take_transfer_s(self) -> float:
+        return self.prefix_cache.take_transfer_s() if self.prefix_cache is not None else 0.0
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.cache_full_blocks(seq)
+
+    def cached_prefix_blocks(self, hashes: list[int]) -> int:
+        return self.prefix_cache.cached_prefix_blocks(hashes) if self.prefix_cache is not None else 0
+
+    def fork(self, parent: Sequence, child: Sequence) -> bool:
+        return fork_blocks(self.pool, self.block_size, parent, child, self.fork_stats)
+
+    @property
+    def shared_slots(self) -> int:  # type: ignore[override]
+        # Shared blocks count once; tokens an eviction budget dropped count not at all.
+        budget = self.budget
+        return self.pool.extra_refs * self.block_size + (budget.evicted_slots if budget is not None else 0)
+
+    @property
+    def cached_free_slots(self) -> int:  # type: ignore[override]
+        return self.pool.num_cached_free * self.block_size
+
+    def allocate(self, seq: Sequence, tokens: int) -> bool:
+        needed = self.blocks_needed(seq, tokens)
+        if needed == 0:
+            return True
+        budget = self.budget
+        if budget is not None:
+            needed = budget.new_blocks(seq, needed)
+        if needed > self.pool.num_free:
+            return False
+        seq.block_table.extend(self.pool.allocate(needed))
+        if budget is not None:
+            budget.drop_oldest(seq, tokens, self.pool)
+        seq.capacity = (len(seq.block_table) + seq.dropped_blocks) * self.block_size
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        self.pool.free(reversed(seq.block_table))  # tail blocks are reclaimed first
+        if self.budget is not None:
+            self.budget.release(seq)
+        seq.block_table = []
+        seq.capacity = 0
+        seq.cached_blocks = 0
+        seq.dropped_blocks = 0
+
+    def reservation_size(self, seq: Sequence) -> int:
+        blocks = -(-seq.final_len // self.block_size)
+        if self.budget is not None:
+            blocks = self.budget.reservation_blocks(blocks)
+        return blocks * self.block_size
+
+    def planned_slots(self, seq: Sequence) -> int:
+        return len(seq.block_table) * self.block_size  # nothing is reserved ahead

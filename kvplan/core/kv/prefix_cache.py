@@ -1,0 +1,150 @@
+"""Automatic prefix caching over a block pool (vLLM's hash-chained full blocks), with
+optional offload tiers below the pool: a prefix the pool reclaimed is demoted to the CPU
+tier (then disk), and a lookup that runs out of device hits continues there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.core.block_pool import BlockPool
+from kvplan.core.hashing import block_hashes
+from kvplan.core.kv.base import PrefixLookup
+from kvplan.core.sequence import Sequence
+from kvplan.core.tiers import Tier, TieredCache
+
+
+def hit_rate(hit_tokens: int, queried_tokens: int) -> float:
+    """The prefix hit rate (DESIGN.md): prompt tokens served from cache / prompt tokens
+    queried; 0 when nothing was queried. Every hit rate kvplan reports goes through here."""
+    return hit_tokens / queried_tokens if queried_tokens else 0.0
+
+
+@dataclass
+class PrefixStats:
+    """vLLM's prefix-cache counters, in tokens; preempted re-admissions counted apart."""
+
+    queries: int = 0
+    hits: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return hit_rate(self.hits, self.queries)
+
+
+class PrefixCache:
+    def __init__(self, pool: BlockPool, block_size: int, tiers: TieredCache | None = None,
+                 recompute_s_per_token: float = 0.0) -> None:
+        self.pool = pool
+        self.block_size = block_size
+        self.stats = PrefixStats()
+        self.known_hashes: dict[int, list[int]] = {}  # request id -> block hashes, computed once per run
+        self.tiers = tiers
+        self.recompute_s_per_token = recompute_s_per_token
+        if tiers is not None:
+            pool.on_evict = tiers.demote
+
+    def lookup(self, seq: Sequence) -> PrefixLookup:
+        if seq.hashes is None:
+            request = seq.request
+            seq.hashes = self.known_hashes.get(request.request_id)
+            if seq.hashes is None:
+                seq.hashes = block_hashes(request, self.block_size)
+        # At least one token is computed, so a fully cached prompt recomputes its last block.
+        limit = (seq.known_tokens - 1) // self.block_size
+        found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
+        hits = []
+        free_cached = 0
+        for block_hash in seq.hashes[:limit]:
+            block = found.get(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+            if not ref_counts[block]:
+                free_cached += 1
+        tier_run = self._tier_run(seq.hashes[len(hits):limit]) if self.tiers else []
+        return PrefixLookup(hits, free_cached, tier_run)
+
+    def _tier_run(self, hashes: list[int]) -> list[tuple[int, Tier]]:
+        """The prefix continues in the CPU / disk tiers: reload it if moving the blocks costs
+        less than recomputing their tokens, else recompute (the run is not used)."""
+        tiers = self.tiers
+        assert tiers is not None
+        run = []
+        for block_hash in hashes:
+            tier = tiers.find(block_hash)
+            if tier is None:
+                break
+            run.append((block_hash, tier))
+        if not run:
+            return []
+        reload_s = sum(tiers.block_bytes / tier.bandwidth for _, tier in run)
+        if reload_s > len(run) * self.block_size * self.recompute_s_per_token:
+            tiers.recomputes += 1
+            return []
+        tiers.reloads += 1
+        return run
+
+    def hit_tokens(self, hits: PrefixLookup) -> int:
+        """Tokens the lookup serves: device hits plus the lower-tier run it will reload."""
+        return (len(hits.blocks) + len(hits.tier_run)) * self.block_size
+
+    def take_transfer_s(self) -> float:
+        if self.tiers is None:
+            return 0.0
+        seconds, self.tiers.unbilled_s = self.tiers.unbilled_s, 0.0
+        return seconds
+
+    def adopt(self, seq: Sequence, hits: PrefixLookup) -> int:
+        """Take the hits as the head of the block table; returns the tokens they serve
+        (lower-tier blocks that cannot be read back are left to recompute)."""
+        block_size, pool, tiers = self.block_size, self.pool, self.tiers
+        payloads = []
+        for block_hash, tier in hits.tier_run:  # leave the tiers before any demotion below
+            payload = tiers.promote(block_hash, tier, block_size)  # type: ignore[union-attr]
+            if payload is None:
+                break
+            payloads.append((block_hash, payload))
+        queried, device_tokens = seq.known_tokens, len(hits.blocks) * block_size
+        hit_tokens = device_tokens + len(payloads) * block_size  # tier hits are counted per tier
+        if seq.preemptions:
+            self.stats.preempted_queries += queried
+            self.stats.preempted_hits += device_tokens
+        else:
+            self.stats.queries += queried
+            self.stats.hits += device_tokens
+        for block in hits.blocks:
+            pool.touch(block)
+        seq.block_table = list(hits.blocks)
+        if payloads:  # promote: fresh device blocks, filled over the host link / from disk
+            promoted = pool.allocate(len(payloads))
+            for block, (block_hash, payload) in zip(promoted, payloads):
+                tiers.restore(block, payload)  # type: ignore[union-attr]
+                pool.cache(block, block_hash)
+            seq.block_table += promoted
+        seq.capacity = len(seq.block_table) * block_size
+        seq.cached_blocks = len(seq.block_table)
+        seq.hit_tokens += hit_tokens
+        return hit_tokens
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        hashes = seq.hashes or ()
+        full = min(seq.num_computed // self.block_size, len(hashes))
+        # Inlined BlockPool.cache: the blocks are live (ref >= 1), so no free-queue change.
+        hash_to_block, block_to_hash, table = self.pool.hash_to_block, self.pool.block_to_hash, seq.block_table
+        for index in range(seq.cached_blocks, full):
+            block_hash, block = hashes[index], table[index]
+            if block_hash not in hash_to_block and block not in block_to_hash:
+                hash_to_block[block_hash] = block
+                block_to_hash[block] = block_hash
+        seq.cached_blocks = max(seq.cached_blocks, full)
+
+    def cached_prefix_blocks(self, hashes: list[int]) -> int:
+        found = self.pool.hash_to_block
+        matched = 0
+        for block_hash in hashes:
+            if block_hash not in found:
+                break
+            matched += 1
+        return matched
