@@ -26,17 +26,18 @@ import math
 import sys
 import time
 
-from kvplan.bench import BenchConfig, build_engine, parse_optimization
+from kvplan.bench import SizingConfig, parse_optimization
 from kvplan.core.engine import Engine
+from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.workload import make_workload
 
 NUM_REQUESTS = 10_000
 TARGET_S = 10.0
 SETUPS = [
     ("OPT-13B / A100-40GB / 11.2 GiB KV (vLLM paper)",
-     BenchConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048)),
+     SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048)),
     ("Llama-3.1-8B / L4 (kvplan bench default)",
-     BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)),
+     SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)),
 ]
 
 
@@ -73,7 +74,7 @@ def main() -> int:
         requests = make_workload("sharegpt", NUM_REQUESTS, rate=None, arrival="burst", seed=0,
                                  max_model_len=config.max_model_len)
         started = time.perf_counter()
-        engine, sizing = build_engine(config, parse_optimization("paged"))
+        engine, sizing = SimulatedEngineFactory(config).build(parse_optimization("paged"))
         result = engine.run(requests)
         wall = time.perf_counter() - started
         m = result.metrics

@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from kvplan.bench import BenchConfig, build_engine, parse_optimization
+from kvplan.bench import SizingConfig, parse_optimization
+from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
 from kvplan.workload import load_trace
 
@@ -23,14 +24,14 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/moonca
 TARGET_S = 10.0
 
 
-def replay(requests: list, config: BenchConfig, optimization: str) -> tuple[dict, float]:
+def replay(requests: list, config: SizingConfig, optimization: str) -> tuple[dict, float]:
     """The replay proper: block hashes of every request, then the engine run (the
     infinite-cache bound, an analysis of the trace, is timed apart)."""
     parsed = parse_optimization(optimization)
     started = time.perf_counter()
-    engine, _ = build_engine(config, parsed)
+    engine, _ = SimulatedEngineFactory(config).build(parsed)
     if parsed.prefix_caching:
-        engine.allocator.known_hashes = hashes_by_request(requests, config.block_size)
+        engine.allocator.use_known_hashes(hashes_by_request(requests, config.block_size))
     result = engine.run(requests)
     return result.metrics, time.perf_counter() - started
 
@@ -40,7 +41,7 @@ def main(trace: Path = DEFAULT_TRACE, block_size: int = 16) -> int:
         print(f"trace {trace} not found; pass its path")
         return 2
     requests = load_trace(trace).requests
-    config = BenchConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=block_size, max_model_len=131072)
+    config = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=block_size, max_model_len=131072)
     prefix, prefix_s = replay(requests, config, "prefix")
     paged, paged_s = replay(requests, config, "paged")
     started = time.perf_counter()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kvplan.bench import BenchConfig, run_matrix
+from kvplan.bench import BenchConfig, SizingConfig, run_matrix
 from kvplan.workload import make_workload
 
 PAPER = {  # token-state share of KV memory (Fig. 2) and mean batched requests (Fig. 13a)
@@ -27,9 +27,10 @@ PAPER = {  # token-state share of KV memory (Fig. 2) and mean batched requests (
 
 def main(num_requests: int = 4000, seed: int = 0) -> None:
     requests = make_workload("sharegpt", num_requests, rate=20, seed=seed, max_model_len=2048)
-    config = BenchConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048, seed=seed)
+    config = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
+                         seed=seed)
     started = time.perf_counter()
-    records = {r["optimization"]: r["metrics"] for r in run_matrix(config, requests, list(PAPER))}
+    records = {r.optimization: r.metrics for r in run_matrix(config, requests, list(PAPER))}
     elapsed = time.perf_counter() - started
     print(f"OPT-13B / A100-40GB / 11.2 GiB KV, {num_requests} ShareGPT-like requests at 20 req/s, seed {seed}")
     print(f"{'allocator':<18} {'token states':>13} {'paper':>7} {'of reserved':>12} {'mean running':>13} {'paper':>7}")

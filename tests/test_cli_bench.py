@@ -20,13 +20,13 @@ def test_bench_writes_one_record_per_optimization(tmp_path: Path) -> None:
     result = runner.invoke(app, [*SMALL, "--out", str(out)])
     assert result.exit_code == 0, result.output
     records = read_jsonl(out)
-    assert [r["optimization"] for r in records] == ["contiguous-max", "paged", "paged+fp8"]
-    assert [r["baseline"] for r in records] == [True, False, False]
-    assert all(r["metrics"]["requests_finished"] == 60 for r in records)
-    assert records[2]["params"]["kv_format"] == "fp8-e4m3"
+    assert [r.optimization for r in records] == ["contiguous-max", "paged", "paged+fp8"]
+    assert [r.baseline for r in records] == [True, False, False]
+    assert all(r.metrics["requests_finished"] == 60 for r in records)
+    assert records[2].params["kv_format"] == "fp8-e4m3"
     # FP8 halves bytes per token, so the same budget holds twice the slots.
-    assert records[2]["metrics"]["pool_slots"] == pytest.approx(2 * records[1]["metrics"]["pool_slots"], abs=16)
-    assert records[1]["timeseries"]["kv_cache_usage"]
+    assert records[2].metrics["pool_slots"] == pytest.approx(2 * records[1].metrics["pool_slots"], abs=16)
+    assert records[1].timeseries["kv_cache_usage"]
     assert "token states" in result.output and "throughput vs base" in result.output
 
 
@@ -44,8 +44,8 @@ def test_bench_replays_a_mooncake_trace(shared_data: Path, tmp_path: Path) -> No
                                  "--optimizations", "paged", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     (record,) = read_jsonl(out)
-    assert record["params"]["workload"]["format"] == "mooncake"
-    assert record["metrics"]["requests_finished"] + record["metrics"]["requests_rejected"] == 100
+    assert record.params["workload"]["format"] == "mooncake"
+    assert record.metrics["requests_finished"] + record.metrics["requests_rejected"] == 100
 
 
 @pytest.mark.parametrize(("args", "message"), [

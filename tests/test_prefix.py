@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.bench import BenchConfig, run_matrix
+from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
 from kvplan.core.kv import hit_rate, make_allocator
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import block_hashes, infinite_cache_hit_tokens, trace_block_bound, trace_hashes
@@ -148,9 +148,9 @@ def test_parallel_sampling_memory_saving_near_the_vllm_paper(n: int, low: float,
     Measured here: 6.5% and 12.4% (400 requests; 10.7% at 1,000)."""
     requests = [r.__class__(**{**{f: getattr(r, f) for f in r.__slots__}, "n": n})
                 for r in make_workload("alpaca", 400, rate=10, seed=0, max_model_len=2048)]
-    config = BenchConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048)
+    config = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048))
     (record,) = run_matrix(config, requests, ["paged"])
-    assert low <= record["metrics"]["sharing_savings"] <= high
+    assert low <= record.metrics["sharing_savings"] <= high
 
 
 def test_trace_hashes_map_512_token_ids_to_any_block_size() -> None:
@@ -174,8 +174,9 @@ def test_mooncake_bounds(shared_data: Path) -> None:
 
 def cluster_run(workload: str, routers: tuple[str, ...]) -> dict[str, dict]:
     requests = make_workload(workload, 600, rate=4, seed=0, max_model_len=4096)
-    config = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096, pods=4, routers=routers)
-    return {r["params"]["router"]: r["metrics"] for r in run_matrix(config, requests, ["prefix"])}
+    config = BenchConfig(SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096),
+                         cluster=ClusterConfig(pods=4, routers=routers))
+    return {r.params["router"]: r.metrics for r in run_matrix(config, requests, ["prefix"])}
 
 
 def test_kv_aware_and_sticky_beat_round_robin_on_chat() -> None:

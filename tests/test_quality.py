@@ -65,6 +65,20 @@ def stories(shared_data: Path):
     return model, tokens, reference
 
 
+def test_quality_names_go_through_the_one_optimization_parser() -> None:
+    from kvplan.bench import parse_optimization
+    from kvplan.quality.run import quality_setup
+
+    policy, fmt = quality_setup(parse_optimization("H2O+int4"), 64)
+    assert (policy.name, policy.budget, fmt) == ("h2o", 64, "int4")
+    policy, fmt = quality_setup(parse_optimization("full"), 64)
+    assert (policy.name, policy.budget, fmt) == ("full", None, None)
+    assert quality_setup(parse_optimization("paged+int8-tensor"), None)[1] == "int8-tensor"
+    for name in ("prefix", "contiguous-max", "offload-cpu"):
+        with pytest.raises(ValueError, match="KV formats and eviction policies"):
+            quality_setup(parse_optimization(name), 64)
+
+
 def test_baseline_nll_reproduces_the_published_figure(stories) -> None:
     from kvplan.quality.evaluate import evaluate
 
@@ -154,15 +168,15 @@ def test_streaming_budget_keeps_the_sink_block() -> None:
 
 
 def test_budget_concurrency_matches_the_estimator() -> None:
-    from kvplan.bench import BenchConfig, run_matrix
+    from kvplan.bench import BenchConfig, SizingConfig, run_matrix
     from kvplan.plan.capacity import PlanInputs, plan
     from kvplan.spec.profiles import load_gpu, load_model
     from kvplan.spec import parse_kv_format
     from kvplan.workload import make_workload
 
     requests = make_workload("long-reasoning", 200, rate=None, arrival="burst", seed=0, max_model_len=8192)
-    config = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192, kv_budget=1024)
-    paged, streaming = (r["metrics"] for r in run_matrix(config, requests, ["paged", "streaming"]))
+    config = BenchConfig(SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192), kv_budget=1024)
+    paged, streaming = (r.metrics for r in run_matrix(config, requests, ["paged", "streaming"]))
     estimate = plan(PlanInputs(load_model("llama-3.1-8b"), load_gpu("l4"), kv_format=parse_kv_format("bf16"),
                                context=8192, kv_budget=1024), suggest=False)
     # The estimator: 39.2 sequences of 1,024 tokens fit; the engine averages 35.4 (the run's
@@ -189,8 +203,8 @@ def test_bench_quality_table_and_pareto_report(shared_data: Path, tmp_path: Path
     assert result.exit_code == 0, result.output
     assert "3.661" in result.output and "3.666" in result.output and "3.879" in result.output
     records = read_jsonl(out)
-    assert [r["kind"] for r in records] == ["quality"] * 3 and records[0]["baseline"]
-    assert records[2]["metrics"]["kv_bytes_per_seq"] == 32 * 5 * 2 * 4 * 8 * 4
+    assert [r.kind for r in records] == ["quality"] * 3 and records[0].baseline
+    assert records[2].metrics["kv_bytes_per_seq"] == 32 * 5 * 2 * 4 * 8 * 4
     written = write_report([out], tmp_path / "report")
     assert written.charts == ["memory_vs_quality"]
     assert "Memory and quality" in written.index.read_text()

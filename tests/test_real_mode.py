@@ -134,8 +134,8 @@ def test_bench_real_mode_end_to_end(shared_data: Path, tmp_path: Path) -> None:
                                  "--kernel-backend", "torch", "--out", str(out)])
     assert result.exit_code == 0, result.output
     records = read_jsonl(out)
-    assert [r["mode"] for r in records] == ["real", "real"]
-    paged = records[1]["metrics"]
+    assert [r.mode for r in records] == ["real", "real"]
+    paged = records[1].metrics
     assert paged["requests_finished"] == 6 and paged["ttft_s_p50"] > 0
     assert paged["kv_bytes_allocated"] == pytest.approx(0.25 * 2**30, rel=0.01)  # the default CPU pool
 

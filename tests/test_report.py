@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvplan.bench import BenchConfig, run_matrix
+from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
 from kvplan.cli import app
 from kvplan.report import write_report
 from kvplan.results import read_jsonl, write_jsonl
@@ -58,7 +59,7 @@ def parse(page: str) -> StrictParser:
 @pytest.fixture(scope="module")
 def bench_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     requests = make_workload("sharegpt", 120, rate=30, seed=1, max_model_len=2048)
-    config = BenchConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=2.0, max_model_len=2048)
+    config = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=2.0, max_model_len=2048))
     records = run_matrix(config, requests, ["contiguous-max", "contiguous-oracle", "paged"])
     path = tmp_path_factory.mktemp("bench") / "bench.jsonl"
     write_jsonl(path, records)
@@ -98,8 +99,8 @@ def test_report_renders_every_run_and_chart(bench_results: Path, estimate_result
 def test_comparison_ratios_and_exports(bench_results: Path, tmp_path: Path) -> None:
     write_report([bench_results], tmp_path)
     records = read_jsonl(bench_results)
-    base = records[0]["metrics"]["output_tokens_per_s"]
-    paged = records[2]["metrics"]["output_tokens_per_s"]
+    base = records[0].metrics["output_tokens_per_s"]
+    paged = records[2].metrics["output_tokens_per_s"]
     rows = (tmp_path / "comparison.csv").read_text().splitlines()
     header = rows[0].split(",")
     paged_row = dict(zip(header, rows[3].split(",")))
@@ -111,15 +112,15 @@ def test_comparison_ratios_and_exports(bench_results: Path, tmp_path: Path) -> N
     sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+-]+$')
     for line in prom.splitlines():
         assert line.startswith("# ") or sample.match(line), line
-    usage = records[2]["metrics"]["kv_cache_usage_mean"]
+    usage = records[2].metrics["kv_cache_usage_mean"]
     assert re.search(rf'vllm:kv_cache_usage_perc\{{[^}}]*optimization="paged"[^}}]*\}} {usage:.6}', prom)
 
 
 def test_names_are_escaped(bench_results: Path, tmp_path: Path) -> None:
     records = read_jsonl(bench_results)
     for record in records:
-        record["params"]["model"] = "<script>alert('x')</script>"
-    records[1]["optimization"] = "<img src=x onerror=alert(1)>"
+        record.params["model"] = "<script>alert('x')</script>"
+    records[1] = dataclasses.replace(records[1], optimization="<img src=x onerror=alert(1)>")
     hostile = tmp_path / "hostile.jsonl"
     write_jsonl(hostile, records)
     page = write_report([hostile], tmp_path / "out").index.read_text()
@@ -131,7 +132,7 @@ def test_names_are_escaped(bench_results: Path, tmp_path: Path) -> None:
 
 def test_alert_checks(bench_results: Path, tmp_path: Path) -> None:
     records = read_jsonl(bench_results)
-    records[0]["metrics"].update(kv_cache_usage_mean=0.95, prefix_cache_queries=1000, prefix_hit_rate=0.2,
+    records[0].metrics.update(kv_cache_usage_mean=0.95, prefix_cache_queries=1000, prefix_hit_rate=0.2,
                                  preemptions=50, requests_finished=100)
     path = tmp_path / "alerts.jsonl"
     write_jsonl(path, records)
@@ -174,9 +175,9 @@ def test_page_renders_in_headless_chromium(bench_results: Path, estimate_results
 
 def test_prefix_and_router_charts(tmp_path: Path) -> None:
     requests = make_workload("chat", 150, rate=4, seed=0, max_model_len=4096)
-    single = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)
-    cluster = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096, pods=2,
-                          routers=("round-robin", "kv-aware"))
+    sizing = SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)
+    single = BenchConfig(sizing)
+    cluster = BenchConfig(sizing, cluster=ClusterConfig(pods=2, routers=("round-robin", "kv-aware")))
     write_jsonl(tmp_path / "single.jsonl", run_matrix(single, requests, ["paged", "prefix"]))
     write_jsonl(tmp_path / "cluster.jsonl", run_matrix(cluster, requests, ["prefix"]))
     written = write_report([tmp_path / "single.jsonl", tmp_path / "cluster.jsonl"], tmp_path / "out")

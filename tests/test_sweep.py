@@ -111,10 +111,38 @@ def test_report_turns_a_sweep_into_a_study(study: Path, tmp_path: Path) -> None:
     records = run_sweep(spec, tmp_path / "sweep", workers=1)
     rows = summarize(records, spec.slo_ttft_p90_s, spec.prices)
     l4_oracle = next(r for r in rows if r["gpu"] == "l4" and r["optimization"] == "contiguous-oracle")
-    p90 = {r["params"]["sweep"]["rate"]: r["metrics"]["ttft_s_p90"] for r in records
-           if r["params"]["sweep"]["gpu"] == "l4" and r["params"]["sweep"]["optimization"] == "contiguous-oracle"}
+    p90 = {r.params["sweep"]["rate"]: r.metrics["ttft_s_p90"] for r in records
+           if r.params["sweep"]["gpu"] == "l4" and r.params["sweep"]["optimization"] == "contiguous-oracle"}
     expected = [rate for rate in sorted(p90) if p90[rate] <= 5.0]
     assert l4_oracle["max_sustained_rate"] == (expected[-1] if expected else None)
     assert ("usd_per_million_output_tokens" in l4_oracle) == (l4_oracle["max_sustained_rate"] is not None)
     written = write_report([tmp_path / "sweep" / "results.jsonl"], tmp_path / "report")
     assert "study_ttft_vs_rate" in written.charts and "<h2>Study</h2>" in written.index.read_text()
+
+
+def test_a_sweep_over_a_trace_uses_bench_defaults(tmp_path: Path) -> None:
+    """A trace replayed by a sweep point gets `bench --trace`'s max_model_len (the model's
+    maximum), so requests longer than 4096 tokens run instead of being rejected, and the
+    point's metrics equal the bench run's."""
+    import json
+
+    from kvplan.results import read_jsonl
+
+    trace = tmp_path / "long.jsonl"
+    lengths = [6000, 300, 9000, 120, 5000, 700]
+    trace.write_text("".join(json.dumps({"arrival_s": 0.5 * i, "prompt_len": n, "output_len": 16}) + "\n"
+                             for i, n in enumerate(lengths)))
+    study = tmp_path / "trace.toml"
+    study.write_text(f'[fixed]\ntrace = "{trace}"\nmodel = "llama-3.1-8b"\n[axes]\ngpu = ["h100-80gb"]\n'
+                     'optimization = ["paged"]\n')
+    (point,) = run_sweep(load_spec(study), tmp_path / "sweep", workers=1)
+    assert point.kind == "bench", point.metrics
+    out = tmp_path / "bench.jsonl"
+    result = CliRunner().invoke(app, ["bench", "--trace", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                                      "--optimizations", "paged", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    (bench,) = read_jsonl(out)
+    assert point.params["max_model_len"] == bench.params["max_model_len"] == 131072
+    assert point.metrics["requests_rejected"] == 0 and point.metrics["requests_finished"] == len(lengths)
+    assert point.metrics == bench.metrics
+    assert point.params["workload"] == bench.params["workload"]

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvplan.bench import BenchConfig, run_matrix
+from kvplan.bench import BenchConfig, SizingConfig, TierConfig, run_matrix
 from kvplan.core.tiers import ARCSet, LRUSet, Tier, TieredCache
 from kvplan.workload import make_workload
 
@@ -47,11 +47,11 @@ def test_demotion_cascades_and_promotion_counts_bytes() -> None:
 
 
 CHAT = make_workload("chat", 600, rate=4, seed=0, max_model_len=4096)
-BASE = BenchConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)
+BASE = BenchConfig(SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096))
 
 
 def metrics(config: BenchConfig, names: list[str]) -> dict[str, dict]:
-    return {r["optimization"]: r["metrics"] for r in run_matrix(config, CHAT, names)}
+    return {r.optimization: r.metrics for r in run_matrix(config, CHAT, names)}
 
 
 def test_cpu_offload_turns_evicted_prefixes_into_hits() -> None:
@@ -65,15 +65,15 @@ def test_cpu_offload_turns_evicted_prefixes_into_hits() -> None:
 
 
 def test_small_cpu_tier_spills_to_disk_and_slow_links_recompute() -> None:
-    m = metrics(replace(BASE, cpu_cache_gb=0.2), ["offload-disk"])["offload-disk"]
+    m = metrics(replace(BASE, tiers=TierConfig(cpu_cache_gb=0.2)), ["offload-disk"])["offload-disk"]
     assert m["cpu_evictions"] > 0 and m["disk_bytes_in"] > 0 and m["disk_hit_tokens"] > 0
-    slow = metrics(replace(BASE, host_link_gbps=0.001), ["offload-cpu"])["offload-cpu"]
+    slow = metrics(replace(BASE, tiers=TierConfig(host_link_gbps=0.001)), ["offload-cpu"])["offload-cpu"]
     assert slow["offload_recomputes"] > 0 and slow["offload_reloads"] == 0 and slow["cpu_hit_tokens"] == 0
 
 
 def test_offload_requires_valid_sizes() -> None:
     with pytest.raises(ValueError):
-        metrics(replace(BASE, tier_policy="fifo"), ["offload-cpu"])
+        metrics(replace(BASE, tiers=TierConfig(tier_policy="fifo")), ["offload-cpu"])
 
 
 def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = False):
@@ -81,8 +81,8 @@ def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = Fal
     pytest.importorskip("transformers")
     import numpy as np
 
-    from kvplan.bench import parse_optimization
-    from kvplan.real.factory import build_real_engine, load_for_bench
+    from kvplan.bench import RealConfig, parse_optimization
+    from kvplan.real.factory import RealEngineFactory
     from kvplan.workload.request import Request
 
     rng = np.random.default_rng(0)
@@ -90,13 +90,13 @@ def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = Fal
     # All present at t = 0, so the schedule (and the hits) do not depend on measured step times.
     requests = [Request(i, 0.0, 104, 12, prompt_tokens=prefixes[i % 4] + tuple(rng.integers(3, 512, 8).tolist()))
                 for i in range(16)]
-    config = BenchConfig(mode="real", model_path=str(shared / "models/stories260K/hf"), device="cpu",
-                         kv_cache_gib=20 * 16 * 1280 / 2**30, max_model_len=256, cpu_cache_gb=0.00006,
-                         disk_dir=str(disk_dir), kernel_backend="torch")
-    loaded = load_for_bench(config)
+    model_path = str(shared / "models/stories260K/hf")
+    factory = RealEngineFactory(SizingConfig(model=model_path, kv_cache_gib=20 * 16 * 1280 / 2**30, max_model_len=256),
+                                RealConfig(device="cpu", model_path=model_path, kernel_backend="torch"),
+                                tiers=TierConfig(cpu_cache_gb=0.00006, disk_dir=str(disk_dir)))
     out = {}
     for name in names:
-        engine, _ = build_real_engine(config, parse_optimization(name), loaded)
+        engine, _ = factory.build(parse_optimization(name))
         if remove_disk:
             engine.step = _removing(engine, disk_dir)
         result = engine.run(requests)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.bench import BenchConfig, run_matrix
+from kvplan.bench import BenchConfig, SizingConfig, run_matrix
 from kvplan.workload import make_workload
 
-CONFIG = BenchConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048)
+CONFIG = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048))
 ALLOCATORS = ["contiguous-max", "contiguous-oracle", "paged"]
 
 
 def run(num_requests: int) -> dict[str, dict]:
     requests = make_workload("sharegpt", num_requests, rate=20, seed=0, max_model_len=2048)
-    return {r["optimization"]: r["metrics"] for r in run_matrix(CONFIG, requests, ALLOCATORS)}
+    return {r.optimization: r.metrics for r in run_matrix(CONFIG, requests, ALLOCATORS)}
 
 
 def test_memory_waste_split_matches_the_paper() -> None:

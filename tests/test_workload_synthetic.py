@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kvplan.workload import ARRIVALS, WORKLOAD_KINDS, make_workload
-from kvplan.workload.synthetic import cap_lengths, load_length_stats
+from kvplan.workload.lengths import cap_lengths, load_length_stats
 
 STATS_FILE = "sarathi_sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 LOGNORMAL_KINDS = ("sharegpt", "alpaca", "long-reasoning")

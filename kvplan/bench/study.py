@@ -7,41 +7,42 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvplan.results import ResultRecord
+
 DEFAULT_SLO_S = 10.0  # p90 TTFT, when the sweep file sets none
 
 
-def summarize(records: list[dict[str, Any]], slo_ttft_p90_s: float | None,
+def summarize(records: list[ResultRecord], slo_ttft_p90_s: float | None,
               prices: dict[str, float]) -> list[dict[str, Any]]:
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[ResultRecord]] = {}
     for record in records:
-        if record.get("kind") != "bench":
+        if record.kind != "bench":
             continue
-        sweep = record["params"].get("sweep", {})
+        sweep = record.params.get("sweep", {})
         key = tuple(sorted((k, str(v)) for k, v in sweep.items() if k != "rate"))
         groups.setdefault(key, []).append(record)
     slo = slo_ttft_p90_s or DEFAULT_SLO_S
     rows = []
     for key, members in groups.items():
-        members.sort(key=lambda r: float(r["params"]["sweep"].get("rate", 0)))
+        members.sort(key=lambda r: float(r.params["sweep"].get("rate", 0)))
         settings = dict(key)
         sustained, crossing, best = None, None, None
         for record in members:
-            rate = float(record["params"]["sweep"].get("rate", 0))
-            m = record["metrics"]
+            rate = float(record.params["sweep"].get("rate", 0))
+            m = record.metrics
             within = (m.get("ttft_s_p90") or 0) <= slo and not m["requests_rejected"]
             if within and crossing is None:
                 sustained, best = rate, record
             if not within and crossing is None:
                 crossing = rate
         row: dict[str, Any] = {**settings, "max_sustained_rate": sustained, "slo_crossing_rate": crossing}
-        gpu = settings.get("gpu") or members[0]["params"].get("gpu")
+        gpu = settings.get("gpu") or members[0].params.get("gpu")
         if best is not None and gpu in prices:
-            tokens_per_hour = best["metrics"]["output_tokens_per_s"] * 3600
-            gpus = int(best["params"].get("tp", 1)) * int(best["params"].get("pods", 1))
+            tokens_per_hour = best.metrics["output_tokens_per_s"] * 3600
+            gpus = int(best.params.get("tp", 1)) * int(best.params.get("pods", 1))
             row["usd_per_million_output_tokens"] = prices[gpu] * gpus / tokens_per_hour * 1e6
         rows.append(row)
     return rows
-
 
 
 def varying(rows: list[dict[str, Any]]) -> list[str]:

@@ -2,7 +2,7 @@
 
 A sweep file (TOML) names the axes and fixed settings:
 
-    [fixed]                      # any kvplan bench setting, as in BenchConfig / the CLI
+    [fixed]                      # any kvplan bench setting, under its flat name (the CLI's)
     workload = "sharegpt"
     num_requests = 300
     [axes]                       # every combination is one point
@@ -33,10 +33,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from kvplan.results import SCHEMA, write_jsonl
+from kvplan.bench.config import FLAT_NAMES, BenchConfig
+from kvplan.bench.workloads import WorkloadSpec
+from kvplan.results import ResultRecord, dumps, error_record, read_record, write_jsonl
 
 EXECUTORS = ("local", "ray")
-WORKLOAD_KEYS = ("workload", "rate", "arrival", "cv", "num_requests", "trace", "time_scale")
+# Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
+WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     axes = data.get("axes") or {}
     if not axes or not all(isinstance(v, list) and v for v in axes.values()):
         raise ValueError(f"sweep file '{path}' needs an [axes] table of non-empty lists, e.g. rate = [1, 2, 4]")
-    known = {f.name for f in fields(_bench_config())} | set(WORKLOAD_KEYS) | {"optimization"}
+    known = set(FLAT_NAMES) | set(WORKLOAD_KEYS) | {"optimization"}
     unknown = sorted((set(axes) | set(data.get("fixed") or {})) - known)
     if unknown:
         raise ValueError(f"sweep file '{path}': unknown settings {', '.join(unknown)}; use kvplan bench's "
@@ -82,59 +85,46 @@ def load_spec(path: str | Path) -> SweepSpec:
                      {str(k): float(v) for k, v in (data.get("prices") or {}).items()})
 
 
-def _bench_config() -> Any:
-    from kvplan.bench import BenchConfig
+def run_point(point: dict[str, Any]) -> ResultRecord:
+    """One grid point -> one result record (or an error record). Runs in a worker.
 
-    return BenchConfig
-
-
-def run_point(point: dict[str, Any]) -> dict[str, Any]:
-    """One grid point -> one result record (or an error record). Runs in a worker."""
-    from kvplan.bench import BenchConfig, run_matrix
-    from kvplan.workload import load_trace, make_workload
+    The point's workload is made exactly as `kvplan bench` makes it (bench.run.prepare):
+    same defaults, max_model_len from the model for traces."""
+    from kvplan.bench.matrix import run_matrix
+    from kvplan.bench.run import prepare
 
     settings = {k: v for k, v in point.items() if k != "point_id"}
     try:
         optimization = settings.pop("optimization", "paged")
-        workload = {k: settings.pop(k) for k in WORKLOAD_KEYS if k in settings}
-        seed = int(settings.get("seed", 0))
-        max_model_len = int(settings.get("max_model_len") or 4096)
-        if workload.get("trace"):
-            requests = load_trace(workload["trace"], max_requests=workload.get("num_requests"),
-                                  time_scale=float(workload.get("time_scale", 1.0))).requests
-        else:
-            requests = make_workload(workload.get("workload", "sharegpt"), int(workload.get("num_requests", 300)),
-                                     rate=float(workload.get("rate", 4.0)), arrival=workload.get("arrival", "poisson"),
-                                     cv=float(workload.get("cv", 1.0)), seed=seed, max_model_len=max_model_len)
-        config = BenchConfig(**{**settings, "max_model_len": max_model_len,
-                                "workload": {k: v for k, v in workload.items()}})
-        (record,) = run_matrix(config, requests, [optimization])
-        record["params"]["point_id"] = point["point_id"]
-        record["params"]["sweep"] = {k: v for k, v in point.items() if k != "point_id"}
+        workload = WorkloadSpec(**{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS})
+        config, built = prepare(BenchConfig.from_flat(**settings), workload)
+        (record,) = run_matrix(config, built.requests, [optimization])
+        record.params["point_id"] = point["point_id"]
+        record.params["sweep"] = {k: v for k, v in point.items() if k != "point_id"}
         return record
     except Exception as err:  # a failed point is data, not a crash of the sweep
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        return {"schema": SCHEMA, "kind": "error", "run_id": point["point_id"], "optimization": str(point.get("optimization")),
-                "params": {"point_id": point["point_id"], "sweep": settings}, "metrics": {"error": message}}
+        return error_record(point["point_id"], str(point.get("optimization")),
+                            {"point_id": point["point_id"], "sweep": settings}, message)
 
 
-def _existing(results: Path) -> dict[str, dict[str, Any]]:
+def _existing(results: Path) -> dict[str, ResultRecord]:
     """Finished points already in the output; a truncated last line (a kill mid-write) is dropped."""
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, ResultRecord] = {}
     if not results.is_file():
         return done
     for line in results.read_text().splitlines():
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = read_record(line)
+        except ValueError:
             continue
-        if record.get("kind") != "error":
-            done[record["params"]["point_id"]] = record
+        if record.kind != "error":
+            done[record.params["point_id"]] = record
     return done
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", workers: int | None = None,
-              address: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+              address: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor '{executor}'; use one of: {', '.join(EXECUTORS)}")
@@ -147,15 +137,15 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
     todo = [p for p in points if p["point_id"] not in done]
     if progress:
         progress(len(points) - len(todo), len(points))
-    fresh: dict[str, dict[str, Any]] = {}
+    fresh: dict[str, ResultRecord] = {}
     with results.open("a") as handle:
         study = {"slo_ttft_p90_s": spec.slo_ttft_p90_s, "prices": spec.prices}
 
-        def record(result: dict[str, Any]) -> None:
-            result["params"]["study"] = study  # lets `kvplan report` summarize the study
-            handle.write(json.dumps(result, sort_keys=True) + "\n")  # one whole line per point
+        def record(result: ResultRecord) -> None:
+            result.params["study"] = study  # lets `kvplan report` summarize the study
+            handle.write(dumps(result) + "\n")  # one whole line per point
             handle.flush()
-            fresh[result["params"]["point_id"]] = result
+            fresh[result.params["point_id"]] = result
             if progress:
                 progress(1, len(points))
 
@@ -169,12 +159,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
     return final
 
 
-def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
+def _rewrite(path: Path, records: list[ResultRecord]) -> None:
     if records or path.exists():
         write_jsonl(path, records) if records else path.write_text("")
 
 
-def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[dict[str, Any]], None]) -> None:
+def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[ResultRecord], None]) -> None:
     if workers <= 1 or len(todo) <= 1:
         for point in todo:
             record(run_point(point))
@@ -192,7 +182,7 @@ def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[dict[
             raise
 
 
-def _run_ray(todo: list[dict[str, Any]], address: str | None, record: Callable[[dict[str, Any]], None]) -> None:
+def _run_ray(todo: list[dict[str, Any]], address: str | None, record: Callable[[ResultRecord], None]) -> None:
     try:
         import ray
     except ImportError:

@@ -2,62 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvplan.results import ResultRecord
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console)
-
-DEFAULT_MAX_MODEL_LEN = 4096
-
-
-def _params(pairs: list[str]) -> dict[str, Any]:
-    """NAME=VALUE generator settings, numbers parsed as int or float."""
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"--workload-param '{pair}' needs NAME=VALUE, e.g. doc_len=2048")
-        text = value.strip()
-        try:
-            params[name.strip()] = int(text)
-        except ValueError:
-            try:
-                params[name.strip()] = float(text)
-            except ValueError:
-                params[name.strip()] = text
-    return params
-
-
-def _workload(workload: str, trace: Optional[Path], trace_format: Optional[str], skip_bad_lines: bool,
-              num_requests: Optional[int], rate: float, arrival: str, cv: float, seed: int,
-              max_model_len: int, stats_path: Optional[Path], time_scale: float,
-              extra: dict[str, Any]) -> tuple[list, dict[str, Any]]:
-    from kvplan.workload import load_trace, make_workload
-
-    if trace is not None:
-        loaded = load_trace(trace, trace_format, skip_bad_lines=skip_bad_lines, max_requests=num_requests,
-                            time_scale=time_scale)
-        if loaded.skipped:
-            error_console.print(f"[yellow]warning:[/] skipped {loaded.skipped} malformed lines in {trace}")
-        info = {"kind": "trace", "path": str(trace), "format": loaded.fmt, "skipped_lines": loaded.skipped,
-                "time_scale": time_scale}
-        return loaded.requests, info
-    try:
-        requests = make_workload(workload, num_requests or 1000, rate=rate, arrival=arrival, cv=cv, seed=seed,
-                                 max_model_len=max_model_len, stats_path=stats_path, **extra)
-    except TypeError as err:  # an unknown --workload-param name
-        raise ValueError(f"--workload-param: {err}; see the generator's parameters in the README") from None
-    info = {"kind": workload, "rate": rate, "arrival": arrival, "cv": cv, **extra}
-    return requests, info
-
 
 @cli_errors("out")
 def bench(
@@ -112,10 +71,10 @@ def bench(
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated or real mode)."""
-    from kvplan.bench import BenchConfig, parse_optimization, run_matrix, size_engine, variant_names
+    from kvplan.bench import BenchConfig, ClusterConfig, RealConfig, SizingConfig, TierConfig
+    from kvplan.bench.run import run_bench
+    from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.core.scheduler import SchedulerConfig
-    from kvplan.spec.profiles import load_model
-    from kvplan.results import write_jsonl
 
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
     if quality_text is not None:
@@ -126,64 +85,54 @@ def bench(
         run_quality_command(model, model_path, layers, device, model_dtype, seed, names, quality_text, tokenizer,
                             kv_budget, kv_cache_gib, out, as_json, report)
         return
-    for name in names:
-        parse_optimization(name)
-    if model_path is not None:
-        model = str(model_path)
-    spec = load_model(model)
-    if mode == "real" and max_model_len is None:
-        max_model_len = min(spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
-    if max_model_len is None:
-        max_model_len = spec.max_position_embeddings if trace else min(DEFAULT_MAX_MODEL_LEN, spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN)
-    if max_model_len < 2:
-        raise ValueError(f"--max-model-len must be at least 2, got {max_model_len}")
-    if num_requests is not None and num_requests < 1:
-        raise ValueError(f"--num-requests must be at least 1, got {num_requests}")
-    requests, workload_info = _workload(workload, trace, trace_format, skip_bad_lines, num_requests, rate, arrival,
-                                        cv, seed, max_model_len, stats_path, time_scale,
-                                        _params(workload_param or []))
-    if samples < 1:
-        raise ValueError(f"--samples must be at least 1, got {samples}")
-    if samples > 1:
-        requests = [dataclasses.replace(r, n=samples) for r in requests]
-        workload_info["samples"] = samples
-    scheduler = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                chunked_prefill=chunked_prefill, preemption=preemption)
-    config = BenchConfig(model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, block_size=block_size,
-                         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
-                         max_model_len=max_model_len, scheduler=scheduler, seed=seed,
-                         swap_space_gib=swap_space_gib if preemption == "swap" else 0.0, workload=workload_info,
-                         pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip()) if pods > 1 else (),
-                         w_hit=w_hit, w_load=w_load, mode=mode, device=device,
-                         model_path=str(model_path) if model_path else None, layers=layers,
-                         model_dtype=model_dtype, kernel_backend=kernel_backend, kv_budget=kv_budget,
-                         cpu_cache_gb=cpu_cache_gb, disk_cache_gb=disk_cache_gb, tier_policy=tier_policy,
+    config = BenchConfig(
+        sizing=SizingConfig(model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, block_size=block_size,
+                            gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
+                            max_model_len=max_model_len,
+                            swap_space_gib=swap_space_gib if preemption == "swap" else 0.0),
+        scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                  chunked_prefill=chunked_prefill, preemption=preemption),
+        cluster=ClusterConfig(pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip())
+                              if pods > 1 else (), w_hit=w_hit, w_load=w_load),
+        tiers=TierConfig(cpu_cache_gb=cpu_cache_gb, disk_cache_gb=disk_cache_gb, tier_policy=tier_policy,
                          host_link_gbps=host_link_gbps, nvme_gbps=nvme_gbps,
-                         disk_dir=str(disk_dir) if disk_dir else None)
-    if mode == "simulated":
-        for name in names:  # fail on impossible sizing before any progress bar is drawn
-            size_engine(config, parse_optimization(name))
-    out = out or Path("reports") / f"bench-{spec.name}-{gpu if mode == 'simulated' else 'real'}.jsonl"
+                         disk_dir=str(disk_dir) if disk_dir else None),
+        real=RealConfig(device=device, model_path=str(model_path) if model_path else None, layers=layers,
+                        model_dtype=model_dtype, kernel_backend=kernel_backend),
+        mode=mode, seed=seed, kv_budget=kv_budget)
+    spec = WorkloadSpec(kind=workload, trace=str(trace) if trace is not None else None, trace_format=trace_format,
+                        skip_bad_lines=skip_bad_lines, num_requests=num_requests, rate=rate, arrival=arrival, cv=cv,
+                        stats_path=str(stats_path) if stats_path is not None else None, time_scale=time_scale,
+                        samples=samples, params=parse_workload_params(workload_param or []))
     started = time.perf_counter()
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=error_console, transient=True) as progress:
-        tasks = {name: progress.add_task(name, total=len(requests)) for name in variant_names(config, names)}
-        records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
-    write_jsonl(out, records)
+    outcome = run_bench(config, spec, names, out, _progress_bars)
+    if outcome.skipped_lines:
+        error_console.print(f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
+                            f"{escape(str(trace))}")
     report_index = None
     if report:
         from kvplan.report import write_report
 
-        report_index = write_report([out], out.with_suffix("")).index
+        report_index = write_report([outcome.out], outcome.out.with_suffix("")).index
     elapsed = time.perf_counter() - started
+    records = outcome.records
     if as_json:
-        print(json.dumps([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))
+        print(json.dumps([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
         return
     render_comparison(records)
-    console.print(f"[dim]{len(requests):,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
-                  f"results: {out}[/]")
+    console.print(f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
+                  f"results: {escape(str(outcome.out))}[/]")
     if report_index:
-        console.print(f"report: {report_index}")
+        console.print(f"report: {escape(str(report_index))}")
+
+
+@contextmanager
+def _progress_bars(names: list[str], total: int) -> Iterator[Callable[[str, int], None]]:
+    """One bar per variant (optimization, or optimization@router), each over the requests."""
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=error_console, transient=True) as progress:
+        tasks = {name: progress.add_task(escape(name), total=total) for name in names}
+        yield lambda name, n: progress.advance(tasks[name], n)
 
 
 ROWS: tuple[tuple[str, str, str], ...] = (
@@ -210,25 +159,25 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def render_comparison(records: list[dict[str, Any]]) -> None:
+def render_comparison(records: list[ResultRecord]) -> None:
     """One column per optimization, one row per metric; throughput also as a ratio to the baseline."""
-    base = records[0]["metrics"]
-    params = records[0]["params"]
-    mode = records[0].get("mode", "simulated")
-    where = f"real mode on {records[0]['metrics']['device']}" if mode == "real" else f"{params['tp']} x {params['gpu']}"
-    table = Table(title=f"{params['model']} on {where}, {params['num_requests']:,} requests "
+    base = records[0].metrics
+    params = records[0].params
+    mode = records[0].mode or "simulated"
+    where = f"real mode on {base['device']}" if mode == "real" else f"{params['tp']} x {params['gpu']}"
+    table = Table(title=f"{escape(str(params['model']))} on {escape(where)}, {params['num_requests']:,} requests "
                         f"({params['workload'].get('kind')}), KV {params['kv_format']}, "
                         f"max_model_len {params['max_model_len']:,}", header_style="bold", title_justify="left")
     table.add_column("metric", style="cyan", no_wrap=True)
     for record in records:
-        table.add_column(record["optimization"] + (" (base)" if record is records[0] else ""), justify="right")
+        table.add_column(escape(record.optimization) + (" (base)" if record is records[0] else ""), justify="right")
     for label, key, kind in ROWS:
-        cells = [_cell(record["metrics"], key, kind) for record in records]
+        cells = [_cell(record.metrics, key, kind) for record in records]
         if kind == "pcts" and mode == "simulated":
             label += "*"
         table.add_row(label, *cells)
     ratios = [m["output_tokens_per_s"] / base["output_tokens_per_s"] if base["output_tokens_per_s"] else 0.0
-              for m in (record["metrics"] for record in records)]
+              for m in (record.metrics for record in records)]
     table.add_row("throughput vs base", *(f"{r:.2f}x" for r in ratios))
     console.print(table)
     if mode == "simulated":

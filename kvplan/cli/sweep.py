@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -31,7 +32,7 @@ def sweep(
                   TimeRemainingColumn(), console=error_console, transient=True) as progress:
         task = progress.add_task("points", total=total)
         records = run_sweep(spec, out, executor, workers, address, lambda n, _: progress.advance(task, n))
-    failed = [r for r in records if r.get("kind") == "error"]
+    failed = [r for r in records if r.kind == "error"]
     rows = summarize(records, spec.slo_ttft_p90_s, spec.prices)
     if rows:
         with (out / "study.csv").open("w", newline="") as handle:
@@ -49,7 +50,7 @@ def sweep(
             table.add_row(*(_cell(row.get(c)) for c in shown))
         console.print(table)
     for record in failed:
-        console.print(f"[red]failed[/] {record['params']['sweep']}: {record['metrics']['error']}")
+        console.print(f"[red]failed[/] {escape(str(record.params['sweep']))}: {escape(str(record.metrics['error']))}")
     console.print(f"[dim]results: {out / 'results.jsonl'} ({len(records) - len(failed)} ok, {len(failed)} failed); "
                   f"kvplan report {out / 'results.jsonl'} draws them[/]")
 

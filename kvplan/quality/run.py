@@ -4,26 +4,26 @@ and eviction policies on one real model and text."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvplan.quality.policies import POLICIES, PolicySpec
+from kvplan.core.setup import Optimization
+from kvplan.quality.policies import PolicySpec
 
-KV_PARTS = ("fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "int8-tensor")
+if TYPE_CHECKING:
+    import torch
+
 GREEDY_TOKENS = 200
 
 
-def parse(name: str, budget: int | None) -> tuple[PolicySpec, str | None]:
-    """'int8', 'streaming', 'h2o+int4', 'full' -> (policy, KV format or None)."""
-    policy, fmt = "full", None
-    for part in (p.strip().lower() for p in name.split("+") if p.strip()):
-        if part in POLICIES:
-            policy = part
-        elif part in KV_PARTS or part.startswith(("int4-g", "int8-g", "int2-g", "kivi-int")):
-            fmt = part
-        elif part not in ("full", "paged"):
-            raise ValueError(f"unknown quality optimization '{part}' in '{name}'; use KV formats "
-                             f"({', '.join(KV_PARTS)}, int4-gN) and policies (full, {', '.join(POLICIES)})")
-    return PolicySpec(policy, budget if policy != "full" else None), fmt
+def quality_setup(optimization: Optimization, budget: int | None) -> tuple[PolicySpec, str | None]:
+    """A parsed optimization ('int8', 'streaming', 'h2o+int4', 'full') -> (policy, KV format or
+    None). The quality table compares KV formats and eviction policies on one sequence, so
+    allocators, prefix caching and offload tiers have nothing to measure here."""
+    if optimization.allocator != "paged" or optimization.prefix_caching or optimization.offload:
+        raise ValueError(f"'{optimization.name}': the quality table measures KV formats and eviction policies "
+                         f"(e.g. int8, int4-g64, h2o+int4, full); {optimization.name} changes memory layout only")
+    policy = optimization.policy or "full"
+    return PolicySpec(policy, budget if policy != "full" else None), optimization.kv_dtype
 
 
 def load_tokens(text_path: Path, tokenizer: Path | None, model_path: str | None) -> list[int]:
@@ -44,9 +44,9 @@ def load_tokens(text_path: Path, tokenizer: Path | None, model_path: str | None)
         raise ValueError(f"no tokenizer in '{model_path}'; pass --tokenizer") from None
 
 
-def run_quality(model: Any, tokens: list[int], names: list[str], budget: int | None,
+def run_quality(model: torch.nn.Module, tokens: list[int], optimizations: list[Optimization], budget: int | None,
                 pool_bytes: float) -> list[dict[str, Any]]:
-    """One metrics dict per optimization; the first name is the baseline."""
+    """One metrics dict per optimization; the first is the baseline."""
     import torch
 
     from kvplan.quality.evaluate import evaluate, run_policy
@@ -58,10 +58,10 @@ def run_quality(model: Any, tokens: list[int], names: list[str], budget: int | N
         greedy = model.generate(torch.tensor([tokens[:1]]), max_new_tokens=GREEDY_TOKENS - 1,
                                 min_new_tokens=GREEDY_TOKENS - 1, do_sample=False)[0].tolist()
     rows = []
-    for name in names:
-        spec, fmt = parse(name, budget)
+    for optimization in optimizations:
+        spec, fmt = quality_setup(optimization, budget)
         result = evaluate(model, tokens, spec, fmt, reference=reference, greedy=greedy)
-        rows.append({"optimization": name, "policy": spec.name, "kv_format": fmt, "kv_budget": spec.budget,
+        rows.append({"optimization": optimization.name, "policy": spec.name, "kv_format": fmt, "kv_budget": spec.budget,
                      "text_tokens": len(tokens), "nll": result.nll, "perplexity": result.perplexity,
                      "kl_mean": result.kl_mean, "greedy_agreement": result.greedy_agreement,
                      "kv_bytes_per_seq": result.kv_bytes_per_seq, "peak_kv_bytes_per_seq": result.peak_kv_bytes_per_seq,

@@ -7,17 +7,21 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from kvplan.core.kv import make_allocator
 from kvplan.core.engine import Engine
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.setup import GIB, EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig, make_tiers
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
 from kvplan.spec.hf_config import model_spec_from_config
 from kvplan.spec import ModelSpec, parse_kv_format
 
-GIB = 2**30
+if TYPE_CHECKING:
+    import torch
+
 CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: 40% of the memory free after loading
 CUDA_FREE_SHARE = 0.4
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
@@ -25,28 +29,28 @@ CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies 
 
 @dataclass
 class LoadedModel:
-    model: Any
+    model: torch.nn.Module  # a transformers causal LM
     spec: ModelSpec
     device: str
     vocab_size: int
 
 
-def load_for_bench(config: Any) -> LoadedModel:
-    device = resolve_device(config.device)
-    dtype = config.model_dtype if config.model_dtype != "auto" else ("fp32" if device == "cpu" else "bf16")
-    model, raw = load_causal_lm(config.model, config.model_path, config.layers, dtype, device, config.seed)
-    label = Path(config.model_path).name if config.model_path else config.model
-    if label == "hf" and config.model_path:
-        label = Path(config.model_path).parent.name
-    spec = model_spec_from_config(raw, label, config.model_path or config.model)
+def load_model_for_bench(model: str, real: RealConfig, seed: int) -> LoadedModel:
+    device = resolve_device(real.device)
+    dtype = real.model_dtype if real.model_dtype != "auto" else ("fp32" if device == "cpu" else "bf16")
+    lm, raw = load_causal_lm(model, real.model_path, real.layers, dtype, device, seed)
+    label = Path(real.model_path).name if real.model_path else model
+    if label == "hf" and real.model_path:
+        label = Path(real.model_path).parent.name
+    spec = model_spec_from_config(raw, label, real.model_path or model)
     if any(g.kind not in ("full", "sliding") for g in spec.groups):
         raise ValueError(f"real mode supports MHA/GQA/MQA attention models; {spec.name} is {spec.kv_kind}")
-    return LoadedModel(model, spec, device, int(raw.get("vocab_size") or spec.vocab_size))
+    return LoadedModel(lm, spec, device, int(raw.get("vocab_size") or spec.vocab_size))
 
 
-def kv_budget_bytes(config: Any, loaded: LoadedModel) -> float:
-    if config.kv_cache_gib is not None:
-        return config.kv_cache_gib * GIB
+def kv_budget_bytes(kv_cache_gib: float | None, loaded: LoadedModel) -> float:
+    if kv_cache_gib is not None:
+        return kv_cache_gib * GIB
     if loaded.device == "cpu":
         return CPU_KV_GIB * GIB
     import torch
@@ -55,43 +59,72 @@ def kv_budget_bytes(config: Any, loaded: LoadedModel) -> float:
     return free * CUDA_FREE_SHARE
 
 
-def build_real_engine(config: Any, optimization: Any, loaded: LoadedModel) -> tuple[Engine, Any]:
-    from kvplan.bench import EngineSizing, make_tiers
-    from kvplan.real.tier_storage import TensorTierStorage
-    from kvplan.kernels.quant import allocate_kv_cache
+@dataclass
+class RealEngineFactory:
+    """Engines over one loaded transformers model: a torch block pool per engine in the
+    optimization's KV format, measured step times. The model loads once, on construction."""
 
-    spec = loaded.spec
-    if optimization.policy:
-        raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
-                         "--quality-text (simulated mode applies them as --kv-budget)")
-    kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
-    if kv_format.scale == "kivi":
-        raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
-                         "per-token or group scales)")
-    max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
-    slot_bytes = spec.kv_bytes_per_token(kv_format)
-    budget = kv_budget_bytes(config, loaded)
-    blocks = math.floor(budget / (slot_bytes * config.block_size))
-    if blocks * config.block_size < max_model_len:
-        raise ValueError(f"the KV pool ({blocks * config.block_size:,} tokens in {budget / GIB:.4f} GiB) is too small "
-                         f"for one request of max_model_len {max_model_len} on {spec.name}; raise --kv-cache-gib")
-    group = spec.token_groups[0]
-    store_dtype = next(p.dtype for p in loaded.model.parameters())
-    pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
-                              dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
-    runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
-                        backend=config.kernel_backend, seed=config.seed)
-    sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
-    tiers = make_tiers(config, optimization, sizing)
-    recompute_s = 0.0
-    if tiers is not None:  # real bytes: pinned host memory and files, timed
-        disk = Path(config.disk_dir) if config.disk_dir else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
-        tiers.storage = TensorTierStorage(pool, disk)
-        params = sum(p.numel() for p in loaded.model.parameters())
-        recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
-    allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,
-                               max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
-                               recompute_s_per_token=recompute_s)
-    # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
-    scheduler = replace(config.scheduler, preemption="recompute", swap_slots=0)
-    return Engine(allocator, runner, scheduler, max_model_len), sizing
+    sizing: SizingConfig
+    real: RealConfig
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    tiers: TierConfig = field(default_factory=TierConfig)
+    seed: int = 0
+    mode: str = "real"
+
+    def __post_init__(self) -> None:
+        self.loaded = load_model_for_bench(self.sizing.model, self.real, self.seed)
+
+    def check(self, optimization: Optimization) -> None:
+        """Nothing to check before building: the pool size depends on the device's free memory."""
+
+    def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
+        from kvplan.real.tier_storage import TensorTierStorage
+        from kvplan.kernels.quant import allocate_kv_cache
+
+        config, loaded = self.sizing, self.loaded
+        spec = loaded.spec
+        if optimization.policy:
+            raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
+                             "--quality-text (simulated mode applies them as --kv-budget)")
+        kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
+        if kv_format.scale == "kivi":
+            raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
+                             "per-token or group scales)")
+        max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
+        slot_bytes = spec.kv_bytes_per_token(kv_format)
+        budget = kv_budget_bytes(config.kv_cache_gib, loaded)
+        blocks = math.floor(budget / (slot_bytes * config.block_size))
+        if blocks * config.block_size < max_model_len:
+            raise ValueError(f"the KV pool ({blocks * config.block_size:,} tokens in {budget / GIB:.4f} GiB) is too "
+                             f"small for one request of max_model_len {max_model_len} on {spec.name}; "
+                             "raise --kv-cache-gib")
+        group = spec.token_groups[0]
+        store_dtype = next(p.dtype for p in loaded.model.parameters())
+        pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
+                                  dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
+        runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
+                            backend=self.real.kernel_backend, seed=self.seed)
+        sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
+        tiers = make_tiers(config, self.tiers, optimization, sizing)
+        recompute_s = 0.0
+        if tiers is not None:  # real bytes: pinned host memory and files, timed
+            disk = Path(self.tiers.disk_dir) if self.tiers.disk_dir else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
+            tiers.storage = TensorTierStorage(pool, disk)
+            params = sum(p.numel() for p in loaded.model.parameters())
+            recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
+        allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,
+                                   max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
+                                   recompute_s_per_token=recompute_s)
+        # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
+        scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
+        return Engine(allocator, runner, scheduler, max_model_len), sizing
+
+    def run_metrics(self, engine: Engine) -> dict[str, Any]:
+        """Bytes the pool holds, the device, and the measured tier copies (bandwidth, bytes)."""
+        metrics: dict[str, Any] = {"kv_bytes_allocated": engine.runner.kv_bytes,  # type: ignore[attr-defined]
+                                   "device": self.loaded.device}
+        storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None
+        for direction, moved in (storage.stats.items() if storage is not None else ()):
+            metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s
+            metrics[f"measured_{direction.replace('->', '_to_')}_bytes"] = moved.bytes
+        return metrics

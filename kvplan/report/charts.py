@@ -1,19 +1,19 @@
-"""Report charts: a registry of chart functions, each drawn only when its data exists.
+"""Report charts, each drawn only when its data exists (registered with
+chart_registry.chart, drawn in this file's order).
 
 Later capabilities (prefix caching, routing, compression, offload) add charts by
-registering them here. matplotlib's object API (Figure, no pyplot) renders headless with
-the Agg backend and keeps no global state.
+registering them here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 from matplotlib.figure import Figure
 
+from kvplan.report.chart_registry import (CHARTS, Chart, new_figure, chart, column, has_bench, has_estimate,
+                                          has_metric, has_series, labels, render)
 from kvplan.report.data import ReportData
+
+__all__ = ["CHARTS", "Chart", "render"]
 
 GIB = 2**30
 SPLIT = (("token_states_share", "token states", "#2b8a3e"), ("reservation_share", "reservation", "#74c0fc"),
@@ -23,77 +23,11 @@ SPLIT = (("token_states_share", "token states", "#2b8a3e"), ("reservation_share"
 VERDICT_COLORS = {"fits": "#2b8a3e", "kv-does-not-fit": "#f59f00", "weights-do-not-fit": "#c92a2a"}
 
 
-@dataclass(frozen=True)
-class Chart:
-    name: str
-    title: str
-    applies: Callable[[ReportData], bool]
-    draw: Callable[[ReportData], Figure]
-
-
-CHARTS: list[Chart] = []
-
-
-def chart(name: str, title: str, applies: Callable[[ReportData], bool]) -> Callable[[Callable[[ReportData], Figure]], Callable[[ReportData], Figure]]:
-    def register(draw: Callable[[ReportData], Figure]) -> Callable[[ReportData], Figure]:
-        CHARTS.append(Chart(name, title, applies, draw))
-        return draw
-
-    return register
-
-
-def has_bench(data: ReportData) -> bool:
-    return not data.bench.empty
-
-
-def has_estimate(data: ReportData) -> bool:
-    return not data.estimate.empty
-
-
-def has_metric(metric: str) -> Callable[[ReportData], bool]:
-    return lambda data: has_bench(data) and metric in data.bench and data.bench[metric].fillna(0).gt(0).any()
-
-
-def has_series(series: str) -> Callable[[ReportData], bool]:
-    return lambda data: any(series in ts for ts in data.timeseries.values())
-
-
-def column(bench, name: str, scale: float = 1.0) -> list[float]:
-    """A metric per run, scaled; runs without it (missing column, None, NaN) read as 0."""
-    if name not in bench:
-        return [0.0] * len(bench)
-    return [0.0 if v is None or v != v else v * scale for v in bench[name]]
-
-
-def labels(data: ReportData) -> list[str]:
-    """Optimization names, qualified by run when several runs share a report."""
-    many = data.bench["run_id"].nunique() > 1
-    return [f"{o} [{r[:6]}]" if many else o for o, r in zip(data.bench["optimization"], data.bench["run_id"])]
-
-
-def render(data: ReportData, out_dir: Path) -> list[tuple[Chart, Path]]:
-    rendered = []
-    for item in CHARTS:
-        if not item.applies(data):
-            continue
-        figure = item.draw(data)
-        path = out_dir / f"{item.name}.png"
-        figure.savefig(path, dpi=110, bbox_inches="tight")
-        rendered.append((item, path))
-    return rendered
-
-
-def _figure(width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int = 1):
-    figure = Figure(figsize=(width, height), layout="constrained")
-    axes = figure.subplots(rows, cols, squeeze=False)
-    return figure, axes
-
-
 @chart("pool_split", "KV pool split per optimization (time-averaged, as in the vLLM paper's Fig. 2)", has_bench)
 def pool_split(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = _figure(height=0.5 * len(names) + 1.8)
+    figure, axes = new_figure(height=0.5 * len(names) + 1.8)
     ax = axes[0][0]
     left = [0.0] * len(names)
     for metric, label, color in SPLIT:
@@ -114,7 +48,7 @@ def pool_split(data: ReportData) -> Figure:
 def throughput(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = _figure(height=3.6)
+    figure, axes = new_figure(height=3.6)
     ax = axes[0][0]
     values = column(bench, "output_tokens_per_s")
     bars = ax.bar(names, values, color="#1971c2")
@@ -134,7 +68,7 @@ def throughput(data: ReportData) -> Figure:
 def latency(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = _figure(width=10, height=3.8, cols=2)
+    figure, axes = new_figure(width=10, height=3.8, cols=2)
     width = 0.27
     for ax, prefix, title in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "tpot_s", "TPOT")):
         for offset, pct in enumerate(("p50", "p90", "p99")):
@@ -151,7 +85,7 @@ def latency(data: ReportData) -> Figure:
 
 @chart("kv_usage_over_time", "KV cache usage, running and waiting requests over time", has_series("kv_cache_usage"))
 def kv_usage_over_time(data: ReportData) -> Figure:
-    figure, axes = _figure(width=10, height=5.5, rows=2)
+    figure, axes = new_figure(width=10, height=5.5, rows=2)
     usage, queue = axes[0][0], axes[1][0]
     for (run_id, optimization), series in data.timeseries.items():
         if not series.get("t"):
@@ -174,7 +108,7 @@ def kv_usage_over_time(data: ReportData) -> Figure:
 def preemptions(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = _figure(width=10, height=3.4, cols=2)
+    figure, axes = new_figure(width=10, height=3.4, cols=2)
     axes[0][0].bar(names, column(bench, "preemptions"), color="#c92a2a")
     axes[0][0].set_ylabel("preemptions")
     axes[0][1].bar(names, column(bench, "recomputed_tokens"), color="#e8590c")
@@ -192,7 +126,7 @@ def _estimate_groups(data: ReportData, keys: list[str], limit: int = 4):
 @chart("kv_vs_context", "KV memory per GPU vs context length, per KV dtype, against the GPU's KV budget", has_estimate)
 def kv_vs_context(data: ReportData) -> Figure:
     groups = _estimate_groups(data, ["model", "gpu", "tp", "batch"])
-    figure, axes = _figure(width=5 * min(2, len(groups)), height=3.8 * ((len(groups) + 1) // 2),
+    figure, axes = new_figure(width=5 * min(2, len(groups)), height=3.8 * ((len(groups) + 1) // 2),
                            rows=(len(groups) + 1) // 2, cols=min(2, len(groups)))
     for ax, ((model, gpu, tp, batch), frame) in zip(axes.flat, groups):
         for kv_dtype, rows in frame.groupby("kv_dtype", sort=False):
@@ -212,7 +146,7 @@ def kv_vs_context(data: ReportData) -> Figure:
 @chart("concurrency_vs_context", "Maximum concurrency vs context length per GPU, one panel per KV dtype", has_estimate)
 def concurrency_vs_context(data: ReportData) -> Figure:
     dtypes = list(dict.fromkeys(data.estimate["kv_dtype"]))[:3]
-    figure, axes = _figure(width=4.2 * len(dtypes) + 2.2, height=3.8, cols=len(dtypes))
+    figure, axes = new_figure(width=4.2 * len(dtypes) + 2.2, height=3.8, cols=len(dtypes))
     for ax, kv_dtype in zip(axes[0], dtypes):
         frame = data.estimate[data.estimate["kv_dtype"] == kv_dtype]
         for (model, gpu, tp), rows in list(frame.groupby(["model", "gpu", "tp"], sort=False))[:10]:
@@ -237,7 +171,7 @@ def fit_matrix(data: ReportData) -> Figure:
     frame = estimate[estimate["kv_dtype"] == first_dtype]
     models = list(dict.fromkeys(frame["model"]))
     targets = list(dict.fromkeys(zip(frame["gpu"], frame["tp"])))
-    figure, axes = _figure(width=1.6 * len(targets) + 2.5, height=0.6 * len(models) + 1.5)
+    figure, axes = new_figure(width=1.6 * len(targets) + 2.5, height=0.6 * len(models) + 1.5)
     ax = axes[0][0]
     for y, model in enumerate(models):
         for x, (gpu, tp) in enumerate(targets):
@@ -280,7 +214,7 @@ def has_routers(data: ReportData) -> bool:
 @chart("prefix_hit_rate_over_time", "Prefix cache hit rate over time (cumulative, in prompt tokens)",
        has_series("prefix_hit_rate"))
 def prefix_hit_rate_over_time(data: ReportData) -> Figure:
-    figure, axes = _figure(height=3.6)
+    figure, axes = new_figure(height=3.6)
     ax = axes[0][0]
     for (run_id, optimization), series in data.timeseries.items():
         if series.get("prefix_hit_rate"):
@@ -304,7 +238,7 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
 def sharing(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = _figure(width=10, height=3.4, cols=2)
+    figure, axes = new_figure(width=10, height=3.4, cols=2)
     hit = column(bench, "prefix_hit_rate", 100)
     savings = column(bench, "sharing_savings", 100)
     x = range(len(names))
@@ -323,7 +257,7 @@ def sharing(data: ReportData) -> Figure:
 def routers(data: ReportData) -> Figure:
     bench = data.bench[data.bench["router"].notna()]
     names = [f"{r}" for r in bench["router"]]
-    figure, axes = _figure(width=12, height=3.6, cols=3)
+    figure, axes = new_figure(width=12, height=3.6, cols=3)
     axes[0][0].bar(names, column(bench, "prefix_hit_rate", 100), color="#1971c2")
     axes[0][0].set_ylabel("cluster prefix hit rate (%)")
     pods = max(len(v) for v in bench["pod_requests"])
@@ -349,7 +283,7 @@ def has_quality(data: ReportData) -> bool:
        has_quality)
 def memory_vs_quality(data: ReportData) -> Figure:
     frame = data.quality
-    figure, axes = _figure(width=9, height=4.6)
+    figure, axes = new_figure(width=9, height=4.6)
     ax = axes[0][0]
     kib = [v / 1024 for v in frame["kv_bytes_per_seq"]]
     ax.scatter(kib, frame["perplexity"], color="#1971c2", zorder=3)
@@ -373,7 +307,7 @@ def memory_vs_quality(data: ReportData) -> Figure:
 def tiers(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = _figure(width=12, height=3.6, cols=3)
+    figure, axes = new_figure(width=12, height=3.6, cols=3)
     bottom = [0.0] * len(names)
     for metric, label, color in (("prefix_hit_rate", "device", "#1971c2"), ("cpu_hit_rate", "cpu", "#74c0fc"),
                                  ("disk_hit_rate", "disk", "#a5d8ff")):
@@ -395,7 +329,7 @@ def tiers(data: ReportData) -> Figure:
 
 
 def has_study(data: ReportData) -> bool:
-    return any("study" in r["params"] for r in data.records)
+    return any("study" in r.params for r in data.records)
 
 
 @chart("study_ttft_vs_rate", "Sweep: p90 TTFT against request rate per setting, with the SLO", has_study)
@@ -405,12 +339,12 @@ def study_ttft_vs_rate(data: ReportData) -> Figure:
     _, slo = study_rows(data)
     groups: dict[str, list[tuple[float, float]]] = {}
     for record in data.records:
-        sweep = record["params"].get("sweep")
+        sweep = record.params.get("sweep")
         if sweep is None or "rate" not in sweep:
             continue
         label = ", ".join(f"{v}" for k, v in sorted(sweep.items()) if k not in ("rate", "num_requests", "workload"))
-        groups.setdefault(label, []).append((float(sweep["rate"]), record["metrics"].get("ttft_s_p90") or 0.0))
-    figure, axes = _figure(width=9, height=4.2)
+        groups.setdefault(label, []).append((float(sweep["rate"]), record.metrics.get("ttft_s_p90") or 0.0))
+    figure, axes = new_figure(width=9, height=4.2)
     ax = axes[0][0]
     for label, points in list(groups.items())[:12]:
         points.sort()

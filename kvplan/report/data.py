@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvplan.results import read_jsonl
+from kvplan.results import ResultRecord, read_jsonl
 
 # Comparison-table columns: (metric, label, higher_is_better or None when neutral).
 COMPARISON: tuple[tuple[str, str, bool | None], ...] = (
@@ -48,40 +48,40 @@ class ReportData:
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> run parameters
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
-    records: list[dict[str, Any]] = field(default_factory=list)  # bench records as written
+    records: list[ResultRecord] = field(default_factory=list)  # bench records as written
 
 
 def load(paths: list[str | Path]) -> ReportData:
     if not paths:
         raise ValueError("no results files given; pass one or more files written by kvplan bench or estimate --out")
     bench_rows, estimate_rows, quality_rows = [], [], []
-    raw_records: list[dict[str, Any]] = []
+    raw_records: list[ResultRecord] = []
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = {}
     params: dict[str, dict[str, Any]] = {}
     for path in paths:
         for record in read_jsonl(path):
-            base = {"run_id": record["run_id"], "optimization": record["optimization"],
-                    "baseline": bool(record.get("baseline")), "mode": record.get("mode", ""),
+            base = {"run_id": record.run_id, "optimization": record.optimization,
+                    "baseline": record.is_baseline, "mode": record.mode or "",
                     "source": str(path)}
-            flat_params = {k: v for k, v in record["params"].items() if not isinstance(v, (dict, list))}
-            workload = record["params"].get("workload")
+            flat_params = {k: v for k, v in record.params.items() if not isinstance(v, (dict, list))}
+            workload = record.params.get("workload")
             if isinstance(workload, dict):
                 flat_params["workload"] = workload.get("kind", "")
-            if record["kind"] == "estimate":
-                estimate_rows.append({**base, **flat_params, **record["metrics"]})
+            if record.kind == "estimate":
+                estimate_rows.append({**base, **flat_params, **record.metrics})
                 continue
-            if record["kind"] == "error":  # a failed sweep point: nothing to draw
+            if record.kind == "error":  # a failed sweep point: nothing to draw
                 continue
-            if record["kind"] == "quality":
-                quality_rows.append({**base, **flat_params, **{k: v for k, v in record["metrics"].items()
+            if record.kind == "quality":
+                quality_rows.append({**base, **flat_params, **{k: v for k, v in record.metrics.items()
                                                              if not isinstance(v, list)}})
                 continue
-            router = record["params"].get("router")
+            router = record.params.get("router")
             raw_records.append(record)
             bench_rows.append({**base, **flat_params, "router": router,
-                               **{k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}})
-            timeseries[(record["run_id"], record["optimization"])] = record.get("timeseries") or {}
-            params.setdefault(record["run_id"], {**record["params"], "kvplan_version": record.get("kvplan_version")})
+                               **{k: v for k, v in record.metrics.items() if not isinstance(v, dict)}})
+            timeseries[(record.run_id, record.optimization)] = record.timeseries or {}
+            params.setdefault(record.run_id, {**record.params, "kvplan_version": record.kvplan_version})
     return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
                       timeseries, params, pd.DataFrame(quality_rows), raw_records)
 
@@ -137,8 +137,8 @@ def study_rows(data: ReportData) -> tuple[list[dict[str, Any]], float | None]:
     """The sweep study summary, when the records came from `kvplan sweep`."""
     from kvplan.bench.study import summarize
 
-    swept = [r for r in data.records if "study" in r["params"]]
+    swept = [r for r in data.records if "study" in r.params]
     if not swept:
         return [], None
-    study = swept[0]["params"]["study"]
+    study = swept[0].params["study"]
     return summarize(swept, study.get("slo_ttft_p90_s"), study.get("prices") or {}), study.get("slo_ttft_p90_s")

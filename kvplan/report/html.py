@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvplan.report.charts import Chart
+from kvplan.report.chart_registry import Chart
 from kvplan.report.data import ReportData
 
 STYLE = """

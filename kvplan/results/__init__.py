@@ -1,5 +1,6 @@
-"""The one result schema and its JSONL reader and writer."""
+"""The one result schema (typed records) and its JSONL reader and writer."""
 
-from kvplan.results.io import REQUIRED, SCHEMA, make_record, read_jsonl, write_jsonl
+from kvplan.results.io import dumps, read_jsonl, read_record, write_jsonl
+from kvplan.results.schema import REQUIRED, SCHEMA, ResultRecord, error_record, make_record
 
-__all__ = ["REQUIRED", "SCHEMA", "make_record", "read_jsonl", "write_jsonl"]
+__all__ = ["REQUIRED", "SCHEMA", "ResultRecord", "dumps", "error_record", "make_record", "read_jsonl", "read_record", "write_jsonl"]

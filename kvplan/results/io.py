@@ -1,13 +1,4 @@
-"""The one result schema, and JSONL read/write.
-
-A results file holds one JSON object per line:
-
-    {"schema": "kvplan.result/1", "kind": "bench" | "estimate", "run_id": str,
-     "kvplan_version": str, "mode": "simulated" | "real" | "analytic",
-     "optimization": str, "baseline": bool,
-     "params": {...the run's inputs: model, gpu, tp, workload, seed, ...},
-     "metrics": {...flat numbers named as in DESIGN.md...},
-     "timeseries": {"t": [...], "<metric>": [...], ...}}
+"""JSONL read/write of result records (the schema: kvplan.results.schema).
 
 Writes are atomic (a temporary file renamed into place), so a failed run leaves no
 partial file behind. Readers reject empty files and lines that are not result records,
@@ -17,39 +8,26 @@ naming the file and line.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
-SCHEMA = "kvplan.result/1"
-REQUIRED = ("schema", "kind", "run_id", "optimization", "params", "metrics")
+from kvplan.results.schema import REQUIRED, SCHEMA, ResultRecord
 
 
-def make_record(kind: str, run_id: str, mode: str, optimization: str, params: dict[str, Any],
-                metrics: dict[str, Any], timeseries: dict[str, list[float]] | None = None,
-                baseline: bool = False) -> dict[str, Any]:
-    from kvplan import __version__
-
-    return {"schema": SCHEMA, "kind": kind, "run_id": run_id, "kvplan_version": __version__, "mode": mode,
-            "optimization": optimization, "baseline": baseline, "params": params,
-            "metrics": _finite(metrics), "timeseries": timeseries or {}}
+def dumps(record: ResultRecord) -> str:
+    """One record as its JSONL line (without the newline): keys sorted, so bytes are stable."""
+    return json.dumps(record.to_dict(), sort_keys=True)
 
 
-def _finite(values: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no NaN/inf: store them as null so every reader can parse the file."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
-
-
-def write_jsonl(path: str | Path, records: list[dict[str, Any]]) -> Path:
+def write_jsonl(path: str | Path, records: list[ResultRecord]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
             for record in records:
-                out.write(json.dumps(record, sort_keys=True) + "\n")
+                out.write(dumps(record) + "\n")
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(temp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
@@ -60,7 +38,20 @@ def write_jsonl(path: str | Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+def read_record(line: str) -> ResultRecord:
+    """One JSONL line as a record; ValueError (without the file position) when it is not one."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not valid JSON ({err.msg}); the file may be truncated, re-run the benchmark") from None
+    missing = [key for key in REQUIRED if not isinstance(data, dict) or key not in data]
+    if missing or data.get("schema") != SCHEMA:
+        raise ValueError(f"not a kvplan result record (missing {', '.join(missing) or 'schema'}); "
+                         "expected lines written by kvplan bench")
+    return ResultRecord.from_dict(data)
+
+
+def read_jsonl(path: str | Path) -> list[ResultRecord]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"results file '{path}' does not exist; run 'kvplan bench --out {path}' first")
@@ -70,15 +61,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); the file may be truncated, "
-                                 "re-run the benchmark") from None
-            missing = [key for key in REQUIRED if not isinstance(record, dict) or key not in record]
-            if missing or record.get("schema") != SCHEMA:
-                raise ValueError(f"{path}:{number}: not a kvplan result record (missing {', '.join(missing) or 'schema'}); "
-                                 f"expected lines written by kvplan bench")
-            records.append(record)
+                records.append(read_record(line))
+            except ValueError as err:
+                raise ValueError(f"{path}:{number}: {err}") from None
     if not records:
         raise ValueError(f"results file '{path}' is empty; run 'kvplan bench' to produce results")
     return records

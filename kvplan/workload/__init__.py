@@ -5,7 +5,8 @@ only place that makes them, so the engine never cares where a workload came from
 """
 
 from kvplan.workload.request import Request
-from kvplan.workload.synthetic import ARRIVALS, WORKLOAD_KINDS, make_workload
+from kvplan.workload.arrivals import ARRIVALS
+from kvplan.workload.catalog import WORKLOAD_KINDS, make_workload
 from kvplan.workload.traces import TRACE_FORMATS, TraceLoad, load_trace
 
 __all__ = ["ARRIVALS", "TRACE_FORMATS", "WORKLOAD_KINDS", "Request", "TraceLoad", "load_trace", "make_workload"]

@@ -41,7 +41,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvplan.workload.request import Request
-from kvplan.workload.synthetic import SHAREGPT, _check_inputs, arrival_times, cap_lengths, solve_mu
+from kvplan.workload.arrivals import arrival_times, check_inputs
+from kvplan.workload.lengths import SHAREGPT, cap_lengths, solve_mu
 
 SHARED_PREFIX_KINDS: tuple[str, ...] = ("system-prompt", "rag", "chat", "few-shot")
 TURN_DISTRIBUTIONS: tuple[str, ...] = ("geometric", "lognormal")
@@ -280,7 +281,7 @@ def chat(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv:
 def _check_common(num_requests: int, arrival: str, rate: float | None, cv: float, max_model_len: int,
                   vocab_size: int, suffix: tuple[float, float], output: tuple[float, float]) -> None:
     """synthetic.py's checks plus the vocabulary and the (mean, sigma) of the unique parts."""
-    _check_inputs(num_requests, arrival, rate, cv, max_model_len)
+    check_inputs(num_requests, arrival, rate, cv, max_model_len)
     _check_int("vocab_size", vocab_size, FIRST_TOKEN_ID + 1, "ids start at 3, so use e.g. 32000")
     for name, (mean, sigma) in (("user/query", suffix), ("output", output)):
         _check_real(f"{name} mean length", mean, "pass a mean length in tokens, e.g. 64")

@@ -51,16 +51,6 @@ class PagedAllocator(Allocator):
         """Tokens of live sequences an eviction budget dropped."""
         return self.budget.evicted_slots if self.budget is not None else 0
 
-    # `known_hashes` as an attribute is kept for callers that assign it (bench/matrix.py,
-    # benchmarks/); use_known_hashes is the interface every allocator has.
-    @property
-    def known_hashes(self) -> dict[int, list[int]]:
-        return self.prefix_cache.known_hashes if self.prefix_cache is not None else {}
-
-    @known_hashes.setter
-    def known_hashes(self, hashes: dict[int, list[int]]) -> None:
-        self.use_known_hashes(hashes)
-
     def use_known_hashes(self, hashes: dict[int, list[int]]) -> None:
         if self.prefix_cache is not None:
             self.prefix_cache.known_hashes = hashes

@@ -1,0 +1,114 @@
+"""A bench run's settings, grouped by concern so a reader sees which ones a mode uses:
+engine sizing (both modes), scheduler (both), offload tiers (optimizations offload-*),
+cluster (simulated mode with --pods > 1), real mode (model source and device), plus the
+run-wide mode, seed and eviction budget.
+
+Results files predate the grouping: their `params` and run ids are computed from one flat
+dict of every setting (`flat_settings`), and `BenchConfig.from_flat` reads the same names
+(the sweep files' vocabulary), so both directions share one table of names."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.setup import EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig
+from kvplan.sim.cluster import RouterConfig
+
+MODES = ("simulated", "real")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Simulated mode: engine instances behind routers (one run per router)."""
+
+    pods: int = 1
+    routers: tuple[str, ...] = ()
+    w_hit: float = 0.8  # kv-aware router: weight of the cached-prefix fraction
+    w_load: float = 0.2  # kv-aware router: weight of the load
+
+    def __post_init__(self) -> None:
+        if self.pods < 1:
+            raise ValueError(f"--pods must be at least 1, got {self.pods}")
+        for router in self.routers:
+            RouterConfig(router)  # validates the name
+
+    def variants(self) -> tuple[str | None, ...]:
+        """The routers one optimization runs under; (None,) for a single engine."""
+        return (self.routers or ("round-robin",)) if self.pods > 1 else (None,)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    sizing: SizingConfig = field(default_factory=SizingConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    workload: dict[str, Any] = field(default_factory=dict)  # how the requests were made, for the record
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    tiers: TierConfig = field(default_factory=TierConfig)
+    real: RealConfig = field(default_factory=RealConfig)
+    mode: str = "simulated"
+    seed: int = 0
+    kv_budget: int | None = None  # tokens per layer an eviction policy keeps
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be simulated or real, got '{self.mode}'")
+        if self.mode == "real" and self.cluster.pods > 1:
+            raise ValueError("--pods needs simulated mode; real mode runs one engine")
+
+    @classmethod
+    def from_flat(cls, **settings: Any) -> BenchConfig:
+        """From the flat setting names of results files and sweep files (model=..., pods=...)."""
+        unknown = sorted(set(settings) - set(FLAT_NAMES))
+        if unknown:
+            raise ValueError(f"unknown bench settings {', '.join(unknown)}; use {', '.join(FLAT_NAMES)}")
+        groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
+        top: dict[str, Any] = {}
+        for name, value in settings.items():
+            group = FLAT_NAMES[name]
+            if name == "scheduler" and isinstance(value, dict):
+                value = SchedulerConfig(**value)
+            if name == "routers":
+                value = tuple(value)
+            (groups[group] if group else top)[name] = value
+        return cls(**top, **{group: GROUPS[group](**values) for group, values in groups.items()})
+
+
+GROUPS: dict[str, type] = {"sizing": SizingConfig, "cluster": ClusterConfig, "tiers": TierConfig, "real": RealConfig}
+# Every flat setting name -> its group (None: a field of BenchConfig itself), in the order
+# results files have always listed them.
+FLAT_NAMES: dict[str, str | None] = {
+    **{f.name: "sizing" for f in fields(SizingConfig) if f.name != "swap_space_gib"},
+    "scheduler": None, "swap_space_gib": "sizing", "seed": None, "workload": None, "pods": "cluster",
+    "routers": "cluster", "kv_budget": None, **{f.name: "tiers" for f in fields(TierConfig)}, "mode": None,
+    **{f.name: "real" for f in fields(RealConfig)}, "w_hit": "cluster", "w_load": "cluster"}
+
+
+def flat_settings(config: BenchConfig) -> dict[str, Any]:
+    """Every setting under its flat name (the scheduler as a dict), as results files record them."""
+    flat: dict[str, Any] = {}
+    for name, group in FLAT_NAMES.items():
+        value = getattr(getattr(config, group) if group else config, name)
+        flat[name] = asdict(value) if name == "scheduler" else copy.deepcopy(value)
+    return flat
+
+
+def run_id(config: BenchConfig, optimizations: list[str], num_requests: int) -> str:
+    """Deterministic: the same inputs give the same run id (nothing wall-clock goes in)."""
+    identity = json.dumps([flat_settings(config), optimizations, num_requests], sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+
+def record_params(config: BenchConfig, optimization: Optimization, sizing: EngineSizing, num_requests: int,
+                  router: str | None) -> dict[str, Any]:
+    """A bench record's `params`: every setting but the scheduler, the scheduler's as scheduler_*,
+    and what this run resolved (allocator, KV format, max_model_len)."""
+    flat = flat_settings(config)
+    scheduler = flat.pop("scheduler")
+    return {**flat, **{f"scheduler_{k}": v for k, v in scheduler.items()},
+            "allocator": optimization.allocator, "kv_format": sizing.kv_format.name,
+            "max_model_len": sizing.max_model_len, "num_requests": num_requests, "router": router}

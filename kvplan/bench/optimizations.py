@@ -1,0 +1,54 @@
+"""The one parser of optimization names (`paged`, `prefix+fp8`, `h2o+int4`, ...): used by
+`kvplan bench` in both modes, by sweeps, and by the quality table."""
+
+from __future__ import annotations
+
+from kvplan.core.kv import ALLOCATORS
+from kvplan.core.setup import Optimization
+from kvplan.quality.policies import POLICIES
+from kvplan.spec import parse_kv_format
+
+DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "prefix")
+KV_FORMAT_PARTS = ("fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "int8-tensor")
+KV_FORMAT_PREFIXES = ("int4-g", "int8-g", "int2-g", "kivi-int")  # group-wise and KIVI formats, e.g. int4-g64
+OFFLOAD_PARTS = {"offload-cpu": ("cpu",), "offload-disk": ("cpu", "disk")}
+FULL = "full"  # the unoptimized cache: no eviction, the run's KV format (the quality table's baseline)
+
+
+def parse_optimization(text: str) -> Optimization:
+    parts = [p.strip().lower() for p in text.split("+") if p.strip()]
+    if not parts:
+        raise ValueError("empty optimization name; use e.g. paged, contiguous-max or paged+fp8")
+    allocator, kv_dtype, prefix, policy, offload = None, None, False, None, ()
+    for part in parts:
+        if part == FULL:
+            continue
+        if part == "prefix":
+            prefix = True
+        elif part in OFFLOAD_PARTS:
+            prefix = True  # the tiers hold prefix-cache blocks
+            offload = OFFLOAD_PARTS[part]
+        elif part in POLICIES:
+            policy = part
+        elif part in ALLOCATORS:
+            if allocator:
+                raise ValueError(f"'{text}' names two allocators; compose one allocator with other parts")
+            allocator = part
+        elif part in KV_FORMAT_PARTS or part.startswith(KV_FORMAT_PREFIXES):
+            parse_kv_format(part)
+            kv_dtype = part
+        else:
+            known = ", ".join((*ALLOCATORS, "prefix", *OFFLOAD_PARTS, *POLICIES, *KV_FORMAT_PARTS,
+                               "int4-gN", FULL))
+            raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
+    if prefix and allocator not in (None, "paged"):
+        raise ValueError(f"'{text}': prefix caching needs the paged allocator")
+    if policy and allocator not in (None, "paged"):
+        raise ValueError(f"'{text}': eviction policies need the paged allocator")
+    return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix, policy, offload)
+
+
+def parse_optimizations(names: str | list[str]) -> list[Optimization]:
+    """A comma-separated list (or a list) of names, each parsed; fails on the first bad one."""
+    items = names.split(",") if isinstance(names, str) else names
+    return [parse_optimization(name) for name in (n.strip() for n in items) if name]

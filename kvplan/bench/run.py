@@ -1,0 +1,62 @@
+"""One `kvplan bench` run end to end: resolve the workload and its defaults, check the
+sizing of every optimization before anything runs, run the matrix, write the results.
+The CLI parses options into these inputs and renders the outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvplan.bench.config import BenchConfig
+from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
+from kvplan.bench.optimizations import parse_optimizations
+from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
+from kvplan.results import ResultRecord, write_jsonl
+from kvplan.spec.profiles import load_model
+
+# Given the variant names and the request count, a context that yields progress(variant, n).
+Track = Callable[[list[str], int], AbstractContextManager[Callable[[str, int], None]]]
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    records: list[ResultRecord]
+    out: Path
+    num_requests: int
+    skipped_lines: int
+
+
+def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, Workload]:
+    """The run's requests, and the config completed with them: the model read from
+    --model-path in real mode, max_model_len resolved, the workload described."""
+    if config.real.model_path:
+        config = dataclasses.replace(config, sizing=dataclasses.replace(config.sizing, model=config.real.model_path))
+    spec = load_model(config.sizing.model)
+    built = build_workload(workload, spec, config.mode, config.seed, config.sizing.max_model_len)
+    sizing = dataclasses.replace(config.sizing, max_model_len=built.max_model_len)
+    return dataclasses.replace(config, sizing=sizing, workload=built.info), built
+
+
+def default_out(config: BenchConfig) -> Path:
+    name = load_model(config.sizing.model).name
+    return Path("reports") / f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}.jsonl"
+
+
+def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
+              track: Track | None = None) -> BenchOutcome:
+    parsed = parse_optimizations(optimizations)  # reject bad names before any work
+    config, built = prepare(config, workload)
+    factory = None
+    if config.mode == "simulated":
+        factory = engine_factory(config)
+        for optimization in parsed:  # fail on impossible sizing before any progress bar is drawn
+            factory.check(optimization)
+    out = out or default_out(config)
+    names = variant_names(config, optimizations)
+    with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
+        records = run_matrix(config, built.requests, optimizations, progress, factory)
+    write_jsonl(out, records)
+    return BenchOutcome(records, out, len(built.requests), built.skipped_lines)

@@ -1,0 +1,106 @@
+"""The request stream of a bench run, with the defaults `kvplan bench` and `kvplan sweep`
+share: a synthetic generator or a replayed trace, max_model_len defaulting to 4096 for
+synthetic workloads and to the model's maximum for traces (capped at 4096 in real mode),
+and --samples parallel samples per request."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.spec import ModelSpec
+from kvplan.workload import load_trace, make_workload
+from kvplan.workload.request import Request
+
+DEFAULT_MAX_MODEL_LEN = 4096
+DEFAULT_NUM_REQUESTS = 1000
+DEFAULT_RATE = 3.0
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """How to make the requests: a synthetic kind (with its generator settings) or a trace."""
+
+    kind: str = "sharegpt"
+    trace: str | None = None
+    trace_format: str | None = None
+    skip_bad_lines: bool = False
+    num_requests: int | None = None  # synthetic: DEFAULT_NUM_REQUESTS; trace: the first N (default all)
+    rate: float = DEFAULT_RATE
+    arrival: str = "poisson"
+    cv: float = 1.0
+    stats_path: str | None = None
+    time_scale: float = 1.0
+    samples: int = 1
+    params: dict[str, Any] = field(default_factory=dict)  # generator settings (--workload-param)
+
+    def __post_init__(self) -> None:
+        if self.num_requests is not None and self.num_requests < 1:
+            raise ValueError(f"--num-requests must be at least 1, got {self.num_requests}")
+        if self.samples < 1:
+            raise ValueError(f"--samples must be at least 1, got {self.samples}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    requests: list[Request]
+    info: dict[str, Any]  # recorded as the run's params["workload"]
+    max_model_len: int
+    skipped_lines: int = 0  # malformed trace lines skipped (--skip-bad-lines)
+
+
+def default_max_model_len(model: ModelSpec, mode: str, trace: bool) -> int:
+    """4096 for synthetic workloads (or the model's maximum if lower), the model's maximum for
+    traces (their requests are as long as they are), at most 4096 in real mode."""
+    model_max = model.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    if mode == "real" or not trace:
+        return min(model_max, DEFAULT_MAX_MODEL_LEN)
+    return model.max_position_embeddings
+
+
+def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
+                   max_model_len: int | None = None) -> Workload:
+    """The requests of one run, and its resolved max_model_len."""
+    if max_model_len is None:
+        max_model_len = default_max_model_len(model, mode, spec.trace is not None)
+    if max_model_len < 2:
+        raise ValueError(f"--max-model-len must be at least 2, got {max_model_len}")
+    skipped = 0
+    if spec.trace is not None:
+        loaded = load_trace(spec.trace, spec.trace_format, skip_bad_lines=spec.skip_bad_lines,
+                            max_requests=spec.num_requests, time_scale=spec.time_scale)
+        requests, skipped = loaded.requests, loaded.skipped
+        info = {"kind": "trace", "path": str(spec.trace), "format": loaded.fmt, "skipped_lines": skipped,
+                "time_scale": spec.time_scale}
+    else:
+        try:
+            requests = make_workload(spec.kind, spec.num_requests or DEFAULT_NUM_REQUESTS, rate=spec.rate,
+                                     arrival=spec.arrival, cv=spec.cv, seed=seed, max_model_len=max_model_len,
+                                     stats_path=spec.stats_path, **spec.params)
+        except TypeError as err:  # an unknown --workload-param name
+            raise ValueError(f"--workload-param: {err}; see the generator's parameters in the README") from None
+        info = {"kind": spec.kind, "rate": spec.rate, "arrival": spec.arrival, "cv": spec.cv, **spec.params}
+    if spec.samples > 1:  # parallel samples share the prompt's blocks copy-on-write
+        requests = [dataclasses.replace(r, n=spec.samples) for r in requests]
+        info["samples"] = spec.samples
+    return Workload(requests, info, max_model_len, skipped)
+
+
+def parse_workload_params(pairs: list[str]) -> dict[str, Any]:
+    """NAME=VALUE generator settings, numbers parsed as int or float."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--workload-param '{pair}' needs NAME=VALUE, e.g. doc_len=2048")
+        text = value.strip()
+        try:
+            params[name.strip()] = int(text)
+        except ValueError:
+            try:
+                params[name.strip()] = float(text)
+            except ValueError:
+                params[name.strip()] = text
+    return params
+

@@ -1,0 +1,117 @@
+"""What an engine factory needs to set up one engine, shared by simulated (kvplan.sim) and
+real (kvplan.real) mode: the engine sizing settings, the offload-tier settings, real-mode
+settings, one parsed optimization, the resulting sizing, the tier construction, and the
+factory protocol the bench matrix calls. Pure data; no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvplan.core.engine import Engine
+from kvplan.core.tiers import Tier, TieredCache
+from kvplan.spec import KVFormat, ModelSpec
+from kvplan.spec.profiles import load_gpu
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class SizingConfig:
+    """Which model on which GPUs, and how its KV pool is sized."""
+
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100-80gb"
+    tp: int = 1
+    kv_dtype: str = "auto"
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_gib: float | None = None
+    max_model_len: int | None = None
+    weight_dtype: str | None = None
+    swap_space_gib: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"--block-size must be a power of two, got {self.block_size}")
+        if self.swap_space_gib < 0:
+            raise ValueError("--swap-space-gib must not be negative")
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    """The offload tiers of `offload-cpu` / `offload-disk`."""
+
+    cpu_cache_gb: float = 64.0
+    disk_cache_gb: float = 512.0
+    tier_policy: str = "lru"
+    host_link_gbps: float | None = None  # default: the GPU profile's
+    nvme_gbps: float | None = None
+    disk_dir: str | None = None  # real mode's disk tier (default: a temporary folder)
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    """Real mode only: where the transformers model comes from and where it runs."""
+
+    device: str = "auto"
+    model_path: str | None = None
+    layers: int | None = None
+    model_dtype: str = "auto"
+    kernel_backend: str | None = None
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """One composed optimization, e.g. `paged+fp8`: an allocator plus a KV format."""
+
+    name: str
+    allocator: str = "paged"
+    kv_dtype: str | None = None  # None: the run's --kv-dtype
+    prefix_caching: bool = False
+    policy: str | None = None  # an eviction policy, applied in simulated mode as a token budget
+    offload: tuple[str, ...] = ()  # lower tiers for prefix blocks: ("cpu",) or ("cpu", "disk")
+
+
+@dataclass(frozen=True)
+class EngineSizing:
+    model: ModelSpec
+    kv_format: KVFormat
+    kv_budget_bytes: float
+    slot_bytes: float
+    capacity_slots: int
+    max_model_len: int
+
+
+def make_tiers(sizing_config: SizingConfig, tier_config: TierConfig, optimization: Optimization,
+               sizing: EngineSizing) -> TieredCache | None:
+    """CPU (and disk) tiers sized in blocks of this optimization's format; bandwidths from
+    the GPU profile (host link, NVMe) unless overridden."""
+    if not optimization.offload:
+        return None
+    gpu = load_gpu(sizing_config.gpu)
+    block_bytes = sizing.slot_bytes * sizing_config.block_size
+    sizes = {"cpu": (tier_config.cpu_cache_gb, tier_config.host_link_gbps or gpu.host_link_gbps),
+             "disk": (tier_config.disk_cache_gb, tier_config.nvme_gbps or gpu.nvme_gbps)}
+    tiers = []
+    for name in optimization.offload:
+        gigabytes, bandwidth = sizes[name]
+        if gigabytes < 0 or bandwidth <= 0:
+            raise ValueError(f"--{name}-cache-gb must not be negative and its bandwidth must be positive")
+        tiers.append(Tier(name, int(gigabytes * 1e9 // block_bytes), bandwidth * 1e9, tier_config.tier_policy))
+    return TieredCache(tiers, block_bytes)
+
+
+class EngineFactory(Protocol):
+    """Builds one engine per optimization (and per pod); simulated and real mode provide one."""
+
+    mode: str
+
+    def check(self, optimization: Optimization) -> None:
+        """Fail on an impossible setup before anything runs."""
+
+    def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
+        """A fresh engine for this optimization, and how its KV pool was sized."""
+
+    def run_metrics(self, engine: Engine) -> dict[str, Any]:
+        """Metrics this mode adds to a finished run (real mode: bytes allocated, device, copies)."""

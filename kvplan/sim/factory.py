@@ -1,0 +1,78 @@
+"""Simulated engines for `kvplan bench`: the KV pool sized from the capacity plan of the
+target GPU, the allocator of the optimization, and the roofline step-time runner."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvplan.core.engine import Engine
+from kvplan.core.kv import make_allocator
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, TierConfig, make_tiers
+from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.plan.roofline import Roofline
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.spec import parse_kv_format
+from kvplan.spec.profiles import load_gpu, load_model
+
+
+def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: Optimization) -> EngineSizing:
+    """The KV budget per GPU from the capacity plan, in slots of the optimization's format.
+
+    Linear-attention state (hybrids) is set aside for max_num_seqs sequences up front.
+    """
+    model = load_model(config.model)
+    kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, model)
+    max_model_len = config.max_model_len or model.max_position_embeddings or 4096
+    inputs = PlanInputs(model=model, gpu=load_gpu(config.gpu), tp=config.tp, kv_format=kv_format,
+                        context=max_model_len, block_size=config.block_size,
+                        gpu_memory_utilization=config.gpu_memory_utilization,
+                        kv_cache_bytes=None if config.kv_cache_gib is None else config.kv_cache_gib * GIB,
+                        weight_dtype=config.weight_dtype)
+    capacity = plan(inputs, suggest=False)
+    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * scheduler.max_num_seqs
+    slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
+    blocks = math.floor(budget / (slot_bytes * config.block_size)) if budget > 0 else 0
+    if blocks < 1:
+        raise ValueError(f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
+                         f"{budget / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib")
+    return EngineSizing(model, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
+
+
+@dataclass(frozen=True)
+class SimulatedEngineFactory:
+    """Engines whose steps take the time the GPU's roofline model says, with no KV tensors."""
+
+    sizing: SizingConfig
+    scheduler: SchedulerConfig = SchedulerConfig()
+    tiers: TierConfig = TierConfig()
+    kv_budget: int | None = None  # tokens per layer an eviction policy keeps
+    mode: str = "simulated"
+
+    def check(self, optimization: Optimization) -> None:
+        size_engine(self.sizing, self.scheduler, optimization)
+
+    def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
+        config = self.sizing
+        sizing = size_engine(config, self.scheduler, optimization)
+        budget = None
+        if optimization.policy:
+            if self.kv_budget is None or self.kv_budget <= config.block_size:
+                raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
+                                 f"({config.block_size} tokens)")
+            budget = self.kv_budget
+        roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
+        # StreamingLLM keeps its attention sinks: the first block is never released.
+        allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
+                                   sizing.max_model_len, prefix_caching=optimization.prefix_caching,
+                                   token_budget=budget, sink_blocks=1 if optimization.policy == "streaming" else 0,
+                                   tiers=make_tiers(config, self.tiers, optimization, sizing),
+                                   recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
+        swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
+        scheduler = replace(self.scheduler, swap_slots=swap_slots)
+        return Engine(allocator, SimulatedRunner(roofline), scheduler, sizing.max_model_len), sizing
+
+    def run_metrics(self, engine: Engine) -> dict[str, Any]:
+        return {}
