@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import require_in_ci
 from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
 from kvplan.cli import app
 from kvplan.report import write_report
@@ -156,8 +157,8 @@ def test_missing_results_file_is_a_clear_error(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "does not exist" in result.stderr
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_page_renders_in_headless_chromium(bench_results: Path, estimate_results: Path, tmp_path: Path) -> None:
+    require_in_ci(shutil.which("chromium") is not None, "Debian's chromium", "apt-get install chromium")
     from PIL import Image
 
     index = write_report([bench_results, estimate_results], tmp_path / "r").index

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from conftest import require_in_ci
 import kvplan.bench.sweep as sweep_module
 from kvplan.cli import app
 from kvplan.bench.sweep import load_spec, run_sweep
@@ -52,7 +54,8 @@ def test_process_pool_and_sequential_runs_write_the_same_bytes(study: Path, tmp_
 
 
 def test_ray_gives_the_same_bytes(study: Path, tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
+    require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")
+    import ray
     spec = load_spec(study)
     run_sweep(spec, tmp_path / "local", workers=2)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
