@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from kvplan.bench.config import BenchConfig, record_params, run_id
 from kvplan.bench.optimizations import parse_optimization
+from kvplan.core.kv import hit_rate
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
 from kvplan.core.setup import EngineFactory
 from kvplan.results import ResultRecord, make_record
@@ -42,7 +43,7 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
     if any(o.prefix_caching for o in parsed):
         hashes = hashes_by_request(requests, block_size)
         hits, queried = infinite_cache_hit_tokens(requests, block_size, hashes)
-        bounds = {"prefix_hit_rate_upper_bound": hits / queried if queried else 0.0,
+        bounds = {"prefix_hit_rate_upper_bound": hit_rate(hits, queried),
                   "trace_block_hit_bound": trace_block_bound(requests)}
     factory = factory or engine_factory(config)
     cluster = config.cluster
