@@ -15,6 +15,7 @@ moved (issue 12); any later change that alters a figure must re-record it on pur
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import shutil
@@ -62,7 +63,14 @@ def commands(out: Path) -> list[list[str]]:
 
 def snapshot() -> dict[str, str]:
     # A fixed folder: results and reports record their input paths, which must not vary.
+    # A lock keeps two checkouts on one machine from sharing it at the same time.
     out = Path(tempfile.gettempdir()) / "kvplan-behaviour-snapshot"
+    with open(f"{out}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _snapshot_into(out)
+
+
+def _snapshot_into(out: Path) -> dict[str, str]:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     try:
