@@ -10,7 +10,7 @@ block table, with an online softmax in fp32 and tensor-core dots in the query's 
 
 from __future__ import annotations
 
-from .triton_tiles import first_key, load_kv_tile, shape_scores
+from .triton_tiles import attend_tile, finish_softmax, first_key
 
 try:
     import triton.language as tl
@@ -57,44 +57,17 @@ def prefill_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     for tile in range(start, end, BLOCK_N):
-        t = tile + tl.arange(0, BLOCK_N)
-        tvalid = t < end
-        block = tl.load(table_row + t // BLOCK_SIZE, mask=tvalid, other=0).to(tl.int64)
-        offset = t % BLOCK_SIZE
-        tmask = tvalid[:, None] & (d[None, :] < HEAD_DIM)
-        k = load_kv_tile(k_ptr, ks_ptr, block * stride_kb + offset * stride_kt + kv_head * stride_kh,
-                         block * stride_ksb + offset * stride_kst + kv_head * stride_ksh, tmask, col, shift,
-                         scale_col, SCALE_MODE, IS_INT, VPB, BITS, DOT_DTYPE)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N] fp32
-        if SCALE_MODE == 1:
-            scores = scores * tl.load(ks_ptr)
-        elif SCALE_MODE == 2:
-            ks_row = block * stride_ksb + offset * stride_kst + kv_head * stride_ksh
-            scores = scores * tl.load(ks_ptr + ks_row, mask=tvalid, other=0.0)[None, :]
-        scores = shape_scores(scores, sm_scale, softcap, HAS_SOFTCAP)
-        seen = tvalid[None, :] & (t[None, :] <= pos[:, None]) & (t[None, :] >= lo[:, None])
-        scores = tl.where(seen, scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen nothing yet
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(scores - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if SCALE_MODE == 2:
-            vs_row = block * stride_vsb + offset * stride_vst + kv_head * stride_vsh
-            p = p * tl.load(vs_ptr + vs_row, mask=tvalid, other=0.0)[None, :]
-        v = load_kv_tile(v_ptr, vs_ptr, block * stride_vb + offset * stride_vt + kv_head * stride_vh,
-                         block * stride_vsb + offset * stride_vst + kv_head * stride_vsh, tmask, col, shift,
-                         scale_col, SCALE_MODE, IS_INT, VPB, BITS, DOT_DTYPE)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = attend_tile(
+            q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, col, shift, scale_col,
+            k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+            stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
+            BLOCK_N, BLOCK_SIZE, HEAD_DIM, SCALE_MODE, IS_INT, VPB, BITS, DOT_DTYPE, PRECISION, HAS_SOFTCAP)
     if SCALE_MODE == 1:
         acc = acc * tl.load(vs_ptr)
     if HAS_SINKS:
         sink = tl.load(sink_ptr + head).to(tl.float32)
-        m_all = tl.maximum(m_i, sink)
-        keep = tl.exp(m_i - m_all)
-        l_i = l_i * keep + tl.exp(sink - m_all)
-        acc = acc * keep[:, None]
-    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    else:
+        sink = 0.0
+    out = finish_softmax(m_i, l_i, acc, sink, HAS_SINKS)
     tl.store(out_ptr + rows[:, None] * stride_ot + head * stride_oh + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=qmask)

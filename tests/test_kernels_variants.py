@@ -1,12 +1,7 @@
 """Attention variants (sliding window, chunked, softcap, sinks), split-KV decode and the paged
 prefill kernel: the torch path and Triton (interpreted on CPU) against the naive references."""
 
-import os
-
-_PREVIOUS_INTERPRET = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
-
-# ruff: noqa: E402  (imports follow the interpreter switch on purpose)
+# ruff: noqa: E402  (imports follow importorskip on purpose)
 import importlib.util
 
 import pytest
@@ -24,13 +19,11 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 TOL = {torch.float32: {"atol": 2e-5, "rtol": 1e-5}, torch.float16: {"atol": 2e-3, "rtol": 2e-3}}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_interpret_flag():
-    yield
-    if _PREVIOUS_INTERPRET is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _PREVIOUS_INTERPRET
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton on CPU tensors through its interpreter (kernels jit at first launch, so per test works);
+    the GPU tests switch it back off for themselves."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def paged_case(fmt: str, seq_lens: list[int], block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -182,3 +175,57 @@ def test_variant_rejects_bad_values() -> None:
     with pytest.raises(ValueError, match="one logit per query head"):
         paged_attention(query, cache.key_cache, cache.value_cache, tables, lens, 1.0,
                         variant=AttentionVariant(sinks=torch.zeros(3)), backend="torch")
+
+
+# -- GPU: compiled kernels in bf16/fp8 (pytest -m gpu; benchmarks/gpu_check.sh runs them) --------
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _cuda(*tensors):
+    return [None if t is None else t.cuda() for t in tensors]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt,dtype", [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16),
+                                       ("int8", torch.bfloat16), ("int4", torch.float16)])
+@pytest.mark.parametrize("variant_name", ["plain", "all"])
+@pytest.mark.parametrize("num_splits", [None, 1, 8])
+def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str,
+                             num_splits: int | None) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    cache, tables, lens, gen = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
+    variant = make_variant(variant_name, 32, gen)
+    if variant.sinks is not None:
+        variant = AttentionVariant(1000, 512, 3.0, variant.sinks.cuda())
+    query = torch.randn(len(lens), 32, 128, generator=gen).to(dtype)
+    expected = paged_attention_reference(query, cache.key_cache, cache.value_cache, tables, lens, 0.09, fmt,
+                                         cache.k_scale, cache.v_scale,
+                                         variant=AttentionVariant(variant.sliding_window, variant.chunk_size,
+                                                                  variant.softcap, None if variant.sinks is None
+                                                                  else variant.sinks.cpu()))
+    q, k, v, t, n, ks, vs = _cuda(query, cache.key_cache, cache.value_cache, tables, lens, cache.k_scale, cache.v_scale)
+    got = paged_attention(q, k, v, t, n, 0.09, fmt, ks, vs, variant=variant, num_splits=num_splits)
+    torch.testing.assert_close(got.float().cpu(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt,dtype", [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16),
+                                       ("int4-g32", torch.float16)])
+@pytest.mark.parametrize("variant_name", ["plain", "all"])
+def test_gpu_prefill_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    query, cache, tables, query_start, lens, gen = prefill_case(fmt, dtype, [130, 1, 77], [300, 45, 77], 16, 32, 8,
+                                                                128)
+    variant = make_variant(variant_name, 32, gen)
+    args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.09, fmt, cache.k_scale,
+            cache.v_scale)
+    expected = paged_prefill_reference(*args, variant=variant)
+    moved = _cuda(*args[:6])
+    if variant.sinks is not None:
+        variant = AttentionVariant(variant.sliding_window, variant.chunk_size, variant.softcap, variant.sinks.cuda())
+    got = paged_prefill(*moved, 0.09, fmt, *_cuda(cache.k_scale, cache.v_scale), variant=variant)
+    torch.testing.assert_close(got.float().cpu(), expected.float(), atol=2e-2, rtol=2e-2)
