@@ -56,7 +56,7 @@ def _autotuned_prefill():
         import triton
 
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-                   for m, n in ((64, 64), (128, 64), (128, 32), (64, 32)) for w in (4, 8) for s in (2, 3)]
+                   for m, n, w, s in ((128, 64, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (64, 32, 4, 2))]
         keys = ["HEAD_DIM", "GROUP", "BLOCK_SIZE", "SCALE_MODE", "VPB", "HAS_SOFTCAP"]
         _AUTOTUNED[False] = triton.autotune(configs=configs, key=keys)(jit_on_first_use(prefill_kernel))
     return _AUTOTUNED[False]
