@@ -4,7 +4,13 @@ Workload: 64 requests, prompt 32..256 and output 16..256 tokens (uniform, seed 0
 present at t = 0, stories260K's real weights in fp32. kvplan runs them through its
 continuous-batching scheduler with a paged KV pool; transformers runs them as one static
 batch (left-padded prompts, every sequence decoding until the longest output, its default
-dynamic KV cache). Both count only each request's own output tokens.
+dynamic KV cache). Both count only each request's own output tokens. Each side first runs
+a warm-up (8 short requests) that is not timed, then the timed run.
+
+KV bytes, measured on both sides: kvplan's peak is its allocator's peak block count times
+the bytes one block really occupies in the allocated pool tensors; transformers' is the
+bytes of the K/V tensors its cache holds when generate() returns (the dynamic cache only
+grows, so that is its peak).
 
 Printed: output tokens/s and peak KV bytes for each, and kvplan / transformers ratios.
 Run: python benchmarks/real_vs_transformers.py [MODEL_DIR]
@@ -39,6 +45,10 @@ def workload(vocab: int) -> list[Request]:
             for i, (p, o) in enumerate(zip(prompts, outputs))]
 
 
+def warm_up(requests: list[Request]) -> list[Request]:
+    return [Request(r.request_id, 0.0, r.prompt_len, 8, prompt_tokens=r.prompt_tokens) for r in requests[:8]]
+
+
 def run_kvplan(model, requests: list[Request]) -> tuple[float, int, int]:
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -48,6 +58,9 @@ def run_kvplan(model, requests: list[Request]) -> tuple[float, int, int]:
     runner = RealRunner(model, pool, BLOCK, config.vocab_size, "cpu", backend="torch")
     engine = Engine(make_allocator("paged", blocks * BLOCK, BLOCK, 512, watermark=0.0), runner,
                     SchedulerConfig(max_num_seqs=NUM), 512)
+    Engine(make_allocator("paged", blocks * BLOCK, BLOCK, 512, watermark=0.0), runner,
+           SchedulerConfig(max_num_seqs=NUM), 512).run(warm_up(requests))
+    runner.tokens.clear()
     started = time.perf_counter()
     result = engine.run(requests)
     elapsed = time.perf_counter() - started
@@ -57,24 +70,39 @@ def run_kvplan(model, requests: list[Request]) -> tuple[float, int, int]:
 
 
 def run_transformers(model, requests: list[Request]) -> tuple[float, int]:
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    longest_prompt = max(r.prompt_len for r in requests)
-    longest_output = max(r.output_len for r in requests)
-    ids = torch.zeros((len(requests), longest_prompt), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, request in enumerate(requests):  # left padding, as decoder-only generation needs
-        ids[row, longest_prompt - request.prompt_len:] = torch.tensor(request.prompt_tokens)
-        mask[row, longest_prompt - request.prompt_len:] = 1
+    def batch(reqs: list[Request]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        longest_prompt = max(r.prompt_len for r in reqs)
+        ids = torch.zeros((len(reqs), longest_prompt), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, request in enumerate(reqs):  # left padding, as decoder-only generation needs
+            ids[row, longest_prompt - request.prompt_len:] = torch.tensor(request.prompt_tokens)
+            mask[row, longest_prompt - request.prompt_len:] = 1
+        return ids, mask, max(r.output_len for r in reqs)
+
+    def generate(reqs: list[Request]):
+        ids, mask, longest_output = batch(reqs)
+        with torch.inference_mode():
+            return model.generate(ids, attention_mask=mask, max_new_tokens=longest_output,
+                                  min_new_tokens=longest_output, do_sample=False, pad_token_id=0,
+                                  return_dict_in_generate=True)
+
+    generate(warm_up(requests))
     started = time.perf_counter()
-    with torch.inference_mode():
-        model.generate(ids, attention_mask=mask, max_new_tokens=longest_output, min_new_tokens=longest_output,
-                       do_sample=False, pad_token_id=0)
+    out = generate(requests)
     elapsed = time.perf_counter() - started
-    # The dynamic cache ends holding every row at the padded length, K and V, every layer.
-    tokens = len(requests) * (longest_prompt + longest_output - 1)
-    peak = tokens * 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
-    return elapsed, peak
+    return elapsed, cache_bytes(out.past_key_values)
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of every K/V tensor a transformers cache holds (its layers' keys and values)."""
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    if not total:
+        raise RuntimeError("could not measure the transformers cache: no layers with keys/values")
+    return total
 
 
 def main(model_dir: Path = DEFAULT_MODEL) -> None:

@@ -37,7 +37,8 @@ _LAZY = {
     "tensor_scale": "quant",
 }
 
-__all__ = ["BACKENDS", "interpreting", "jit_on_first_use", "select_backend", "triton_available", *_LAZY]
+__all__ = ["BACKENDS", "interpreting", "jit_on_first_use", "select_backend", "triton_available", "triton_helper",
+           *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -57,19 +58,47 @@ def interpreting() -> bool:
 
 
 _JITTED: dict[tuple[str, str, bool], Any] = {}
+_HELPERS: dict[str, Any] = {}  # "module.qualname" -> the plain Python function
+
+
+def triton_helper(fn: Any) -> Any:
+    """Mark a function that Triton kernels call (a @triton.jit helper, jitted with them)."""
+    _HELPERS[f"{fn.__module__}.{fn.__qualname__}"] = fn
+    fn.kvplan_helper = True
+    return fn
 
 
 def jit_on_first_use(fn: Any) -> Any:
     """triton.jit(fn), done at first launch rather than at import.
 
     triton.jit reads TRITON_INTERPRET when it decorates, so decorating at import would fix
-    the mode before a caller (or a test module) had the chance to set it.
+    the mode before a caller (or a test module) had the chance to set it. Helpers the
+    kernel calls (marked with `triton_helper`) are bound in the kernel's module for the
+    same mode: plain functions for the interpreter, jitted ones for the compiler.
     """
     key = (fn.__module__, fn.__qualname__, interpreting())
     if key not in _JITTED:
         import triton
 
+        for name, value in list(fn.__globals__.items()):
+            plain = _helper_of(value)
+            if plain is not None:
+                fn.__globals__[name] = plain if interpreting() else _jit_helper(plain)
         _JITTED[key] = triton.jit(fn)
+    return _JITTED[key]
+
+
+def _helper_of(value: Any) -> Any:
+    plain = getattr(value, "fn", value)  # a JITFunction keeps the Python function in .fn
+    return plain if getattr(plain, "kvplan_helper", False) else None
+
+
+def _jit_helper(plain: Any) -> Any:
+    key = (plain.__module__, plain.__qualname__, False)
+    if key not in _JITTED:
+        import triton
+
+        _JITTED[key] = triton.jit(plain)
     return _JITTED[key]
 
 

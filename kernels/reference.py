@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .quant import CacheFormat, dequantize, get_format, quantize
+from .variant import PLAIN, AttentionVariant
 
 
 def write_kv_reference(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -42,36 +43,61 @@ def write_kv_reference(key: torch.Tensor, value: torch.Tensor, key_cache: torch.
 def paged_attention_reference(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                               block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                               fmt: str | CacheFormat = "none", k_scale: torch.Tensor | None = None,
-                              v_scale: torch.Tensor | None = None) -> torch.Tensor:
+                              v_scale: torch.Tensor | None = None,
+                              variant: AttentionVariant = PLAIN) -> torch.Tensor:
     """Decode attention: query [num_seqs, num_heads, head_dim] -> same shape and dtype.
 
-    Sequence i attends to its seq_lens[i] cached tokens, token t living in block
+    Sequence i's one query sits at position seq_lens[i] - 1 and attends to its cached
+    tokens (see `paged_prefill_reference`). A sequence of length 0 gets a zero output.
+    """
+    query_start = torch.arange(query.shape[0] + 1)
+    return paged_prefill_reference(query, key_cache, value_cache, block_tables, query_start, seq_lens, scale,
+                                   fmt, k_scale, v_scale, variant)
+
+
+def paged_prefill_reference(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                            block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor,
+                            scale: float, fmt: str | CacheFormat = "none", k_scale: torch.Tensor | None = None,
+                            v_scale: torch.Tensor | None = None,
+                            variant: AttentionVariant = PLAIN) -> torch.Tensor:
+    """Varlen attention over paged KV: query [num_tokens, num_heads, head_dim] -> same shape and dtype.
+
+    Sequence i owns queries query_start[i] .. query_start[i+1] - 1, its newest tokens: with
+    n = query_start[i+1] - query_start[i], query j sits at position seq_lens[i] - n + j and sees
+    keys variant.first_key(p) .. p (causal), token t living in block
     block_tables[i, t // block_size] at offset t % block_size. Query head h reads KV head
-    h // (num_heads // num_kv_heads) (GQA; MQA when there is one KV head). Softmax and
-    both products run in fp32. A sequence of length 0 gets a zero output.
+    h // (num_heads // num_kv_heads) (GQA; MQA when there is one KV head). Scores are
+    scaled, softcapped, then softmaxed with the head's sink logit (if any) in the
+    denominator; everything in fp32. A query that sees no key gets a zero output.
     """
     cf = get_format(fmt, key_cache.dtype)
-    num_seqs, num_heads, head_dim = query.shape
+    num_tokens, num_heads, head_dim = query.shape
     num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
     group = num_heads // num_kv_heads
-    out = torch.zeros(num_seqs, num_heads, head_dim, dtype=torch.float32, device=query.device)
-    for i in range(num_seqs):
-        seq_len = int(seq_lens[i])
-        if seq_len == 0:
-            continue
+    out = torch.zeros(num_tokens, num_heads, head_dim, dtype=torch.float32, device=query.device)
+    for i in range(len(seq_lens)):
+        seq_len, first, last = int(seq_lens[i]), int(query_start[i]), int(query_start[i + 1])
         keys, values = [], []
         for t in range(seq_len):
             block = int(block_tables[i, t // block_size])
             offset = t % block_size
             keys.append(_read_token(key_cache, k_scale, cf, block, offset, head_dim))
             values.append(_read_token(value_cache, v_scale, cf, block, offset, head_dim))
-        k = torch.stack(keys)  # [seq_len, num_kv_heads, head_dim]
-        v = torch.stack(values)
-        for h in range(num_heads):
-            kv_head = h // group
-            scores = (k[:, kv_head] @ query[i, h].float()) * scale
-            probs = torch.softmax(scores, dim=0)
-            out[i, h] = probs @ v[:, kv_head]
+        for row in range(first, last):
+            position = seq_len - (last - first) + (row - first)
+            lo = variant.first_key(position)
+            if position < lo or position < 0:
+                continue
+            k = torch.stack(keys[lo:position + 1])  # [visible, num_kv_heads, head_dim]
+            v = torch.stack(values[lo:position + 1])
+            for h in range(num_heads):
+                scores = (k[:, h // group] @ query[row, h].float()) * scale
+                if variant.softcap is not None:
+                    scores = torch.tanh(scores / variant.softcap) * variant.softcap
+                if variant.sinks is not None:
+                    scores = torch.cat([scores, variant.sinks[h].float().reshape(1)])
+                probs = torch.softmax(scores, dim=0)[: k.shape[0]]
+                out[row, h] = probs @ v[:, h // group]
     return out.to(query.dtype)
 
 

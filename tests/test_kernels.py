@@ -396,7 +396,9 @@ def _to_cuda(case: AttentionCase) -> AttentionCase:
 @needs_cuda
 def test_gpu_paged_attention_compiled(compiled: None, fmt: str, dtype: torch.dtype, block_size: int) -> None:
     case = _to_cuda(_attention_case(fmt, 128, block_size, 8, 2, dtype, seq_lens=[1, 2 * block_size, 77, 300]))
-    got = case.run("triton")
+    c = case.cache  # a fixed tile (autotuning costs compiles; the benchmark exercises it)
+    got = paged_attention(case.query, c.key_cache, c.value_cache, case.block_tables, case.seq_lens, case.scale,
+                          c.fmt, c.k_scale, c.v_scale, backend="triton", block_n=64)
     ref = case.reference()
     torch.testing.assert_close(got.float(), ref.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(case.run("torch").float(), ref.float(), atol=2e-2, rtol=2e-2)

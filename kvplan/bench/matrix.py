@@ -41,7 +41,7 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
     bounds: dict[str, float | None] = {}
     hashes: dict[int, list[int]] = {}
     if any(o.prefix_caching for o in parsed):
-        hashes = hashes_by_request(requests, block_size)
+        hashes = hashes_by_request(requests, block_size, stable=config.mode == "real")
         hits, queried = infinite_cache_hit_tokens(requests, block_size, hashes)
         bounds = {"prefix_hit_rate_upper_bound": hit_rate(hits, queried),
                   "trace_block_hit_bound": trace_block_bound(requests)}

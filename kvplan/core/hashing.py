@@ -9,14 +9,22 @@ block holding its last token plus its end position, so every block size replays 
 sharing consistently. Requests with neither share nothing.
 
 Python's hash of ints and tuples of ints is deterministic across processes, so the same
-seed gives the same cache behaviour.
+seed gives the same cache behaviour; the simulator uses it (fast, and its outputs are pinned).
+Real mode, where a wrong hit would attend to another prompt's KV, uses `stable=True`: SHA-256
+over the parent block's digest and the block's token ids, as vLLM's hash_block_tokens does
+(collision-resistant; kvplan's root is a fixed digest rather than vLLM's random seed, so runs
+repeat), and its runner also compares the tokens on every hit.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
+
 from kvplan.workload.request import Request
 
 ROOT_HASH = 0x6B76706C616E  # the empty prefix
+STABLE_ROOT = hashlib.sha256(b"kvplan block hash root").digest()
 
 
 def chained_hashes(tokens: tuple[int, ...], block_size: int) -> list[int]:
@@ -25,6 +33,20 @@ def chained_hashes(tokens: tuple[int, ...], block_size: int) -> list[int]:
     for start in range(0, len(tokens) - block_size + 1, block_size):
         parent = hash((parent, tokens[start:start + block_size]))
         hashes.append(parent)
+    return hashes
+
+
+def stable_chained_hashes(tokens: tuple[int, ...], block_size: int) -> list[int]:
+    """SHA-256 chain: digest_i = sha256(digest_{i-1} || block i's ids as int64 little-endian).
+    Each block's id is its digest's first 63 bits (non-negative int64, as numpy code expects)."""
+    hashes = []
+    parent = STABLE_ROOT
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        ids = array("q", tokens[start:start + block_size])
+        if ids.itemsize != 8 or array("q", [1]).tobytes()[0] != 1:  # pragma: no cover - big-endian hosts
+            ids.byteswap()
+        parent = hashlib.sha256(parent + ids.tobytes()).digest()
+        hashes.append(int.from_bytes(parent[:8], "little") & (2**63 - 1))
     return hashes
 
 
@@ -45,19 +67,19 @@ def trace_hashes(request: Request, block_size: int) -> list[int]:
     return ((owner << 32) | ends).tolist()
 
 
-def block_hashes(request: Request, block_size: int) -> list[int]:
-    """Hashes of the request's full blocks whose tokens are known in advance."""
+def block_hashes(request: Request, block_size: int, stable: bool = False) -> list[int]:
+    """Hashes of the request's full blocks whose tokens are known in advance (`stable`: SHA-256)."""
     if request.prompt_tokens is not None:
         tokens = request.prompt_tokens + (request.output_tokens or ())
-        return chained_hashes(tokens, block_size)
+        return (stable_chained_hashes if stable else chained_hashes)(tokens, block_size)
     if request.block_hashes is not None:
         return trace_hashes(request, block_size)
     return []
 
 
-def hashes_by_request(requests: list[Request], block_size: int) -> dict[int, list[int]]:
+def hashes_by_request(requests: list[Request], block_size: int, stable: bool = False) -> dict[int, list[int]]:
     """Every request's block hashes once, shared by the bound below and the engine."""
-    return {request.request_id: block_hashes(request, block_size) for request in requests}
+    return {request.request_id: block_hashes(request, block_size, stable) for request in requests}
 
 
 def infinite_cache_hit_tokens(requests: list[Request], block_size: int,

@@ -1,94 +1,21 @@
 """Real mode: the same scheduler and block manager, with KV in torch block pools and a
 transformers model running every step; time is measured wall-clock.
 
-The model's own attention modules call kvplan's paged attention through transformers'
-public attention-function registry (`AttentionInterface.register`), so no modeling code
-is forked. A step packs every scheduled sequence's new tokens into one [1, T] batch:
-attention writes the step's K/V into the paged cache (`write_kv`), then decode tokens go
-through the `paged_attention` kernel, and prefill chunks through torch SDPA over their
-KV gathered (and dequantized) from the blocks.
+A step packs every scheduled sequence's new tokens into one [1, T] batch, decode tokens
+first: attention (kvplan/real/attention.py) writes the step's K/V into the paged cache
+(`write_kv`), then runs the decode tokens through `paged_attention` and the prefill
+chunks through `paged_prefill`, both reading K/V through the block tables. Slot mappings,
+positions and block tables are built with numpy array operations, not per token.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
-
-ATTENTION_NAME = "kvplan_paged"
-
-
-@dataclass
-class Prefill:
-    offset: int  # first packed index of this sequence's tokens in the step
-    start: int  # position of its first new token
-    count: int
-    blocks: Any  # long tensor: block ids covering positions [0, start + count)
-
-
-@dataclass
-class StepContext:
-    """What the attention function needs for one step, shared by all layers."""
-
-    pool: list[Any]  # one PagedKVCache per layer
-    slot_mapping: Any
-    decode_index: Any
-    decode_tables: Any
-    decode_lens: Any
-    prefills: list[Prefill] = field(default_factory=list)
-    backend: str | None = None
-
-
-def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
-                            scaling: float | None = None, dropout: float = 0.0, kvplan_ctx: StepContext | None = None,
-                            **kwargs: Any) -> tuple[Any, None]:
-    """transformers attention interface: query [1, H, T, D], key/value [1, KV, T, D] (after RoPE)."""
-    import torch
-
-    from kvplan.kernels.cache_ops import write_kv
-    from kvplan.kernels.paged_attention import paged_attention
-    from kvplan.kernels.quant import dequantize
-
-    if kvplan_ctx is None:
-        raise RuntimeError("kvplan paged attention needs a kvplan step context")
-    ctx = kvplan_ctx
-    cache = ctx.pool[module.layer_idx]
-    q = query[0].transpose(0, 1)
-    k = key[0].transpose(0, 1).contiguous()
-    v = value[0].transpose(0, 1).contiguous()
-    scale = scaling if scaling is not None else q.shape[-1] ** -0.5
-    write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
-             backend=ctx.backend)
-    out = torch.empty_like(q)
-    if ctx.decode_index.numel():
-        out[ctx.decode_index] = paged_attention(
-            q[ctx.decode_index].contiguous(), cache.key_cache, cache.value_cache, ctx.decode_tables, ctx.decode_lens,
-            scale, cache.fmt, cache.k_scale, cache.v_scale, backend=ctx.backend).to(q.dtype)
-    group = q.shape[1] // cache.num_kv_heads
-    for chunk in ctx.prefills:
-        end = chunk.start + chunk.count
-        keys, values = [], []
-        for stored, scales in ((cache.key_cache, cache.k_scale), (cache.value_cache, cache.v_scale)):
-            rows = stored[chunk.blocks].flatten(0, 1)[:end]
-            row_scales = scales[chunk.blocks].flatten(0, 1)[:end] if scales is not None and scales.dim() > 1 else scales
-            (keys if stored is cache.key_cache else values).append(dequantize(rows, row_scales, cache.fmt, cache.head_dim))
-        kk = keys[0].repeat_interleave(group, dim=1).transpose(0, 1)  # [H, end, D]
-        vv = values[0].repeat_interleave(group, dim=1).transpose(0, 1)
-        qq = q[chunk.offset:chunk.offset + chunk.count].transpose(0, 1).float()  # [H, count, D]
-        positions = torch.arange(chunk.start, end, device=q.device)[:, None]
-        allowed = torch.arange(end, device=q.device)[None, :] <= positions
-        attended = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=allowed, scale=scale)
-        out[chunk.offset:chunk.offset + chunk.count] = attended.transpose(0, 1).to(q.dtype)
-    return out.unsqueeze(0), None
-
-
-def register_attention() -> None:
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
+from kvplan.real.attention import ATTENTION_NAME, StepContext, check_supported, register_attention
 
 
 def _as_slots(cache: Any) -> Any:
@@ -112,6 +39,7 @@ class RealRunner:
                  backend: str | None = None, seed: int = 0) -> None:
         import torch
 
+        check_supported(model.config)
         register_attention()
         model.set_attn_implementation(ATTENTION_NAME)
         self.model = model
@@ -126,6 +54,8 @@ class RealRunner:
         self.seed = seed
         self.tokens: dict[tuple[int, int], list[int]] = {}
         self.step_logits: dict[tuple[int, int], Any] = {}  # last step's sampled logits (quality checks)
+        self.block_tokens: dict[int, tuple[int, ...]] = {}  # full paged block -> the tokens written in it
+        self.checked: set[tuple[int, int]] = set()  # sequences whose cached prefix was compared
         self.keep_logits = False
 
     @property
@@ -153,58 +83,82 @@ class RealRunner:
             self.tokens[key] = tokens
         return tokens
 
+    def _check_and_record(self, seq: Sequence, tokens: list[int], start: int, end: int) -> None:
+        """Prefix-cache hits are found by hash; compare the tokens too, as a hit on another
+        prompt's block would silently attend to the wrong KV. Blocks restored from an offload
+        tier into a fresh block are not known here and are taken as they come."""
+        size, table = self.block_size, seq.block_table
+        key = (seq.request.request_id, seq.sample_index)
+        if start and key not in self.checked:
+            for j in range(start // size):
+                cached = self.block_tokens.get(table[j])
+                if cached is not None and cached != tuple(tokens[j * size:(j + 1) * size]):
+                    raise RuntimeError(f"prefix cache: block {table[j]} matched request {key[0]} by hash but holds "
+                                       "other tokens (a hash collision); rerun without 'prefix'")
+        self.checked.add(key)
+        for j in range(start // size, end // size):  # blocks this step fills
+            self.block_tokens[table[j]] = tuple(tokens[j * size:(j + 1) * size])
+
     def step_time(self, plan: StepPlan) -> float:
+        import numpy as np
         import torch
 
         started = time.perf_counter()
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        decode_index: list[int] = []
-        decode_tables: list[list[int]] = []
-        decode_lens: list[int] = []
-        prefills: list[Prefill] = []
-        sampled: list[tuple[Sequence, int]] = []
-        contiguous = bool(plan.scheduled) and plan.scheduled[0][0].extent is not None
+        # Decode tokens first (one per sequence), then prefill chunks: each kernel gets a contiguous slice.
+        order = sorted(plan.scheduled, key=lambda item: item[1] != 1)
+        counts = np.fromiter((count for _, count in order), dtype=np.int64, count=len(order))
+        starts = np.fromiter((seq.num_computed for seq, _ in order), dtype=np.int64, count=len(order))
+        ends = starts + counts
+        contiguous = bool(order) and order[0][0].extent is not None
         block = 1 if contiguous else self.block_size
-        for seq, count in plan.scheduled:
-            tokens = self.tokens_of(seq)
+        ids: list[int] = []
+        for seq, count in order:
             start = seq.num_computed
-            offset = len(ids)
+            tokens = self.tokens_of(seq)
             ids.extend(tokens[start:start + count])
-            positions.extend(range(start, start + count))
-            if contiguous:
-                first = seq.extent[0]  # type: ignore[index]
-                table = list(range(first, first + start + count))
-            else:
-                table = seq.block_table
-            slots.extend(table[p // block] * block + p % block for p in range(start, start + count))
-            if count == 1:
-                decode_index.append(offset)
-                decode_tables.append(table)
-                decode_lens.append(start + 1)
-            else:
-                used = -(-(start + count) // block)
-                prefills.append(Prefill(offset, start, count, torch.tensor(table[:used], device=self.device)))
-            if start + count == seq.prompt_len + seq.num_generated:
-                sampled.append((seq, offset + count - 1))
-        width = max((len(t) for t in decode_tables), default=0)
+            if not contiguous:
+                self._check_and_record(seq, tokens, start, start + count)
+        if contiguous:  # one-slot "blocks": the table is the extent's slot range
+            firsts = np.fromiter((seq.extent[0] for seq, _ in order), dtype=np.int64, count=len(order))
+            tables = firsts[:, None] + np.arange(int(ends.max()), dtype=np.int64)[None, :]
+        else:
+            widths = -(-ends // block)
+            tables = np.full((len(order), int(widths.max()) if len(order) else 0), -1, dtype=np.int64)
+            for row, (seq, _) in enumerate(order):
+                tables[row, :widths[row]] = seq.block_table[:widths[row]]
+        owner = np.repeat(np.arange(len(order)), counts)
+        first_index = np.cumsum(counts) - counts
+        positions = starts[owner] + np.arange(len(owner)) - first_index[owner]
+        slots = tables[owner, positions // block] * block + positions % block
+        num_decode = int(np.count_nonzero(counts == 1))
+        done = ends == np.fromiter((seq.prompt_len + seq.num_generated for seq, _ in order), dtype=np.int64,
+                                   count=len(order))
+        sampled = [seq for (seq, _), last in zip(order, done) if last]
+        keep = (first_index + counts - 1)[done]
+
+        def tensor(array: Any, dtype: Any) -> Any:
+            return torch.from_numpy(np.ascontiguousarray(array)).to(device=self.device, dtype=dtype)
+
+        prefill_counts = counts[num_decode:]
         ctx = StepContext(
             pool=self.slot_pool if contiguous else self.pool,
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),
-            decode_index=torch.tensor(decode_index, dtype=torch.long, device=self.device),
-            decode_tables=torch.tensor([t + [-1] * (width - len(t)) for t in decode_tables], dtype=torch.int32,
-                                       device=self.device).reshape(len(decode_tables), width),
-            decode_lens=torch.tensor(decode_lens, dtype=torch.int32, device=self.device),
-            prefills=prefills, backend=self.backend)
-        keep = torch.tensor([index for _, index in sampled], dtype=torch.long, device=self.device)
+            slot_mapping=tensor(slots, torch.int64),
+            num_decode=num_decode,
+            decode_tables=tensor(tables[:num_decode], torch.int32),
+            decode_lens=tensor(ends[:num_decode], torch.int32),
+            decode_max_len=int(ends[:num_decode].max()) if num_decode else 0,
+            prefill_tables=tensor(tables[num_decode:], torch.int32),
+            prefill_query_start=tensor(np.concatenate([[0], np.cumsum(prefill_counts)]), torch.int32),
+            prefill_lens=tensor(ends[num_decode:], torch.int32),
+            prefill_max_query=int(prefill_counts.max()) if len(prefill_counts) else 0,
+            backend=self.backend)
         with torch.inference_mode():
             output = self.model(input_ids=torch.tensor([ids], device=self.device),
-                                position_ids=torch.tensor([positions], device=self.device),
-                                kvplan_ctx=ctx, logits_to_keep=keep, use_cache=False)
+                                position_ids=tensor(positions[None, :], torch.long),
+                                kvplan_ctx=ctx, logits_to_keep=tensor(keep, torch.long), use_cache=False)
         logits = output.logits[0].float()
         next_tokens = logits.argmax(dim=-1).tolist()
-        for (seq, _), (token, row) in zip(sampled, zip(next_tokens, logits)):
+        for seq, token, row in zip(sampled, next_tokens, logits):
             self.tokens_of(seq).append(token)
             if self.keep_logits:
                 self.step_logits.setdefault((seq.request.request_id, seq.sample_index), []).append(row)

@@ -1,0 +1,239 @@
+"""Attention variants (sliding window, chunked, softcap, sinks), split-KV decode and the paged
+prefill kernel: the torch path and Triton (interpreted on CPU) against the naive references."""
+
+import os
+
+# Triton's interpreter must be on before triton is first imported (its standard library is
+# jitted at import), hence the variable first; the fixture below keeps it on per test.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# ruff: noqa: E402  (imports follow the interpreter switch on purpose)
+import importlib.util
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvplan.kernels.cache_ops import write_kv
+from kvplan.kernels.paged_attention import paged_attention
+from kvplan.kernels.paged_prefill import paged_prefill
+from kvplan.kernels.quant import allocate_kv_cache, tensor_scale
+from kvplan.kernels.reference import paged_attention_reference, paged_prefill_reference
+from kvplan.kernels.variant import AttentionVariant
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+TOL = {torch.float32: {"atol": 2e-5, "rtol": 1e-5}, torch.float16: {"atol": 2e-3, "rtol": 2e-3}}
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton on CPU tensors through its interpreter (kernels jit at first launch, so per test works);
+    the GPU tests switch it back off for themselves."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def paged_case(fmt: str, seq_lens: list[int], block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
+               dtype: torch.dtype, seed: int = 0):
+    """A cache holding random K/V for every slot and shuffled block tables (-1 past each sequence)."""
+    gen = torch.Generator().manual_seed(seed)
+    max_blocks = max(-(-n // block_size) for n in seq_lens)
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.full((len(seq_lens), max_blocks), -1, dtype=torch.int32)
+    for i, n in enumerate(seq_lens):
+        for b in range(-(-n // block_size)):
+            tables[i, b] = order.pop()
+    slots = torch.arange(num_blocks * block_size)
+    key = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen)
+    value = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen)
+    cache = allocate_kv_cache(fmt, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype)
+    if cache.fmt.scale == "tensor":
+        cache.k_scale.copy_(tensor_scale(key, cache.fmt))
+        cache.v_scale.copy_(tensor_scale(value, cache.fmt))
+    write_kv(key.to(dtype), value.to(dtype), cache.key_cache, cache.value_cache, slots, cache.fmt,
+             cache.k_scale, cache.v_scale, backend="torch")
+    return cache, tables, torch.tensor(seq_lens, dtype=torch.int32), gen
+
+
+VARIANTS = {
+    "plain": {},
+    "window": {"sliding_window": 5},
+    "chunk": {"chunk_size": 8},
+    "softcap": {"softcap": 2.0},
+    "sinks": {"sinks": True},
+    "all": {"sliding_window": 11, "chunk_size": 8, "softcap": 3.0, "sinks": True},
+}
+
+
+def make_variant(name: str, num_heads: int, gen: torch.Generator) -> AttentionVariant:
+    spec = dict(VARIANTS[name])
+    if spec.pop("sinks", False):
+        spec["sinks"] = torch.randn(num_heads, generator=gen) * 2
+    return AttentionVariant(**spec)
+
+
+# -- decode ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant_name", list(VARIANTS))
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_decode_variants_match_reference(backend: str, variant_name: str) -> None:
+    cache, tables, lens, gen = paged_case("fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32)
+    variant = make_variant(variant_name, 4, gen)
+    query = torch.randn(len(lens), 4, 16, generator=gen)
+    args = (query, cache.key_cache, cache.value_cache, tables, lens, 0.25, "fp32")
+    expected = paged_attention_reference(*args, variant=variant)
+    got = paged_attention(*args, variant=variant, backend=backend)
+    torch.testing.assert_close(got, expected, **TOL[torch.float32])
+
+
+@needs_triton
+@pytest.mark.parametrize("fmt,dtype,variant_name", [("fp32", torch.float32, "plain"), ("fp16", torch.float16, "sinks"),
+                                                    ("int8", torch.float32, "window"), ("int4-g32", torch.float32, "all"),
+                                                    ("fp8-e4m3", torch.float32, "softcap")])
+@pytest.mark.parametrize("num_splits", [4, pytest.param(2, marks=pytest.mark.slow)])
+def test_split_kv_decode_matches_reference(fmt: str, dtype: torch.dtype, variant_name: str, num_splits: int) -> None:
+    # Splits are SPLIT_ALIGN (128) keys at least: lengths reach past 3 splits, and one sequence is empty.
+    cache, tables, lens, gen = paged_case(fmt, [300, 1, 129, 0, 520], 16, 8, 2, 64, dtype)
+    variant = make_variant(variant_name, 8, gen)
+    if variant.sliding_window:
+        variant = AttentionVariant(sliding_window=260)
+    query = torch.randn(len(lens), 8, 64, generator=gen).to(dtype)
+    args = (query, cache.key_cache, cache.value_cache, tables, lens, 0.125, fmt, cache.k_scale, cache.v_scale)
+    expected = paged_attention_reference(*args, variant=variant)
+    got = paged_attention(*args, variant=variant, backend="triton", num_splits=num_splits, block_n=64)
+    torch.testing.assert_close(got.float(), expected.float(), **TOL[dtype])
+
+
+# -- prefill -----------------------------------------------------------------------------
+
+
+def prefill_case(fmt: str, dtype: torch.dtype, q_lens: list[int], seq_lens: list[int], block_size: int = 4,
+                 num_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 16, seed: int = 0):
+    cache, tables, lens, gen = paged_case(fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype, seed)
+    query_start = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    query = torch.randn(sum(q_lens), num_heads, head_dim, generator=gen).to(dtype)
+    return query, cache, tables, query_start, lens, gen
+
+
+# A fresh prompt, a chunk extending a cached prefix, a one-token step and a long prompt spanning tiles.
+Q_LENS, SEQ_LENS = [7, 5, 1, 37], [7, 21, 12, 37]
+
+
+@pytest.mark.parametrize("variant_name", list(VARIANTS))
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_prefill_variants_match_reference(backend: str, variant_name: str) -> None:
+    query, cache, tables, query_start, lens, gen = prefill_case("fp32", torch.float32, Q_LENS, SEQ_LENS)
+    variant = make_variant(variant_name, 4, gen)
+    args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.25, "fp32")
+    expected = paged_prefill_reference(*args, variant=variant)
+    got = paged_prefill(*args, variant=variant, backend=backend)
+    torch.testing.assert_close(got, expected, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("fmt,dtype", [("fp16", torch.float16), ("int8", torch.float32), ("int4", torch.float16),
+                                       ("fp8-e5m2", torch.float32), ("int4-g32", torch.float32)])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_prefill_formats_match_reference(backend: str, fmt: str, dtype: torch.dtype) -> None:
+    query, cache, tables, query_start, lens, _ = prefill_case(fmt, dtype, [3, 20], [9, 20], block_size=16,
+                                                              num_heads=8, num_kv_heads=8, head_dim=64)
+    args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.125, fmt, cache.k_scale,
+            cache.v_scale)
+    torch.testing.assert_close(paged_prefill(*args, backend=backend).float(),
+                               paged_prefill_reference(*args).float(), **TOL[dtype])
+
+
+def test_decode_is_prefill_of_one_token() -> None:
+    query, cache, tables, _, lens, gen = prefill_case("fp32", torch.float32, [1, 1, 1], [3, 17, 8])
+    variant = make_variant("all", 4, gen)
+    args = (cache.key_cache, cache.value_cache, tables)
+    decode = paged_attention_reference(query, *args, lens, 0.3, "fp32", variant=variant)
+    prefill = paged_prefill_reference(query, *args, torch.arange(4), lens, 0.3, "fp32", variant=variant)
+    assert torch.equal(decode, prefill)
+
+
+def test_reference_window_by_hand() -> None:
+    # One KV head, keys e_t (one-hot rows) and values t: a query sees exactly its window.
+    cache = allocate_kv_cache("fp32", 4, 4, 1, 16)
+    for t in range(10):
+        cache.key_cache[t // 4, t % 4, 0, :] = 0.0
+        cache.value_cache[t // 4, t % 4, 0, :] = float(t)
+    table = torch.tensor([[0, 1, 2, 3]], dtype=torch.int32)
+    query = torch.zeros(1, 1, 16)
+    out = paged_attention_reference(query, cache.key_cache, cache.value_cache, table, torch.tensor([10]), 1.0,
+                                    "fp32", variant=AttentionVariant(sliding_window=3))
+    assert out[0, 0, 0].item() == pytest.approx((7 + 8 + 9) / 3)  # uniform over positions 7, 8, 9
+    out = paged_attention_reference(query, cache.key_cache, cache.value_cache, table, torch.tensor([10]), 1.0,
+                                    "fp32", variant=AttentionVariant(chunk_size=4))
+    assert out[0, 0, 0].item() == pytest.approx((8 + 9) / 2)  # chunk 8..11, causal up to 9
+    sink = AttentionVariant(sinks=torch.tensor([0.0]))  # sink weight e^0 against ten weights e^0
+    out = paged_attention_reference(query, cache.key_cache, cache.value_cache, table, torch.tensor([10]), 1.0,
+                                    "fp32", variant=sink)
+    assert out[0, 0, 0].item() == pytest.approx(sum(range(10)) / 11)
+
+
+def test_variant_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="sliding_window"):
+        AttentionVariant(sliding_window=0)
+    with pytest.raises(ValueError, match="softcap"):
+        AttentionVariant(softcap=-1.0)
+    query, cache, tables, query_start, lens, _ = prefill_case("fp32", torch.float32, [1, 1, 1, 1], [3, 4, 5, 6])
+    with pytest.raises(ValueError, match="one logit per query head"):
+        paged_attention(query, cache.key_cache, cache.value_cache, tables, lens, 1.0,
+                        variant=AttentionVariant(sinks=torch.zeros(3)), backend="torch")
+
+
+# -- GPU: compiled kernels in bf16/fp8 (pytest -m gpu; benchmarks/gpu_check.sh runs them) --------
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _cuda(*tensors):
+    return [None if t is None else t.cuda() for t in tensors]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt,dtype", [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16),
+                                       ("int8", torch.bfloat16), ("int4", torch.float16)])
+@pytest.mark.parametrize("variant_name", ["plain", "all"])
+@pytest.mark.parametrize("num_splits", [None, 1, 8])
+def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str,
+                             num_splits: int | None) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    cache, tables, lens, gen = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
+    variant = make_variant(variant_name, 32, gen)
+    if variant.sinks is not None:
+        variant = AttentionVariant(1000, 512, 3.0, variant.sinks.cuda())
+    query = torch.randn(len(lens), 32, 128, generator=gen).to(dtype)
+    expected = paged_attention_reference(query, cache.key_cache, cache.value_cache, tables, lens, 0.09, fmt,
+                                         cache.k_scale, cache.v_scale,
+                                         variant=AttentionVariant(variant.sliding_window, variant.chunk_size,
+                                                                  variant.softcap, None if variant.sinks is None
+                                                                  else variant.sinks.cpu()))
+    q, k, v, t, n, ks, vs = _cuda(query, cache.key_cache, cache.value_cache, tables, lens, cache.k_scale, cache.v_scale)
+    got = paged_attention(q, k, v, t, n, 0.09, fmt, ks, vs, variant=variant, num_splits=num_splits,
+                          block_n=64)  # a fixed tile: autotuning is the benchmark's business
+    torch.testing.assert_close(got.float().cpu(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt,dtype", [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16),
+                                       ("int4-g32", torch.float16)])
+@pytest.mark.parametrize("variant_name", ["plain", "all"])
+def test_gpu_prefill_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    query, cache, tables, query_start, lens, gen = prefill_case(fmt, dtype, [130, 1, 77], [300, 45, 77], 16, 32, 8,
+                                                                128)
+    variant = make_variant(variant_name, 32, gen)
+    args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.09, fmt, cache.k_scale,
+            cache.v_scale)
+    expected = paged_prefill_reference(*args, variant=variant)
+    moved = _cuda(*args[:6])
+    if variant.sinks is not None:
+        variant = AttentionVariant(variant.sliding_window, variant.chunk_size, variant.softcap, variant.sinks.cuda())
+    got = paged_prefill(*moved, 0.09, fmt, *_cuda(cache.k_scale, cache.v_scale), variant=variant, block_m=64,
+                        block_n=64)
+    torch.testing.assert_close(got.float().cpu(), expected.float(), atol=2e-2, rtol=2e-2)
