@@ -165,9 +165,11 @@ def linear_state_bytes(cfg: dict[str, Any]) -> int:
 
 def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int) -> tuple[AttentionGroup, ...]:
     if cfg.get("kv_lora_rank"):
-        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
-        groups = [AttentionGroup("mla", num_layers, latent_dim=latent)]
-        if cfg.get("index_head_dim") and cfg.get("index_topk"):  # DeepSeek-V3.2 sparse attention
+        rope = int(cfg.get("qk_rope_head_dim", 0))
+        sparse = bool(cfg.get("index_head_dim") and cfg.get("index_topk"))  # DeepSeek-V3.2 sparse attention
+        groups = [AttentionGroup("mla", num_layers, latent_dim=int(cfg["kv_lora_rank"]) + rope, rope_dim=rope,
+                                 sparse=sparse)]
+        if sparse:
             groups.append(AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"])))
         return tuple(groups)
     kinds = layer_kinds(cfg, num_layers)

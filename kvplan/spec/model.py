@@ -16,7 +16,7 @@ from kvplan.spec.kv_format import KVFormat, dtype_bytes
 AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state"]
 WINDOWED_KINDS = ("sliding", "chunked")
 HEADED_KINDS = ("full", "sliding", "chunked")
-INDEXER_SCALE_BLOCK = 128  # vLLM's DeepSeek-V3.2 indexer: one fp32 scale per 128 fp8 key elements
+INDEXER_SCALE_BLOCK = 128  # DeepSeek sparse attention caches: one fp32 scale per 128 fp8 elements
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class AttentionGroup:
     window: int | None = None
     latent_dim: int = 0
     state_bytes_per_layer: int = 0
+    rope_dim: int = 0  # mla: the RoPE part of the latent (qk_rope_head_dim)
+    sparse: bool = False  # mla read by DeepSeek sparse attention (an indexer picks the keys)
 
     def __post_init__(self) -> None:
         if self.num_layers <= 0:
@@ -71,6 +73,11 @@ class AttentionGroup:
     def bytes_per_token_layer(self, fmt: KVFormat, tp: int = 1) -> float:
         if self.kind == "indexer":  # fp8 key + fp32 scales, independent of --kv-dtype
             return self.latent_dim + math.ceil(self.latent_dim / INDEXER_SCALE_BLOCK) * 4
+        if self.kind == "mla" and self.sparse and fmt.is_float and fmt.bits == 8:
+            # vLLM turns an fp8 KV cache of sparse MLA into FlashMLA's fp8_ds_mla record:
+            # fp8 latent, an fp32 scale per 128 of it, the RoPE part kept in bf16 (656 B for V3.2).
+            nope = self.latent_dim - self.rope_dim
+            return nope + math.ceil(nope / INDEXER_SCALE_BLOCK) * 4 + self.rope_dim * 2
         return self.vectors_per_token(tp) * fmt.bytes_per_vector(self.vector_dim)
 
     def bytes_per_token(self, fmt: KVFormat, tp: int = 1) -> float:
