@@ -60,6 +60,24 @@ def test_gemma4_params_count_dense_mlp_beside_experts_and_top_k_experts() -> Non
     assert params.active / 1e9 == pytest.approx(3.8, rel=0.01)
 
 
+def test_kv_shared_layers_keep_no_kv_of_their_own() -> None:
+    # Gemma-3n / Gemma-4 E-models: the last num_kv_shared_layers layers reuse an earlier
+    # layer's KV. 6 layers (pattern sliding x 2, full), last 3 shared: 2 sliding + 1 full own KV.
+    config = {"model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
+              "num_key_value_heads": 1, "head_dim": 16, "global_head_dim": 32, "vocab_size": 10,
+              "sliding_window": 8, "num_kv_shared_layers": 3,
+              "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2}
+    spec = model_spec_from_config(config, "e", "t")
+    assert [(g.kind, g.num_layers) for g in spec.groups] == [("full", 1), ("sliding", 2)]
+    assert spec.kv_bytes_per_token(BF16) == 1 * 2 * 1 * 32 * 2 + 2 * 2 * 1 * 16 * 2
+    unshared = model_spec_from_config({**config, "num_kv_shared_layers": 0}, "e", "t")
+    # Shared layers keep q_proj, o_proj and q_norm: 2 sliding (head_dim 16) + 1 full (head_dim 32).
+    k_v_and_k_norm = 2 * (2 * 64 * 16 + 16) + (2 * 64 * 32 + 32)
+    assert unshared.params.total - spec.params.total == k_v_and_k_norm
+    with pytest.raises(ValueError, match="num_kv_shared_layers"):
+        model_spec_from_config({**config, "num_kv_shared_layers": 6}, "e", "t")
+
+
 # --- chunked local attention: Llama-4 -----------------------------------------------------
 
 def test_llama4_rope_layers_are_chunked_and_every_fourth_is_global() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.spec import AttentionGroup, ParamCount
+from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape
 
 _UNGATED_MLP = {"opt", "gpt2", "gpt_bigcode", "falcon", "gpt_neox", "phi", "bloom"}
 _TIED_BY_DEFAULT = {"opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "bloom",
@@ -23,9 +24,9 @@ _ROUTER_BIAS = {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2"}  # gpt-oss 
 # Families whose model cards leave the input embedding out of "active": OpenAI's gpt-oss
 # card (5.13B for 120b) and DeepSeek's (37B for V3; Kimi-K2, a V3-shaped model, 32B).
 _ACTIVE_WITHOUT_EMBEDDING = {"gpt_oss", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"}
-_EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")
-# top-k under each family's key: Mixtral/Qwen/DeepSeek/Llama-4, gpt-oss, Hunyuan, Gemma-4, ERNIE-4.5
-_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts", "moe_k")
+_EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
+# top-k under each family's key: Mixtral/Qwen/DeepSeek/Llama-4, gpt-oss, Hunyuan, Gemma-4
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts")
 
 
 def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, group: AttentionGroup) -> int:
@@ -58,6 +59,17 @@ def _mla_params(cfg: dict[str, Any], hidden: int, num_heads: int) -> int:
         query = hidden * num_heads * q_head
     kv = hidden * (kv_rank + rope) + kv_rank + kv_rank * num_heads * (nope + v_dim)
     return query + kv + num_heads * v_dim * hidden
+
+
+def _kv_shared_attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, num_layers: int) -> int:
+    """Layers that reuse an earlier layer's KV hold no KV group, but keep their q_proj,
+    o_proj and q_norm (their k/v projections are not counted)."""
+    shared = kv_shared_layers(cfg, num_layers)
+    params = 0
+    for kind in layer_kinds(cfg, num_layers)[num_layers - shared:] if shared else []:
+        head_dim = layer_shape(cfg, kind, num_heads, hidden)[1]
+        params += 2 * hidden * num_heads * head_dim + (head_dim if cfg.get("model_type") in _QK_NORM else 0)
+    return params
 
 
 def _indexer_params(cfg: dict[str, Any], hidden: int) -> int:
@@ -144,6 +156,7 @@ def count_params(
         else:
             attention += group.num_layers * _attention_params(cfg, hidden, num_heads, group)
 
+    attention += _kv_shared_attention_params(cfg, hidden, num_heads, num_layers)
     intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
     # Llama-4 sizes its dense layers with intermediate_size_mlp; intermediate_size is the experts'
     dense_width = int(cfg.get("intermediate_size_mlp") or intermediate)
