@@ -109,7 +109,7 @@ def test_decode_roofline_batch1_is_weights_over_bandwidth() -> None:
     assert roof.decode_step_time(1, 1024) == pytest.approx(expected)
     # Large batches become compute bound: 2 x active params FLOPs per token.
     big = roof.decode_step_time(4096, 16)
-    assert big >= 4096 * 2 * model.params.active / 989.4e12
+    assert big >= 4096 * 2 * model.params.matmul_active / 989.4e12
 
 
 def test_moe_weights_read_grow_with_batch() -> None:
@@ -125,5 +125,5 @@ def test_moe_weights_read_grow_with_batch() -> None:
 def test_prefill_lower_bound_is_flops_over_peak() -> None:
     model, gpu = load_model("llama-3.1-70b"), load_gpu("h100-80gb")
     roof = Roofline(model, gpu, 8, parse_kv_format("bf16"))
-    flops = 2 * model.params.active * 8192 / 8 + roof.attention_flops(8192, 4096)
+    flops = 2 * model.params.matmul_active * 8192 / 8 + roof.attention_flops(8192, 4096)
     assert roof.prefill_time(8192) == pytest.approx(flops / 989.4e12)

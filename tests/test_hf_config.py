@@ -50,12 +50,12 @@ def parse_bf16():
     ("llama-3.1-8b", 8.03, None, 0.005),
     ("llama-3.1-70b", 70.6, None, 0.005),
     ("llama-3.1-405b", 405.9, None, 0.005),
-    ("mixtral-8x7b", 46.7, 12.9, 0.015),  # Mistral counts the input embedding as active; we do not
-    ("deepseek-v3", 671, 37, 0.015),
+    ("mixtral-8x7b", 46.7, 12.9, 0.005),  # Mistral counts the input embedding as active, and so does kvplan
     ("gpt-oss-120b", 116.83, 5.13, 0.005),
     ("qwen3-8b", 8.2, None, 0.01),
     ("gemma-2-9b", 9.24, None, 0.005),
     ("llama-2-7b", 6.74, None, 0.005),
+    ("gemma-4-26b-a4b", 25.2, 3.8, 0.01),
 ])
 def test_parameter_counts_match_published_sizes(name: str, total_b: float, active_b: float | None, tolerance: float) -> None:
     params = load_model(name).params
@@ -64,12 +64,42 @@ def test_parameter_counts_match_published_sizes(name: str, total_b: float, activ
         assert params.active / 1e9 == pytest.approx(active_b, rel=tolerance)
 
 
-def test_every_profile_with_a_published_size_is_within_three_percent() -> None:
-    # Kimi-K2's "1T" is a rounded figure (the config counts 1.026T); the rest are within 1%.
+def agrees_with_card(value_b: float, published_b: float) -> bool:
+    """Within 1%, or, for a figure published to two significant digits or fewer ("37B",
+    "1T"), equal to it at that precision: 36.6 is what "37B" says, 1% of it is not."""
+    if abs(value_b - published_b) <= 0.01 * published_b:
+        return True
+    digits = len(f"{published_b:g}".replace(".", "").strip("0"))
+    return digits <= 2 and float(f"{value_b:.{digits}g}") == published_b
+
+
+# Figures that disagree with the card, each pinned to the value kvplan computes (billions),
+# so any change shows. Reasons, measured: the card total counts a vision encoder the
+# vendored config does not describe (Llama-4 Scout: ~0.87B); the card truncates rather than
+# rounds (V2-Lite 2.45 -> "2.4", Qwen3-30B-A3B 3.35 -> "3.3": the counts agree with the
+# cards' own totals and non-embedding figures, e.g. Qwen's 29.9B non-embedding).
+KNOWN_GAPS = {
+    ("llama-4-scout", "total"): 107.770,
+    ("deepseek-v2-lite", "active"): 2.451,
+    ("qwen3-30b-a3b-fp8", "active"): 3.353,
+}
+
+
+def test_every_profile_with_a_published_size_agrees_with_the_card() -> None:
+    checked = 0
     for name, profile in model_profiles().items():
-        if profile.published_params_b:
-            total = load_model(name).params.total / 1e9
-            assert total == pytest.approx(profile.published_params_b, rel=0.03), name
+        params = load_model(name).params
+        for field, published in (("total", profile.published_params_b), ("active", profile.published_active_b)):
+            if not published:
+                continue
+            value = getattr(params, field) / 1e9
+            if (name, field) in KNOWN_GAPS:
+                assert round(value, 3) == KNOWN_GAPS[name, field], (name, field)
+                assert not agrees_with_card(value, published), f"{name} {field} now agrees: drop it from KNOWN_GAPS"
+            else:
+                assert agrees_with_card(value, published), (name, field, value, published)
+            checked += 1
+    assert checked >= 38
 
 
 def test_at_least_twenty_profiles_ship() -> None:

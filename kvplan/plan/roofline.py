@@ -58,7 +58,7 @@ class Roofline:
         return dense + experts * touched
 
     def linear_flops(self, tokens: int) -> float:
-        return 2.0 * self.model.params.active * tokens / self.tp
+        return 2.0 * self.model.params.matmul_active * tokens / self.tp
 
     def attention_flops(self, query_tokens: int, context: int) -> float:
         """QK^T and PV for `query_tokens` new tokens that each see up to `context` tokens."""

@@ -2,14 +2,16 @@
 
 A plain-dict parser on purpose: `kvplan estimate` must stay instant and must never reach
 a model hub, so transformers' config classes are not needed here. Field names follow the
-HF conventions of the families covered (Llama, Mistral/Mixtral, Qwen2/3/3.5, Gemma2/3,
-Phi-3, gpt-oss, DeepSeek-V2/V3/Kimi, OPT, GPT-2/Falcon-style names).
+HF conventions of the families covered (Llama, Llama-4, Mistral/Mixtral, Qwen2/3/3.5, Gemma2/3/4,
+Phi-3, gpt-oss, DeepSeek-V2/V3/V3.2/Kimi, OPT, GPT-2/Falcon-style names); which layer is
+what lives in layers.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape, window_size
 from kvplan.spec.params import count_params
 from kvplan.spec import AttentionGroup, ModelSpec, dtype_bytes
 
@@ -50,50 +52,6 @@ def _positive_int(cfg: dict[str, Any], key: str, name: str) -> int:
     return int(value)
 
 
-def kv_heads(cfg: dict[str, Any], num_heads: int) -> int:
-    for key in ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num"):
-        if cfg.get(key):
-            return int(cfg[key])
-    if cfg.get("multi_query"):
-        return 1
-    return num_heads
-
-
-def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
-    """One of 'full', 'sliding', 'state' per layer, from the config's own conventions."""
-    window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False:
-        window = None  # Qwen2/Qwen3 ship sliding_window but disable it
-    layer_types = cfg.get("layer_types")
-    if layer_types:
-        if len(layer_types) != num_layers:
-            raise ValueError(f"layer_types has {len(layer_types)} entries but the model has {num_layers} layers")
-        mapping = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "state",
-                   "chunked_attention": "sliding", "mamba": "state", "attention": "full"}
-        kinds = []
-        for entry in layer_types:
-            if entry not in mapping:
-                raise ValueError(f"unknown layer type '{entry}' in layer_types; known: {', '.join(mapping)}")
-            kinds.append(mapping[entry])
-        if "sliding" in kinds and not window:
-            kinds = ["full" if k == "sliding" else k for k in kinds]
-        return kinds
-    if cfg.get("full_attention_interval"):
-        interval = int(cfg["full_attention_interval"])
-        return ["full" if (i + 1) % interval == 0 else "state" for i in range(num_layers)]
-    if not window:
-        return ["full"] * num_layers
-    pattern = cfg.get("sliding_window_pattern")
-    if pattern:  # Gemma3: every pattern-th layer is global
-        return ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(num_layers)]
-    if cfg.get("model_type") == "gemma2":  # Gemma2 alternates, starting with a sliding layer
-        return ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
-    if cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
-        first = int(cfg["max_window_layers"])  # Qwen2: layers from max_window_layers on slide
-        return ["sliding" if i >= first else "full" for i in range(num_layers)]
-    return ["sliding"] * num_layers  # Mistral v0.1, Phi-3, Mixtral with a window: every layer
-
-
 def linear_state_bytes(cfg: dict[str, Any]) -> int:
     """Per-layer state of a gated-delta-net layer (Qwen3-Next / Qwen3.5): conv + recurrent."""
     key_heads = int(cfg.get("linear_num_key_heads", 0))
@@ -114,23 +72,25 @@ def linear_state_bytes(cfg: dict[str, Any]) -> int:
 
 def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int) -> tuple[AttentionGroup, ...]:
     if cfg.get("kv_lora_rank"):
-        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
-        return (AttentionGroup("mla", num_layers, latent_dim=latent),)
-    head_dim = int(cfg.get("head_dim") or hidden // num_heads)
-    heads = kv_heads(cfg, num_heads)
-    if heads <= 0 or heads > num_heads or num_heads % heads:
-        raise ValueError(f"num_key_value_heads = {heads} must divide num_attention_heads = {num_heads}")
-    kinds = layer_kinds(cfg, num_layers)
+        rope = int(cfg.get("qk_rope_head_dim", 0))
+        sparse = bool(cfg.get("index_head_dim") and cfg.get("index_topk"))  # DeepSeek-V3.2 sparse attention
+        groups = [AttentionGroup("mla", num_layers, latent_dim=int(cfg["kv_lora_rank"]) + rope, rope_dim=rope,
+                                 sparse=sparse)]
+        if sparse:
+            groups.append(AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"])))
+        return tuple(groups)
+    kinds = layer_kinds(cfg, num_layers)[:num_layers - kv_shared_layers(cfg, num_layers)]
     groups = []
-    for kind in ("full", "sliding", "state"):
+    for kind in ("full", "sliding", "chunked", "state"):
         count = kinds.count(kind)
         if not count:
             continue
         if kind == "state":
             groups.append(AttentionGroup("state", count, state_bytes_per_layer=linear_state_bytes(cfg)))
-        else:
-            window = int(cfg["sliding_window"]) if kind == "sliding" else None
-            groups.append(AttentionGroup(kind, count, heads, head_dim, window))
+            continue
+        heads, head_dim = layer_shape(cfg, kind, num_heads, hidden)
+        window = {"sliding": window_size(cfg), "chunked": cfg.get("attention_chunk_size")}.get(kind)
+        groups.append(AttentionGroup(kind, count, heads, head_dim, int(window) if window else None))
     return tuple(groups)
 
 

@@ -13,16 +13,24 @@ from typing import Literal
 
 from kvplan.spec.kv_format import KVFormat, dtype_bytes
 
-AttentionKind = Literal["full", "sliding", "mla", "state"]
+AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state"]
+WINDOWED_KINDS = ("sliding", "chunked")
+HEADED_KINDS = ("full", "sliding", "chunked")
+INDEXER_SCALE_BLOCK = 128  # DeepSeek sparse attention caches: one fp32 scale per 128 fp8 elements
 
 
 @dataclass(frozen=True)
 class AttentionGroup:
     """Layers that share one KV layout.
 
-    full / sliding: a K and a V vector per KV head per token. mla: one latent vector per
-    token (DeepSeek's compressed KV, shared by all heads, not split by tensor parallelism).
-    state: a constant per-sequence state (linear attention / SSM layers), no per-token KV.
+    full / sliding / chunked: a K and a V vector per KV head per token (sliding keeps the
+    last `window` tokens; chunked local attention, Llama-4's, sees only the tokens of the
+    current `window`-token chunk, so it never needs more than one chunk). mla: one latent
+    vector per token (DeepSeek's compressed KV, shared by all heads, not split by tensor
+    parallelism). indexer: DeepSeek-V3.2's sparse-attention indexer key, stored fp8 with an
+    fp32 scale per 128 elements whatever the KV dtype (vLLM's DeepseekV32IndexerCache), one
+    per token, replicated like the latent. state: a constant per-sequence state (linear
+    attention / SSM layers), no per-token KV.
     """
 
     kind: AttentionKind
@@ -32,16 +40,18 @@ class AttentionGroup:
     window: int | None = None
     latent_dim: int = 0
     state_bytes_per_layer: int = 0
+    rope_dim: int = 0  # mla: the RoPE part of the latent (qk_rope_head_dim)
+    sparse: bool = False  # mla read by DeepSeek sparse attention (an indexer picks the keys)
 
     def __post_init__(self) -> None:
         if self.num_layers <= 0:
             raise ValueError(f"attention group needs at least one layer, got {self.num_layers}")
-        if self.kind in ("full", "sliding") and (self.num_kv_heads <= 0 or self.head_dim <= 0):
+        if self.kind in HEADED_KINDS and (self.num_kv_heads <= 0 or self.head_dim <= 0):
             raise ValueError(f"{self.kind} attention needs positive kv heads and head_dim")
-        if self.kind == "sliding" and (self.window is None or self.window <= 0):
-            raise ValueError("sliding attention needs a positive window")
-        if self.kind == "mla" and self.latent_dim <= 0:
-            raise ValueError("MLA attention needs a positive latent dimension")
+        if self.kind in WINDOWED_KINDS and (self.window is None or self.window <= 0):
+            raise ValueError(f"{self.kind} attention needs a positive window")
+        if self.kind in ("mla", "indexer") and self.latent_dim <= 0:
+            raise ValueError(f"{self.kind} cache needs a positive latent dimension")
 
     @property
     def has_token_kv(self) -> bool:
@@ -49,8 +59,8 @@ class AttentionGroup:
 
     def vectors_per_token(self, tp: int = 1) -> int:
         """KV vectors one GPU stores per token per layer at tensor-parallel degree tp."""
-        if self.kind == "mla":
-            return 1  # the latent is replicated on every rank
+        if self.kind in ("mla", "indexer"):
+            return 1  # the latent (and the indexer key) is replicated on every rank
         if self.kind == "state":
             return 0
         # vLLM shards KV heads across ranks and replicates them when tp > kv heads.
@@ -58,9 +68,16 @@ class AttentionGroup:
 
     @property
     def vector_dim(self) -> int:
-        return self.latent_dim if self.kind == "mla" else self.head_dim
+        return self.latent_dim if self.kind in ("mla", "indexer") else self.head_dim
 
     def bytes_per_token_layer(self, fmt: KVFormat, tp: int = 1) -> float:
+        if self.kind == "indexer":  # fp8 key + fp32 scales, independent of --kv-dtype
+            return self.latent_dim + math.ceil(self.latent_dim / INDEXER_SCALE_BLOCK) * 4
+        if self.kind == "mla" and self.sparse and fmt.is_float and fmt.bits == 8:
+            # vLLM turns an fp8 KV cache of sparse MLA into FlashMLA's fp8_ds_mla record:
+            # fp8 latent, an fp32 scale per 128 of it, the RoPE part kept in bf16 (656 B for V3.2).
+            nope = self.latent_dim - self.rope_dim
+            return nope + math.ceil(nope / INDEXER_SCALE_BLOCK) * 4 + self.rope_dim * 2
         return self.vectors_per_token(tp) * fmt.bytes_per_vector(self.vector_dim)
 
     def bytes_per_token(self, fmt: KVFormat, tp: int = 1) -> float:
@@ -69,16 +86,22 @@ class AttentionGroup:
 
     def retained_tokens(self, context: int) -> int:
         """Tokens whose KV the group must keep at this context length (windows respected)."""
-        if self.kind == "sliding":
+        if self.kind in WINDOWED_KINDS:
+            # A chunked layer at position p sees only tokens of p's chunk; a sequence that
+            # reaches `context` held a whole chunk on the way, so its peak is one chunk.
             return min(context, self.window or context)
         return context if self.has_token_kv else 0
 
     def describe(self) -> str:
         if self.kind == "mla":
             return f"{self.num_layers} x MLA latent {self.latent_dim}"
+        if self.kind == "indexer":
+            return f"{self.num_layers} x indexer key {self.latent_dim} (fp8 + scale)"
         if self.kind == "state":
             return f"{self.num_layers} x state {self.state_bytes_per_layer:,} B/seq"
         text = f"{self.num_layers} x {self.num_kv_heads} KV heads x {self.head_dim}"
+        if self.kind == "chunked":
+            return text + f", chunk {self.window}"
         return text + (f", window {self.window}" if self.kind == "sliding" else "")
 
 
@@ -86,9 +109,12 @@ class AttentionGroup:
 class ParamCount:
     """Parameter counts by role, so weight bytes can use a different dtype per role.
 
-    `active` is what one token's forward pass multiplies with: inactive experts and the
-    input embedding table (a row gather, not a matmul) are left out, as OpenAI and DeepSeek
-    count active parameters. A tied LM head is the embedding table, so it stays in.
+    `active` is the per-token figure as model cards publish it: every weight but the
+    experts a token is not routed to, the input embedding included (Mistral, Qwen, Meta,
+    Google count it) unless `embedding_in_active` is False (OpenAI's gpt-oss and DeepSeek's
+    cards leave it out). `matmul_active` is what one token's forward pass multiplies with:
+    the input embedding is a row gather, not a matmul; a tied LM head is the embedding
+    table, so it stays in.
     """
 
     embedding: int
@@ -98,6 +124,7 @@ class ParamCount:
     experts_total: int
     experts_active: int
     other: int
+    embedding_in_active: bool = True
 
     @property
     def total(self) -> int:
@@ -105,9 +132,14 @@ class ParamCount:
                 + self.experts_total + self.other)
 
     @property
-    def active(self) -> int:
+    def matmul_active(self) -> int:
         head = self.lm_head or self.embedding
         return head + self.attention + self.dense_mlp + self.experts_active + self.other
+
+    @property
+    def active(self) -> int:
+        gathered = self.embedding if (self.embedding_in_active and self.lm_head) else 0
+        return self.matmul_active + gathered
 
     @property
     def is_moe(self) -> bool:
@@ -139,18 +171,20 @@ class ModelSpec:
 
     @property
     def has_windows(self) -> bool:
-        return any(g.kind == "sliding" for g in self.groups)
+        return any(g.kind in WINDOWED_KINDS for g in self.groups)
 
     @property
     def kv_kind(self) -> str:
         """MHA / GQA / MQA / MLA, with +SWA for sliding-window layers and +linear for state layers."""
         kinds = {g.kind for g in self.groups}
         if "mla" in kinds:
-            return "MLA"
-        heads = next(g.num_kv_heads for g in self.groups if g.kind in ("full", "sliding"))
+            return "MLA+indexer" if "indexer" in kinds else "MLA"
+        heads = next(g.num_kv_heads for g in self.groups if g.kind in HEADED_KINDS)
         label = "MHA" if heads == self.num_heads else ("MQA" if heads == 1 else "GQA")
         if "sliding" in kinds:
             label += "+SWA" if "full" in kinds else " (all SWA)"
+        if "chunked" in kinds:
+            label += "+chunked" if "full" in kinds else " (all chunked)"
         if "state" in kinds:
             label += "+linear"
         return label
@@ -198,6 +232,6 @@ class ModelSpec:
             raise ValueError(f"--params-b must be positive, got {total / 1e9:g}")
         scale = total / self.params.total
         p = self.params
-        counts = ParamCount(*(round(v * scale) for v in (p.embedding, p.lm_head, p.attention, p.dense_mlp,
-                                                        p.experts_total, p.experts_active, p.other)))
+        counts = replace(p, **{role: round(getattr(p, role) * scale) for role in (
+            "embedding", "lm_head", "attention", "dense_mlp", "experts_total", "experts_active", "other")})
         return replace(self, params=counts)

@@ -2,7 +2,8 @@
 
 Counted the way the published sizes are (Mixtral-8x7B 46.7B / 12.9B active, DeepSeek-V3
 671B / 37B): embeddings and the LM head included, DeepSeek's multi-token-prediction
-module excluded.
+module excluded, vision / audio encoders of multimodal checkpoints excluded (the text
+model is what kvplan plans for).
 """
 
 from __future__ import annotations
@@ -10,20 +11,33 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.spec import AttentionGroup, ParamCount
+from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape
 
 _UNGATED_MLP = {"opt", "gpt2", "gpt_bigcode", "falcon", "gpt_neox", "phi", "bloom"}
-_TIED_BY_DEFAULT = {"opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "bloom", "gpt_bigcode"}
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "olmo2"}
+_TIED_BY_DEFAULT = {"opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "bloom",
+                    "gpt_bigcode"}
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "gemma4",
+            "gemma4_text", "olmo2"}
 _QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl"}
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
+_ROUTER_BIAS = {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2"}  # gpt-oss bias, DeepSeek's correction bias
+# Families whose model cards leave the input embedding out of "active": OpenAI's gpt-oss
+# card (5.13B for 120b) and DeepSeek's (37B for V3; Kimi-K2, a V3-shaped model, 32B).
+_ACTIVE_WITHOUT_EMBEDDING = {"gpt_oss", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"}
+_EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
+# top-k under each family's key: Mixtral/Qwen/DeepSeek/Llama-4, gpt-oss, Hunyuan, Gemma-4
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts")
 
 
-def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, kv: int, head_dim: int) -> int:
+def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, group: AttentionGroup) -> int:
     model_type = cfg.get("model_type", "")
+    kv, head_dim = group.num_kv_heads, group.head_dim
     q_out = num_heads * head_dim * (2 if cfg.get("attn_output_gate") else 1)
-    params = hidden * q_out + 2 * hidden * kv * head_dim + num_heads * head_dim * hidden
+    # Gemma-4's K = V full layers have no v_proj: V is the (normed) K projection.
+    kv_projections = 1 if (group.kind == "full" and cfg.get("attention_k_eq_v")) else 2
+    params = hidden * q_out + kv_projections * hidden * kv * head_dim + num_heads * head_dim * hidden
     if cfg.get("attention_bias") or cfg.get("enable_bias") or model_type == "opt":
-        params += q_out + 2 * kv * head_dim + hidden
+        params += q_out + kv_projections * kv * head_dim + hidden
     elif model_type in _QKV_BIAS_ONLY:
         params += q_out + 2 * kv * head_dim
     if model_type in _QK_NORM:
@@ -47,6 +61,25 @@ def _mla_params(cfg: dict[str, Any], hidden: int, num_heads: int) -> int:
     return query + kv + num_heads * v_dim * hidden
 
 
+def _kv_shared_attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, num_layers: int) -> int:
+    """Layers that reuse an earlier layer's KV hold no KV group, but keep their q_proj,
+    o_proj and q_norm (their k/v projections are not counted)."""
+    shared = kv_shared_layers(cfg, num_layers)
+    params = 0
+    for kind in layer_kinds(cfg, num_layers)[num_layers - shared:] if shared else []:
+        head_dim = layer_shape(cfg, kind, num_heads, hidden)[1]
+        params += 2 * hidden * num_heads * head_dim + (head_dim if cfg.get("model_type") in _QK_NORM else 0)
+    return params
+
+
+def _indexer_params(cfg: dict[str, Any], hidden: int) -> int:
+    """DeepSeek-V3.2's lightning indexer per layer (DeepSeek's inference/model.py Indexer):
+    wq_b from the query latent, wk with a LayerNorm (weight + bias), weights_proj."""
+    heads, dim = int(cfg.get("index_n_heads") or 0), int(cfg["index_head_dim"])
+    q_rank = int(cfg.get("q_lora_rank") or hidden)
+    return q_rank * heads * dim + hidden * dim + 2 * dim + hidden * heads
+
+
 def _linear_attention_params(cfg: dict[str, Any], hidden: int) -> int:
     key_heads, value_heads = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
     key_dim = key_heads * int(cfg["linear_key_head_dim"])
@@ -63,20 +96,43 @@ def _mlp_params(cfg: dict[str, Any], hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
-def _moe_layout(cfg: dict[str, Any], num_layers: int) -> tuple[int, int, int]:
-    """(experts per MoE layer, experts per token, number of MoE layers)."""
-    experts = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
-    if experts <= 1:
-        return 0, 0, 0
-    per_token = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("moe_topk") or 1)
+def _moe_layers(cfg: dict[str, Any], num_layers: int) -> list[int]:
+    """Indices of the layers that hold routed experts."""
+    if str(cfg.get("model_type", "")).startswith("llama4"):
+        # transformers' Llama4TextConfig: moe_layers defaults to every interleave_moe_layer_step-th layer
+        step = int(cfg.get("interleave_moe_layer_step") or 1)
+        return list(cfg.get("moe_layers") or range(step - 1, num_layers, step))
     dense_first = int(cfg.get("first_k_dense_replace", 0))
     step = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
     only_dense = set(cfg.get("mlp_only_layers") or [])
-    moe_layers = sum(
-        1 for i in range(num_layers)
-        if i >= dense_first and i not in only_dense and (i - dense_first) % step == 0
-    )
-    return experts, per_token, moe_layers
+    return [i for i in range(num_layers)
+            if i >= dense_first and i not in only_dense and (i - dense_first) % step == 0]
+
+
+def _moe_layout(cfg: dict[str, Any], num_layers: int) -> tuple[int, int, int]:
+    """(experts per MoE layer, experts per token, number of MoE layers)."""
+    experts = int(next((cfg[k] for k in _EXPERT_COUNT_KEYS if cfg.get(k)), 0))
+    if experts <= 1:
+        return 0, 0, 0
+    per_token = int(next((cfg[k] for k in _TOP_K_KEYS if cfg.get(k)), 1))
+    return experts, per_token, len(_moe_layers(cfg, num_layers))
+
+
+def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, expert_width: int) -> int:
+    """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the experts."""
+    model_type = str(cfg.get("model_type", ""))
+    router = hidden * experts + (experts if model_type in _ROUTER_BIAS else 0)
+    if model_type.startswith("gemma4"):
+        router += hidden + experts  # Gemma4TextRouter: scale and per_expert_scale
+    shared = int(cfg.get("n_shared_experts") or 0) * 3 * hidden * expert_width  # DeepSeek
+    if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: a gated shared expert
+        shared += 3 * hidden * int(cfg["shared_expert_intermediate_size"]) + hidden
+    if model_type.startswith("llama4"):  # Llama4TextMoe: one shared expert as wide as a routed one
+        shared += 3 * hidden * expert_width
+    if cfg.get("enable_moe_block"):  # Gemma-4 26B-A4B: the dense MLP runs beside the experts
+        shared += _mlp_params(cfg, hidden, int(cfg["intermediate_size"]))
+        shared += 3 * hidden  # pre_feedforward_layernorm_2, post_feedforward_layernorm_1 and _2
+    return router + shared
 
 
 def count_params(
@@ -88,21 +144,24 @@ def count_params(
         total = int(cfg["num_parameters"])
         return ParamCount(0, 0, 0, total, 0, 0, 0), 0, 0
     model_type = cfg.get("model_type", "")
-    head_dim = int(cfg.get("head_dim") or hidden // num_heads)
-    kv = next((g.num_kv_heads for g in groups if g.kind in ("full", "sliding")), num_heads)
 
     attention = 0
     for group in groups:
         if group.kind == "mla":
             attention += group.num_layers * _mla_params(cfg, hidden, num_heads)
+        elif group.kind == "indexer":
+            attention += group.num_layers * _indexer_params(cfg, hidden)
         elif group.kind == "state":
             attention += group.num_layers * _linear_attention_params(cfg, hidden)
         else:
-            attention += group.num_layers * _attention_params(cfg, hidden, num_heads, kv, head_dim)
+            attention += group.num_layers * _attention_params(cfg, hidden, num_heads, group)
 
+    attention += _kv_shared_attention_params(cfg, hidden, num_heads, num_layers)
     intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
+    # Llama-4 sizes its dense layers with intermediate_size_mlp; intermediate_size is the experts'
+    dense_width = int(cfg.get("intermediate_size_mlp") or intermediate)
     experts, per_token, moe_layers = _moe_layout(cfg, num_layers)
-    dense_mlp = (num_layers - moe_layers) * _mlp_params(cfg, hidden, intermediate)
+    dense_mlp = (num_layers - moe_layers) * _mlp_params(cfg, hidden, dense_width)
     experts_total = experts_active = 0
     if experts:
         expert_width = int(cfg.get("moe_intermediate_size") or intermediate)
@@ -111,11 +170,7 @@ def count_params(
             one_expert += 2 * expert_width + hidden  # gate_up and down biases
         experts_total = moe_layers * experts * one_expert
         experts_active = moe_layers * per_token * one_expert
-        router = hidden * experts + (experts if model_type in ("gpt_oss", "deepseek_v3", "kimi_k2") else 0)
-        shared = int(cfg.get("n_shared_experts") or 0) * 3 * hidden * expert_width
-        if cfg.get("shared_expert_intermediate_size"):
-            shared += 3 * hidden * int(cfg["shared_expert_intermediate_size"]) + hidden
-        dense_mlp += moe_layers * (router + shared)
+        dense_mlp += moe_layers * _always_on_per_moe_layer(cfg, hidden, experts, expert_width)
 
     tied = cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
     embedding = vocab * hidden
@@ -125,5 +180,6 @@ def count_params(
     norms_per_layer = 4 if model_type in _FOUR_NORMS else 2
     norm_width = 2 * hidden if model_type == "opt" else hidden  # LayerNorm has a bias
     other = (num_layers * norms_per_layer + 1) * norm_width
-    counts = ParamCount(embedding, lm_head, attention, dense_mlp, experts_total, experts_active, other)
+    counts = ParamCount(embedding, lm_head, attention, dense_mlp, experts_total, experts_active, other,
+                        embedding_in_active=model_type not in _ACTIVE_WITHOUT_EMBEDDING)
     return counts, experts, per_token
