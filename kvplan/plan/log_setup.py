@@ -37,10 +37,10 @@ def _normalize(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().rstrip("/").split("/")[-1].lower())
 
 
-def resolve_model(logged: str | None) -> tuple[ModelSpec | None, str | None, int | None]:
-    """(spec, how it was matched, max_model_len default) for a logged model name, or Nones."""
+def resolve_model(logged: str | None) -> tuple[ModelSpec | None, str | None, str | None, int | None]:
+    """(spec, profile name, twin note, max_model_len default) for a logged model name, or Nones."""
     if not logged:
-        return None, None, None
+        return None, None, None, None
     name = _normalize(logged.split(" (")[0])
     stripped = re.sub(r"-(fp8|awq|gptq|bnb-4bit|quantized\.w8a8|w8a8|int8|int4|nvfp4)([.-].*)?$", "", name)
     for _ in range(2):
@@ -49,13 +49,13 @@ def resolve_model(logged: str | None) -> tuple[ModelSpec | None, str | None, int
     for key in (name, stripped):
         if key in ARCHITECTURE_TWINS:
             profile, why, max_len = ARCHITECTURE_TWINS[key]
-            return load_model(profile), f"{profile} (twin: {why})", max_len
+            return load_model(profile), profile, why, max_len
         for profile in model_profiles().values():
             names = {profile.name, _normalize(profile.hf_repo), *(_normalize(a) for a in profile.aliases)}
             names |= {n.removesuffix(s) for n in set(names) for s in _SUFFIXES}
             if key in names:
-                return load_model(profile.name), profile.name, None
-    return None, None, None
+                return load_model(profile.name), profile.name, None, None
+    return None, None, None, None
 
 
 def resolve_gpu(logged: str | None) -> GpuSpec | None:
@@ -78,7 +78,8 @@ class ServerSetup:
     """kvplan's reading of one logged server: model, GPU and the settings that matter."""
 
     model: ModelSpec | None
-    model_match: str | None
+    model_match: str | None  # the profile name
+    model_note: str | None  # why a twin profile stands in for the logged model
     gpu: GpuSpec | None
     engine: str
     tp: int
@@ -104,7 +105,7 @@ def _version_tuple(version: str | None) -> tuple[int, int] | None:
 
 def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | None = None) -> ServerSetup:
     """The setup behind a log; model_name / gpu_name fill in what the log does not show."""
-    model, match, default_len = resolve_model(model_name or log.model)
+    model, match, note, default_len = resolve_model(model_name or log.model)
     gpu = resolve_gpu(gpu_name or log.gpu_name)
     engine = "sglang" if log.engine == "sglang" else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
     version = _version_tuple(log.version)
@@ -114,7 +115,7 @@ def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | 
                               cuda_graph_in_budget=graphs_in_budget)
     max_len = log.max_model_len or default_len or (model.max_position_embeddings if model else None)
     kv_dtype = log.kv_cache_dtype or "auto"
-    return ServerSetup(model, match, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,
+    return ServerSetup(model, match, note, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,
                        log.gpu_memory_utilization or (0.88 if engine == "sglang" else 0.9),
                        log.gpu_memory_utilization is not None, max_len, kv_dtype, log.block_size or 16,
                        weight_dtype_hint(model_name or log.model, log.quantization), settings,
