@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvplan.plan.capacity import PlanInputs, default_reserve_bytes, plan, smallest_tp_for_weights
+from kvplan.plan.capacity import PlanInputs, plan, smallest_tp_for_weights
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
@@ -39,7 +39,7 @@ def test_vllm_llama3_8b_on_a100_40gb_report() -> None:
 
 def test_budget_blocks_and_concurrency_by_hand() -> None:
     result = plan(inputs("llama-3.1-8b", "a100-80gb", context=4096, reserve_bytes=2 * GIB))
-    usable = 80 * GIB * 0.9
+    usable = 80 * 0.99 * GIB * 0.9  # no driver total observed for A100-80GB: datasheet x 0.99
     weights = 8_030_261_248 * 2
     budget = usable - weights - 2 * GIB
     blocks = math.floor(budget / (16 * 131_072))
@@ -84,13 +84,6 @@ def test_hybrid_state_is_paid_per_sequence() -> None:
     per_seq = state + 4096 * 16 * 2 * 4 * 256 * 2
     assert result.seq_bytes == per_seq
     assert result.max_batch == (10 * GIB) // per_seq
-
-
-def test_default_reserve_is_documented_formula() -> None:
-    model = load_model("llama-3.1-8b")
-    expected = GIB + 8192 * 4096 * 2 * 10 + 256 * 128_256 * 4
-    assert default_reserve_bytes(model, 1) == expected
-    assert 1.7 * GIB < expected < 1.8 * GIB
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -110,3 +110,13 @@ def test_console_script_exit_code_is_2_without_traceback() -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: unknown model 'nope-model'")
     assert "Traceback" not in proc.stderr
+
+
+def test_estimate_names_the_engine_it_models() -> None:
+    result = run("estimate", "llama-3.1-8b", "--gpu", "a100-40gb", "--context", "8192", "--engine", "vllm-v0")
+    assert result.exit_code == 0, result.output
+    assert "memory model: vLLM V0" in result.output and "activation peak" in result.output
+    record = json.loads(run("estimate", "llama-3.1-8b", "--json").stdout)
+    assert record["engine"] == "vllm-v1"
+    bad = run("estimate", "llama-3.1-8b", "--engine", "tgi")
+    assert bad.exit_code == 2 and "--engine must be one of" in bad.output

@@ -8,6 +8,7 @@ from kvplan import __version__
 from kvplan.cli import profiles
 from kvplan.cli.bench import bench
 from kvplan.cli.estimate import estimate
+from kvplan.cli.explain import explain
 from kvplan.cli.report import report
 from kvplan.cli.sweep import sweep
 
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("estimate")(estimate)
+app.command("explain")(explain)
 app.command("bench")(bench)
 app.command("report")(report)
 app.command("sweep")(sweep)

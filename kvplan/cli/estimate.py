@@ -11,7 +11,9 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
-from kvplan.plan.capacity import CapacityPlan, PlanInputs, check_can_fit_somehow, plan, smallest_tp_for_weights
+from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
+                                  smallest_tp_for_weights)
+from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, fmt_bytes, fmt_int)
 from kvplan.spec.profiles import load_gpu, load_model
@@ -35,7 +37,10 @@ def estimate(
     allocation: Annotated[str, typer.Option(help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
     weight_dtype: Annotated[Optional[str], typer.Option(help="Override weight dtype (bf16, fp8, int4, ...); default: the checkpoint's.")] = None,
     params_b: Annotated[Optional[float], typer.Option("--params-b", help="Override the parameter count (billions).")] = None,
-    reserve_gib: Annotated[Optional[float], typer.Option(help="Memory per GPU held for activations and runtime; default: a heuristic (see README).")] = None,
+    engine: Annotated[str, typer.Option(help=f"Whose startup memory profile to model: {', '.join(ENGINES)} (README: memory model).")] = DEFAULT_ENGINE,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="Tokens in the engine's profiling batch; default: the engine's.")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="Sequences the engine samples for; default: the engine's.")] = None,
+    reserve_gib: Annotated[Optional[float], typer.Option(help="Memory per GPU held for activations and runtime; default: the engine's memory model.")] = None,
     kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it (vLLM's kv_cache_memory_bytes).")] = None,
     gpu_mem_gib: Annotated[Optional[float], typer.Option(help="Override the GPU's memory capacity (GiB).")] = None,
     kv_budget: Annotated[Optional[int], typer.Option(help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer per sequence.")] = None,
@@ -56,7 +61,7 @@ def estimate(
         reserve_bytes=None if reserve_gib is None else reserve_gib * GIB,
         kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * GIB,
         weight_dtype=weight_dtype, respect_windows=allocation == "ideal", gpu_memory_gib=gpu_mem_gib,
-        kv_budget=kv_budget,
+        kv_budget=kv_budget, engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
     )
     if not sweep_axes:
         check_can_fit_somehow(inputs)
@@ -153,9 +158,21 @@ def render_plan(result: CapacityPlan) -> None:
     memory.add_column(style="cyan")
     memory.add_column(justify="right")
     memory.add_column(style="dim")
-    memory.add_row("usable", fmt_bytes(result.usable_bytes), f"{i.gpu.memory_gib:g} GiB x {i.gpu_memory_utilization}")
+    profile = engine_memory(i)
+    total_note = ("--gpu-mem-gib" if i.gpu_memory_gib else
+                  "driver total seen in a real log; kvplan profiles gpus" if i.gpu.driver_memory_gib else
+                  f"datasheet {i.gpu.memory_gib:g} GiB x 0.99 (driver total not observed)")
+    memory.add_row("usable", fmt_bytes(result.usable_bytes),
+                   f"{profile.total_bytes / GIB:.2f} GiB x {i.gpu_memory_utilization} ({total_note})")
     memory.add_row("weights", fmt_bytes(result.weight_bytes_per_gpu), f"{i.weight_dtype or m.weight_dtype}, / TP {i.tp}")
-    memory.add_row("reserve", fmt_bytes(result.reserve_bytes), "activations + runtime")
+    if i.reserve_bytes is not None:
+        memory.add_row("reserve", fmt_bytes(result.reserve_bytes), "--reserve-gib")
+    else:
+        memory.add_row("activation peak", fmt_bytes(profile.activation_bytes),
+                       f"profiling run: {profile.batched_tokens:,} tokens, sampler for {profile.sampler_rows:,} sequences")
+        memory.add_row("non-torch memory", fmt_bytes(profile.non_torch_bytes), "CUDA context, NCCL buffers (fitted)")
+        memory.add_row("CUDA graphs", fmt_bytes(profile.cuda_graph_bytes),
+                       "counted before KV sizing" if profile.cuda_graph_bytes else "captured after KV sizing")
     memory.add_row("KV budget", fmt_bytes(result.kv_budget_bytes), f"{result.num_blocks:,} blocks of {fmt_bytes(result.block_bytes)}")
     memory.add_row("GPU KV cache size", f"{result.kv_cache_tokens:,} tokens", "as vLLM logs it")
     memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{result.max_concurrency:.2f}x", "")
@@ -164,6 +181,8 @@ def render_plan(result: CapacityPlan) -> None:
     smallest = smallest_tp_for_weights(i)
     memory.add_row("smallest TP that fits the weights", str(smallest) if smallest else "none up to 64", "")
     console.print(memory)
+    console.print(f"[dim]memory model: {ENGINE_DESCRIPTIONS[i.engine]}"
+                  f"{'; KV budget fixed by --kv-cache-gib' if i.kv_cache_bytes is not None else ''}[/]")
 
     if result.fits:
         console.print(Panel(f"[bold green]FITS[/]: {i.batch} x {ctx:,} tokens on {i.tp} x {i.gpu.name}", expand=False))

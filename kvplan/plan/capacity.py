@@ -1,8 +1,9 @@
 """Analytic sizing: bytes per token, GPU fit, blocks, concurrency, roofline.
 
-The figures follow how vLLM sizes its KV cache: usable memory = total x
-gpu_memory_utilization; KV budget = usable - weights - a reserve for activations and
-runtime; blocks = budget // (block_size x bytes per token); "GPU KV cache size" =
+The figures follow how vLLM sizes its KV cache: usable memory = the driver's total x
+gpu_memory_utilization; KV budget = usable - weights - the reserve the engine's profiling
+run takes (activation peak, non-torch memory, CUDA graphs: plan/memory_model.py, per
+engine version); blocks = budget // (block_size x bytes per token); "GPU KV cache size" =
 blocks x block_size tokens; "maximum concurrency" = KV cache tokens / max_model_len.
 """
 
@@ -11,27 +12,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings, MemoryProfile, predict_memory
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 
 GIB = 2**30
-RUNTIME_OVERHEAD_BYTES = 1 * GIB  # CUDA context, NCCL buffers, CUDA graphs
-PREFILL_CHUNK_TOKENS = 8192  # vLLM's default max_num_batched_tokens
-ACTIVATION_TENSORS = 10  # live hidden-size activations per token at the peak of a layer
-MAX_SEQS_SAMPLED = 256  # vLLM's default max_num_seqs: fp32 logits for each
 MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
 
 
-def default_reserve_bytes(model: ModelSpec, tp: int) -> float:
-    """Memory held back for activations and runtime (overridable with --reserve-gib).
-
-    1 GiB runtime + one 8192-token prefill chunk's activations (10 hidden-size bf16 tensors
-    per token, split by tp) + fp32 logits for 256 sequences. vLLM measures this by
-    profiling; for Llama-3-8B on one GPU this heuristic gives 1.75 GiB.
-    """
-    activations = PREFILL_CHUNK_TOKENS * model.hidden_size * 2 * ACTIVATION_TENSORS / tp
-    logits = MAX_SEQS_SAMPLED * model.vocab_size * 4
-    return RUNTIME_OVERHEAD_BYTES + activations + logits
+def engine_memory(inputs: PlanInputs, tp: int | None = None, context: int | None = None) -> MemoryProfile:
+    """The startup memory the chosen engine will see per GPU (before any --reserve-gib override)."""
+    tp = tp or inputs.tp
+    weights = Roofline(inputs.model, inputs.gpu, tp, inputs.kv_format, inputs.weight_dtype).weight_bytes_per_gpu
+    total = inputs.gpu_memory_gib * GIB if inputs.gpu_memory_gib else None
+    return predict_memory(inputs.model, inputs.gpu, tp=tp, utilization=inputs.gpu_memory_utilization,
+                          max_model_len=context or inputs.max_model_len, weight_bytes=weights,
+                          settings=inputs.engine_settings, total_bytes=total)
 
 
 @dataclass(frozen=True)
@@ -50,6 +46,9 @@ class PlanInputs:
     respect_windows: bool = False  # size sliding-window layers at their window (ideal)
     gpu_memory_gib: float | None = None
     kv_budget: int | None = None  # tokens an eviction policy keeps per layer per sequence
+    engine: str = DEFAULT_ENGINE  # whose startup memory profile to model (plan/memory_model.py)
+    max_num_batched_tokens: int | None = None  # the engine's default if None
+    max_num_seqs: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -69,6 +68,7 @@ class PlanInputs:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.engine_settings  # validates engine and batching limits
         if self.model.num_heads % self.tp:
             raise ValueError(f"--tp {self.tp} must divide the {self.model.num_heads} attention heads "
                              f"of {self.model.name}; try {', '.join(map(str, valid_tps(self.model)[:5]))}")
@@ -76,6 +76,11 @@ class PlanInputs:
     @property
     def max_model_len(self) -> int:
         return self.context or self.model.max_position_embeddings or 4096
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        return EngineSettings(engine=self.engine, max_num_batched_tokens=self.max_num_batched_tokens,
+                              max_num_seqs=self.max_num_seqs)
 
 
 def valid_tps(model: ModelSpec, limit: int = 64) -> list[int]:
@@ -137,6 +142,7 @@ class CapacityPlan:
             "context": i.max_model_len, "batch": i.batch, "block_size": i.block_size,
             "gpu_memory_utilization": i.gpu_memory_utilization,
             "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
+            "engine": i.engine,
             "params_total": i.model.params.total, "params_active": i.model.params.active,
             "kv_bytes_per_token": i.model.kv_bytes_per_token(i.kv_format),
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token,
@@ -184,10 +190,9 @@ def _max_context(inputs: PlanInputs, budget: float, batch: int) -> int:
 
 def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     model, gpu, tp = inputs.model, inputs.gpu, inputs.tp
-    memory = (inputs.gpu_memory_gib * GIB) if inputs.gpu_memory_gib else gpu.memory_bytes
-    usable = memory * inputs.gpu_memory_utilization
-    weights = Roofline(model, gpu, tp, inputs.kv_format, inputs.weight_dtype).weight_bytes_per_gpu
-    reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else default_reserve_bytes(model, tp)
+    memory = engine_memory(inputs)
+    usable, weights = memory.usable_bytes, memory.weight_bytes
+    reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else memory.reserve_bytes
     budget = inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
     per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
     blocks = max(0, math.floor(budget / (per_token * inputs.block_size)))

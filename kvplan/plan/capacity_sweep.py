@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from kvplan.plan.capacity import PlanInputs, default_reserve_bytes
+from kvplan.plan.capacity import PlanInputs, engine_memory
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
@@ -93,9 +93,10 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
         point = replace(base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=int(context[0]))
         per_token = model.kv_bytes_per_token(fmt, point.tp)
         weights = Roofline(model, gpu, point.tp, fmt, base.weight_dtype).weight_bytes_per_gpu
-        reserve = base.reserve_bytes if base.reserve_bytes is not None else default_reserve_bytes(model, point.tp)
-        memory = base.gpu_memory_gib * 2**30 if base.gpu_memory_gib else gpu.memory_bytes
-        usable = memory * util
+        profiles = {int(c): engine_memory(point, context=int(c)) for c in np.unique(context)}
+        reserve = (np.full(n, base.reserve_bytes) if base.reserve_bytes is not None
+                   else np.array([profiles[int(c)].reserve_bytes for c in context]))
+        usable = profiles[int(context[0])].total_bytes * util
         budget = np.full(n, base.kv_cache_bytes) if base.kv_cache_bytes is not None else usable - weights - reserve
         blocks = np.maximum(0, np.floor(budget / (per_token * block)))
         state = model.state_bytes_per_seq(point.tp)

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+# Driver/datasheet share for HBM GPUs observed in real logs (A100-40GB 39.50/40 = 0.988,
+# H100 79.22/80 = 0.990); GDDR cards whose "GB" is decimal (L4: 22.49/24) need their own figure.
+DRIVER_SHARE_UNOBSERVED = 0.99
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """Dense (non-sparsity) datasheet figures for one GPU, with the datasheet named."""
@@ -20,10 +25,19 @@ class GpuSpec:
     nvme_gbps: float = 7.0
     price_per_hour: float | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    # What CUDA reports as total memory (torch.cuda.mem_get_info, vLLM's total_gpu_memory):
+    # less than the datasheet's capacity (ECC, driver reservations). None: not observed.
+    driver_memory_gib: float | None = None
+    driver_memory_source: str | None = None
 
     @property
     def memory_bytes(self) -> float:
         return self.memory_gib * 2**30
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Total memory as the CUDA driver exposes it; the datasheet figure x 0.99 when unobserved."""
+        return (self.driver_memory_gib or self.memory_gib * DRIVER_SHARE_UNOBSERVED) * 2**30
 
     @property
     def fp8_support(self) -> bool:

@@ -1,0 +1,161 @@
+"""What a serving engine will leave for the KV cache: a model of its startup memory profile.
+
+vLLM sizes the KV cache after a profiling run (v0 worker.py determine_num_available_blocks,
+v1 gpu_worker.py determine_available_memory):
+
+    KV memory = total_gpu_memory x gpu_memory_utilization
+                - weights - peak activation - non-torch memory [- CUDA-graph memory]
+
+- total_gpu_memory is what the driver exposes (GpuSpec.usable_memory_bytes), not the datasheet.
+- The activation peak comes from one dummy forward of max_num_batched_tokens tokens, then
+  logits and a sampler pass for max_num_seqs rows (v0 model_runner.profile_run; v1
+  gpu_model_runner.profile_run + _dummy_sampler_run). Defaults differ by engine:
+  v0 batches max(max_model_len, 2048) tokens (2048 once chunked prefill turns on above 32K)
+  and samples 256 rows; v1's API server batches 8192 tokens / 1024 rows on >= 70 GiB GPUs
+  other than A100, else 2048 / 256 (EngineArgs defaults since ~0.8).
+- The activation itself is modeled as the live tensors of the widest layer per token (2 x
+  hidden for the residual stream plus the wider of attention's q/k/v/o and the MLP's
+  gate+up+act, split by TP) times one fitted scale (allocator reuse), plus the sampler's
+  bytes per logit (fitted per engine generation: v0 sorts for top-k/top-p in fp32 + int64).
+- Non-torch memory (CUDA context, NCCL and custom all-reduce buffers) is a fitted constant
+  plus a fitted amount per extra TP rank.
+- vLLM >= 0.21 (v1) also reserves the CUDA-graph pool it estimates before KV sizing
+  (log: "CUDA graph memory profiling is enabled (default since v0.21.0)"); older v1 and v0
+  captured graphs after sizing, outside the budget. Fitted constant; 0 with enforce_eager.
+- SGLang: KV = total x mem_fraction_static - weights - memory in use before loading (the
+  same non-torch model); the (1 - mem_fraction_static) remainder is its activation headroom.
+
+The fitted figures live in profiles/memory_model.toml with the residual on every log they
+were fitted on (benchmarks/vllm_logs.py --fit rewrites it).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+
+from kvplan.spec import GpuSpec, ModelSpec
+from kvplan.spec.profiles import profiles_dir
+
+GIB = 2**30
+ENGINES = ("vllm-v1", "vllm-v0", "sglang")
+DEFAULT_ENGINE = "vllm-v1"
+ENGINE_DESCRIPTIONS = {
+    "vllm-v1": "vLLM V1 engine (>= 0.21: CUDA-graph memory profiled into the budget)",
+    "vllm-v0": "vLLM V0 engine (<= 0.10; profiling of worker.py, graphs outside the budget)",
+    "sglang": "SGLang (mem_fraction_static of total memory, minus weights)",
+}
+HIGH_END_GIB = 70  # vLLM's threshold for the larger batching defaults
+ACTIVATION_BYTES = 2  # bf16/fp16 activations
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """The fitted mechanism parameters (few, shared by every model and GPU)."""
+
+    activation_scale: float
+    sampler_bytes_per_logit_v0: float
+    sampler_bytes_per_logit_v1: float
+    non_torch_gib: float
+    non_torch_gib_per_extra_rank: float
+    cuda_graph_gib: float
+    source: str
+
+
+@cache
+def load_memory_fit() -> MemoryFit:
+    data = tomllib.loads((profiles_dir() / "memory_model.toml").read_text())
+    return MemoryFit(**data["fit"])
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The serving settings that change the profile; None means the engine's default."""
+
+    engine: str = DEFAULT_ENGINE
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    cuda_graph_in_budget: bool | None = None  # None: as the engine version does
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
+        for name in ("max_num_batched_tokens", "max_num_seqs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Per-GPU memory as the engine will see it at startup."""
+
+    engine: str
+    total_bytes: float
+    usable_bytes: float
+    weight_bytes: float
+    activation_bytes: float
+    non_torch_bytes: float
+    cuda_graph_bytes: float
+    batched_tokens: int
+    sampler_rows: int
+
+    @property
+    def reserve_bytes(self) -> float:
+        """Everything besides weights and KV: what `--reserve-gib` overrides."""
+        return self.activation_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.usable_bytes - self.weight_bytes - self.reserve_bytes
+
+
+def mlp_width(model: ModelSpec) -> float:
+    """Intermediate width one token passes through per layer (active experts summed), from the
+    parameter counts: a gated MLP holds 3 x hidden x width weights per layer."""
+    p = model.params
+    return (p.dense_mlp + p.experts_active) / (model.num_layers * 3 * model.hidden_size)
+
+
+def activation_elements_per_token(model: ModelSpec, tp: int) -> float:
+    """Live activation elements per token at the widest point of a layer (before the fitted scale)."""
+    kv_heads = next((g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads)
+    attention = (2 * model.num_heads + 2 * kv_heads) * model.head_dim  # q, k, v and the output
+    mlp = 3 * mlp_width(model)  # gate and up projections, then the activated product
+    return 2 * model.hidden_size + max(attention, mlp) / tp
+
+
+def batching_defaults(settings: EngineSettings, gpu: GpuSpec, max_model_len: int, total_bytes: float) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the engine profiles with."""
+    if settings.engine == "vllm-v0":
+        tokens = 2048 if max_model_len > 32768 else max(max_model_len, 2048)
+        seqs = 256
+    else:
+        high_end = total_bytes >= HIGH_END_GIB * GIB and "a100" not in gpu.name
+        tokens, seqs = (8192, 1024) if high_end else (2048, 256)
+    tokens = settings.max_num_batched_tokens or tokens
+    seqs = min(settings.max_num_seqs or seqs, tokens)
+    return tokens, seqs
+
+
+def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: float, max_model_len: int,
+                   weight_bytes: float, settings: EngineSettings = EngineSettings(),
+                   total_bytes: float | None = None, fit: MemoryFit | None = None) -> MemoryProfile:
+    """Per-GPU startup memory for `model` on `gpu` under `settings` (weights given per GPU)."""
+    fit = fit or load_memory_fit()
+    total = total_bytes if total_bytes is not None else gpu.usable_memory_bytes
+    tokens, rows = batching_defaults(settings, gpu, max_model_len, total)
+    non_torch = (fit.non_torch_gib + fit.non_torch_gib_per_extra_rank * (tp - 1)) * GIB
+    if settings.engine == "sglang":
+        return MemoryProfile("sglang", total, total * utilization, weight_bytes, 0.0, non_torch, 0.0, tokens, rows)
+    per_logit = fit.sampler_bytes_per_logit_v0 if settings.engine == "vllm-v0" else fit.sampler_bytes_per_logit_v1
+    forward = fit.activation_scale * tokens * activation_elements_per_token(model, tp) * ACTIVATION_BYTES
+    sampler = rows * model.vocab_size * per_logit
+    graphs_counted = settings.cuda_graph_in_budget
+    if graphs_counted is None:
+        graphs_counted = settings.engine == "vllm-v1"
+    graphs = fit.cuda_graph_gib * GIB if graphs_counted and not settings.enforce_eager else 0.0
+    return MemoryProfile(settings.engine, total, total * utilization, weight_bytes, forward + sampler,
+                         non_torch, graphs, tokens, rows)

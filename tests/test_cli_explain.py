@@ -1,0 +1,67 @@
+"""`kvplan explain` end to end: a file, stdin, --json, and garbage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvplan.cli import app
+from kvplan.plan.explain import explain
+
+runner = CliRunner()
+FIXTURE = Path(__file__).parent / "data" / "vllm_issue_12330.log"
+DENSE = ("rec001", "rec015", "rec017", "rec019", "rec035", "rec037", "rec051")
+
+
+def test_explain_file_shows_memory_and_what_ifs() -> None:
+    result = runner.invoke(app, ["explain", str(FIXTURE), "--model", "llama-3.1-8b", "--gpu", "a100-40gb"])
+    assert result.exit_code == 0, result.output
+    for text in ("Where the memory went", "9.37", "11.12", "131,072", "agrees", "--kv-cache-dtype fp8",
+                 "--tensor-parallel-size 2", "--max-model-len 91056"):
+        assert text in result.output, text
+
+
+def test_explain_stdin_json_schema() -> None:
+    result = runner.invoke(app, ["explain", "-", "--json", "--model", "llama-3.1-8b", "--gpu", "a100-40gb"],
+                           input=FIXTURE.read_text())
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["schema"] == "kvplan.explain/1"
+    assert set(record) >= {"engine", "engine_generation", "version", "inputs", "assumed", "memory_gib", "kv",
+                           "prediction", "what_ifs", "recovered"}
+    assert record["memory_gib"]["activation_peak"] == 9.37 and record["memory_gib"]["unaccounted"] == 0.0
+    assert record["kv"]["tokens"] == 5691 * 16 and record["kv"]["agrees"] is True
+    fp8 = next(w for w in record["what_ifs"] if w["change"] == "--kv-cache-dtype fp8")
+    assert fp8["kv_cache_tokens"] == 2 * 5693 * 16  # 11.12 GiB at 64 KiB per token, whole blocks
+    assert record["prediction"]["engine"] == "vllm-v0"
+
+
+def test_garbage_is_one_line_exit_2() -> None:
+    process = subprocess.run([sys.executable, "-m", "kvplan", "explain", "-"], input="nothing to see\n",
+                             capture_output=True, text=True)
+    assert process.returncode == 2
+    assert process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
+    assert "GPU KV cache size" in process.stderr
+
+
+def test_missing_file_is_exit_2() -> None:
+    result = runner.invoke(app, ["explain", "/no/such/log.txt"])
+    assert result.exit_code == 2
+
+
+def test_dense_logs_imply_kvplans_bytes_per_token(shared_data: Path) -> None:
+    """For dense full-attention models, KV memory / tokens equals kvplan's size within block rounding."""
+    records = {r["id"]: r for r in map(json.loads, (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines())}
+    for rid in DENSE:
+        record = explain(records[rid]["quote"])
+        assert record["kv"]["agrees"] is True, (rid, record["kv"])
+
+
+def test_every_shipped_log_explains(shared_data: Path) -> None:
+    for line in (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines():
+        record = explain(json.loads(line)["quote"])
+        assert record["schema"] == "kvplan.explain/1"

@@ -1,0 +1,89 @@
+"""The engine startup memory model, checked against figures derived by hand."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import pytest
+
+from kvplan.plan.capacity import PlanInputs, engine_memory, plan
+from kvplan.plan.memory_model import (GIB, EngineSettings, activation_elements_per_token, load_memory_fit,
+                                      predict_memory)
+from kvplan.spec import parse_kv_format
+from kvplan.spec.profiles import load_gpu, load_model, profiles_dir
+
+
+def test_fixture_llama3_8b_a100_40gb_v0_by_hand() -> None:
+    """vLLM issue #12330's setup (Llama-3-8B shapes, A100-40GB, max_model_len 8192, v0 defaults)."""
+    fit = load_memory_fit()
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("a100-40gb")
+    weights = 8_030_261_248 * 2
+    profile = predict_memory(model, gpu, tp=1, utilization=0.9, max_model_len=8192, weight_bytes=weights,
+                             settings=EngineSettings(engine="vllm-v0"))
+    assert profile.total_bytes == 39.50 * GIB  # the driver total the log printed, not the datasheet's 40
+    assert profile.usable_bytes == pytest.approx(35.55 * GIB)
+    # one layer's widest point per token: residual + normed hidden (2 x 4096) + gate, up, act (3 x 14336)
+    assert activation_elements_per_token(model, 1) == 2 * 4096 + 3 * 14336 == 51_200
+    forward = fit.activation_scale * 8192 * 51_200 * 2
+    sampler = 256 * 128_256 * 24  # v0 samples 256 rows; fp32 logits, sorted values + int64 indices, probs, logprobs
+    assert (profile.batched_tokens, profile.sampler_rows) == (8192, 256)
+    assert profile.activation_bytes == pytest.approx(forward + sampler)
+    assert profile.non_torch_bytes == pytest.approx(fit.non_torch_gib * GIB)
+    assert profile.cuda_graph_bytes == 0  # v0 captures graphs after sizing the KV cache
+    kv = 35.55 * GIB - weights - forward - sampler - fit.non_torch_gib * GIB
+    assert profile.kv_bytes == pytest.approx(kv)
+    result = plan(PlanInputs(model, gpu, context=8192, engine="vllm-v0", kv_format=parse_kv_format("bf16")))
+    assert result.num_blocks == math.floor(kv / (16 * 131_072))
+
+
+@pytest.mark.parametrize(("gpu", "tokens", "seqs"), [("a100-80gb", 2048, 256), ("l4", 2048, 256),
+                                                      ("h100-80gb", 8192, 1024), ("h200", 8192, 1024)])
+def test_v1_batching_defaults_follow_vllm(gpu: str, tokens: int, seqs: int) -> None:
+    """vLLM's API server: 8192 tokens / 1024 seqs on >= 70 GiB GPUs other than A100, else 2048 / 256."""
+    profile = predict_memory(load_model("qwen3-8b"), load_gpu(gpu), tp=1, utilization=0.9, max_model_len=32768,
+                             weight_bytes=16 * GIB)
+    assert (profile.batched_tokens, profile.sampler_rows) == (tokens, seqs)
+    assert profile.cuda_graph_bytes == pytest.approx(load_memory_fit().cuda_graph_gib * GIB)
+
+
+def test_v0_profiles_max_model_len_until_chunked_prefill() -> None:
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-80gb")
+    v0 = EngineSettings(engine="vllm-v0")
+    short = predict_memory(model, gpu, tp=1, utilization=0.9, max_model_len=20000, weight_bytes=0, settings=v0)
+    long = predict_memory(model, gpu, tp=1, utilization=0.9, max_model_len=131072, weight_bytes=0, settings=v0)
+    assert (short.batched_tokens, long.batched_tokens) == (20000, 2048)
+
+
+def test_settings_overrides_and_eager() -> None:
+    model, gpu = load_model("qwen3-8b"), load_gpu("h100-80gb")
+    settings = EngineSettings(max_num_batched_tokens=4096, max_num_seqs=64, enforce_eager=True)
+    profile = predict_memory(model, gpu, tp=1, utilization=0.9, max_model_len=4096, weight_bytes=0, settings=settings)
+    assert (profile.batched_tokens, profile.sampler_rows, profile.cuda_graph_bytes) == (4096, 64, 0)
+
+
+def test_sglang_keeps_no_activation_reserve() -> None:
+    profile = predict_memory(load_model("qwen3-8b"), load_gpu("h100-80gb"), tp=1, utilization=0.88,
+                             max_model_len=4096, weight_bytes=16 * GIB, settings=EngineSettings(engine="sglang"))
+    assert profile.activation_bytes == profile.cuda_graph_bytes == 0
+    assert profile.kv_bytes == pytest.approx(79.22 * 0.88 * GIB - 16 * GIB - profile.non_torch_bytes)
+
+
+def test_bad_engine_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="--engine must be one of"):
+        EngineSettings(engine="trt-llm")
+
+
+def test_reserve_and_kv_overrides_still_win() -> None:
+    inputs = PlanInputs(load_model("llama-3.1-8b"), load_gpu("a100-40gb"), context=8192, reserve_bytes=9.47 * GIB)
+    result = plan(inputs)
+    assert result.reserve_bytes == 9.47 * GIB
+    assert result.kv_budget_bytes == pytest.approx(35.55 * GIB - 8_030_261_248 * 2 - 9.47 * GIB)
+    assert engine_memory(inputs).engine == "vllm-v1"
+
+
+def test_fit_is_committed_with_residuals() -> None:
+    data = tomllib.loads((profiles_dir() / "memory_model.toml").read_text())
+    assert set(data["fit"]) >= {"activation_scale", "non_torch_gib", "cuda_graph_gib"}
+    assert 0.3 < data["fit"]["activation_scale"] < 1.5  # a scale on physical tensor sizes, not a fudge of 10x
+    assert data["residuals"], "the fit records its residual on every log"
