@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console)
+from kvplan.spec.numbers import check_numbers
 
 DEFAULT_MAX_MODEL_LEN = 4096
 
@@ -33,6 +35,9 @@ def _params(pairs: list[str]) -> dict[str, Any]:
                 params[name.strip()] = float(text)
             except ValueError:
                 params[name.strip()] = text
+            else:  # issue 13: "nan" and "inf" parse as floats but are never a setting
+                if not math.isfinite(params[name.strip()]):
+                    raise ValueError(f"--workload-param '{pair}': the value must be a finite number")
     return params
 
 
@@ -117,7 +122,18 @@ def bench(
     from kvplan.spec.profiles import load_model
     from kvplan.results import write_jsonl
 
+    check_numbers({"tp": tp, "rate": rate, "cv": cv, "num-requests": num_requests,  # issue 13: finite, in range
+                   "max-model-len": max_model_len, "block-size": block_size,
+                   "gpu-memory-utilization": gpu_memory_utilization, "kv-cache-gib": kv_cache_gib,
+                   "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens,
+                   "swap-space-gib": swap_space_gib, "seed": seed, "time-scale": time_scale, "pods": pods,
+                   "w-hit": w_hit, "w-load": w_load, "cpu-cache-gb": cpu_cache_gb, "disk-cache-gb": disk_cache_gb,
+                   "host-link-gbps": host_link_gbps, "nvme-gbps": nvme_gbps, "layers": layers,
+                   "samples": samples, "kv-budget": kv_budget})
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"--optimizations {optimizations!r} names no optimization; write e.g. "
+                         "--optimizations paged,prefix")
     if quality_text is not None:
         if mode != "real":
             raise ValueError("--quality-text needs --mode real: quality is measured on a real model")

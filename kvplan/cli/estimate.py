@@ -17,6 +17,7 @@ from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt,
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
+from kvplan.spec.numbers import check_numbers
 
 GIB = 2**30
 SWEEP_TABLE_ROWS = 40
@@ -45,6 +46,9 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
+    check_numbers({"tp": tp, "batch": batch, "context": context, "block-size": block_size,  # issue 13: finite, in range
+                   "gpu-memory-utilization": gpu_memory_utilization, "params-b": params_b, "reserve-gib": reserve_gib,
+                   "kv-cache-gib": kv_cache_gib, "gpu-mem-gib": gpu_mem_gib, "kv-budget": kv_budget})
     if allocation not in ("full", "ideal"):
         raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
     spec = load_model(model)
