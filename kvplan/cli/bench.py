@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
-                               cli_errors, console, error_console)
+                               cli_errors, console, error_console, escape)
 from kvplan.spec.numbers import check_numbers
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -51,7 +51,7 @@ def _workload(workload: str, trace: Optional[Path], trace_format: Optional[str],
         loaded = load_trace(trace, trace_format, skip_bad_lines=skip_bad_lines, max_requests=num_requests,
                             time_scale=time_scale)
         if loaded.skipped:
-            error_console.print(f"[yellow]warning:[/] skipped {loaded.skipped} malformed lines in {trace}")
+            error_console.print(f"[yellow]warning:[/] skipped {loaded.skipped} malformed lines in {escape(str(trace))}")
         info = {"kind": "trace", "path": str(trace), "format": loaded.fmt, "skipped_lines": loaded.skipped,
                 "time_scale": time_scale}
         return loaded.requests, info
@@ -183,7 +183,7 @@ def bench(
     started = time.perf_counter()
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=error_console, transient=True) as progress:
-        tasks = {name: progress.add_task(name, total=len(requests)) for name in variant_names(config, names)}
+        tasks = {name: progress.add_task(escape(name), total=len(requests)) for name in variant_names(config, names)}
         records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
     write_jsonl(out, records)
     report_index = None
@@ -197,9 +197,9 @@ def bench(
         return
     render_comparison(records)
     console.print(f"[dim]{len(requests):,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
-                  f"results: {out}[/]")
+                  f"results: {escape(str(out))}[/]")
     if report_index:
-        console.print(f"report: {report_index}")
+        console.print(f"report: {escape(str(report_index))}")
 
 
 ROWS: tuple[tuple[str, str, str], ...] = (
@@ -232,12 +232,12 @@ def render_comparison(records: list[dict[str, Any]]) -> None:
     params = records[0]["params"]
     mode = records[0].get("mode", "simulated")
     where = f"real mode on {records[0]['metrics']['device']}" if mode == "real" else f"{params['tp']} x {params['gpu']}"
-    table = Table(title=f"{params['model']} on {where}, {params['num_requests']:,} requests "
+    table = Table(title=f"{escape(str(params['model']))} on {where}, {params['num_requests']:,} requests "
                         f"({params['workload'].get('kind')}), KV {params['kv_format']}, "
                         f"max_model_len {params['max_model_len']:,}", header_style="bold", title_justify="left")
     table.add_column("metric", style="cyan", no_wrap=True)
     for record in records:
-        table.add_column(record["optimization"] + (" (base)" if record is records[0] else ""), justify="right")
+        table.add_column(escape(record["optimization"]) + (" (base)" if record is records[0] else ""), justify="right")
     for label, key, kind in ROWS:
         cells = [_cell(record["metrics"], key, kind) for record in records]
         if kind == "pcts" and mode == "simulated":

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from kvplan.plan.capacity import CapacityPlan, PlanInputs, check_can_fit_somehow, plan, smallest_tp_for_weights
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
-                               console, fmt_bytes, fmt_int)
+                               console, escape, fmt_bytes, fmt_int)
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
@@ -106,10 +106,10 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
         table.add_row(*(_cell(column, record[column]) for column in shown))
     console.print(table)
     if count > SWEEP_TABLE_ROWS:
-        where = f"all rows are in {csv_path}" if csv_path else "use --csv FILE or --json for all rows"
+        where = f"all rows are in {escape(str(csv_path))}" if csv_path else "use --csv FILE or --json for all rows"
         console.print(f"[dim]showing {SWEEP_TABLE_ROWS} of {count:,} rows; {where}[/]")
     elif csv_path:
-        console.print(f"[dim]wrote {csv_path}[/]")
+        console.print(f"[dim]wrote {escape(str(csv_path))}[/]")
 
 
 def _cell(column: str, value: object) -> str:
@@ -119,7 +119,7 @@ def _cell(column: str, value: object) -> str:
         return f"{value:.2f}x"
     if column == "verdict":
         return "[green]fits[/]" if value == "fits" else f"[red]{value}[/]"
-    return fmt_int(value) if isinstance(value, (int, float)) else str(value)
+    return fmt_int(value) if isinstance(value, (int, float)) else escape(str(value))
 
 
 def render_plan(result: CapacityPlan) -> None:
@@ -127,7 +127,7 @@ def render_plan(result: CapacityPlan) -> None:
     m = i.model
     ctx = i.max_model_len
     moe = f", {m.params.active / 1e9:.1f}B active" if m.params.is_moe else ""
-    console.print(f"[bold]{m.name}[/] ({m.kv_kind}, {m.params.total / 1e9:.2f}B params{moe}) on "
+    console.print(f"[bold]{escape(m.name)}[/] ({m.kv_kind}, {m.params.total / 1e9:.2f}B params{moe}) on "
                   f"{i.tp} x {i.gpu.display_name}, KV {i.kv_format.name}, context {ctx:,}, batch {i.batch}")
 
     size = Table(title="KV cache size", show_header=False, title_justify="left")

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kvplan.cli.common import JsonOpt, cli_errors, console, fmt_bytes
+from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
 from kvplan.spec.profiles import gpu_profiles, load_gpu, load_model, model_profiles
 from kvplan.spec import parse_kv_format
 
@@ -94,7 +94,7 @@ def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name."
     if as_json:
         print(json.dumps(record, indent=2))
         return
-    table = Table(show_header=False, title=name, title_justify="left")
+    table = Table(show_header=False, title=escape(name), title_justify="left")
     table.add_column(style="cyan")
     table.add_column()
     for key, value in record.items():
@@ -106,5 +106,5 @@ def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name."
             value = f"{value:,}"
         elif isinstance(value, list):
             value = "; ".join(map(str, value))
-        table.add_row(key, str(value))
+        table.add_row(key, escape(str(value)))
     console.print(table)

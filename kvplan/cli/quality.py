@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kvplan.cli.common import console, fmt_bytes
+from kvplan.cli.common import console, escape, fmt_bytes
 
 GIB = 2**30
 
@@ -49,18 +49,18 @@ def run_quality_command(model: str, model_path: Path | None, layers: int | None,
         print(json.dumps(rows, indent=2))
         return
     render(rows, label, len(tokens), kv_budget)
-    console.print(f"[dim]results: {out}[/]")
+    console.print(f"[dim]results: {escape(str(out))}[/]")
 
 
 def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | None) -> None:
-    table = Table(title=f"{label}: memory and quality on {tokens} tokens"
+    table = Table(title=f"{escape(label)}: memory and quality on {tokens} tokens"
                         + (f", eviction budget {budget} tokens per layer" if budget else ""), title_justify="left",
                   header_style="bold")
     for column in ("optimization", "KV / sequence", "vs base", "max concurrency", "perplexity", "vs base",
                    "KL(full||opt)", "greedy agree"):
         table.add_column(column, justify="left" if column == "optimization" else "right")
     for row in rows:
-        table.add_row(row["optimization"], fmt_bytes(row["kv_bytes_per_seq"]), f"{row['kv_bytes_vs_base']:.2f}x",
+        table.add_row(escape(row["optimization"]), fmt_bytes(row["kv_bytes_per_seq"]), f"{row['kv_bytes_vs_base']:.2f}x",
                       f"{row['max_concurrency']:,.0f}", f"{row['perplexity']:.3f}",
                       f"{100 * row['perplexity_vs_base']:+.1f}%", f"{row['kl_mean']:.4f}",
                       f"{100 * row['greedy_agreement']:.1f}%")

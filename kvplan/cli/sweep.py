@@ -10,12 +10,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kvplan.cli.common import cli_errors, console, error_console
+from kvplan.cli.common import cli_errors, console, error_console, escape
 
 
 @cli_errors()
 def sweep(
-    study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with [fixed], [axes], optional [slo] and [prices].")],
+    study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices].")],
     out: Annotated[Path, typer.Option(help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
     executor: Annotated[str, typer.Option(help="local (a process pool over this machine's cores) or ray.")] = "local",
     address: Annotated[Optional[str], typer.Option(help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
@@ -49,12 +49,12 @@ def sweep(
             table.add_row(*(_cell(row.get(c)) for c in shown))
         console.print(table)
     for record in failed:
-        console.print(f"[red]failed[/] {record['params']['sweep']}: {record['metrics']['error']}")
-    console.print(f"[dim]results: {out / 'results.jsonl'} ({len(records) - len(failed)} ok, {len(failed)} failed); "
-                  f"kvplan report {out / 'results.jsonl'} draws them[/]")
+        console.print(f"[red]failed[/] {escape(str(record['params']['sweep']))}: {escape(str(record['metrics']['error']))}")
+    console.print(f"[dim]results: {escape(str(out / 'results.jsonl'))} ({len(records) - len(failed)} ok, {len(failed)} failed); "
+                  f"kvplan report {escape(str(out / 'results.jsonl'))} draws them[/]")
 
 
 def _cell(value: object) -> str:
     if value is None:
         return "-"
-    return f"{value:,.3g}" if isinstance(value, float) else str(value)
+    return f"{value:,.3g}" if isinstance(value, float) else escape(str(value))
