@@ -33,9 +33,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from kvplan.results import SCHEMA, write_jsonl
+from kvplan.bench.pool import run_pool
+from kvplan.bench.sweep_checks import check_sweep_data
+from kvplan.bench.sweep_store import finished_records, rewrite
+from kvplan.results import SCHEMA
+from kvplan.results.atomic import strict_json
 
 EXECUTORS = ("local", "ray")
+DEFAULT_GPU = "l4"  # the default of `kvplan bench --gpu` (cli/bench.py), so a sweep without gpu matches bench
 WORKLOAD_KEYS = ("workload", "rate", "arrival", "cv", "num_requests", "trace", "time_scale")
 
 
@@ -69,14 +74,11 @@ def load_spec(path: str | Path) -> SweepSpec:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"malformed sweep file '{path}': {err}; fix the TOML") from None
-    axes = data.get("axes") or {}
-    if not axes or not all(isinstance(v, list) and v for v in axes.values()):
-        raise ValueError(f"sweep file '{path}' needs an [axes] table of non-empty lists, e.g. rate = [1, 2, 4]")
+    except RecursionError:
+        raise ValueError(f"malformed sweep file '{path}': nested too deeply; fix the TOML") from None
     known = {f.name for f in fields(_bench_config())} | set(WORKLOAD_KEYS) | {"optimization"}
-    unknown = sorted((set(axes) | set(data.get("fixed") or {})) - known)
-    if unknown:
-        raise ValueError(f"sweep file '{path}': unknown settings {', '.join(unknown)}; use kvplan bench's "
-                         f"settings ({', '.join(sorted(known))})")
+    check_sweep_data(data, str(path), known)  # issue 13: tables, shapes, numbers (as bench's flags)
+    axes = data["axes"]
     slo = (data.get("slo") or {}).get("ttft_p90_s")
     return SweepSpec(dict(data.get("fixed") or {}), dict(axes), float(slo) if slo else None,
                      {str(k): float(v) for k, v in (data.get("prices") or {}).items()})
@@ -94,6 +96,8 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     from kvplan.workload import load_trace, make_workload
 
     settings = {k: v for k, v in point.items() if k != "point_id"}
+    swept = dict(settings)  # issue 13: an error record names every setting of its point
+    settings.setdefault("gpu", DEFAULT_GPU)
     try:
         optimization = settings.pop("optimization", "paged")
         workload = {k: settings.pop(k) for k in WORKLOAD_KEYS if k in settings}
@@ -115,26 +119,12 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:  # a failed point is data, not a crash of the sweep
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         return {"schema": SCHEMA, "kind": "error", "run_id": point["point_id"], "optimization": str(point.get("optimization")),
-                "params": {"point_id": point["point_id"], "sweep": settings}, "metrics": {"error": message}}
-
-
-def _existing(results: Path) -> dict[str, dict[str, Any]]:
-    """Finished points already in the output; a truncated last line (a kill mid-write) is dropped."""
-    done: dict[str, dict[str, Any]] = {}
-    if not results.is_file():
-        return done
-    for line in results.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("kind") != "error":
-            done[record["params"]["point_id"]] = record
-    return done
+                "params": {"point_id": point["point_id"], "sweep": swept}, "metrics": {"error": message}}
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", workers: int | None = None,
-              address: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+              address: str | None = None, progress: Callable[[int, int], None] | None = None,
+              notify: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor '{executor}'; use one of: {', '.join(EXECUTORS)}")
@@ -142,8 +132,15 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
     points = spec.points()
-    done = _existing(results)
-    _rewrite(results, [done[p["point_id"]] for p in points if p["point_id"] in done])
+    # issue 13 (sweep_store.py): finished points outside this grid are kept, never dropped
+    grid_ids = {p["point_id"] for p in points}
+    finished = finished_records(results)
+    done = {r["params"]["point_id"]: r for r in finished if r["params"]["point_id"] in grid_ids}
+    outside = [r for r in finished if r["params"]["point_id"] not in grid_ids]
+    if outside and notify:
+        notify(f"{len(outside)} finished points in {results} are not in this grid; they stay in the file "
+               "(use a new --out folder to keep studies apart)")
+    rewrite(results, [done[p["point_id"]] for p in points if p["point_id"] in done] + outside)
     todo = [p for p in points if p["point_id"] not in done]
     if progress:
         progress(len(points) - len(todo), len(points))
@@ -153,7 +150,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
 
         def record(result: dict[str, Any]) -> None:
             result["params"]["study"] = study  # lets `kvplan report` summarize the study
-            handle.write(json.dumps(result, sort_keys=True) + "\n")  # one whole line per point
+            handle.write(strict_json(result, sort_keys=True) + "\n")  # one whole line per point
             handle.flush()
             fresh[result["params"]["point_id"]] = result
             if progress:
@@ -165,13 +162,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
             _run_ray(todo, address, record)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]
     final = [r for r in ordered if r is not None]
-    _rewrite(results, final)
+    rewrite(results, final + outside)
     return final
-
-
-def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
-    if records or path.exists():
-        write_jsonl(path, records) if records else path.write_text("")
 
 
 def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[dict[str, Any]], None]) -> None:
@@ -179,17 +171,8 @@ def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[dict[
         for point in todo:
             record(run_point(point))
         return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_point, point) for point in todo]
-        try:
-            for future in as_completed(futures):
-                record(future.result())
-        except KeyboardInterrupt:  # what finished is on disk; the rest runs on the next call
-            for future in futures:
-                future.cancel()
-            raise
+    # issue 13: what finished is on disk; an interrupt terminates the workers (bench/pool.py)
+    run_pool(run_point, todo, workers, record)
 
 
 def _run_ray(todo: list[dict[str, Any]], address: str | None, record: Callable[[dict[str, Any]], None]) -> None:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console, escape)
+from kvplan.results.atomic import check_folder_target, restore_on_failure
 from kvplan.spec.numbers import check_numbers
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -180,17 +181,20 @@ def bench(
         for name in names:  # fail on impossible sizing before any progress bar is drawn
             size_engine(config, parse_optimization(name))
     out = out or Path("reports") / f"bench-{spec.name}-{gpu if mode == 'simulated' else 'real'}.jsonl"
+    if report:  # issue 13: refuse an unusable report folder before any work and before --out changes
+        check_folder_target(out.with_suffix(""))
     started = time.perf_counter()
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=error_console, transient=True) as progress:
         tasks = {name: progress.add_task(escape(name), total=len(requests)) for name in variant_names(config, names)}
         records = run_matrix(config, requests, names, lambda name, n: progress.advance(tasks[name], n))
-    write_jsonl(out, records)
     report_index = None
-    if report:
-        from kvplan.report import write_report
+    with restore_on_failure(out):  # a failed report gives --out its previous content back
+        write_jsonl(out, records)
+        if report:
+            from kvplan.report import write_report
 
-        report_index = write_report([out], out.with_suffix("")).index
+            report_index = write_report([out], out.with_suffix("")).index
     elapsed = time.perf_counter() - started
     if as_json:
         print(json.dumps([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))

@@ -80,15 +80,17 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
     """Sweep (or a single point), writing CSV / result records; prints the table when asked."""
     from kvplan.plan.capacity_sweep import COLUMNS, estimate_records, parse_axis, rows, sweep, write_csv
     from kvplan.results import write_jsonl
+    from kvplan.results.atomic import restore_on_failure
 
     axes = dict(parse_axis(spec) for spec in specs)
     started = time.perf_counter()
     columns = sweep(inputs, axes)
     elapsed = time.perf_counter() - started
-    if csv_path:
-        write_csv(columns, csv_path)
-    if out:
-        write_jsonl(out, estimate_records(rows(columns), "ideal" if inputs.respect_windows else "full"))
+    with restore_on_failure(csv_path, out):  # issue 13: both outputs or neither
+        if csv_path:
+            write_csv(columns, csv_path)
+        if out:
+            write_jsonl(out, estimate_records(rows(columns), "ideal" if inputs.respect_windows else "full"))
     if not table:
         return
     if as_json:

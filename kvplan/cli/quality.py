@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from kvplan.cli.common import console, escape, fmt_bytes
+from kvplan.results.atomic import restore_on_failure
 
 GIB = 2**30
 
@@ -40,11 +41,12 @@ def run_quality_command(model: str, model_path: Path | None, layers: int | None,
                            {k: v for k, v in row.items() if k != "optimization"}, baseline=index == 0)
                for index, row in enumerate(rows)]
     out = out or Path("reports") / f"quality-{label}.jsonl"
-    write_jsonl(out, records)
-    if report:
-        from kvplan.report import write_report
+    with restore_on_failure(out):  # issue 13: a failed report gives --out its previous content back
+        write_jsonl(out, records)
+        if report:
+            from kvplan.report import write_report
 
-        write_report([out], out.with_suffix(""))
+            write_report([out], out.with_suffix(""))
     if as_json:
         print(json.dumps(rows, indent=2))
         return

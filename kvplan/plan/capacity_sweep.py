@@ -150,8 +150,10 @@ def _concat(chunks: list[Any]) -> Any:
 def write_csv(columns: dict[str, Any], path: Any) -> None:
     import csv
 
+    from kvplan.results.atomic import atomic_file
+
     plain = [col.tolist() if hasattr(col, "tolist") else col for col in columns.values()]
-    with open(path, "w", newline="") as handle:
+    with atomic_file(path) as temp, open(temp, "w", newline="") as handle:  # issue 13: whole file or none
         writer = csv.writer(handle)
         writer.writerow(list(columns))
         writer.writerows(zip(*plain))

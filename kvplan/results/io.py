@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from kvplan.results.atomic import atomic_file, strict_json
+from kvplan.results.checks import check_record
 
 SCHEMA = "kvplan.result/1"
 REQUIRED = ("schema", "kind", "run_id", "optimization", "params", "metrics")
@@ -43,20 +44,12 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_jsonl(path: str | Path, records: list[dict[str, Any]]) -> Path:
+    # issue 13: atomic_file cleans its temporary file on any failure (SIGTERM included) and
+    # names the user's path in errors; strict_json never writes NaN/Infinity.
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as out:
-            for record in records:
-                out.write(json.dumps(record, sort_keys=True) + "\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as temp, temp.open("w", encoding="utf-8") as out:
+        for record in records:
+            out.write(strict_json(record, sort_keys=True) + "\n")
     return path
 
 
@@ -65,12 +58,17 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ValueError(f"results file '{path}' does not exist; run 'kvplan bench --out {path}' first")
     records = []
-    with path.open() as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
             try:
+                line = raw.decode("utf-8")
                 record = json.loads(line)
+            except UnicodeDecodeError:
+                raise ValueError(f"{path}:{number}: not UTF-8 text; is this a kvplan results file?") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{number}: nested too deeply to be a result record") from None
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); the file may be truncated, "
                                  "re-run the benchmark") from None
@@ -78,6 +76,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if missing or record.get("schema") != SCHEMA:
                 raise ValueError(f"{path}:{number}: not a kvplan result record (missing {', '.join(missing) or 'schema'}); "
                                  f"expected lines written by kvplan bench")
+            check_record(record, f"{path}:{number}")  # issue 13: field shapes, not only names
             records.append(record)
     if not records:
         raise ValueError(f"results file '{path}' is empty; run 'kvplan bench' to produce results")
