@@ -148,6 +148,15 @@ def bench(
     if model_path is not None:
         model = str(model_path)
     spec = load_model(model)
+    if mode == "real" and model_path is None:  # issue 13: say (or refuse) before minutes of building
+        from kvplan.real.footprint import check_real_model_memory
+        from kvplan.real.model import resolve_device
+
+        resolved = resolve_device(device)
+        dtype = model_dtype if model_dtype != "auto" else ("fp32" if resolved == "cpu" else "bf16")
+        warning = check_real_model_memory(spec, layers, dtype, resolved)
+        if warning:
+            error_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if mode == "real" and max_model_len is None:
         max_model_len = min(spec.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
     if max_model_len is None:
