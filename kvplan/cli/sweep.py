@@ -55,19 +55,19 @@ def sweep(
             table.add_row(*(_cell(row.get(c)) for c in shown))
         console.print(table)
     for record in failed:  # name the point by its axis values (the fixed settings are the same for all)
-        point = {k: v for k, v in record["params"]["sweep"].items() if k in spec.axes}
-        console.print(f"[red]failed[/] {escape(_point_label(point))}: {escape(str(record['metrics']['error']))}")
+        console.print(f"[red]failed[/] {escape(_point_label(record, spec.axes))}: "
+                      f"{escape(str(record['metrics']['error']))}")
     console.print(f"[dim]results: {escape(str(out / 'results.jsonl'))} ({len(records) - len(failed)} ok, {len(failed)} failed); "
                   f"kvplan report {escape(str(out / 'results.jsonl'))} draws them[/]")
 
 
     if records and len(failed) == len(records):
-        raise ValueError(f"all {len(records)} points failed (first: {_point_label(failed[0]['params']['sweep'])}: "
+        raise ValueError(f"all {len(records)} points failed (first: {_point_label(failed[0], spec.axes)}: "
                          f"{failed[0]['metrics']['error']}); fix the sweep file")
 
 
-def _point_label(point: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in point.items())
+def _point_label(record: dict, axes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in record["params"]["sweep"].items() if k in axes)
 
 
 def _cell(value: object) -> str:
