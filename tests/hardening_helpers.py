@@ -1,6 +1,7 @@
 """The promise every failing kvplan command keeps (issue 13), as one assertion.
 
-exit code 2, exactly one line on stderr that starts with `error:` and names the culprit,
+exit code 2, exactly one line on stderr that starts with `error:` and names the culprit
+(or typer's own usage error for a value typer cannot parse, e.g. --tp nan: a box naming the option),
 no traceback, and no file that existed before the command changed (hashed before/after).
 """
 
@@ -29,6 +30,10 @@ def assert_clean_failure(result: Result, *culprits: str) -> str:
     """The one-line error contract; returns the line."""
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    if result.stderr.startswith("Usage:"):  # typer's own parse error (a box naming the option)
+        assert "Invalid value for" in result.stderr or "No such option" in result.stderr, result.stderr
+        return result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     line = lines[0]
