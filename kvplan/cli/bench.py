@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelO
                                cli_errors, console, error_console, escape)
 from kvplan.results.atomic import check_folder_target, restore_on_failure
 from kvplan.spec.numbers import check_numbers
+from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 
 DEFAULT_MAX_MODEL_LEN = 4096
 
@@ -206,7 +206,7 @@ def bench(
             report_index = write_report([out], out.with_suffix("")).index
     elapsed = time.perf_counter() - started
     if as_json:
-        print(json.dumps([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))
+        print(strict_json([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))
         return
     render_comparison(records)
     console.print(f"[dim]{len(requests):,} requests x {len(records)} optimizations in {elapsed:.1f} s; "

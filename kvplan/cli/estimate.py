@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,6 +17,7 @@ from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import check_numbers
+from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 
 GIB = 2**30
 SWEEP_TABLE_ROWS = 40
@@ -70,7 +70,7 @@ def estimate(
         return
     result = plan(inputs)
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(strict_json(result.to_dict(), indent=2))
         return
     render_plan(result)
 
@@ -95,7 +95,7 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
         return
     if as_json:
         records = rows(columns)
-        print(json.dumps({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
+        print(strict_json({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
         return
     count = len(columns["model"])
     records = rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()})

@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from kvplan.cli.common import console, escape, fmt_bytes
-from kvplan.results.atomic import restore_on_failure
+from kvplan.results.atomic import restore_on_failure, strict_json
 
 GIB = 2**30
 
@@ -48,7 +48,7 @@ def run_quality_command(model: str, model_path: Path | None, layers: int | None,
 
             write_report([out], out.with_suffix(""))
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(strict_json(rows, indent=2))
         return
     render(rows, label, len(tokens), kv_budget)
     console.print(f"[dim]results: {escape(str(out))}[/]")
