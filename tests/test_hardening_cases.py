@@ -63,6 +63,7 @@ def _config(ws: Path, **fields: Any) -> Path:
     ({"max_position_embeddings": -5}, "'max_position_embeddings' = -5"),
     ({"num_attention_heads": True}, "'num_attention_heads'"),
     ({"sliding_window": "4k"}, "'sliding_window'"),
+    ({"num_attention_heads": 8192, "num_key_value_heads": 8}, "head dimension"),
 ])
 def test_bad_config_fields_are_named(ws: Path, fields: dict[str, Any], culprit: str) -> None:
     path = _config(ws, **fields)
@@ -261,6 +262,13 @@ def test_outlier_timestamps_are_named(ws: Path, mooncake_lines: list[str], outli
     trace.write_text("\n".join([*mooncake_lines, outlier]) + "\n")
     fails_cleanly(["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"], ws,
                   "t.jsonl:7", "more than a year")
+
+
+def test_deeply_nested_trace_line_is_named(ws: Path, mooncake_lines: list[str]) -> None:
+    trace = ws / "t.jsonl"
+    trace.write_text("\n".join([*mooncake_lines, "[" * 100_000 + "]" * 100_000]) + "\n")
+    fails_cleanly(["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"], ws,
+                  "t.jsonl:7", "nested too deeply")
 
 
 def test_year_one_in_an_azure_trace_is_named(ws: Path) -> None:

@@ -18,7 +18,9 @@ Each point gets a stable id (a hash of its settings). Finished points are append
 DIR/results.jsonl as they complete, one whole line each, so an interrupted sweep leaves a
 consistent file and a re-run skips the points it holds (failed points are recorded with
 their error and retried). When the grid is complete the file is rewritten in grid order,
-so the local and Ray executors produce the same bytes for the same seed.
+so the local and Ray executors produce the same bytes for the same seed. Finished points
+that are not in the current grid (the file changed) are kept after the grid's points
+(sweep_store.py); a sweep never deletes a finished point.
 """
 
 from __future__ import annotations

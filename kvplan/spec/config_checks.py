@@ -139,8 +139,18 @@ def _dense_layers_within_layers(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def _derived_head_dim_positive(cfg: dict[str, Any]) -> str | None:
+    hidden = _first(cfg, "hidden_size", "n_embd", "d_model", "dim")
+    heads = _first(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    if hidden and heads and cfg.get("head_dim") is None and hidden[1] < heads[1]:
+        return (f"'{hidden[0]}' = {hidden[1]} is smaller than '{heads[0]}' = {heads[1]}, so the head dimension "
+                "(hidden / heads) is 0; set 'head_dim'")
+    return None
+
+
 CONSISTENCY: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     _kv_heads_divide_heads, _top_k_within_experts, _layer_types_cover_layers, _dense_layers_within_layers,
+    _derived_head_dim_positive,
 )
 
 

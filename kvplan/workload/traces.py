@@ -139,6 +139,8 @@ def _json_object(line: str) -> dict[str, Any]:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadLine(f"bad JSON ({e.msg})") from None
+    except RecursionError:
+        raise BadLine("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise BadLine("expected a JSON object")
     return obj
