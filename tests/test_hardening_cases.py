@@ -218,6 +218,18 @@ def test_a_failed_write_leaves_no_temp_file_and_keeps_the_old_one(tmp_path: Path
     assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
 
 
+def test_a_later_failure_gives_earlier_outputs_their_old_content(tmp_path: Path) -> None:
+    from kvplan.results.atomic import restore_on_failure, write_text
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.csv"
+    first.write_text("old a\n")
+    with pytest.raises(ValueError), restore_on_failure(first, second):
+        write_text(first, "new a\n")
+        write_text(second, "new b\n")
+        raise ValueError("the report failed")
+    assert first.read_text() == "old a\n" and [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]
+
+
 # --- traces ---------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -5,7 +5,7 @@
   kvplan.cli.interrupts) the temporary file is removed and `path` is untouched.
 - `restore_on_failure(*paths)`: for a command that writes several outputs in turn (bench
   JSONL then its report): if a later step fails, the earlier outputs get their previous
-  content back.
+  content back (or are removed again when they did not exist).
 - `swap_folder(out_dir, build)`: build a whole folder in a staging folder beside it and
   exchange the two in one rename (renameat2 RENAME_EXCHANGE on Linux), so a reader or a
   kill never sees half a report.
@@ -85,19 +85,30 @@ def write_text(path: str | Path, text: str) -> Path:
 
 @contextmanager
 def restore_on_failure(*paths: str | Path | None) -> Iterator[None]:
-    """If the block fails, every existing path gets back the content it had on entry."""
+    """If the block fails, every path gets back the content it had on entry (and a path
+    that did not exist is removed again)."""
+    absent = [Path(p) for p in paths if p is not None and not Path(p).exists()]
     with ExitStack() as stack:
         for path in paths:
             if path is not None and Path(path).is_file():
                 stack.enter_context(_kept(Path(path)))
-        yield
+        try:
+            yield
+        except BaseException:
+            for path in absent:
+                if path.is_file():
+                    path.unlink()
+            raise
 
 
 @contextmanager
 def _kept(path: Path) -> Iterator[None]:
     backup = path.with_name(f".{path.name}.kvplan-backup")
     backup.unlink(missing_ok=True)
-    os.link(path, backup)  # a second name for the old content; replacing `path` leaves it intact
+    try:
+        os.link(path, backup)  # a second name for the old content; replacing `path` leaves it intact
+    except OSError:  # a file system without hard links
+        shutil.copy2(path, backup)
     try:
         yield
     except BaseException:
