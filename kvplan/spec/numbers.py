@@ -64,8 +64,8 @@ RULES: dict[str, NumberRule] = {
     "params-b": _float(0.0, 1e7),
     "kv-budget": _int(1, TOKENS_MAX),
     # bench workload and scheduler
-    "rate": _float(0.0, 1e9),
-    "cv": _float(0.0, 1e6),
+    "rate": _float(0.0, 1e9, low_open=False),  # 0 is fine for burst arrivals; poisson checks > 0 itself
+    "cv": _float(0.0, 1e6, low_open=False),  # only gamma arrivals use it, and check it
     "num-requests": _int(1, 10**8),
     "max-num-seqs": _int(1, 2**20),
     "max-num-batched-tokens": _int(1, TOKENS_MAX),
