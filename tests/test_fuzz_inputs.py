@@ -177,7 +177,8 @@ def test_fuzz_examples_cover_every_field() -> None:
     """The config table names every field the estimator reads (hf_config.py, params.py)."""
     import re
 
-    sources = "".join(Path(f"kvplan/spec/{name}.py").read_text() for name in ("hf_config", "params"))
+    spec_dir = Path(__file__).resolve().parents[1] / "kvplan" / "spec"
+    sources = "".join((spec_dir / f"{name}.py").read_text() for name in ("hf_config", "params"))
     read = set(re.findall(r'cfg(?:\.get)?\(?\[?"([a-z_0-9]+)"', sources))
     read -= {"text_config"} & read  # read through text_config(), checked as a dict
     unchecked = sorted(name for name in read if name not in FIELD_RULES)
