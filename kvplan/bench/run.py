@@ -15,6 +15,7 @@ from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.results import ResultRecord, write_jsonl
+from kvplan.results.atomic import check_folder_target, restore_on_failure
 from kvplan.spec.profiles import load_model
 
 # Given the variant names and the request count, a context that yields progress(variant, n).
@@ -46,7 +47,11 @@ def default_out(config: BenchConfig) -> Path:
 
 
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
-              track: Track | None = None) -> BenchOutcome:
+              track: Track | None = None, after_write: Callable[[Path], None] | None = None,
+              report_folder: bool = False) -> BenchOutcome:
+    """after_write(out) runs once the results are written (the CLI draws the report there);
+    if it fails, --out gets its previous content back. report_folder: refuse an unusable
+    report folder (out without its suffix) before any work."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
     config, built = prepare(config, workload)
     factory = None
@@ -55,8 +60,13 @@ def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[s
         for optimization in parsed:  # fail on impossible sizing before any progress bar is drawn
             factory.check(optimization)
     out = out or default_out(config)
+    if report_folder:
+        check_folder_target(out.with_suffix(""))
     names = variant_names(config, optimizations)
     with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
         records = run_matrix(config, built.requests, optimizations, progress, factory)
-    write_jsonl(out, records)
+    with restore_on_failure(out):
+        write_jsonl(out, records)
+        if after_write is not None:
+            after_write(out)
     return BenchOutcome(records, out, len(built.requests), built.skipped_lines)

@@ -18,7 +18,9 @@ Each point gets a stable id (a hash of its settings). Finished points are append
 DIR/results.jsonl as they complete, one whole line each, so an interrupted sweep leaves a
 consistent file and a re-run skips the points it holds (failed points are recorded with
 their error and retried). When the grid is complete the file is rewritten in grid order,
-so the local and Ray executors produce the same bytes for the same seed.
+so the local and Ray executors produce the same bytes for the same seed. Finished points
+that are not in the current grid (the file changed) are kept after the grid's points
+(sweep_store.py); a sweep never deletes a finished point.
 """
 
 from __future__ import annotations
@@ -34,10 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.bench.config import FLAT_NAMES, BenchConfig
+from kvplan.bench.pool import run_pool
+from kvplan.bench.sweep_checks import check_sweep_data
+from kvplan.bench.sweep_store import finished_records, rewrite
 from kvplan.bench.workloads import WorkloadSpec
-from kvplan.results import ResultRecord, dumps, error_record, read_record, write_jsonl
+from kvplan.results import ResultRecord, dumps, error_record
 
 EXECUTORS = ("local", "ray")
+DEFAULT_GPU = "l4"  # the default of `kvplan bench --gpu` (cli/bench.py), so a sweep without gpu matches bench
 # Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
 WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
 
@@ -72,14 +78,11 @@ def load_spec(path: str | Path) -> SweepSpec:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"malformed sweep file '{path}': {err}; fix the TOML") from None
-    axes = data.get("axes") or {}
-    if not axes or not all(isinstance(v, list) and v for v in axes.values()):
-        raise ValueError(f"sweep file '{path}' needs an [axes] table of non-empty lists, e.g. rate = [1, 2, 4]")
+    except RecursionError:
+        raise ValueError(f"malformed sweep file '{path}': nested too deeply; fix the TOML") from None
     known = set(FLAT_NAMES) | set(WORKLOAD_KEYS) | {"optimization"}
-    unknown = sorted((set(axes) | set(data.get("fixed") or {})) - known)
-    if unknown:
-        raise ValueError(f"sweep file '{path}': unknown settings {', '.join(unknown)}; use kvplan bench's "
-                         f"settings ({', '.join(sorted(known))})")
+    check_sweep_data(data, str(path), known)  # tables, shapes, numbers (as bench's flags)
+    axes = data["axes"]
     slo = (data.get("slo") or {}).get("ttft_p90_s")
     return SweepSpec(dict(data.get("fixed") or {}), dict(axes), float(slo) if slo else None,
                      {str(k): float(v) for k, v in (data.get("prices") or {}).items()})
@@ -94,6 +97,8 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
     from kvplan.bench.run import prepare
 
     settings = {k: v for k, v in point.items() if k != "point_id"}
+    swept = dict(settings)  # issue 13: an error record names every setting of its point
+    settings.setdefault("gpu", DEFAULT_GPU)
     try:
         optimization = settings.pop("optimization", "paged")
         workload = WorkloadSpec(**{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS})
@@ -105,26 +110,12 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
     except Exception as err:  # a failed point is data, not a crash of the sweep
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         return error_record(point["point_id"], str(point.get("optimization")),
-                            {"point_id": point["point_id"], "sweep": settings}, message)
-
-
-def _existing(results: Path) -> dict[str, ResultRecord]:
-    """Finished points already in the output; a truncated last line (a kill mid-write) is dropped."""
-    done: dict[str, ResultRecord] = {}
-    if not results.is_file():
-        return done
-    for line in results.read_text().splitlines():
-        try:
-            record = read_record(line)
-        except ValueError:
-            continue
-        if record.kind != "error":
-            done[record.params["point_id"]] = record
-    return done
+                            {"point_id": point["point_id"], "sweep": swept}, message)
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", workers: int | None = None,
-              address: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[ResultRecord]:
+              address: str | None = None, progress: Callable[[int, int], None] | None = None,
+              notify: Callable[[str], None] | None = None) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor '{executor}'; use one of: {', '.join(EXECUTORS)}")
@@ -132,8 +123,15 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
     points = spec.points()
-    done = _existing(results)
-    _rewrite(results, [done[p["point_id"]] for p in points if p["point_id"] in done])
+    # issue 13 (sweep_store.py): finished points outside this grid are kept, never dropped
+    grid_ids = {p["point_id"] for p in points}
+    finished = finished_records(results)
+    done = {r.params["point_id"]: r for r in finished if r.params["point_id"] in grid_ids}
+    outside = [r for r in finished if r.params["point_id"] not in grid_ids]
+    if outside and notify:
+        notify(f"{len(outside)} finished points in {results} are not in this grid; they stay in the file "
+               "(use a new --out folder to keep studies apart)")
+    rewrite(results, [done[p["point_id"]] for p in points if p["point_id"] in done] + outside)
     todo = [p for p in points if p["point_id"] not in done]
     if progress:
         progress(len(points) - len(todo), len(points))
@@ -155,13 +153,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
             _run_ray(todo, address, record)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]
     final = [r for r in ordered if r is not None]
-    _rewrite(results, final)
+    rewrite(results, final + outside)
     return final
-
-
-def _rewrite(path: Path, records: list[ResultRecord]) -> None:
-    if records or path.exists():
-        write_jsonl(path, records) if records else path.write_text("")
 
 
 def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[ResultRecord], None]) -> None:
@@ -169,17 +162,8 @@ def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[Resul
         for point in todo:
             record(run_point(point))
         return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_point, point) for point in todo]
-        try:
-            for future in as_completed(futures):
-                record(future.result())
-        except KeyboardInterrupt:  # what finished is on disk; the rest runs on the next call
-            for future in futures:
-                future.cancel()
-            raise
+    # issue 13: what finished is on disk; an interrupt terminates the workers (bench/pool.py)
+    run_pool(run_point, todo, workers, record)
 
 
 def _run_ray(todo: list[dict[str, Any]], address: str | None, record: Callable[[ResultRecord], None]) -> None:

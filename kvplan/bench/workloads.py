@@ -5,6 +5,8 @@ and --samples parallel samples per request."""
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,5 +104,8 @@ def parse_workload_params(pairs: list[str]) -> dict[str, Any]:
                 params[name.strip()] = float(text)
             except ValueError:
                 params[name.strip()] = text
+            else:  # "nan" and "inf" parse as floats but are never a setting
+                if not math.isfinite(params[name.strip()]):
+                    raise ValueError(f"--workload-param '{pair}': the value must be a finite number")
     return params
 

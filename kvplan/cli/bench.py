@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,13 +9,15 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvplan.results import ResultRecord
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
-                               cli_errors, console, error_console)
+                               cli_errors, console, error_console, escape)
+from kvplan.results import ResultRecord
+from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
+from kvplan.spec.numbers import check_numbers
+
 
 @cli_errors("out")
 def bench(
@@ -76,7 +77,18 @@ def bench(
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.core.scheduler import SchedulerConfig
 
+    check_numbers({"tp": tp, "rate": rate, "cv": cv, "num-requests": num_requests,  # issue 13: finite, in range
+                   "max-model-len": max_model_len, "block-size": block_size,
+                   "gpu-memory-utilization": gpu_memory_utilization, "kv-cache-gib": kv_cache_gib,
+                   "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens,
+                   "swap-space-gib": swap_space_gib, "seed": seed, "time-scale": time_scale, "pods": pods,
+                   "w-hit": w_hit, "w-load": w_load, "cpu-cache-gb": cpu_cache_gb, "disk-cache-gb": disk_cache_gb,
+                   "host-link-gbps": host_link_gbps, "nvme-gbps": nvme_gbps, "layers": layers,
+                   "samples": samples, "kv-budget": kv_budget})
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"--optimizations {optimizations!r} names no optimization; write e.g. "
+                         "--optimizations paged,prefix")
     if quality_text is not None:
         if mode != "real":
             raise ValueError("--quality-text needs --mode real: quality is measured on a real model")
@@ -104,26 +116,45 @@ def bench(
                         skip_bad_lines=skip_bad_lines, num_requests=num_requests, rate=rate, arrival=arrival, cv=cv,
                         stats_path=str(stats_path) if stats_path is not None else None, time_scale=time_scale,
                         samples=samples, params=parse_workload_params(workload_param or []))
+    if mode == "real" and model_path is None:
+        _warn_real_footprint(model, layers, model_dtype, device)
     started = time.perf_counter()
-    outcome = run_bench(config, spec, names, out, _progress_bars)
+    written: dict[str, Path] = {}
+
+    def write_report_beside(path: Path) -> None:  # runs before --out's old content is let go
+        from kvplan.report import write_report
+
+        written["index"] = write_report([path], path.with_suffix("")).index
+
+    outcome = run_bench(config, spec, names, out, _progress_bars, after_write=write_report_beside if report else None,
+                        report_folder=report)
     if outcome.skipped_lines:
         error_console.print(f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
                             f"{escape(str(trace))}")
-    report_index = None
-    if report:
-        from kvplan.report import write_report
-
-        report_index = write_report([outcome.out], outcome.out.with_suffix("")).index
+    report_index = written.get("index")
     elapsed = time.perf_counter() - started
     records = outcome.records
     if as_json:
-        print(json.dumps([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
+        print(strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
         return
     render_comparison(records)
     console.print(f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
                   f"results: {escape(str(outcome.out))}[/]")
     if report_index:
         console.print(f"report: {escape(str(report_index))}")
+
+
+def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, device: str) -> None:
+    """Say (or refuse, above the memory there is) what building the model costs, before minutes of it."""
+    from kvplan.real.footprint import check_real_model_memory
+    from kvplan.real.model import resolve_device
+    from kvplan.spec.profiles import load_model
+
+    resolved = resolve_device(device)
+    dtype = model_dtype if model_dtype != "auto" else ("fp32" if resolved == "cpu" else "bf16")
+    warning = check_real_model_memory(load_model(model), layers, dtype, resolved)
+    if warning:
+        error_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
 @contextmanager

@@ -10,6 +10,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+
+from kvplan.cli.interrupts import Terminated, sigterm_raises
 
 console = Console()
 error_console = Console(stderr=True, highlight=False)
@@ -26,6 +29,8 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
 
     Names in outputs_param are the command's output-path parameters: any file they name
     that the failed command created is removed, so no partial output is left behind.
+    SIGTERM and Ctrl-C end the command the same way (one line, exit 143 / 130) after the
+    `finally` blocks below the command have removed their temporary files.
     """
 
     def decorate(command: F) -> F:
@@ -34,20 +39,38 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
             paths = [Path(kwargs[name]) for name in outputs_param if kwargs.get(name)]
             existed = {path: path.exists() for path in paths}
             try:
-                return command(*args, **kwargs)
-            except (ValueError, OSError) as err:
+                with sigterm_raises():
+                    return command(*args, **kwargs)
+            except (ValueError, OSError, RecursionError, KeyboardInterrupt) as err:
                 for path in paths:
                     if not existed[path] and path.is_file():
                         path.unlink()
-                message = str(err).splitlines()[0] if str(err) else type(err).__name__
-                if isinstance(err, OSError) and err.filename:
-                    message = f"cannot use '{err.filename}': {err.strerror}; check the path and permissions"
-                error_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-                raise typer.Exit(2) from None
+                if isinstance(err, KeyboardInterrupt):
+                    how = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted (Ctrl-C)"
+                    error_console.print(f"[bold red]error:[/] {how}; results written before the interruption "
+                                        "are kept, nothing half-written was left", soft_wrap=True)
+                    raise typer.Exit(143 if isinstance(err, Terminated) else 130) from None
+                fail(error_message(err))
 
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def error_message(err: BaseException) -> str:
+    """The first line of an error, naming the user's path for file-system errors."""
+    if isinstance(err, RecursionError):
+        return "input nested too deeply to be read; check the file"
+    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if isinstance(err, OSError) and err.filename:
+        message = f"cannot use '{err.filename}': {err.strerror}; check the path and permissions"
+    return message
+
+
+def fail(message: str) -> None:
+    """Print `error: message` (user text escaped: brackets survive, markup never runs) and exit 2."""
+    error_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(2) from None
 
 
 def die(message: str) -> None:
@@ -58,7 +81,7 @@ def die(message: str) -> None:
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Profile name (kvplan profiles models) or a config.json / model dir.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU profile (kvplan profiles gpus).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (GPUs per replica).")]
-KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="KV format: fp16, bf16, fp32, fp8[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
+KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
 BlockSizeOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV block.")]
 UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory the engine may use.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,10 +14,12 @@ from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_someho
                                   smallest_tp_for_weights)
 from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
-                               console, fmt_bytes, fmt_int)
+                               console, escape, fmt_bytes, fmt_int)
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
+from kvplan.spec.numbers import check_numbers
+from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 
 GIB = 2**30
 SWEEP_TABLE_ROWS = 40
@@ -50,6 +51,9 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
+    check_numbers({"tp": tp, "batch": batch, "context": context, "block-size": block_size,  # issue 13: finite, in range
+                   "gpu-memory-utilization": gpu_memory_utilization, "params-b": params_b, "reserve-gib": reserve_gib,
+                   "kv-cache-gib": kv_cache_gib, "gpu-mem-gib": gpu_mem_gib, "kv-budget": kv_budget})
     if allocation not in ("full", "ideal"):
         raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
     spec = load_model(model)
@@ -71,7 +75,7 @@ def estimate(
         return
     result = plan(inputs)
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(strict_json(result.to_dict(), indent=2))
         return
     render_plan(result)
 
@@ -81,20 +85,22 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
     """Sweep (or a single point), writing CSV / result records; prints the table when asked."""
     from kvplan.plan.capacity_sweep import COLUMNS, estimate_records, parse_axis, rows, sweep, write_csv
     from kvplan.results import write_jsonl
+    from kvplan.results.atomic import restore_on_failure
 
     axes = dict(parse_axis(spec) for spec in specs)
     started = time.perf_counter()
     columns = sweep(inputs, axes)
     elapsed = time.perf_counter() - started
-    if csv_path:
-        write_csv(columns, csv_path)
-    if out:
-        write_jsonl(out, estimate_records(rows(columns), "ideal" if inputs.respect_windows else "full"))
+    with restore_on_failure(csv_path, out):  # issue 13: both outputs or neither
+        if csv_path:
+            write_csv(columns, csv_path)
+        if out:
+            write_jsonl(out, estimate_records(rows(columns), "ideal" if inputs.respect_windows else "full"))
     if not table:
         return
     if as_json:
         records = rows(columns)
-        print(json.dumps({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
+        print(strict_json({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
         return
     count = len(columns["model"])
     records = rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()})
@@ -107,10 +113,10 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
         table.add_row(*(_cell(column, record[column]) for column in shown))
     console.print(table)
     if count > SWEEP_TABLE_ROWS:
-        where = f"all rows are in {csv_path}" if csv_path else "use --csv FILE or --json for all rows"
+        where = f"all rows are in {escape(str(csv_path))}" if csv_path else "use --csv FILE or --json for all rows"
         console.print(f"[dim]showing {SWEEP_TABLE_ROWS} of {count:,} rows; {where}[/]")
     elif csv_path:
-        console.print(f"[dim]wrote {csv_path}[/]")
+        console.print(f"[dim]wrote {escape(str(csv_path))}[/]")
 
 
 def _cell(column: str, value: object) -> str:
@@ -120,7 +126,7 @@ def _cell(column: str, value: object) -> str:
         return f"{value:.2f}x"
     if column == "verdict":
         return "[green]fits[/]" if value == "fits" else f"[red]{value}[/]"
-    return fmt_int(value) if isinstance(value, (int, float)) else str(value)
+    return fmt_int(value) if isinstance(value, (int, float)) else escape(str(value))
 
 
 def render_plan(result: CapacityPlan) -> None:
@@ -128,7 +134,7 @@ def render_plan(result: CapacityPlan) -> None:
     m = i.model
     ctx = i.max_model_len
     moe = f", {m.params.active / 1e9:.1f}B active" if m.params.is_moe else ""
-    console.print(f"[bold]{m.name}[/] ({m.kv_kind}, {m.params.total / 1e9:.2f}B params{moe}) on "
+    console.print(f"[bold]{escape(m.name)}[/] ({m.kv_kind}, {m.params.total / 1e9:.2f}B params{moe}) on "
                   f"{i.tp} x {i.gpu.display_name}, KV {i.kv_format.name}, context {ctx:,}, batch {i.batch}")
 
     size = Table(title="KV cache size", show_header=False, title_justify="left")

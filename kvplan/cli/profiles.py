@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from kvplan.cli.common import JsonOpt, cli_errors, console, fmt_bytes
+from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
+from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 from kvplan.spec.profiles import gpu_profiles, load_gpu, load_model, model_profiles
 from kvplan.spec import parse_kv_format
 
@@ -29,7 +29,7 @@ def models(as_json: JsonOpt = False) -> None:
             "max_context": spec.max_position_embeddings,
         })
     if as_json:
-        print(json.dumps(records, indent=2))
+        print(strict_json(records, indent=2))
         return
     table = Table(title="Model profiles (kvplan profiles show NAME for details)", header_style="bold")
     for column, justify in (("name", "left"), ("KV", "left"), ("layers", "right"), ("params", "right"),
@@ -50,7 +50,7 @@ def gpus(as_json: JsonOpt = False) -> None:
                 "hbm_tbps": g.hbm_tbps, "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops,
                 "fp8_support": g.fp8_support, "source": g.source} for g in gpu_profiles().values()]
     if as_json:
-        print(json.dumps(records, indent=2))
+        print(strict_json(records, indent=2))
         return
     table = Table(title="GPU profiles (dense, no sparsity)", header_style="bold")
     for column, justify in (("name", "left"), ("GPU", "left"), ("memory", "right"), ("HBM TB/s", "right"),
@@ -92,9 +92,9 @@ def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name."
                           published_active_b=profile.published_active_b,
                           published_source=profile.published_params_source)
     if as_json:
-        print(json.dumps(record, indent=2))
+        print(strict_json(record, indent=2))
         return
-    table = Table(show_header=False, title=name, title_justify="left")
+    table = Table(show_header=False, title=escape(name), title_justify="left")
     table.add_column(style="cyan")
     table.add_column()
     for key, value in record.items():
@@ -106,5 +106,5 @@ def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name."
             value = f"{value:,}"
         elif isinstance(value, list):
             value = "; ".join(map(str, value))
-        table.add_row(key, str(value))
+        table.add_row(key, escape(str(value)))
     console.print(table)

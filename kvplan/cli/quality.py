@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
-from kvplan.cli.common import console, fmt_bytes
+from kvplan.cli.common import console, escape, fmt_bytes
+from kvplan.results.atomic import restore_on_failure, strict_json
 
 
 def run_quality_command(model: str, model_path: Path | None, layers: int | None, device: str, model_dtype: str,
@@ -17,15 +16,16 @@ def run_quality_command(model: str, model_path: Path | None, layers: int | None,
                         kv_cache_gib: float | None, out: Path | None, as_json: bool, report: bool) -> None:
     from kvplan.bench.quality import run_quality_table
 
-    with console.status(f"measuring {len(names)} optimizations"):
-        run = run_quality_table(model, model_path, layers, device, model_dtype, seed, names, text, tokenizer,
-                                kv_budget, kv_cache_gib, out)
-    if report:
-        from kvplan.report import write_report
+    with restore_on_failure(out):  # a failed report gives --out its previous content back
+        with console.status(f"measuring {len(names)} optimizations"):
+            run = run_quality_table(model, model_path, layers, device, model_dtype, seed, names, text, tokenizer,
+                                    kv_budget, kv_cache_gib, out)
+        if report:
+            from kvplan.report import write_report
 
-        write_report([run.out], run.out.with_suffix(""))
+            write_report([run.out], run.out.with_suffix(""))
     if as_json:
-        print(json.dumps(run.rows, indent=2))
+        print(strict_json(run.rows, indent=2))
         return
     render(run.rows, run.label, run.text_tokens, kv_budget)
     console.print(f"[dim]results: {escape(str(run.out))}[/]")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kvplan.cli.common import cli_errors, console
+from kvplan.cli.common import cli_errors, console, escape
 
 
 @cli_errors()
@@ -20,6 +20,6 @@ def report(
         from kvplan.report import write_report
 
         written = write_report(results, out)
-    console.print(f"wrote {written.index} ({len(written.charts)} charts, {len(written.files)} files)")
+    console.print(f"wrote {escape(str(written.index))} ({len(written.charts)} charts, {len(written.files)} files)")
     for alert in written.alerts:
-        console.print(f"[yellow]alert[/] {alert['alert']}: {alert['run']}: {alert['detail']}")
+        console.print(f"[yellow]alert[/] {escape(alert['alert'])}: {escape(alert['run'])}: {escape(alert['detail'])}")

@@ -189,7 +189,7 @@ def _max_context(inputs: PlanInputs, budget: float, batch: int) -> int:
 
 
 def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
-    model, gpu, tp = inputs.model, inputs.gpu, inputs.tp
+    model, tp = inputs.model, inputs.tp
     memory = engine_memory(inputs)
     usable, weights = memory.usable_bytes, memory.weight_bytes
     reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else memory.reserve_bytes

@@ -8,6 +8,7 @@ second. Every row equals what plan() gives for the same point (tests check this)
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import replace
 from typing import Any
@@ -16,6 +17,7 @@ from kvplan.plan.capacity import PlanInputs, engine_memory
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
+from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
 CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
@@ -33,12 +35,13 @@ def _number(text: str, kind: type, axis: str) -> float:
     if text and text[-1] in _SUFFIX and kind is int:
         scale, text = _SUFFIX[text[-1]], text[:-1]
     try:
-        value = kind(float(text) * scale) if kind is int else float(text)
+        value = float(text) * scale
     except ValueError:
         raise ValueError(f"--sweep {axis}: '{text}' is not a number; write e.g. {axis}=1k..128k or {axis}=1,2,4") from None
     if value <= 0:
-        raise ValueError(f"--sweep {axis}: values must be positive, got {value}")
-    return value
+        raise ValueError(f"--sweep {axis}: values must be positive, got {value:g}")
+    # issue 13: the same finite range (and whole numbers) as the flag of the same name
+    return check_number(axis, value, f"--sweep {axis}")
 
 
 def parse_axis(spec: str) -> tuple[str, list[Any]]:
@@ -51,23 +54,25 @@ def parse_axis(spec: str) -> tuple[str, list[Any]]:
         items = [v.strip() for v in values.split(",") if v.strip()]
         if not items:
             raise ValueError(f"--sweep {name}: no values given")
-        return name, items
+        return name, list(dict.fromkeys(items))  # a repeated value is one point, not two rows
     if name == "tp":
-        return name, [int(_number(v, int, name)) for v in values.split(",")]
+        return name, list(dict.fromkeys(int(_number(v, int, name)) for v in values.split(",")))
     if name not in NUMERIC_AXES:
         raise ValueError(f"--sweep: unknown axis '{name}'; use one of: "
                          f"{', '.join(sorted([*NUMERIC_AXES, *CATEGORICAL_AXES]))}")
     kind = NUMERIC_AXES[name]
     match = _RANGE.match(values)
     if not match:
-        return name, [_number(v, kind, name) for v in values.split(",")]
+        return name, list(dict.fromkeys(_number(v, kind, name) for v in values.split(",")))
     start, stop = _number(match["start"], kind, name), _number(match["stop"], kind, name)
     if stop < start:
         raise ValueError(f"--sweep {name}: range {values} runs backwards; write the smaller value first")
     points: list[float] = []
     step = _number(match["step"], kind, name) if match["step"] else None
+    count = (stop - start) / step if step else math.log2(stop / start)
+    check_grid_size([int(count) + 2], MAX_GRID_POINTS, f"--sweep {name}={values}", "use a larger step")
     value = start
-    while value <= stop * (1 + 1e-9) and len(points) < 1_000_000:
+    while value <= stop * (1 + 1e-9):
         points.append(value)
         value = value + step if step else value * 2
     if points[-1] != stop:
@@ -79,6 +84,8 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
     """Columns (numpy arrays or lists) for every point of the grid, in COLUMNS order."""
     import numpy as np
 
+    sizes = [len(values) for values in axes.values()]
+    check_grid_size(sizes, MAX_GRID_POINTS, "--sweep", "sweep fewer values or use coarser steps")
     models = [load_model(m) for m in axes.get("model", [])] or [base.model]
     gpus = [load_gpu(g) for g in axes.get("gpu", [])] or [base.gpu]
     formats = [parse_kv_format(f) for f in axes.get("kv-dtype", [])] or [base.kv_format]
@@ -144,8 +151,10 @@ def _concat(chunks: list[Any]) -> Any:
 def write_csv(columns: dict[str, Any], path: Any) -> None:
     import csv
 
+    from kvplan.results.atomic import atomic_file
+
     plain = [col.tolist() if hasattr(col, "tolist") else col for col in columns.values()]
-    with open(path, "w", newline="") as handle:
+    with atomic_file(path) as temp, open(temp, "w", newline="") as handle:  # issue 13: whole file or none
         writer = csv.writer(handle)
         writer.writerow(list(columns))
         writer.writerows(zip(*plain))

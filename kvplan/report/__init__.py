@@ -6,8 +6,6 @@ module level, so `import kvplan` stays light.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from kvplan.report.data import alerts as find_alerts
 from kvplan.report.data import comparison_table, load
 from kvplan.report.export import prometheus_text
 from kvplan.report.html import build_page
+from kvplan.results.atomic import swap_folder
 
 
 @dataclass(frozen=True)
@@ -27,13 +26,12 @@ class ReportOutput:
 
 
 def write_report(results: list[str | Path], out_dir: str | Path) -> ReportOutput:
-    """Render into a temporary folder and move the files into `out_dir` only when every
-    step succeeded, so a failed report leaves nothing half-written behind."""
+    """Render into a staging folder and swap it in place of `out_dir` as a whole only when
+    every step succeeded, so a failed or killed report leaves the previous one intact."""
     data = load(list(results))
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".kvplan-report-") as temp:
-        staging = Path(temp)
+
+    def build(staging: Path) -> tuple[list[str], list, list[dict[str, str]]]:
         names: list[str] = []
         comparison = comparison_table(data.bench) if not data.bench.empty else None
         alerts = find_alerts(data.bench) if not data.bench.empty else []
@@ -50,7 +48,9 @@ def write_report(results: list[str | Path], out_dir: str | Path) -> ReportOutput
         page = build_page(data, comparison, alerts, rendered, names)
         (staging / "index.html").write_text(page, encoding="utf-8")
         names.append("index.html")
-        for name in names:
-            shutil.move(str(staging / name), out_dir / name)
+        return names, rendered, alerts
+
+    # issue 13: one folder swap (results/atomic.py), not a file-by-file move
+    names, rendered, alerts = swap_folder(out_dir, build)
     return ReportOutput(out_dir / "index.html", [out_dir / n for n in names],
                         [item.name for item, _ in rendered], alerts)

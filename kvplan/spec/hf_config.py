@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvplan.spec.config_checks import check_config
 from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape, window_size
 from kvplan.spec.params import count_params
 from kvplan.spec import AttentionGroup, ModelSpec, dtype_bytes
@@ -116,6 +117,7 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
     if not isinstance(cfg, dict):
         raise ValueError(f"config of '{name}' must be a JSON object")
     cfg = text_config(cfg)
+    check_config(cfg, name, source)  # issue 13: every field's type, range and consistency, before any int()
     hidden = _positive_int(cfg, "hidden_size", name)
     num_layers = _positive_int(cfg, "num_layers", name)
     num_heads = _positive_int(cfg, "num_heads", name)

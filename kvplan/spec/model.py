@@ -7,8 +7,7 @@ Byte sizes are properties or small methods on these specs, so that every layer o
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvplan.spec.kv_format import KVFormat, dtype_bytes

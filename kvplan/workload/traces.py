@@ -20,8 +20,13 @@ In every format arrivals are made relative to the earliest request (so a trace a
 starts at t = 0) and multiplied by ``time_scale`` (0.5 replays twice as fast). Requests
 are sorted by arrival (stable, so ties keep file order) and numbered in that order.
 
-Detection (fmt=None): ``.csv`` -> azure; otherwise the first non-blank line decides:
-a JSON object with ``hash_ids`` -> mooncake, a ``TIMESTAMP,`` header -> azure, else generic.
+Detection (fmt=None): ``.csv`` -> azure; a first line starting ``TIMESTAMP,`` -> azure;
+otherwise the first 20 non-blank lines vote: objects with Mooncake's fields (``hash_ids``,
+``input_length``) against objects with generic ones; mooncake wins only with more votes.
+
+Files may start with a UTF-8 BOM. A line that is not UTF-8 is a bad line (named, skippable).
+A timestamp more than a year away from the trace's median arrival (1e300 ms, year 0001)
+is a bad line too: replayed, it would stretch the trace to ages and report 0 tokens/s.
 
 Bad lines (bad JSON, a missing, non-numeric, negative or zero field: a request needs at
 least one prompt and one output token) raise ValueError naming the file and 1-based line;
@@ -32,6 +37,7 @@ Blank lines are ignored everywhere.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -46,6 +52,8 @@ TRACE_FORMATS: tuple[str, ...] = ("mooncake", "azure", "generic")
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _EPOCH = datetime(1970, 1, 1)
+DETECT_LINES = 20
+OUTLIER_S = 366 * 86_400  # arrivals further than this from the median are typos, not traffic
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,8 @@ def _json_object(line: str) -> dict[str, Any]:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadLine(f"bad JSON ({e.msg})") from None
+    except RecursionError:
+        raise BadLine("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise BadLine("expected a JSON object")
     return obj
@@ -209,11 +219,26 @@ def _azure_row(cells: list[str]) -> tuple[int, int, int]:
 
 # --- readers: yield (line number, row or BadLine) ----------------------------------------
 
+def _open_text(path: Path, **options: Any) -> Any:
+    """Text with an optional UTF-8 BOM dropped; undecodable bytes kept as surrogates so the
+    line that holds them can be named (and skipped) instead of failing the whole file."""
+    return path.open(encoding="utf-8-sig", errors="surrogateescape", **options)
+
+
+def _check_utf8(text: str) -> None:
+    if not text.isascii():  # the fast path: almost every trace line is ASCII
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise BadLine(f"not UTF-8 text (byte {ord(text[e.start]) - 0xDC00:#04x} at column {e.start + 1})") from None
+
+
 def _read_jsonl(path: Path, parse: Callable[[str], _Row]) -> Iterator[tuple[int, _Row | BadLine]]:
-    with path.open(encoding="utf-8") as f:
+    with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             if line.strip():
                 try:
+                    _check_utf8(line)
                     yield lineno, parse(line)
                 except BadLine as e:
                     yield lineno, e
@@ -221,7 +246,7 @@ def _read_jsonl(path: Path, parse: Callable[[str], _Row]) -> Iterator[tuple[int,
 
 def _read_azure(path: Path) -> Iterator[tuple[int, _Row | BadLine]]:
     """Azure rows; times are nanoseconds since 1970 here and re-based after sorting."""
-    with path.open(newline="", encoding="utf-8") as f:
+    with _open_text(path, newline="") as f:
         reader = csv.reader(f)
         header = next((row for row in reader if row), None)
         if header is None:
@@ -233,6 +258,7 @@ def _read_azure(path: Path) -> Iterator[tuple[int, _Row | BadLine]]:
             if not cells or (len(cells) == 1 and not cells[0].strip()):
                 continue
             try:
+                _check_utf8("".join(cells))
                 ns, prompt_len, output_len = _azure_row(cells)
             except BadLine as e:
                 yield reader.line_num, e
@@ -247,21 +273,38 @@ def detect_format(path: Path) -> str:
     """Guess the trace format from the extension, then from the first non-blank line."""
     if path.suffix.lower() == ".csv":
         return "azure"
-    with path.open(encoding="utf-8") as f:
-        first = next((line.strip() for line in f if line.strip()), "")
-    if first.startswith("TIMESTAMP,"):
+    with _open_text(path) as f:
+        lines = [line.strip() for line in itertools.islice((line for line in f if line.strip()), DETECT_LINES)]
+    if lines and lines[0].startswith("TIMESTAMP,"):
         return "azure"
-    try:
-        obj = json.loads(first)
-    except json.JSONDecodeError:
-        return "generic"
-    return "mooncake" if isinstance(obj, dict) and "hash_ids" in obj else "generic"
+    # issue 13: a vote over the first lines, so one bad first line does not decide the format
+    mooncake = generic = 0
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            mooncake += "hash_ids" in obj or "input_length" in obj
+            generic += any(key in obj for key in ("prompt_len", "prompt_tokens", "arrival_s", "timestamp_ms"))
+    return "mooncake" if mooncake > generic else "generic"
 
 
 def _rows(path: Path, fmt: str) -> Iterator[tuple[int, _Row | BadLine]]:
     if fmt == "azure":
         return _read_azure(path)
     return _read_jsonl(path, _parse_mooncake if fmt == "mooncake" else _parse_generic)
+
+
+def _outliers(numbered: list[tuple[int, _Row]]) -> list[tuple[int, _Row]]:
+    """Rows whose arrival lies more than OUTLIER_S from the median arrival, in file order."""
+    if len(numbered) < 2:
+        return []
+    seconds = sorted(row.time / row.ticks_per_s for _, row in numbered)
+    median = seconds[len(seconds) // 2]
+    if seconds[-1] - seconds[0] <= OUTLIER_S:  # the fast path: nothing can be an outlier
+        return []
+    return [(n, row) for n, row in numbered if abs(row.time / row.ticks_per_s - median) > OUTLIER_S]
 
 
 def _to_requests(rows: list[_Row], time_scale: float, max_requests: int | None) -> list[Request]:
@@ -294,14 +337,26 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_lines: bool
     fmt = fmt or detect_format(path)
     rows: list[_Row] = []
     skipped = 0
+
+    def bad(lineno: int, problem: BadLine) -> None:
+        nonlocal skipped
+        if not skip_bad_lines:
+            raise ValueError(f"{path}:{lineno}: {problem} ({fmt} trace); fix the line or pass "
+                             "--skip-bad-lines (skip_bad_lines=True) to skip it")
+        skipped += 1
+
+    numbered: list[tuple[int, _Row]] = []
     for lineno, row in _rows(path, fmt):
         if isinstance(row, BadLine):
-            if not skip_bad_lines:
-                raise ValueError(f"{path}:{lineno}: {row} ({fmt} trace); fix the line or pass "
-                                 "--skip-bad-lines (skip_bad_lines=True) to skip it")
-            skipped += 1
+            bad(lineno, row)
         else:
-            rows.append(row)
+            numbered.append((lineno, row))
+    outliers = _outliers(numbered)
+    for lineno, row in outliers:
+        bad(lineno, BadLine(f"arrival time {row.time / row.ticks_per_s:.6g} s is more than a year away from "
+                            "the trace's median arrival"))
+    dropped = {lineno for lineno, _ in outliers}
+    rows = [row for lineno, row in numbered if lineno not in dropped]
     if not rows:
         raise ValueError(f"{path}: no valid requests in this {fmt} trace ({skipped} bad lines skipped); "
                          "check the file and its format")
