@@ -195,22 +195,25 @@ def test_report_is_swapped_in_whole(ws: Path, bench_record: dict[str, Any]) -> N
 
 
 def test_no_nan_or_infinity_is_ever_written(tmp_path: Path) -> None:
-    from kvplan.results import write_jsonl
+    from kvplan.results import make_record, write_jsonl
 
-    write_jsonl(tmp_path / "r.jsonl", [{"params": {"w_hit": float("nan")}, "timeseries": {"t": [float("inf")]}}])
+    record = make_record("bench", "r", "simulated", "paged", {"w_hit": float("nan")}, {"x": float("inf")},
+                         {"t": [float("inf")]})
+    write_jsonl(tmp_path / "r.jsonl", [record])
     text = (tmp_path / "r.jsonl").read_text()
     assert "NaN" not in text and "Infinity" not in text
-    assert json.loads(text) == {"params": {"w_hit": None}, "timeseries": {"t": [None]}}
+    written = json.loads(text)
+    assert (written["params"], written["metrics"], written["timeseries"]) == ({"w_hit": None}, {"x": None}, {"t": [None]})
 
 
 def test_a_failed_write_leaves_no_temp_file_and_keeps_the_old_one(tmp_path: Path) -> None:
-    from kvplan.results import write_jsonl
+    from kvplan.results import make_record, write_jsonl
 
     target = tmp_path / "r.jsonl"
     target.write_text("old\n")
 
     def records():  # the writer fails half-way, as a Ctrl-C or SIGTERM would
-        yield {"a": 1}
+        yield make_record("bench", "r", "simulated", "paged", {}, {})
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

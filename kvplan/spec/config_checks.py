@@ -70,27 +70,33 @@ FIELD_RULES: dict[str, FieldRule] = {
     # shape of the transformer (every alias hf_config.get_field accepts)
     **_dims("hidden_size", "n_embd", "d_model", "dim", "head_dim", "intermediate_size", "ffn_dim",
             "moe_intermediate_size", "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
-            "v_head_dim", "linear_key_head_dim", "linear_value_head_dim"),
+            "v_head_dim", "linear_key_head_dim", "linear_value_head_dim", "index_head_dim", "intermediate_size_mlp",
+            "global_head_dim"),
     **_dims("qk_rope_head_dim", "qk_nope_head_dim", low=0),
     **_dims("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_attention_heads", "n_head",
             "num_heads", "n_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
             "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim",
             "sliding_window_pattern", "full_attention_interval", "num_experts_per_tok", "experts_per_token",
-            "moe_topk", "moe_layer_freq", "decoder_sparse_step", high=COUNT_MAX),
+            "moe_topk", "moe_layer_freq", "decoder_sparse_step", "index_n_heads", "interleave_moe_layer_step",
+            "num_global_key_value_heads", "no_rope_layer_interval", high=COUNT_MAX),
     **_dims("n_routed_experts", "num_local_experts", "num_experts", "n_shared_experts", "first_k_dense_replace",
-            "max_window_layers", low=0, high=COUNT_MAX),
+            "max_window_layers", "num_kv_shared_layers", low=0, high=COUNT_MAX),
     **_dims("vocab_size", "padded_vocab_size", "max_position_embeddings", "n_positions", "max_seq_len",
-            "seq_length", "context_window_size", "sliding_window", high=LENGTH_MAX),
+            "seq_length", "context_window_size", "sliding_window", "attention_chunk_size", "index_topk",
+            "sliding_window_size", high=LENGTH_MAX),
     "num_parameters": FieldRule("int", 1, PARAMS_MAX),
     # switches
     **{name: FieldRule("bool") for name in ("tie_word_embeddings", "use_sliding_window", "multi_query",
-                                            "attention_bias", "enable_bias", "attn_output_gate")},
+                                            "attention_bias", "enable_bias", "attn_output_gate",
+                                            "attention_k_eq_v", "enable_moe_block")},
     # names and nested objects
     **{name: FieldRule("str") for name in ("model_type", "torch_dtype", "dtype", "mamba_ssm_dtype")},
     "quantization_config": FieldRule("dict"),
     "text_config": FieldRule("dict"),
     "layer_types": FieldRule("list[str]"),
     "mlp_only_layers": FieldRule("list[int]"),
+    "moe_layers": FieldRule("list[int]"),
+    "no_rope_layers": FieldRule("list[int]"),
 }
 
 # Fields inside nested objects: (object, field) -> rule.
