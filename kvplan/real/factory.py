@@ -109,7 +109,7 @@ class RealEngineFactory:
         recompute_s = 0.0
         if tiers is not None:  # real bytes: pinned host memory and files, timed
             disk = Path(self.tiers.disk_dir) if self.tiers.disk_dir else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
-            tiers.storage = TensorTierStorage(pool, disk)
+            tiers.storage = TensorTierStorage(pool, disk, on_restore=runner.forget_block)
             params = sum(p.numel() for p in loaded.model.parameters())
             recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
         allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,

@@ -83,6 +83,10 @@ class RealRunner:
             self.tokens[key] = tokens
         return tokens
 
+    def forget_block(self, block: int) -> None:
+        """A block refilled from an offload tier: its earlier tokens no longer describe it."""
+        self.block_tokens.pop(block, None)
+
     def _check_and_record(self, seq: Sequence, tokens: list[int], start: int, end: int) -> None:
         """Prefix-cache hits are found by hash; compare the tokens too, as a hit on another
         prompt's block would silently attend to the wrong KV. Blocks restored from an offload

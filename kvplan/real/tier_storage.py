@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ class TensorTierStorage:
     host: dict[int, list[Any]] = field(default_factory=dict)
     stats: dict[str, TransferStats] = field(default_factory=dict)
     warned: bool = False
+    # Called with a device block that a restore overwrote, so whoever remembers what the
+    # block held (the runner's token check on prefix hits) forgets its old content.
+    on_restore: Callable[[int], None] | None = None
 
     def _tensors(self) -> list[Any]:
         out = []
@@ -120,6 +124,8 @@ class TensorTierStorage:
             tensor[block].copy_(copy, non_blocking=False)
         if any(t.is_cuda for t in tensors):
             torch.cuda.synchronize()
+        if self.on_restore is not None:
+            self.on_restore(block)
         return self._record("cpu->device", sum(c.numel() * c.element_size() for c in copies), started)
 
     def lost(self, tier: str) -> None:
