@@ -15,7 +15,9 @@ from kvplan.sim.cluster import RouterConfig, run_cluster
 from kvplan.core.kv import ALLOCATORS, make_allocator
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
-from kvplan.sim.runner import SimulatedRunner
+from kvplan.sim.bench_client import run_client
+from kvplan.sim.step_model import StepModelRunner, step_model_params
+from kvplan.sim.vllm_metrics import serving_metrics
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.tiers import Tier, TieredCache
 from kvplan.spec.profiles import load_gpu, load_model
@@ -104,6 +106,11 @@ class BenchConfig:
     kernel_backend: str | None = None
     w_hit: float = 0.8
     w_load: float = 0.2
+    # Issue 15 (port onto the split configs): the step model's calibration file (None: the
+    # GPU family's shipped defaults), and the vLLM-bench client's concurrency cap / figures.
+    calibration: str | None = None
+    max_concurrency: int | None = None
+    vllm_figures: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -187,7 +194,9 @@ def build_engine(config: BenchConfig, optimization: Optimization) -> tuple[Engin
                                recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
     swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
     scheduler = replace(config.scheduler, swap_slots=swap_slots)
-    return Engine(allocator, SimulatedRunner(roofline), scheduler, sizing.max_model_len), sizing
+    # Issue 15: the calibrated step model replaces the bare roofline runner.
+    runner = StepModelRunner(roofline, step_model_params(config.calibration, roofline.gpu.family))
+    return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
 
 
 def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list[str],
@@ -231,6 +240,14 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
             metrics = run_cluster(engines, requests, RouterConfig(router, config.w_hit, config.w_load),
                                   config.block_size, report)
             timeseries: dict[str, list[float]] = {}
+        elif config.mode == "simulated" and (config.max_concurrency is not None or config.vllm_figures):
+            # Issue 15: the simulated `vllm bench serve` client (closed loop under a cap).
+            engines[0].progress = report
+            client = run_client(engines[0], requests, config.max_concurrency,
+                                float(config.workload.get("rate", math.inf)))
+            result = engines[0].result()
+            metrics, timeseries = dict(result.metrics), result.timeseries
+            metrics.update({f"vllm_{key}": value for key, value in serving_metrics(client).items()})
         else:
             result = engines[0].run(requests, report)
             metrics, timeseries = dict(result.metrics), result.timeseries
@@ -241,6 +258,8 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
             for direction, moved in (storage.stats.items() if storage is not None else ()):
                 metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s
                 metrics[f"measured_{direction.replace('->', '_to_')}_bytes"] = moved.bytes
+        if not loaded:  # issue 15: which step-model factors timed this run
+            metrics["step_model"] = engines[0].runner.params.source  # type: ignore[attr-defined]
         metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
         if optimization.prefix_caching:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
@@ -50,6 +52,18 @@ def _workload(workload: str, trace: Optional[Path], trace_format: Optional[str],
         info = {"kind": "trace", "path": str(trace), "format": loaded.fmt, "skipped_lines": loaded.skipped,
                 "time_scale": time_scale}
         return loaded.requests, info
+    if workload == "random" or math.isinf(rate):
+        # Issue 15: `vllm bench serve`-shaped streams (vLLM's random dataset, rate inf = all at t=0).
+        from kvplan.workload.vllm_bench import BenchLoad, bench_requests
+
+        if workload not in ("random", "sharegpt"):
+            raise ValueError(f"--rate inf goes with --workload random or sharegpt (vLLM's datasets), not {workload}")
+        load = BenchLoad(dataset=workload, num_prompts=num_requests or 1000, input_len=extra.pop("input_len", 1024),
+                         output_len=extra.pop("output_len", 128), range_ratio=extra.pop("range_ratio", 0.0),
+                         request_rate=rate, burstiness=extra.pop("burstiness", 1.0), seed=seed)
+        info = {"kind": workload, "rate": rate, "input_len": load.input_len, "output_len": load.output_len,
+                "range_ratio": load.range_ratio, "burstiness": load.burstiness}
+        return bench_requests(load), info
     try:
         requests = make_workload(workload, num_requests or 1000, rate=rate, arrival=arrival, cv=cv, seed=seed,
                                  max_model_len=max_model_len, stats_path=stats_path, **extra)
@@ -109,6 +123,14 @@ def bench(
     tokenizer: Annotated[Optional[Path], typer.Option(help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
     kv_budget: Annotated[Optional[int], typer.Option(help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
     report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
+    # Issue 15: vLLM-bench-shaped load and output, and the step model's calibration.
+    input_len: Annotated[int, typer.Option(help="--workload random: vLLM's --input-len.")] = 1024,
+    output_len: Annotated[int, typer.Option(help="--workload random: vLLM's --output-len.")] = 128,
+    random_range_ratio: Annotated[float, typer.Option(help="--workload random: lengths uniform in [L(1-r), L(1+r)] (current vLLM).")] = 0.0,
+    burstiness: Annotated[float, typer.Option(help="Gamma shape of vLLM-style send gaps (1 = Poisson), with --rate.")] = 1.0,
+    max_concurrency: Annotated[Optional[int], typer.Option(help="Closed loop like vllm bench serve --max-concurrency: at most N requests in flight.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option(help="Step-model calibration from `kvplan calibrate` (default: the GPU family's fitted factors).")] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table, or vllm: also print vLLM's 'Serving Benchmark Result' block per optimization.")] = "table",
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated or real mode)."""
@@ -139,9 +161,13 @@ def bench(
         raise ValueError(f"--max-model-len must be at least 2, got {max_model_len}")
     if num_requests is not None and num_requests < 1:
         raise ValueError(f"--num-requests must be at least 1, got {num_requests}")
+    if output_format not in ("table", "vllm"):
+        raise ValueError(f"--format must be table or vllm, got '{output_format}'")
+    vllm_params = {"input_len": input_len, "output_len": output_len, "range_ratio": random_range_ratio,
+                   "burstiness": burstiness} if workload == "random" or math.isinf(rate) else {}
     requests, workload_info = _workload(workload, trace, trace_format, skip_bad_lines, num_requests, rate, arrival,
                                         cv, seed, max_model_len, stats_path, time_scale,
-                                        _params(workload_param or []))
+                                        {**_params(workload_param or []), **vllm_params})
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")
     if samples > 1:
@@ -159,7 +185,9 @@ def bench(
                          model_dtype=model_dtype, kernel_backend=kernel_backend, kv_budget=kv_budget,
                          cpu_cache_gb=cpu_cache_gb, disk_cache_gb=disk_cache_gb, tier_policy=tier_policy,
                          host_link_gbps=host_link_gbps, nvme_gbps=nvme_gbps,
-                         disk_dir=str(disk_dir) if disk_dir else None)
+                         disk_dir=str(disk_dir) if disk_dir else None,
+                         calibration=str(calibration) if calibration else None, max_concurrency=max_concurrency,
+                         vllm_figures=output_format == "vllm")
     if mode == "simulated":
         for name in names:  # fail on impossible sizing before any progress bar is drawn
             size_engine(config, parse_optimization(name))
@@ -180,6 +208,13 @@ def bench(
         print(json.dumps([{"optimization": r["optimization"], **r["metrics"]} for r in records], indent=2))
         return
     render_comparison(records)
+    if output_format == "vllm":  # issue 15: lay beside a measured `vllm bench serve` run
+        from kvplan.sim.vllm_metrics import format_serving_block
+
+        for record in records:
+            figures = {k[5:]: v for k, v in record["metrics"].items() if k.startswith("vllm_")}
+            console.print(escape(format_serving_block(figures, f"modeled by kvplan: {record['optimization']}")),
+                          highlight=False)
     console.print(f"[dim]{len(requests):,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
                   f"results: {out}[/]")
     if report_index:
@@ -232,7 +267,8 @@ def render_comparison(records: list[dict[str, Any]]) -> None:
     table.add_row("throughput vs base", *(f"{r:.2f}x" for r in ratios))
     console.print(table)
     if mode == "simulated":
-        console.print("[dim]* modeled from the GPU roofline, not measured[/]")
+        source = records[0]["metrics"].get("step_model", "")  # issue 15
+        console.print(f"[dim]* modeled by the step model ({escape(source)}), not measured[/]")
     else:
         console.print("[dim]* measured wall-clock time[/]")
 
