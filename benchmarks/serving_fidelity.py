@@ -85,6 +85,10 @@ def main() -> int:
     loso: dict[str, dict[str, float]] = {}
     for sweep in sorted({r.sweep for r in runs}):
         held = [r for r in runs if r.sweep == sweep]
+        if not any(r.engine == "vllm" for r in held):  # nothing of it was fitted: the full fit is its LOSO fit
+            for run in held:
+                loso[run.run_id] = in_sample[run.run_id]
+            continue
         # A family with no other vLLM sweep is predicted by the all-family fit.
         wanted = {family(r) if any(o.engine == "vllm" and o.sweep != sweep and family(o) == family(r) for o in runs)
                   else "all" for r in held}

@@ -178,3 +178,34 @@ def test_shipped_dataset_replays(shared_data):
     runs, skipped = load_dataset(shared_data / "serving" / "serving_benchmarks.jsonl")
     assert len(runs) + len(skipped) == 103 and len(runs) >= 80
     assert {r.gpu for r in runs} == {"h100-80gb", "a100-80gb", "mi300x"}
+
+
+@pytest.mark.parametrize("gpu, version, kind, max_model_len, expected", [
+    ("h100", "v0.11.0", "serving", 40960, (1024, 8192, True)),  # V1, >= 70 GiB, not A100
+    ("mi300x", "0.10.0", "throughput", 8192, (1024, 16384, True)),  # offline LLM class
+    ("a100-80gb", "v0.11.0", "serving", 40960, (256, 2048, True)),  # the A100 exception (vLLM PR #17885)
+    ("a100-80gb", "", "latency", 8192, (256, 8192, True)),
+    ("h100", "0.6.3.post2", "serving", 91680, (256, 512, True)),  # V0: chunked prefill above 32K
+    ("h100", "0.6.0", "serving", 8192, (256, 8192, False)),  # V0 short context: whole prompts
+])
+def test_batch_defaults_follow_vllm(gpu, version, kind, max_model_len, expected):
+    from kvplan.sim.measured import batch_defaults
+
+    spec = load_gpu(gpu)
+    run = small_run(engine_version=version, benchmark=kind)
+    assert batch_defaults(run, spec.memory_gib, spec.display_name, max_model_len) == expected
+
+
+def test_fidelity_records_draw_the_report_chart(tmp_path):
+    from kvplan.report import write_report
+    from kvplan.results import make_record, write_jsonl
+
+    records = [make_record("fidelity", "serving-fidelity", "simulated", f"R{i}:output_throughput",
+                           {"record": f"R{i}", "metric": "output_throughput", "engine": "vllm"},
+                           {"measured": 100.0 * i, "datasheet": 250.0 * i, "loso": 110.0 * i})
+               for i in range(1, 4)]
+    path = tmp_path / "fidelity.jsonl"
+    write_jsonl(path, records)
+    report = write_report([path], tmp_path / "report")
+    assert (tmp_path / "report" / "serving_fidelity.png").is_file()
+    assert "Simulated vs measured" in report.index.read_text()

@@ -26,8 +26,9 @@ def calibrate(
     output_len: Annotated[Optional[int], typer.Option(help="random dataset: --output-len of the run (default: total output tokens / requests).")] = None,
     random_range_ratio: Annotated[float, typer.Option(help="random dataset: --random-range-ratio (current vLLM's definition).")] = 0.0,
     max_concurrency: Annotated[Optional[int], typer.Option(help="The run's --max-concurrency where the result file does not record it.")] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="The server's --max-num-seqs.")] = 256,
-    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="The server's --max-num-batched-tokens (default 8192).")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="The server's --max-num-seqs (default: vLLM's for the GPU and version).")] = None,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="The server's --max-num-batched-tokens (default: vLLM's for the GPU and version).")] = None,
+    engine_version: Annotated[str, typer.Option(help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: current.")] = "",
     out: Annotated[Path, typer.Option(help="Calibration file to write (JSON), for `kvplan bench --calibration`.")] = Path("calibration.json"),
 ) -> None:
     """Fit bandwidth / attention / FLOP/s factors and per-step overheads to measured runs; print the fit error per run."""
@@ -37,7 +38,8 @@ def calibrate(
     settings = {"model": load_model(model).name, "gpu": load_gpu(gpu).name, "tp": tp, "kv_dtype": kv_dtype,
                 "weight_dtype": weight_dtype, "engine": engine, "dataset": dataset, "input_len": input_len,
                 "output_len": output_len, "range_ratio": random_range_ratio, "max_concurrency": max_concurrency,
-                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                "engine_version": engine_version}
     with console.status("fitting the step model (simulating each run twice)..."):
         result = calibrate_results(results, settings, out)
     table = Table(title=f"fit error per run ({escape(result.params.source)})", header_style="bold", title_justify="left")

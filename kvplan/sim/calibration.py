@@ -34,7 +34,7 @@ from kvplan.core.scheduler import SchedulerConfig
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.bench_client import ClientRun, run_client
-from kvplan.sim.measured import MeasuredRun
+from kvplan.sim.measured import MeasuredRun, batch_defaults
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams, StepModelRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
@@ -43,11 +43,11 @@ from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 
 GIB = 2**30
 VLLM_BLOCK_SIZE = 16
-DEFAULT_BUDGET = 8192  # vLLM V1's max_num_batched_tokens for online serving on a datacenter GPU
 CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
 # Search space, log-scaled: (low, high) per factor.
 BOUNDS = {"bandwidth_factor": (0.05, 1.0), "attention_bandwidth_factor": (0.02, 1.0), "flops_factor": (0.05, 1.0),
           "overhead_s": (1e-5, 0.05), "overhead_per_seq_s": (1e-8, 1e-3)}
+INTERIOR = StepModelParams(0.6, 0.3, 0.5, 2e-3, 1e-5, source="typical interior start")
 
 
 # --- one run through the simulator ------------------------------------------------------
@@ -78,10 +78,13 @@ def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Reque
     model, gpu = load_model(run.model), load_gpu(run.gpu)
     fmt = parse_kv_format(run.kv_dtype, model)
     longest = max(r.prompt_len + r.output_len for r in requests)
-    max_model_len = max(longest, min(run.max_model_len or 8192, model.max_position_embeddings or 8192))
+    max_model_len = run.max_model_len or max(longest, model.max_position_embeddings or 8192)
     capacity = plan(PlanInputs(model=model, gpu=gpu, tp=run.tp, kv_format=fmt, context=max_model_len,
                                block_size=VLLM_BLOCK_SIZE, weight_dtype=run.weight_dtype), suggest=False)
-    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(run.tp) * run.max_num_seqs
+    seqs, tokens, chunked = batch_defaults(run, gpu.memory_gib, gpu.name, max_model_len)
+    if not chunked:
+        tokens = max(tokens, max_model_len)
+    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(run.tp) * seqs
     slot_bytes = model.kv_bytes_per_token(fmt, run.tp)
     blocks = math.floor(budget / (slot_bytes * VLLM_BLOCK_SIZE)) if budget > 0 else 0
     if blocks < 1:
@@ -89,8 +92,7 @@ def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Reque
     roofline = Roofline(model, gpu, run.tp, fmt, run.weight_dtype)
     allocator = make_allocator("paged", blocks * VLLM_BLOCK_SIZE, VLLM_BLOCK_SIZE, max_model_len,
                                recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
-    scheduler = SchedulerConfig(max_num_seqs=run.max_num_seqs,
-                                max_num_batched_tokens=run.max_num_batched_tokens or DEFAULT_BUDGET)
+    scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked)
     return Engine(allocator, StepModelRunner(roofline, params), scheduler, max_model_len)
 
 
@@ -223,12 +225,21 @@ def fit_replays(replays: list[Replay], start: StepModelParams = DATASHEET) -> di
     if not replays:
         raise ValueError("no measured run to fit: pass at least one result with output throughput, TPOT or latency")
 
+    # Each sweep weighs the same, however many loads it measured: mechanisms, not rows.
+    per_sweep: dict[str, int] = {}
+    for replay in replays:
+        per_sweep[replay.run.sweep] = per_sweep.get(replay.run.sweep, 0) + 1
+
     def loss(x: np.ndarray) -> float:
         factors = _to_factors(x)
-        return sum(e * e for r in replays for e in log_errors(r.run, r.predict(factors)))
+        return sum(e * e / per_sweep[r.run.sweep] for r in replays for e in log_errors(r.run, r.predict(factors)))
 
-    begin = {name: min(max(getattr(start, name), BOUNDS[name][0]), BOUNDS[name][1]) for name in FACTOR_NAMES}
-    best = nelder_mead(loss, np.log([begin[n] for n in FACTOR_NAMES]))
+    # Start inside the box (a corner start collapses the simplex on the clipped faces), from
+    # the given factors and from a typical interior point; keep the better, then polish.
+    starts = []
+    for origin in (start, INTERIOR):
+        starts.append(np.log([min(max(getattr(origin, n), BOUNDS[n][0] * 2), BOUNDS[n][1] * 0.9) for n in FACTOR_NAMES]))
+    best = min((nelder_mead(loss, x) for x in starts), key=loss)
     return _to_factors(nelder_mead(loss, best, iterations=120, step=0.2))
 
 

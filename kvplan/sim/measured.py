@@ -58,9 +58,11 @@ class MeasuredRun:
     max_concurrency: int | None = None
     weight_dtype: str | None = None
     kv_dtype: str = "auto"
-    max_num_seqs: int = 256
+    max_num_seqs: int | None = None  # None: the engine's default (batch_defaults)
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
+    engine_version: str = ""  # "" = current
+    chunked_prefill: bool | None = None
     total_input_tokens: int | None = None
     total_output_tokens: int | None = None
     measured: dict[str, float] = field(default_factory=dict)  # METRICS that the source shows
@@ -143,7 +145,7 @@ def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> 
         range_ratio=float(settings.get("range_ratio") or 0.0), num_prompts=completed,
         request_rate=math.inf if rate is None else rate, max_concurrency=int(concurrency) if concurrency else None,
         weight_dtype=settings.get("weight_dtype"), kv_dtype=settings.get("kv_dtype") or "auto",
-        max_num_seqs=int(settings.get("max_num_seqs") or 256),
+        max_num_seqs=settings.get("max_num_seqs"), engine_version=settings.get("engine_version") or "",
         max_num_batched_tokens=settings.get("max_num_batched_tokens"), max_model_len=settings.get("max_model_len"),
         total_input_tokens=int(total_in) if total_in else None, total_output_tokens=int(total_out) if total_out else None,
         measured=_measured(data))
@@ -211,7 +213,8 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         max_concurrency=record.get("max_concurrency"),
         weight_dtype="fp8" if "fp8" in quant else None,
         kv_dtype="fp8" if (kv == "fp8" or "fp8-kv" in quant) else "auto",
-        max_num_seqs=int(record.get("max_num_seqs") or 256),
+        max_num_seqs=record.get("max_num_seqs"), engine_version=str(record.get("engine_version") or ""),
+        chunked_prefill=record.get("enable_chunked_prefill"),
         max_num_batched_tokens=record.get("max_num_batched_tokens"), max_model_len=record.get("max_model_len"),
         total_input_tokens=record.get("total_input_tokens"), total_output_tokens=record.get("total_output_tokens"),
         measured=measured, caveat=caveat), ""
@@ -234,3 +237,33 @@ def load_dataset(path: Path) -> tuple[list[MeasuredRun], list[tuple[str, str]]]:
 
 def with_settings(run: MeasuredRun, **changes: Any) -> MeasuredRun:
     return replace(run, **changes)
+
+
+def _version(text: str) -> tuple[int, int]:
+    match = re.search(r"(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (99, 0)
+
+
+def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
+                   max_model_len: int) -> tuple[int, int, bool]:
+    """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with.
+
+    The run's own settings where it states them, else vLLM's defaults for its version:
+    - V1 (vLLM >= 0.8; EngineArgs.get_batch_defaults): GPUs with >= 70 GiB that are not an
+      A100 get 1024 sequences and 8192 tokens for `vllm serve` (16384 for the offline LLM
+      class: bench throughput / latency); others 256 sequences and 2048 (8192 offline);
+      chunked prefill on.
+    - V0 (vLLM 0.5-0.7): 256 sequences; chunked prefill only for max_model_len > 32K, then
+      with a 512-token budget; otherwise one prompt per step up to max(max_model_len, 2048).
+    SGLang runs get the V1 figures (a named simplification: its own defaults differ).
+    """
+    offline = run.benchmark in ("throughput", "latency")
+    if run.engine == "vllm" and _version(run.engine_version) < (0, 8):
+        chunked = run.chunked_prefill if run.chunked_prefill is not None else max_model_len > 32768
+        budget = run.max_num_batched_tokens or (512 if chunked else max(max_model_len, 2048))
+        return run.max_num_seqs or 256, budget, chunked
+    big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
+    seqs = 1024 if big else 256
+    budget = (16384 if big else 8192) if offline else (8192 if big else 2048)
+    chunked = True if run.chunked_prefill is None else run.chunked_prefill
+    return run.max_num_seqs or seqs, run.max_num_batched_tokens or budget, chunked
