@@ -29,13 +29,14 @@ from typing import Any, Callable
 import numpy as np
 
 from kvplan.core.engine import Engine
-from kvplan.core.kv import make_allocator
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.core.setup import Optimization, SizingConfig
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.measured import MeasuredRun, batch_defaults
-from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams, StepModelRunner, default_params
+from kvplan.sim.factory import SimulatedEngineFactory
+from kvplan.sim.step_model import (CALIBRATION_FORMAT, DATASHEET, FACTOR_NAMES, StepModelParams,
+                                 load_calibration)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.workload.request import Request
@@ -43,7 +44,6 @@ from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 
 GIB = 2**30
 VLLM_BLOCK_SIZE = 16
-CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
 # Search space, log-scaled: (low, high) per factor.
 BOUNDS = {"bandwidth_factor": (0.05, 1.0), "attention_bandwidth_factor": (0.02, 1.0), "flops_factor": (0.05, 1.0),
           "overhead_s": (1e-5, 0.05), "overhead_per_seq_s": (1e-8, 1e-3)}
@@ -74,26 +74,22 @@ def _requests(run: MeasuredRun) -> list[Request]:
 
 
 def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Request]) -> Engine:
-    """A paged engine sized like vLLM's for the run's model, GPU and TP (utilization 0.9)."""
+    """A paged engine sized like vLLM's for the run's model, GPU and TP (utilization 0.9),
+    built by the same factory as `kvplan bench`'s simulated engines."""
     model, gpu = load_model(run.model), load_gpu(run.gpu)
-    fmt = parse_kv_format(run.kv_dtype, model)
     longest = max(r.prompt_len + r.output_len for r in requests)
     max_model_len = run.max_model_len or max(longest, model.max_position_embeddings or 8192)
-    capacity = plan(PlanInputs(model=model, gpu=gpu, tp=run.tp, kv_format=fmt, context=max_model_len,
-                               block_size=VLLM_BLOCK_SIZE, weight_dtype=run.weight_dtype), suggest=False)
     seqs, tokens, chunked = batch_defaults(run, gpu.memory_gib, gpu.name, max_model_len)
     if not chunked:
         tokens = max(tokens, max_model_len)
-    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(run.tp) * seqs
-    slot_bytes = model.kv_bytes_per_token(fmt, run.tp)
-    blocks = math.floor(budget / (slot_bytes * VLLM_BLOCK_SIZE)) if budget > 0 else 0
-    if blocks < 1:
-        raise ValueError(f"{run.run_id}: {run.model} does not fit on {run.tp} x {run.gpu}")
-    roofline = Roofline(model, gpu, run.tp, fmt, run.weight_dtype)
-    allocator = make_allocator("paged", blocks * VLLM_BLOCK_SIZE, VLLM_BLOCK_SIZE, max_model_len,
-                               recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
+    sizing = SizingConfig(model=run.model, gpu=run.gpu, tp=run.tp, kv_dtype=run.kv_dtype, block_size=VLLM_BLOCK_SIZE,
+                          max_model_len=max_model_len, weight_dtype=run.weight_dtype)
     scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked)
-    return Engine(allocator, StepModelRunner(roofline, params), scheduler, max_model_len)
+    try:
+        engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(Optimization("paged"))
+    except ValueError as err:
+        raise ValueError(f"{run.run_id}: {err}") from None
+    return engine
 
 
 def simulate(run: MeasuredRun, params: StepModelParams, record: bool = False) -> tuple[dict[str, float], ClientRun]:
@@ -268,26 +264,6 @@ def write_calibration(path: Path, params: StepModelParams, gpu: str, engine: str
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
-
-
-def load_calibration(path: str | Path) -> StepModelParams:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"calibration file '{path}' cannot be read ({err}); write one with `kvplan calibrate`") from None
-    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
-        raise ValueError(f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`")
-    try:
-        return StepModelParams(**{n: float(data["params"][n]) for n in FACTOR_NAMES},
-                               source=f"calibration {path.name} ({data.get('source', '')})")
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
-
-
-def step_model_params(calibration: str | None, family: str) -> StepModelParams:
-    """A calibration file's factors if one is given, else the GPU family's shipped defaults."""
-    return load_calibration(calibration) if calibration else default_params(family)
 
 
 @dataclass(frozen=True)

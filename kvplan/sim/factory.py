@@ -15,8 +15,7 @@ from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, Tie
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
-from kvplan.sim.calibration import step_model_params
-from kvplan.sim.step_model import StepModelRunner
+from kvplan.sim.step_model import StepModelParams, StepModelRunner, step_model_params
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
 
@@ -54,8 +53,9 @@ class SimulatedEngineFactory:
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
     mode: str = "simulated"
     # Issue 15, opt-in: None times steps by the bare roofline; "fitted" by the calibrated step
-    # model with the GPU family's committed factors; any other value is a `kvplan calibrate` file.
-    step_model: str | None = None
+    # model with the GPU family's committed factors; any other text is a `kvplan calibrate` file;
+    # StepModelParams: these factors (the calibration fit replays runs with trial factors).
+    step_model: str | StepModelParams | None = None
 
     def check(self, optimization: Optimization) -> None:
         size_engine(self.sizing, self.scheduler, optimization)
@@ -79,7 +79,9 @@ class SimulatedEngineFactory:
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
         scheduler = replace(self.scheduler, swap_slots=swap_slots)
         runner = SimulatedRunner(roofline)
-        if self.step_model is not None:
+        if isinstance(self.step_model, StepModelParams):
+            runner = StepModelRunner(roofline, self.step_model)
+        elif self.step_model is not None:
             calibration = None if self.step_model == "fitted" else self.step_model
             runner = StepModelRunner(roofline, step_model_params(calibration, roofline.gpu.family))
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing

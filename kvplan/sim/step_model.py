@@ -34,9 +34,11 @@ overhead absorbs, one all-reduce algorithm (ring) for every message size.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import asdict, dataclass, replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from kvplan.core.scheduler import StepPlan
@@ -167,3 +169,26 @@ def default_params(family: str) -> StepModelParams:
     source = f"default for GPU family '{family}'" + ("" if family in table else " (all-family fit: no runs of this family)")
     return StepModelParams(**{k: float(entry[k]) for k in FACTOR_NAMES},
                            source=f"{source}, fitted on {fitted_on}" if fitted_on else source)
+
+
+CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
+
+
+def load_calibration(path: str | Path) -> StepModelParams:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"calibration file '{path}' cannot be read ({err}); write one with `kvplan calibrate`") from None
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
+        raise ValueError(f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`")
+    try:
+        return StepModelParams(**{n: float(data["params"][n]) for n in FACTOR_NAMES},
+                               source=f"calibration {path.name} ({data.get('source', '')})")
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
+
+
+def step_model_params(calibration: str | None, family: str) -> StepModelParams:
+    """A calibration file's factors if one is given, else the GPU family's shipped defaults."""
+    return load_calibration(calibration) if calibration else default_params(family)
