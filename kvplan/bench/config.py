@@ -53,12 +53,25 @@ class BenchConfig:
     mode: str = "simulated"
     seed: int = 0
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
+    # Step timing (issue 15, opt-in): None = the roofline runner; "fitted" = the calibrated step
+    # model with the GPU family's committed factors; else a `kvplan calibrate` file. Recorded
+    # only when set, so default runs keep their params and run ids.
+    step_model: str | None = None
+    # The simulated `vllm bench serve` client (issue 15, opt-in): a closed loop with at most
+    # max_concurrency requests in flight, and/or vLLM-named figures (vllm_*) in the metrics.
+    max_concurrency: int | None = None
+    vllm_figures: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--mode must be simulated or real, got '{self.mode}'")
         if self.mode == "real" and self.cluster.pods > 1:
             raise ValueError("--pods needs simulated mode; real mode runs one engine")
+        if self.step_model is not None and self.mode != "simulated":
+            raise ValueError("--step-model / --calibration time simulated steps; drop them with --mode real")
+        if (self.max_concurrency is not None or self.vllm_figures) and (self.mode != "simulated"
+                                                                        or self.cluster.pods > 1):
+            raise ValueError("--max-concurrency and --format vllm need simulated mode with one pod")
 
     @classmethod
     def from_flat(cls, **settings: Any) -> BenchConfig:
@@ -85,7 +98,10 @@ FLAT_NAMES: dict[str, str | None] = {
     **{f.name: "sizing" for f in fields(SizingConfig) if f.name != "swap_space_gib"},
     "scheduler": None, "swap_space_gib": "sizing", "seed": None, "workload": None, "pods": "cluster",
     "routers": "cluster", "kv_budget": None, **{f.name: "tiers" for f in fields(TierConfig)}, "mode": None,
-    **{f.name: "real" for f in fields(RealConfig)}, "w_hit": "cluster", "w_load": "cluster"}
+    **{f.name: "real" for f in fields(RealConfig)}, "w_hit": "cluster", "w_load": "cluster", "step_model": None,
+    "max_concurrency": None, "vllm_figures": None}
+# Settings recorded only when set (added after results files existed; None = the old behaviour).
+OPTIONAL_NAMES = frozenset({"step_model", "max_concurrency", "vllm_figures"})
 
 
 def flat_settings(config: BenchConfig) -> dict[str, Any]:
@@ -93,6 +109,8 @@ def flat_settings(config: BenchConfig) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for name, group in FLAT_NAMES.items():
         value = getattr(getattr(config, group) if group else config, name)
+        if name in OPTIONAL_NAMES and value in (None, False):
+            continue
         flat[name] = asdict(value) if name == "scheduler" else copy.deepcopy(value)
     return flat
 

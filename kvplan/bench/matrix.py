@@ -4,6 +4,7 @@ every engine is sized the same way and runs the same scheduler and metrics code.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from kvplan.bench.config import BenchConfig, record_params, run_id
@@ -13,7 +14,9 @@ from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, tr
 from kvplan.core.setup import EngineFactory
 from kvplan.results import ResultRecord, make_record
 from kvplan.sim.cluster import RouterConfig, run_cluster
+from kvplan.sim.bench_client import run_client
 from kvplan.sim.factory import SimulatedEngineFactory
+from kvplan.sim.vllm_metrics import serving_metrics
 from kvplan.workload.request import Request
 
 
@@ -23,7 +26,8 @@ def engine_factory(config: BenchConfig) -> EngineFactory:
         from kvplan.real.factory import RealEngineFactory  # torch: only in real mode
 
         return RealEngineFactory(config.sizing, config.real, config.scheduler, config.tiers, config.seed)
-    return SimulatedEngineFactory(config.sizing, config.scheduler, config.tiers, config.kv_budget)
+    return SimulatedEngineFactory(config.sizing, config.scheduler, config.tiers, config.kv_budget,
+                                  step_model=config.step_model)
 
 
 def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list[str],
@@ -62,6 +66,14 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
             metrics = run_cluster(engines, requests, RouterConfig(router, cluster.w_hit, cluster.w_load),
                                   block_size, report)
             timeseries: dict[str, list[float]] = {}
+        elif config.max_concurrency is not None or config.vllm_figures:
+            # Issue 15: the simulated `vllm bench serve` client (closed loop under a cap).
+            engines[0].progress = report
+            client = run_client(engines[0], requests, config.max_concurrency,
+                                float(config.workload.get("rate", math.inf)))
+            result = engines[0].result()
+            metrics, timeseries = dict(result.metrics), result.timeseries
+            metrics.update({f"vllm_{key}": value for key, value in serving_metrics(client).items()})
         else:
             result = engines[0].run(requests, report)
             metrics, timeseries = dict(result.metrics), result.timeseries

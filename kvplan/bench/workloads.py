@@ -1,7 +1,8 @@
 """The request stream of a bench run, with the defaults `kvplan bench` and `kvplan sweep`
 share: a synthetic generator or a replayed trace, max_model_len defaulting to 4096 for
 synthetic workloads and to the model's maximum for traces (capped at 4096 in real mode),
-and --samples parallel samples per request."""
+--samples parallel samples per request, and (issue 15) `vllm bench serve`-shaped streams:
+--workload random (vLLM's random dataset) or --rate inf (every request sent at t = 0)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from kvplan.spec import ModelSpec
 from kvplan.workload import load_trace, make_workload
 from kvplan.workload.request import Request
+from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_NUM_REQUESTS = 1000
@@ -36,6 +38,16 @@ class WorkloadSpec:
     time_scale: float = 1.0
     samples: int = 1
     params: dict[str, Any] = field(default_factory=dict)  # generator settings (--workload-param)
+    # vLLM-bench settings (issue 15), read for --workload random or --rate inf only.
+    input_len: int = 1024
+    output_len: int = 128
+    random_range_ratio: float = 0.0
+    burstiness: float = 1.0
+
+    @property
+    def vllm_shaped(self) -> bool:
+        """Sent the way `vllm bench serve` sends: its random dataset, or all at t = 0."""
+        return self.trace is None and (self.kind == "random" or self.rate == math.inf)
 
     def __post_init__(self) -> None:
         if self.num_requests is not None and self.num_requests < 1:
@@ -75,6 +87,8 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
         requests, skipped = loaded.requests, loaded.skipped
         info = {"kind": "trace", "path": str(spec.trace), "format": loaded.fmt, "skipped_lines": skipped,
                 "time_scale": spec.time_scale}
+    elif spec.vllm_shaped:
+        requests, info = _vllm_bench_workload(spec, seed)
     else:
         try:
             requests = make_workload(spec.kind, spec.num_requests or DEFAULT_NUM_REQUESTS, rate=spec.rate,
@@ -87,6 +101,17 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
         requests = [dataclasses.replace(r, n=spec.samples) for r in requests]
         info["samples"] = spec.samples
     return Workload(requests, info, max_model_len, skipped)
+
+
+def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], dict[str, Any]]:
+    if spec.kind not in ("random", "sharegpt"):
+        raise ValueError(f"--rate inf goes with --workload random or sharegpt (vLLM's datasets), not {spec.kind}")
+    load = BenchLoad(dataset=spec.kind, num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
+                     input_len=spec.input_len, output_len=spec.output_len, range_ratio=spec.random_range_ratio,
+                     request_rate=spec.rate, burstiness=spec.burstiness, seed=seed)
+    info = {"kind": spec.kind, "rate": spec.rate, "input_len": load.input_len, "output_len": load.output_len,
+            "range_ratio": load.range_ratio, "burstiness": load.burstiness}
+    return bench_requests(load), info
 
 
 def parse_workload_params(pairs: list[str]) -> dict[str, Any]:

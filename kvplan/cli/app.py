@@ -7,6 +7,7 @@ import typer
 from kvplan import __version__
 from kvplan.cli import profiles
 from kvplan.cli.bench import bench
+from kvplan.cli.calibrate import calibrate
 from kvplan.cli.estimate import estimate
 from kvplan.cli.explain import explain
 from kvplan.cli.report import report
@@ -22,6 +23,7 @@ app = typer.Typer(
 app.command("estimate")(estimate)
 app.command("explain")(explain)
 app.command("bench")(bench)
+app.command("calibrate")(calibrate)
 app.command("report")(report)
 app.command("sweep")(sweep)
 app.add_typer(profiles.app, name="profiles")

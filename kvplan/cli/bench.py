@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -69,6 +70,15 @@ def bench(
     tokenizer: Annotated[Optional[Path], typer.Option(help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
     kv_budget: Annotated[Optional[int], typer.Option(help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
     report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
+    # Issue 15: vLLM-bench-shaped load, and the opt-in calibrated step model.
+    input_len: Annotated[int, typer.Option(help="--workload random: vLLM's --input-len.")] = 1024,
+    output_len: Annotated[int, typer.Option(help="--workload random: vLLM's --output-len.")] = 128,
+    random_range_ratio: Annotated[float, typer.Option(help="--workload random: lengths uniform in [L(1-r), L(1+r)] (current vLLM).")] = 0.0,
+    burstiness: Annotated[float, typer.Option(help="--workload random or --rate inf: gamma shape of vLLM-style send gaps (1 = Poisson).")] = 1.0,
+    step_model: Annotated[Optional[str], typer.Option(help="Time steps with the calibrated step model: 'fitted' (the GPU family's committed factors). Default: the bare roofline.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option(help="Time steps with the step model fitted by `kvplan calibrate` (this file).")] = None,
+    max_concurrency: Annotated[Optional[int], typer.Option(help="Closed loop like vllm bench serve --max-concurrency: at most N requests in flight.")] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table, or vllm: also print vLLM's 'Serving Benchmark Result' block per optimization.")] = "table",
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated or real mode)."""
@@ -77,14 +87,21 @@ def bench(
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.core.scheduler import SchedulerConfig
 
-    check_numbers({"tp": tp, "rate": rate, "cv": cv, "num-requests": num_requests,  # issue 13: finite, in range
+    check_numbers({"tp": tp, "rate": None if rate == math.inf else rate, "cv": cv, "num-requests": num_requests,  # issue 13: finite, in range
                    "max-model-len": max_model_len, "block-size": block_size,
                    "gpu-memory-utilization": gpu_memory_utilization, "kv-cache-gib": kv_cache_gib,
                    "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens,
                    "swap-space-gib": swap_space_gib, "seed": seed, "time-scale": time_scale, "pods": pods,
                    "w-hit": w_hit, "w-load": w_load, "cpu-cache-gb": cpu_cache_gb, "disk-cache-gb": disk_cache_gb,
                    "host-link-gbps": host_link_gbps, "nvme-gbps": nvme_gbps, "layers": layers,
-                   "samples": samples, "kv-budget": kv_budget})
+                   "samples": samples, "kv-budget": kv_budget, "input-len": input_len, "output-len": output_len,
+                   "random-range-ratio": random_range_ratio, "burstiness": burstiness, "max-concurrency": max_concurrency})
+    if output_format not in ("table", "vllm"):
+        raise ValueError(f"--format must be table or vllm, got '{output_format}'")
+    if step_model is not None and step_model != "fitted":
+        raise ValueError(f"--step-model must be 'fitted' (or give --calibration FILE), got '{step_model}'")
+    if step_model is not None and calibration is not None:
+        raise ValueError("--step-model fitted and --calibration FILE exclude each other; pick one")
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
     if not names:
         raise ValueError(f"--optimizations {optimizations!r} names no optimization; write e.g. "
@@ -111,11 +128,14 @@ def bench(
                          disk_dir=str(disk_dir) if disk_dir else None),
         real=RealConfig(device=device, model_path=str(model_path) if model_path else None, layers=layers,
                         model_dtype=model_dtype, kernel_backend=kernel_backend),
-        mode=mode, seed=seed, kv_budget=kv_budget)
+        mode=mode, seed=seed, kv_budget=kv_budget, step_model=str(calibration) if calibration else step_model,
+        max_concurrency=max_concurrency, vllm_figures=output_format == "vllm")
     spec = WorkloadSpec(kind=workload, trace=str(trace) if trace is not None else None, trace_format=trace_format,
                         skip_bad_lines=skip_bad_lines, num_requests=num_requests, rate=rate, arrival=arrival, cv=cv,
                         stats_path=str(stats_path) if stats_path is not None else None, time_scale=time_scale,
-                        samples=samples, params=parse_workload_params(workload_param or []))
+                        samples=samples, params=parse_workload_params(workload_param or []),
+                        input_len=input_len, output_len=output_len, random_range_ratio=random_range_ratio,
+                        burstiness=burstiness)
     if mode == "real" and model_path is None:
         _warn_real_footprint(model, layers, model_dtype, device)
     started = time.perf_counter()
@@ -138,6 +158,13 @@ def bench(
         print(strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
         return
     render_comparison(records)
+    if output_format == "vllm":  # issue 15: lay beside a measured `vllm bench serve` run
+        from kvplan.sim.vllm_metrics import format_serving_block
+
+        for record in records:
+            figures = {k[5:]: v for k, v in record.metrics.items() if k.startswith("vllm_")}
+            console.print(escape(format_serving_block(figures, f"modeled by kvplan: {record.optimization}")),
+                          highlight=False)
     console.print(f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
                   f"results: {escape(str(outcome.out))}[/]")
     if report_index:
@@ -212,7 +239,9 @@ def render_comparison(records: list[ResultRecord]) -> None:
     table.add_row("throughput vs base", *(f"{r:.2f}x" for r in ratios))
     console.print(table)
     if mode == "simulated":
-        console.print("[dim]* modeled from the GPU roofline, not measured[/]")
+        source = base.get("step_model")  # issue 15: set when the calibrated step model timed the run
+        console.print(f"[dim]* modeled by the step model ({escape(str(source))}), not measured[/]" if source
+                      else "[dim]* modeled from the GPU roofline, not measured[/]")
     else:
         console.print("[dim]* measured wall-clock time[/]")
 

@@ -356,3 +356,32 @@ def study_ttft_vs_rate(data: ReportData) -> Figure:
     ax.set_ylabel("p90 TTFT (s)")
     ax.legend(fontsize=7)
     return figure
+
+
+def has_fidelity(data: ReportData) -> bool:
+    return not data.fidelity.empty
+
+
+FIDELITY_METRICS = (("output_throughput", "output tokens/s"), ("mean_tpot_ms", "mean TPOT (ms)"),
+                    ("mean_ttft_ms", "mean TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
+
+
+@chart("serving_fidelity", "Simulated vs measured vLLM runs: datasheet roofline and leave-one-sweep-out step model",
+       has_fidelity)
+def serving_fidelity(data: ReportData) -> Figure:
+    frame = data.fidelity
+    shown = [(m, label) for m, label in FIDELITY_METRICS if (frame["metric"] == m).any()]
+    figure, axes = new_figure(width=4.0 * len(shown), height=4.0, cols=len(shown))
+    for ax, (metric, label) in zip(axes[0], shown):
+        rows = frame[frame["metric"] == metric]
+        for column, color, name in (("datasheet", "#adb5bd", "datasheet"), ("loso", "#1c7ed6", "calibrated (LOSO)")):
+            ax.scatter(rows["measured"], rows[column], s=12, color=color, label=name)
+        low = float(min(rows["measured"].min(), rows[["datasheet", "loso"]].min().min()))
+        high = float(max(rows["measured"].max(), rows[["datasheet", "loso"]].max().max()))
+        ax.plot([low, high], [low, high], color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"kvplan {label}")
+        ax.legend(fontsize=7)
+    return figure

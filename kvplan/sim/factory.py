@@ -1,5 +1,6 @@
 """Simulated engines for `kvplan bench`: the KV pool sized from the capacity plan of the
-target GPU, the allocator of the optimization, and the roofline step-time runner."""
+target GPU, the allocator of the optimization, and the roofline step-time runner (or, opted
+in with step_model, issue 15's calibrated StepModelRunner)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, Tie
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
+from kvplan.sim.step_model import StepModelParams, StepModelRunner, step_model_params
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
 
@@ -50,6 +52,10 @@ class SimulatedEngineFactory:
     tiers: TierConfig = TierConfig()
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
     mode: str = "simulated"
+    # Issue 15, opt-in: None times steps by the bare roofline; "fitted" by the calibrated step
+    # model with the GPU family's committed factors; any other text is a `kvplan calibrate` file;
+    # StepModelParams: these factors (the calibration fit replays runs with trial factors).
+    step_model: str | StepModelParams | None = None
 
     def check(self, optimization: Optimization) -> None:
         size_engine(self.sizing, self.scheduler, optimization)
@@ -72,7 +78,16 @@ class SimulatedEngineFactory:
                                    recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
         scheduler = replace(self.scheduler, swap_slots=swap_slots)
-        return Engine(allocator, SimulatedRunner(roofline), scheduler, sizing.max_model_len), sizing
+        runner = SimulatedRunner(roofline)
+        if isinstance(self.step_model, StepModelParams):
+            runner = StepModelRunner(roofline, self.step_model)
+        elif self.step_model is not None:
+            calibration = None if self.step_model == "fitted" else self.step_model
+            runner = StepModelRunner(roofline, step_model_params(calibration, roofline.gpu.family))
+        return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
+        runner = getattr(engine.runner, "runner", engine.runner)  # under the bench client's StepObserver
+        if isinstance(runner, StepModelRunner):  # which step-model factors timed this run
+            return {"step_model": runner.params.source}
         return {}

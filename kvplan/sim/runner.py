@@ -31,13 +31,16 @@ class SimulatedRunner:
         self.flops_per_pair = sum(f for _, _, f in self.groups)
         self.host_link = host_link_bytes_per_s or roofline.gpu.host_link_gbps * 1e9
 
+    def attention_costs(self, plan: StepPlan) -> tuple[float, float]:
+        """KV bytes read and attention FLOPs of the step, each sequence at its own context
+        (shared with kvplan.sim.step_model, issue 15)."""
+        if self.windowed:
+            return self._windowed_costs(plan)
+        return plan.context_tokens * self.read_bytes_per_token, plan.attention_pairs * self.flops_per_pair
+
     def step_time(self, plan: StepPlan) -> float:
         """Modeled seconds for one step (the plan's tokens are not yet counted as computed)."""
-        if self.windowed:
-            kv_bytes, flops = self._windowed_costs(plan)
-        else:
-            kv_bytes = plan.context_tokens * self.read_bytes_per_token
-            flops = plan.attention_pairs * self.flops_per_pair
+        kv_bytes, flops = self.attention_costs(plan)
         seconds = self.roofline.step_time(plan.num_tokens, flops, kv_bytes)
         swapped = plan.swapped_in_slots + plan.swapped_out_slots
         if swapped:

@@ -24,6 +24,12 @@ class GpuSpec:
     host_link_gbps: float = 64.0
     nvme_gbps: float = 7.0
     price_per_hour: float | None = None
+    # GPU-to-GPU link for tensor-parallel all-reduce (issue 15 step model; see profiles/gpus.toml).
+    family: str = "other"
+    interconnect: str = "pcie-gen4"
+    interconnect_gbps: float = 32.0  # per GPU, per direction
+    interconnect_latency_us: float = 15.0  # one small all-reduce (a kvplan assumption, not a datasheet figure)
+    interconnect_source: str = "kvplan default: PCIe Gen4 x16"
     aliases: tuple[str, ...] = field(default_factory=tuple)
     # What CUDA reports as total memory (torch.cuda.mem_get_info, vLLM's total_gpu_memory):
     # less than the datasheet's capacity (ECC, driver reservations). None: not observed.

@@ -1,0 +1,57 @@
+"""`kvplan calibrate`: fit the simulator's step model to a user's own measured runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kvplan.cli.common import GpuOpt, KvDtypeOpt, ModelOpt, TpOpt, cli_errors, console, error_console
+
+
+@cli_errors("out")
+def calibrate(
+    results: Annotated[list[Path], typer.Argument(help="`vllm bench serve --save-result` JSON files, or text files holding vLLM's printed 'Serving Benchmark Result' block.")],
+    model: ModelOpt = "llama-3.1-8b",
+    gpu: GpuOpt = "h100",
+    tp: TpOpt = 1,
+    kv_dtype: KvDtypeOpt = "auto",
+    weight_dtype: Annotated[Optional[str], typer.Option(help="Weight dtype the server ran (e.g. fp8); default: the model's.")] = None,
+    engine: Annotated[str, typer.Option(help="Engine that produced the results (recorded in the file).")] = "vllm",
+    dataset: Annotated[str, typer.Option(help="The benchmark's dataset: random or sharegpt.")] = "random",
+    input_len: Annotated[Optional[int], typer.Option(help="random dataset: --input-len of the run (default: total input tokens / requests).")] = None,
+    output_len: Annotated[Optional[int], typer.Option(help="random dataset: --output-len of the run (default: total output tokens / requests).")] = None,
+    random_range_ratio: Annotated[float, typer.Option(help="random dataset: --random-range-ratio (current vLLM's definition).")] = 0.0,
+    max_concurrency: Annotated[Optional[int], typer.Option(help="The run's --max-concurrency where the result file does not record it.")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="The server's --max-num-seqs (default: vLLM's for the GPU and version).")] = None,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="The server's --max-num-batched-tokens (default: vLLM's for the GPU and version).")] = None,
+    engine_version: Annotated[str, typer.Option(help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: current.")] = "",
+    out: Annotated[Path, typer.Option(help="Calibration file to write (JSON), for `kvplan bench --calibration`.")] = Path("calibration.json"),
+) -> None:
+    """Fit bandwidth / attention / FLOP/s factors and per-step overheads to measured runs; print the fit error per run."""
+    from kvplan.sim.calibration import calibrate_results
+    from kvplan.spec.profiles import load_gpu, load_model
+
+    settings = {"model": load_model(model).name, "gpu": load_gpu(gpu).name, "tp": tp, "kv_dtype": kv_dtype,
+                "weight_dtype": weight_dtype, "engine": engine, "dataset": dataset, "input_len": input_len,
+                "output_len": output_len, "range_ratio": random_range_ratio, "max_concurrency": max_concurrency,
+                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                "engine_version": engine_version}
+    with console.status("fitting the step model (simulating each run twice)..."):
+        result = calibrate_results(results, settings, out)
+    table = Table(title=f"fit error per run ({escape(result.params.source)})", header_style="bold", title_justify="left")
+    for column in ("run", "figure", "measured", "kvplan", "error"):
+        table.add_column(column, justify="left" if column in ("run", "figure") else "right")
+    for row in result.rows:
+        table.add_row(escape(row["run"]), row["metric"], f"{row['measured']:,.2f}", f"{row['predicted']:,.2f}",
+                      f"{100 * row['error']:+.1f}%")
+    console.print(table)
+    params = result.params
+    console.print(f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
+                  f"FLOP/s x{params.flops_factor:.3f}, overhead {1000 * params.overhead_s:.3f} ms/step "
+                  f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence")
+    error_console.print(f"[dim]calibration: {out}; use it with kvplan bench --calibration {out} "
+                        f"(or calibration = \"{out}\" in a sweep file)[/]")

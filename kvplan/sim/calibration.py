@@ -1,0 +1,299 @@
+"""Replay measured benchmark runs in the simulator and fit the step model's factors.
+
+simulate(): one MeasuredRun through a paged engine (vLLM's defaults: block size 16,
+chunked prefill, recompute preemption) with the calibrated step model, driven by the
+simulated `vllm bench` client; returns the predicted figures.
+
+Fitting without re-simulating: with rate inf, a concurrency cap or an offline batch, which
+sequences run in which step does not depend on how long steps take, only on token budgets
+and pool size. So one simulation records each step's raw costs (bytes, FLOPs, sequences,
+all-reduce) and each request's first and last step; any factors then give step times
+t_i(theta) and, by a cumulative sum (with the idle gaps of open-loop runs kept as release
+times), every request's TTFT, TPOT and the run's throughput in microseconds. For
+finite-rate open-loop runs batching does depend on timing, so the fit is repeated from a
+fresh simulation at the fitted factors (fit() does two rounds).
+
+The objective is the sum of squared log errors of output throughput, mean TPOT, batch
+latency and (only where TTFT is not queue-dominated) mean TTFT, minimized over log factors
+by Nelder-Mead (numpy only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from kvplan.core.engine import Engine
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.setup import Optimization, SizingConfig
+from kvplan.plan.roofline import Roofline
+from kvplan.sim.bench_client import ClientRun, run_client
+from kvplan.sim.measured import MeasuredRun, batch_defaults
+from kvplan.sim.factory import SimulatedEngineFactory
+from kvplan.sim.step_model import (CALIBRATION_FORMAT, DATASHEET, FACTOR_NAMES, StepModelParams,
+                                 load_calibration)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
+from kvplan.spec import parse_kv_format
+from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.workload.request import Request
+from kvplan.workload.vllm_bench import BenchLoad, bench_requests
+
+GIB = 2**30
+VLLM_BLOCK_SIZE = 16
+# Search space, log-scaled: (low, high) per factor.
+BOUNDS = {"bandwidth_factor": (0.05, 1.0), "attention_bandwidth_factor": (0.02, 1.0), "flops_factor": (0.05, 1.0),
+          "overhead_s": (1e-5, 0.05), "overhead_per_seq_s": (1e-8, 1e-3)}
+INTERIOR = StepModelParams(0.6, 0.3, 0.5, 2e-3, 1e-5, source="typical interior start")
+
+
+# --- one run through the simulator ------------------------------------------------------
+
+def _requests(run: MeasuredRun) -> list[Request]:
+    n = run.num_prompts
+    out_len = run.output_len or 128
+    in_len = run.input_len or 1024
+    if run.total_output_tokens and run.dataset == "random":
+        out_len = max(1, round(run.total_output_tokens / n))  # the run's actual outputs (EOS could stop early)
+    offline = run.benchmark in ("throughput", "latency")
+    load = BenchLoad(dataset=run.dataset, num_prompts=n, input_len=in_len, output_len=out_len,
+                     range_ratio=run.range_ratio, request_rate=math.inf if offline else run.request_rate,
+                     max_concurrency=None if offline else run.max_concurrency)
+    if run.dataset != "sharegpt":
+        return bench_requests(load)
+    plain = bench_requests(load)
+    prompt_scale = output_scale = 1.0
+    if run.total_input_tokens:
+        prompt_scale = run.total_input_tokens / sum(r.prompt_len for r in plain)
+    if run.total_output_tokens:
+        output_scale = run.total_output_tokens / sum(r.output_len for r in plain)
+    return bench_requests(load, prompt_scale, output_scale)
+
+
+def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Request]) -> Engine:
+    """A paged engine sized like vLLM's for the run's model, GPU and TP (utilization 0.9),
+    built by the same factory as `kvplan bench`'s simulated engines."""
+    model, gpu = load_model(run.model), load_gpu(run.gpu)
+    longest = max(r.prompt_len + r.output_len for r in requests)
+    max_model_len = run.max_model_len or max(longest, model.max_position_embeddings or 8192)
+    seqs, tokens, chunked = batch_defaults(run, gpu.memory_gib, gpu.name, max_model_len)
+    if not chunked:
+        tokens = max(tokens, max_model_len)
+    sizing = SizingConfig(model=run.model, gpu=run.gpu, tp=run.tp, kv_dtype=run.kv_dtype, block_size=VLLM_BLOCK_SIZE,
+                          max_model_len=max_model_len, weight_dtype=run.weight_dtype)
+    scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked)
+    try:
+        engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(Optimization("paged"))
+    except ValueError as err:
+        raise ValueError(f"{run.run_id}: {err}") from None
+    return engine
+
+
+def simulate(run: MeasuredRun, params: StepModelParams, record: bool = False) -> tuple[dict[str, float], ClientRun]:
+    """Predicted figures (the keys of MeasuredRun.measured) for the run under `params`."""
+    requests = _requests(run)
+    engine = build_engine(run, params, requests)
+    offline = run.benchmark in ("throughput", "latency")
+    client = run_client(engine, requests, None if offline else run.max_concurrency,
+                        math.inf if offline else run.request_rate, token_times=record, record_costs=record)
+    return figures(client), client
+
+
+def figures(client: ClientRun) -> dict[str, float]:
+    done = client.finished
+    duration = client.duration_s or 1e-12
+    ttft = [s.first_token_s - s.request.arrival_s for s in done]
+    tpot = [(s.finish_s - s.first_token_s) / (s.request.output_len - 1) for s in done if s.request.output_len > 1]
+    return {"output_throughput": sum(s.request.output_len for s in done) / duration,
+            "mean_ttft_ms": 1000 * float(np.mean(ttft)) if ttft else math.nan,
+            "mean_tpot_ms": 1000 * float(np.mean(tpot)) if tpot else math.nan,
+            "latency_avg_s": client.duration_s}
+
+
+# --- replay: the same schedule under other factors ------------------------------------
+
+@dataclass(frozen=True)
+class Replay:
+    run: MeasuredRun
+    peak_bandwidth: float
+    peak_flops: float
+    weight_bytes: np.ndarray
+    kv_bytes: np.ndarray
+    flops: np.ndarray
+    sequences: np.ndarray
+    fixed_s: np.ndarray  # all-reduce + swap/transfer seconds, not scaled by any factor
+    release: np.ndarray
+    scheduled: np.ndarray
+    send_step: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    outputs: np.ndarray
+
+    @classmethod
+    def record(cls, run: MeasuredRun, params: StepModelParams) -> Replay:
+        _, client = simulate(run, params, record=True)
+        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, 7)
+        ids = sorted(client.first_step)
+        runner_roof = load_gpu(run.gpu)
+        model = load_model(run.model)
+        roof = Roofline(model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype)
+        lengths = {s.request.request_id: s.request.output_len for s in client.finished}
+        return cls(run, roof.bandwidth, roof.peak_flops, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
+                   rows[:, 4] + rows[:, 5], rows[:, 6], np.array([client.scheduled_s[i] for i in ids]),
+                   np.array([client.send_step[i] for i in ids], dtype=np.int64),
+                   np.array([client.first_step[i] for i in ids], dtype=np.int64),
+                   np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
+                   np.array([lengths[i] for i in ids], dtype=float))
+
+    def predict(self, factors: dict[str, float]) -> dict[str, float]:
+        dt = (factors["overhead_s"] + factors["overhead_per_seq_s"] * self.sequences + self.fixed_s
+              + np.maximum(self.weight_bytes / (self.peak_bandwidth * factors["bandwidth_factor"])
+                           + self.kv_bytes / (self.peak_bandwidth * factors["attention_bandwidth_factor"]),
+                           self.flops / (self.peak_flops * factors["flops_factor"])))
+        total = np.cumsum(dt)
+        before = total - dt
+        end = total + np.maximum(0.0, np.maximum.accumulate(self.release - before))
+        send = np.where(self.send_step >= 0, np.maximum(self.scheduled, end[np.maximum(self.send_step, 0)]),
+                        self.scheduled)
+        ttft = end[self.first] - send
+        multi = self.outputs > 1
+        tpot = (end[self.last] - end[self.first])[multi] / (self.outputs[multi] - 1)
+        duration = float(end[-1]) if len(end) else 1e-12
+        return {"output_throughput": float(self.outputs.sum()) / duration,
+                "mean_ttft_ms": 1000 * float(ttft.mean()), "mean_tpot_ms": 1000 * float(tpot.mean()) if multi.any() else math.nan,
+                "latency_avg_s": duration}
+
+
+def compared(run: MeasuredRun) -> list[str]:
+    """Which measured figures a fit or a fidelity check compares for this run."""
+    return [k for k in run.measured if not (k == "mean_ttft_ms" and run.queue_dominated)]
+
+
+def log_errors(run: MeasuredRun, predicted: dict[str, float]) -> list[float]:
+    return [math.log(max(predicted[k], 1e-12) / run.measured[k]) for k in compared(run)
+            if math.isfinite(predicted.get(k, math.nan))]
+
+
+# --- the fit ------------------------------------------------------------------------------
+
+def _to_factors(x: np.ndarray) -> dict[str, float]:
+    out = {}
+    for value, name in zip(x, FACTOR_NAMES):
+        low, high = BOUNDS[name]
+        out[name] = float(math.exp(min(max(value, math.log(low)), math.log(high))))
+    return out
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, iterations: int = 250, step: float = 0.5) -> np.ndarray:
+    """Plain Nelder-Mead (reflection 1, expansion 2, contraction 0.5, shrink 0.5)."""
+    simplex = [x0] + [x0 + step * np.eye(len(x0))[i] for i in range(len(x0))]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < 1e-6 * (1.0 + abs(values[0])):
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex]
+                values = [f(x) for x in simplex]
+    return simplex[int(np.argmin(values))]
+
+
+def fit_replays(replays: list[Replay], start: StepModelParams = DATASHEET) -> dict[str, float]:
+    """Factors minimizing the summed squared log errors over the replays' compared figures."""
+    if not replays:
+        raise ValueError("no measured run to fit: pass at least one result with output throughput, TPOT or latency")
+
+    # Each sweep weighs the same, however many loads it measured: mechanisms, not rows.
+    per_sweep: dict[str, int] = {}
+    for replay in replays:
+        per_sweep[replay.run.sweep] = per_sweep.get(replay.run.sweep, 0) + 1
+
+    def loss(x: np.ndarray) -> float:
+        factors = _to_factors(x)
+        return sum(e * e / per_sweep[r.run.sweep] for r in replays for e in log_errors(r.run, r.predict(factors)))
+
+    # Start inside the box (a corner start collapses the simplex on the clipped faces), from
+    # the given factors and from a typical interior point; keep the better, then polish.
+    starts = []
+    for origin in (start, INTERIOR):
+        starts.append(np.log([min(max(getattr(origin, n), BOUNDS[n][0] * 2), BOUNDS[n][1] * 0.9) for n in FACTOR_NAMES]))
+    best = min((nelder_mead(loss, x) for x in starts), key=loss)
+    return _to_factors(nelder_mead(loss, best, iterations=120, step=0.2))
+
+
+def fit(runs: list[MeasuredRun], label: str, rounds: int = 2,
+        progress: Callable[[str], None] | None = None) -> StepModelParams:
+    """Fit the factors to measured runs: simulate, fit on the replays, repeat from the fit."""
+    params = DATASHEET
+    for _ in range(rounds):
+        replays = []
+        for run in runs:
+            if progress:
+                progress(run.run_id)
+            replays.append(Replay.record(run, params))
+        params = DATASHEET.with_factors(fit_replays(replays, params), f"fitted on {label}")
+    return params
+
+
+# --- the calibration file ---------------------------------------------------------------
+
+def write_calibration(path: Path, params: StepModelParams, gpu: str, engine: str,
+                      rows: list[dict[str, Any]]) -> None:
+    data = {"format": CALIBRATION_FORMAT, "gpu": gpu, "engine": engine,
+            "params": {name: getattr(params, name) for name in FACTOR_NAMES}, "source": params.source,
+            "fit_errors": rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    params: StepModelParams
+    rows: list[dict[str, Any]]  # per input run and figure: measured, predicted, error
+
+
+def calibrate_results(paths: list[Path], settings: dict[str, Any], out: Path,
+                      progress: Callable[[str], None] | None = None) -> CalibrationResult:
+    """`kvplan calibrate`: read measured results, fit the factors, write the calibration file.
+
+    settings carries what result files do not say (model, gpu, tp, engine limits, dataset
+    lengths); every run must be on the same GPU. The file is written only after the fit.
+    """
+    from kvplan.sim.measured import read_result
+
+    if not paths:
+        raise ValueError("no result files given; pass one or more `vllm bench serve --save-result` JSONs or pasted blocks")
+    runs = [read_result(path, settings) for path in paths]
+    runs = [run for run in runs if compared(run)]
+    if not runs:
+        raise ValueError("none of the results has output throughput, TPOT or a non-queue-dominated TTFT to fit")
+    label = f"{len(runs)} run(s) of {runs[0].model} on {runs[0].tp} x {runs[0].gpu} ({runs[0].engine})"
+    params = fit(runs, label, progress=progress)
+    rows = []
+    for run in runs:
+        predicted, _ = simulate(run, params)
+        for metric in compared(run):
+            rows.append({"run": run.run_id, "metric": metric, "measured": run.measured[metric],
+                         "predicted": predicted[metric], "error": predicted[metric] / run.measured[metric] - 1.0})
+    write_calibration(out, params, runs[0].gpu, runs[0].engine, rows)
+    return CalibrationResult(params, rows)

@@ -1,0 +1,269 @@
+"""Measured benchmark runs, read from what vLLM writes or prints, or from kvplan's dataset.
+
+Three inputs give one MeasuredRun each:
+
+- the JSON `vllm bench serve --save-result` writes (keys from vllm/benchmarks/serve.py:
+  duration, completed, total_input_tokens, total_output_tokens, request_throughput,
+  output_throughput, total_token_throughput, mean/median/p99 _ttft_ms, _tpot_ms, _itl_ms,
+  _e2el_ms, plus the run's own num_prompts, request_rate, burstiness, max_concurrency,
+  model_id);
+- the printed "Serving Benchmark Result" block pasted into a text file (the labels vLLM
+  prints, e.g. "Output token throughput (tok/s):");
+- a line of ../shared/data/serving/serving_benchmarks.jsonl (serve, throughput, latency).
+
+What the files do not say (GPU, tensor parallel size, the engine's max_num_seqs and token
+budget) comes from the caller: `kvplan calibrate --gpu --tp ...`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "latency_avg_s")
+
+# vLLM's printed labels -> its JSON keys (serve.py prints "{:<40} {:<10.2f}").
+BLOCK_LABELS = {
+    "Successful requests": "completed", "Failed requests": "failed",
+    "Maximum request concurrency": "max_concurrency", "Request rate configured (RPS)": "request_rate",
+    "Benchmark duration (s)": "duration", "Total input tokens": "total_input_tokens",
+    "Total generated tokens": "total_output_tokens", "Request throughput (req/s)": "request_throughput",
+    "Output token throughput (tok/s)": "output_throughput", "Total token throughput (tok/s)": "total_token_throughput",
+    **{f"{stat} {name} (ms)": f"{key}_{name.lower()}_ms" for stat, key in (("Mean", "mean"), ("Median", "median"), ("P99", "p99"))
+       for name in ("TTFT", "TPOT", "ITL", "E2EL")},
+}
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured benchmark run and the settings a simulation needs to replay it."""
+
+    run_id: str
+    sweep: str
+    benchmark: str  # serving, throughput or latency
+    model: str
+    gpu: str
+    tp: int
+    engine: str = "vllm"
+    dataset: str = "random"
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float = 0.0
+    num_prompts: int = 1000
+    request_rate: float = math.inf
+    max_concurrency: int | None = None
+    weight_dtype: str | None = None
+    kv_dtype: str = "auto"
+    max_num_seqs: int | None = None  # None: the engine's default (batch_defaults)
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    engine_version: str = ""  # "" = current
+    chunked_prefill: bool | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    measured: dict[str, float] = field(default_factory=dict)  # METRICS that the source shows
+    caveat: str = ""
+
+    @property
+    def queue_dominated(self) -> bool:
+        """TTFT mostly measures waiting: everything sent at once (or faster than served) with no cap."""
+        return self.max_concurrency is None and (math.isinf(self.request_rate) or self.request_rate >= 100)
+
+
+def _float(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _measured(values: dict[str, Any]) -> dict[str, float]:
+    found = {}
+    for key in METRICS:
+        value = _float(values.get(key))
+        if value is not None and value > 0:
+            found[key] = value
+    return found
+
+
+def read_vllm_json(path: Path, settings: dict[str, Any]) -> MeasuredRun:
+    """A `vllm bench serve --save-result` file; `settings` supplies model/gpu/tp and engine limits."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable vLLM result JSON ({err}); pass the file --save-result wrote") from None
+    if not isinstance(data, dict) or "output_throughput" not in data:
+        raise ValueError(f"{path}: no 'output_throughput' key; pass a `vllm bench serve --save-result` JSON")
+    return _serving_run(path, data, settings)
+
+
+def read_vllm_block(path: Path, settings: dict[str, Any]) -> MeasuredRun:
+    """vLLM's printed "Serving Benchmark Result" block, pasted into a text file."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read ({err})") from None
+    if "Serving Benchmark Result" not in text:
+        raise ValueError(f"{path}: no 'Serving Benchmark Result' block; paste vLLM's printed result into it")
+    values: dict[str, Any] = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*([^:]+):\s+([-+0-9.eEinf]+)\s*$", line)
+        if match and match.group(1).strip() in BLOCK_LABELS:
+            values[BLOCK_LABELS[match.group(1).strip()]] = _float(match.group(2))
+    if "output_throughput" not in values:
+        raise ValueError(f"{path}: the block has no 'Output token throughput (tok/s)' line; paste the whole block")
+    return _serving_run(path, values, settings)
+
+
+def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> MeasuredRun:
+    for key in ("model", "gpu"):
+        if not settings.get(key) and not (key == "model" and data.get("model_id")):
+            raise ValueError(f"{path}: the result does not name the {key}; pass --{key}")
+    completed = int(_float(data.get("completed")) or settings.get("num_prompts") or 0)
+    if completed < 1:
+        raise ValueError(f"{path}: no completed requests in the result; pass a run that finished requests")
+    total_in, total_out = _float(data.get("total_input_tokens")), _float(data.get("total_output_tokens"))
+    dataset = settings.get("dataset") or "random"
+    input_len = settings.get("input_len") or (round(total_in / completed) if total_in else None)
+    output_len = settings.get("output_len") or (round(total_out / completed) if total_out else None)
+    if dataset == "random" and not (input_len and output_len):
+        raise ValueError(f"{path}: the result has no token totals; pass --input-len and --output-len")
+    rate = _float(data.get("request_rate"))
+    concurrency = _float(data.get("max_concurrency")) or settings.get("max_concurrency")
+    return MeasuredRun(
+        run_id=path.name, sweep=settings.get("sweep") or path.name, benchmark="serving",
+        model=settings.get("model") or str(data.get("model_id")), gpu=settings["gpu"], tp=int(settings.get("tp") or 1),
+        engine=settings.get("engine") or "vllm", dataset=dataset, input_len=input_len, output_len=output_len,
+        range_ratio=float(settings.get("range_ratio") or 0.0), num_prompts=completed,
+        request_rate=math.inf if rate is None else rate, max_concurrency=int(concurrency) if concurrency else None,
+        weight_dtype=settings.get("weight_dtype"), kv_dtype=settings.get("kv_dtype") or "auto",
+        max_num_seqs=settings.get("max_num_seqs"), engine_version=settings.get("engine_version") or "",
+        max_num_batched_tokens=settings.get("max_num_batched_tokens"), max_model_len=settings.get("max_model_len"),
+        total_input_tokens=int(total_in) if total_in else None, total_output_tokens=int(total_out) if total_out else None,
+        measured=_measured(data))
+
+
+def read_result(path: Path, settings: dict[str, Any]) -> MeasuredRun:
+    """A JSON result or a pasted text block, told apart by content."""
+    if not path.is_file():
+        raise ValueError(f"result file '{path}' does not exist; pass a --save-result JSON or a pasted result block")
+    head = path.read_text(errors="replace").lstrip()[:1]
+    return read_vllm_json(path, settings) if head == "{" else read_vllm_block(path, settings)
+
+
+# --- the shipped dataset ---------------------------------------------------------------
+
+# GPU strings in the dataset -> kvplan profiles ("memory variant not stated" A100 read as 80GB).
+GPU_NAMES = (("mi300x", "mi300x"), ("h100", "h100-80gb"), ("a100", "a100-80gb"))
+MODEL_NAMES = (("405b", "llama-3.1-405b"), ("70b", "llama-3.1-70b"), ("3.1-8b", "llama-3.1-8b"),
+               ("qwen3-14b", "qwen3-14b"), ("gpt-oss-20b", "gpt-oss-20b"))
+
+
+def _lookup(text: str, table: tuple[tuple[str, str], ...]) -> str | None:
+    lowered = text.lower()
+    return next((name for key, name in table if key in lowered), None)
+
+
+def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
+    """A serving_benchmarks.jsonl line as a MeasuredRun, or None and why it cannot be replayed."""
+    gpu = _lookup(record.get("gpu") or "", GPU_NAMES)
+    model = _lookup(record.get("model") or "", MODEL_NAMES)
+    if not gpu or not model:
+        return None, f"no kvplan profile for {record.get('model')} on {record.get('gpu')}"
+    kind = record.get("benchmark")
+    dataset = "sharegpt" if (record.get("dataset") or "").startswith("sharegpt") else "random"
+    measured: dict[str, float] = {}
+    out_tps = _float(record.get("output_throughput")) or _float(record.get("throughput_output_tokens_per_s"))
+    total_tps = _float(record.get("throughput_total_tokens_per_s"))
+    in_len, out_len = record.get("input_len"), record.get("output_len")
+    if out_tps is None and total_tps and in_len and out_len:
+        out_tps = total_tps * out_len / (in_len + out_len)  # fixed lengths: the output share of the total
+    if out_tps:
+        measured["output_throughput"] = out_tps
+    for key in ("mean_ttft_ms", "mean_tpot_ms"):
+        value = _float(record.get(key)) or _float(record.get(key.replace("mean", "median")))
+        if value:
+            measured[key] = value
+    if kind == "latency" and record.get("latency_avg_s"):
+        measured = {"latency_avg_s": float(record["latency_avg_s"])}
+    if dataset == "random" and not (in_len and out_len):
+        return None, "random dataset without input/output lengths"
+    if not measured:
+        return None, "no comparable figure (output tok/s, TTFT, TPOT or latency) in the record"
+    num_prompts = record.get("num_prompts") or record.get("successful_requests") or record.get("latency_batch_size") or 100
+    if kind == "latency":
+        num_prompts = record["latency_batch_size"]
+    quant = (record.get("quantization") or "").lower()
+    kv = (record.get("kv_cache_dtype") or "").lower()
+    caveat = record.get("notes") or ""
+    return MeasuredRun(
+        run_id=record["record_id"], sweep=record.get("sweep_id") or record["record_id"],
+        benchmark="serving" if kind == "serving" else kind, model=model, gpu=gpu,
+        tp=int(record.get("tensor_parallel_size") or 1), engine=record.get("engine") or "vllm", dataset=dataset,
+        input_len=in_len, output_len=out_len,
+        num_prompts=int(num_prompts), request_rate=_float(record.get("request_rate")) or math.inf,
+        max_concurrency=record.get("max_concurrency"),
+        weight_dtype="fp8" if "fp8" in quant else None,
+        kv_dtype="fp8" if (kv == "fp8" or "fp8-kv" in quant) else "auto",
+        max_num_seqs=record.get("max_num_seqs"), engine_version=str(record.get("engine_version") or ""),
+        chunked_prefill=record.get("enable_chunked_prefill"),
+        max_num_batched_tokens=record.get("max_num_batched_tokens"), max_model_len=record.get("max_model_len"),
+        total_input_tokens=record.get("total_input_tokens"), total_output_tokens=record.get("total_output_tokens"),
+        measured=measured, caveat=caveat), ""
+
+
+def load_dataset(path: Path) -> tuple[list[MeasuredRun], list[tuple[str, str]]]:
+    """Every replayable record of serving_benchmarks.jsonl, and (record_id, reason) for the rest."""
+    runs, skipped = [], []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        run, why = dataset_run(record)
+        if run is None:
+            skipped.append((record.get("record_id", "?"), why))
+        else:
+            runs.append(run)
+    return runs, skipped
+
+
+def with_settings(run: MeasuredRun, **changes: Any) -> MeasuredRun:
+    return replace(run, **changes)
+
+
+def _version(text: str) -> tuple[int, int]:
+    match = re.search(r"(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (99, 0)
+
+
+def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
+                   max_model_len: int) -> tuple[int, int, bool]:
+    """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with.
+
+    The run's own settings where it states them, else vLLM's defaults for its version:
+    - V1 (vLLM >= 0.8; EngineArgs.get_batch_defaults): GPUs with >= 70 GiB that are not an
+      A100 get 1024 sequences and 8192 tokens for `vllm serve` (16384 for the offline LLM
+      class: bench throughput / latency); others 256 sequences and 2048 (8192 offline);
+      chunked prefill on.
+    - V0 (vLLM 0.5-0.7): 256 sequences; chunked prefill only for max_model_len > 32K, then
+      with a 512-token budget; otherwise one prompt per step up to max(max_model_len, 2048).
+    SGLang runs get the V1 figures (a named simplification: its own defaults differ).
+    """
+    offline = run.benchmark in ("throughput", "latency")
+    if run.engine == "vllm" and _version(run.engine_version) < (0, 8):
+        chunked = run.chunked_prefill if run.chunked_prefill is not None else max_model_len > 32768
+        budget = run.max_num_batched_tokens or (512 if chunked else max(max_model_len, 2048))
+        return run.max_num_seqs or 256, budget, chunked
+    big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
+    seqs = 1024 if big else 256
+    budget = (16384 if big else 8192) if offline else (8192 if big else 2048)
+    chunked = True if run.chunked_prefill is None else run.chunked_prefill
+    return run.max_num_seqs or seqs, run.max_num_batched_tokens or budget, chunked

@@ -1,0 +1,194 @@
+"""The calibrated step-time model: what one engine step costs on a real server.
+
+The plain roofline (kvplan.plan.roofline) charges a step max(bytes / HBM peak, FLOPs /
+tensor peak). Real engines pay more, and this model adds each cost as a mechanism with
+few parameters, so a fit on published runs carries over to other models and loads:
+
+    t = overhead_s + overhead_per_seq_s x sequences
+        + max(weight bytes / (bandwidth_factor x HBM peak)
+              + KV bytes / (attention_bandwidth_factor x HBM peak),
+              FLOPs / (flops_factor x tensor peak))
+        + all_reduce
+
+- weight bytes: what one forward pass reads (every dense weight; for MoE only the experts
+  the batch's tokens route to, uniform routing: E(1 - (1 - k/E)^tokens)); KV bytes: what
+  each scheduled sequence's attention reads at its own context (sliding windows read only
+  the window). They get separate factors because paged-attention kernels reach a lower
+  share of HBM bandwidth than the weight GEMMs do. A chunked-prefill step mixing prefill chunks and decodes reads the weights once
+  for all of them and pays each sequence's attention separately.
+- FLOPs: 2 x active parameters per token, plus attention QK^T and PV per (query, key) pair.
+- all_reduce (tensor parallel only): 2 per layer (after attention and after the MLP), each
+  of tokens x hidden x 2 bytes (bf16 activations), ring algorithm: latency +
+  2 (tp - 1) / tp x message / link bandwidth, with the link's bandwidth and latency from the
+  GPU profile (NVLink, Infinity Fabric or PCIe).
+- overhead_s: fixed per-step cost (scheduling, input preparation, kernel launches and
+  sampling the GPU does not hide); overhead_per_seq_s: the part that grows with the batch.
+
+bandwidth_factor and flops_factor are achieved / datasheet peak. Defaults per GPU family are
+fitted on the published runs in ../shared/data/serving (benchmarks/serving_fidelity.py) and
+ship in profiles/step_model_defaults.toml with the fit's residuals; `kvplan calibrate`
+fits them to a user's own measured runs. Named simplifications: uniform MoE routing, no
+pipeline parallelism, no speculative decoding, no CPU-GPU overlap beyond what the fitted
+overhead absorbs, one all-reduce algorithm (ring) for every message size.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kvplan.core.scheduler import StepPlan
+from kvplan.plan.roofline import Roofline
+from kvplan.sim.runner import SimulatedRunner
+
+ACTIVATION_BYTES = 2.0  # bf16 activations cross the all-reduce even with FP8 weights
+ALL_REDUCES_PER_LAYER = 2
+FACTOR_NAMES = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor", "overhead_s", "overhead_per_seq_s")
+
+
+@dataclass(frozen=True)
+class StepModelParams:
+    """The fitted factors; `source` says where they came from (a fit, a file, datasheet-only)."""
+
+    bandwidth_factor: float = 1.0
+    attention_bandwidth_factor: float = 1.0
+    flops_factor: float = 1.0
+    overhead_s: float = 0.0
+    overhead_per_seq_s: float = 0.0
+    source: str = "datasheet only (roofline at peak, no overhead)"
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor"):
+            if not 0 < getattr(self, name) <= 2:
+                raise ValueError(f"step model factor {name} must be in (0, 2], got {getattr(self, name)}; "
+                                 "fix the calibration file")
+        if self.overhead_s < 0 or self.overhead_per_seq_s < 0:
+            raise ValueError("step model overheads must not be negative; fix the calibration file")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def with_factors(self, values: dict[str, float], source: str) -> StepModelParams:
+        return replace(self, **values, source=source)
+
+
+DATASHEET = StepModelParams()
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """One step's raw costs before any factor: the calibration replays these."""
+
+    weight_bytes: float
+    kv_bytes: float
+    flops: float
+    sequences: int
+    all_reduce_s: float
+
+
+class StepModelRunner(SimulatedRunner):
+    """SimulatedRunner with the calibrated terms above (same StepPlan interface)."""
+
+    def __init__(self, roofline: Roofline, params: StepModelParams = DATASHEET,
+                 host_link_bytes_per_s: float | None = None) -> None:
+        super().__init__(roofline, host_link_bytes_per_s)
+        self.params = params
+        gpu, model, tp = roofline.gpu, roofline.model, roofline.tp
+        self.bandwidth = roofline.bandwidth * params.bandwidth_factor
+        self.attention_bandwidth = roofline.bandwidth * params.attention_bandwidth_factor
+        self.flops_rate = roofline.peak_flops * params.flops_factor
+        self.overhead_s = params.overhead_s
+        self.overhead_per_seq_s = params.overhead_per_seq_s
+        self.linear_flops_per_token = roofline.linear_flops(1)
+        # All-reduce per step: a fixed latency part and a part per token of activations.
+        if tp > 1:
+            calls = ALL_REDUCES_PER_LAYER * model.num_layers
+            ring = 2.0 * (tp - 1) / tp
+            self.all_reduce_fixed_s = calls * gpu.interconnect_latency_us * 1e-6
+            self.all_reduce_per_token_s = calls * ring * model.hidden_size * ACTIVATION_BYTES / (gpu.interconnect_gbps * 1e9)
+        else:
+            self.all_reduce_fixed_s = self.all_reduce_per_token_s = 0.0
+        dense = roofline.weight_bytes_per_gpu - roofline.expert_bytes_per_gpu
+        self.dense_bytes = dense
+        self.moe = roofline.expert_bytes_per_gpu > 0
+        self._weights_cache: dict[int, float] = {}
+
+    def weight_bytes(self, tokens: int) -> float:
+        if not self.moe:
+            return self.dense_bytes
+        cached = self._weights_cache.get(tokens)
+        if cached is None:
+            cached = self._weights_cache[tokens] = self.roofline.weight_bytes_read(tokens)
+        return cached
+
+    def costs(self, plan: StepPlan) -> StepCosts:
+        kv_bytes, attention = self.attention_costs(plan)
+        tokens = plan.num_tokens
+        return StepCosts(self.weight_bytes(tokens), kv_bytes, self.linear_flops_per_token * tokens + attention,
+                         len(plan.scheduled), self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens)
+
+    def step_time_from(self, c: StepCosts) -> float:
+        return (self.overhead_s + self.overhead_per_seq_s * c.sequences
+                + max(c.weight_bytes / self.bandwidth + c.kv_bytes / self.attention_bandwidth, c.flops / self.flops_rate)
+                + c.all_reduce_s)
+
+    def step_time(self, plan: StepPlan) -> float:
+        seconds = self.step_time_from(self.costs(plan))
+        swapped = plan.swapped_in_slots + plan.swapped_out_slots
+        if swapped:
+            seconds += swapped * self.slot_bytes / self.host_link
+        return seconds + plan.transfer_s
+
+
+# --- shipped defaults ------------------------------------------------------------------
+
+DEFAULTS_FILE = "step_model_defaults.toml"
+
+
+@cache
+def _defaults_table() -> dict[str, Any]:
+    from kvplan.spec.profiles import profiles_dir
+
+    path = profiles_dir() / DEFAULTS_FILE
+    if not path.is_file():
+        return {}
+    return tomllib.loads(path.read_text())
+
+
+def default_params(family: str) -> StepModelParams:
+    """The shipped factors for a GPU family; the all-family fit where the family had no runs."""
+    table = _defaults_table().get("family", {})
+    entry = table.get(family) or table.get("all")
+    if not entry:
+        return DATASHEET
+    fitted_on = entry.get("fitted_on", "")
+    source = f"default for GPU family '{family}'" + ("" if family in table else " (all-family fit: no runs of this family)")
+    return StepModelParams(**{k: float(entry[k]) for k in FACTOR_NAMES},
+                           source=f"{source}, fitted on {fitted_on}" if fitted_on else source)
+
+
+CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
+
+
+def load_calibration(path: str | Path) -> StepModelParams:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"calibration file '{path}' cannot be read ({err}); write one with `kvplan calibrate`") from None
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
+        raise ValueError(f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`")
+    try:
+        return StepModelParams(**{n: float(data["params"][n]) for n in FACTOR_NAMES},
+                               source=f"calibration {path.name} ({data.get('source', '')})")
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
+
+
+def step_model_params(calibration: str | None, family: str) -> StepModelParams:
+    """A calibration file's factors if one is given, else the GPU family's shipped defaults."""
+    return load_calibration(calibration) if calibration else default_params(family)
