@@ -61,7 +61,8 @@ def setup_for(record: dict) -> tuple[ServerLog, ServerSetup]:
     filled = replace(log, tensor_parallel_size=tp,
                      gpu_memory_utilization=log.gpu_memory_utilization or record.get("gpu_memory_utilization"),
                      max_model_len=log.max_model_len or record.get("max_model_len"))
-    return log, server_setup(filled, model_name=log.model or record.get("model"), gpu_name=record.get("gpu") or log.gpu_name)
+    return log, server_setup(filled, model_name=log.model or record.get("model"), gpu_name=record.get("gpu") or log.gpu_name,
+                             version=record.get("engine_version"), date=record.get("source_date"))
 
 
 def logged_capacity(log: ServerLog, setup: ServerSetup, reported: dict | None = None) -> tuple[str, int] | None:
@@ -77,6 +78,8 @@ def logged_capacity(log: ServerLog, setup: ServerSetup, reported: dict | None = 
         return "tokens", log.max_tokens_in_kv_from_error
     if log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens:
         return "tokens", log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens
+    if log.available_kv_gib is not None and log.available_kv_gib > 0:
+        return "GiB", log.available_kv_gib  # the KV budget itself: tokens = budget / bytes per token
     return None
 
 
@@ -131,6 +134,12 @@ def _scored(record: dict, log: ServerLog, setup: ServerSetup) -> bool:
         and not setup.model.has_windows and not setup.model.state_bytes_per_seq()
 
 
+def _in_unit(prediction, unit: str) -> float:
+    if unit == "GiB":
+        return round(prediction.memory.kv_bytes / GIB, 2)
+    return prediction.num_blocks if unit == "blocks" else prediction.kv_cache_tokens
+
+
 def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
     results = []
     for record, log, setup in rows:
@@ -154,13 +163,13 @@ def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
             row["kv_gib_predicted"] = round(prediction.memory.kv_bytes / GIB, 2)
             if figure is not None:
                 unit, value = figure
-                predicted = prediction.num_blocks if unit == "blocks" else prediction.kv_cache_tokens
+                predicted = _in_unit(prediction, unit)
                 row.update(unit=unit, logged=value, predicted=predicted,
                            error=(predicted - value) / value * 100 if value else None)
                 if not row["status"] and setup.tp > 1:
                     held_out = fit(ROWS, skip=record["id"])
                     again = predict_capacity(setup, fit=held_out)
-                    redo = again.num_blocks if unit == "blocks" else again.kv_cache_tokens
+                    redo = _in_unit(again, unit)
                     row["loo_error"] = (redo - value) / value * 100
         row["status"] = row["status"] or "scored"
         results.append(row)
@@ -203,7 +212,7 @@ def main() -> None:
         err = f"{r['error']:+.1f}" if r["error"] is not None else "-"
         loo = f"{r['loo_error']:+.1f}" if r["loo_error"] is not None else ""
         kv = f"{r['kv_gib_logged'] if r['kv_gib_logged'] is not None else '-'}/{r['kv_gib_predicted'] if r['kv_gib_predicted'] is not None else '-'}"
-        logged = f"{r['logged']:,} {r['unit'][0]}" if r["logged"] is not None else "-"
+        logged = f"{r['logged']:,} {r['unit'][0]}" if r["logged"] is not None else "-"  # t(okens), b(locks), G(iB)
         predicted = f"{r['predicted']:,}" if r["predicted"] is not None else "-"
         print(f"{r['id']:<11} {r['engine']:<8} {r['model'][:22]:<22} {r['gpu'][:10]:<10} {r['tp']:>2} {logged:>10} "
               f"{predicted:>10} {err:>7} {loo:>7} {kv:>18}  {r['status']}")

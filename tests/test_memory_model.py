@@ -87,3 +87,68 @@ def test_fit_is_committed_with_residuals() -> None:
     assert set(data["fit"]) >= {"activation_scale", "non_torch_gib", "cuda_graph_gib"}
     assert 0.3 < data["fit"]["activation_scale"] < 1.5  # a scale on physical tensor sizes, not a fudge of 10x
     assert data["residuals"], "the fit records its residual on every log"
+
+
+def test_meta_fp8_recipe_keeps_attention_and_edge_mlps_in_bf16_by_hand() -> None:
+    """Llama-3.1-405B-Instruct-FP8's config leaves every self_attn projection, layers 0 and 125's
+    MLP and lm_head unconverted; vLLM #6746's log shows 57.75 GiB of weights per worker at TP 8."""
+    model = load_model("llama-3.1-405b")
+    p = model.params
+    attention, mlp, embeddings, norms = 71_873_593_344, 329_772_957_696, 2 * 2_101_346_304, 4_145_152
+    assert (p.attention, p.dense_mlp, p.embedding + p.lm_head, p.other) == (attention, mlp, embeddings, norms)
+    sixteen_bit = attention + mlp * 2 / 126 + embeddings + norms
+    expected = sixteen_bit * 2 + mlp * 124 / 126 * 1
+    assert model.weight_bytes("fp8-meta") == pytest.approx(expected)
+    assert model.weight_bytes("fp8-meta") / 8 / GIB == pytest.approx(57.752, rel=0.02)  # the logged figure
+    # a plain fp8 checkpoint quantizes attention too, but never the embeddings or LM head
+    assert model.weight_bytes("fp8") == pytest.approx((embeddings + norms) * 2 + (attention + mlp))
+
+
+def test_checkpoint_names_pick_the_meta_recipe_only_for_metas_own_fp8() -> None:
+    from kvplan.plan.log_setup import weight_dtype_hint
+
+    assert weight_dtype_hint("/models/Meta-Llama-3.1-405B-Instruct-FP8", None) == "fp8-meta"
+    assert weight_dtype_hint("meta-llama/Llama-3.1-405B-Instruct-FP8", None) == "fp8-meta"
+    assert weight_dtype_hint("neuralmagic/Meta-Llama-3.1-405B-Instruct-FP8", None) == "fp8"
+    assert weight_dtype_hint("RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8", None) == "fp8"
+    assert weight_dtype_hint("Qwen/Qwen3-235B-A22B-FP8", None) == "fp8"
+
+
+@pytest.mark.parametrize(("version", "tokens"), [((0, 5, 3), 131_072), ((0, 5, 4), 2048), (None, 2048)])
+def test_v0_profiles_the_whole_max_model_len_before_long_context_chunked_prefill(version, tokens) -> None:
+    """vLLM PR #6666 (in 0.5.4) turned chunked prefill on above 32K; before it the profile batched max_model_len."""
+    profile = predict_memory(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), tp=1, utilization=0.9,
+                             max_model_len=131_072, weight_bytes=16 * GIB,
+                             settings=EngineSettings(engine="vllm-v0", version=version))
+    assert profile.batched_tokens == tokens
+
+
+def test_release_from_version_text_or_log_date() -> None:
+    from kvplan.plan.memory_model import parse_version, version_on
+
+    assert parse_version("0.9.1.dev705+g01220ce89") == (0, 9, 1)
+    assert parse_version("v0.6.4.post1") == (0, 6, 4)
+    assert parse_version("main, Jan 2025") is None
+    assert version_on("2024-07-24") == (0, 5, 3)  # Llama-3.1 launch week: before 0.5.4 (2024-08-05)
+    assert version_on("2024-08-05") is None
+    assert version_on(None) is None
+
+
+def test_shipped_startup_logs_meet_the_issue_targets() -> None:
+    """benchmarks/vllm_logs.py's score: >= 80% of the scored logs within +-10%, median |error| < 5%."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_logs.py"
+    spec = importlib.util.spec_from_file_location("vllm_logs_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    if not bench.LOGS.exists():
+        pytest.skip("../shared/data is absent")
+    bench.ROWS = [(record, *bench.setup_for(record)) for record in bench.records()]
+    results = bench.evaluate(bench.ROWS, load_memory_fit())
+    scored = [r for r in results if r["status"] == "scored" and r["id"] != "issue12330"]
+    errors = [abs(r["loo_error"] if r["loo_error"] is not None else r["error"]) for r in scored]
+    assert len(errors) >= 10
+    assert sum(e <= 10 for e in errors) / len(errors) >= 0.8
+    assert sorted(errors)[len(errors) // 2] < 5

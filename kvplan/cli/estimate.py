@@ -36,7 +36,7 @@ def estimate(
     block_size: BlockSizeOpt = 16,
     gpu_memory_utilization: UtilOpt = 0.9,
     allocation: Annotated[str, typer.Option(help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
-    weight_dtype: Annotated[Optional[str], typer.Option(help="Override weight dtype (bf16, fp8, int4, ...); default: the checkpoint's.")] = None,
+    weight_dtype: Annotated[Optional[str], typer.Option(help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, attention in BF16); linear layers only, embeddings stay 16-bit. Default: the checkpoint's.")] = None,
     params_b: Annotated[Optional[float], typer.Option("--params-b", help="Override the parameter count (billions).")] = None,
     engine: Annotated[str, typer.Option(help=f"Whose startup memory profile to model: {', '.join(ENGINES)} (README: memory model).")] = DEFAULT_ENGINE,
     max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="Tokens in the engine's profiling batch; default: the engine's.")] = None,

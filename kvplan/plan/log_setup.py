@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
+from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, parse_version, predict_memory, version_on
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.profiles import gpu_profiles, load_model, model_profiles
@@ -68,9 +68,17 @@ def resolve_gpu(logged: str | None) -> GpuSpec | None:
     return None
 
 
+# Meta published one FP8 checkpoint of its own (the 405B, fbgemm_fp8 with attention in BF16);
+# other orgs' Llama-3.1 FP8 conversions (neuralmagic, RedHatAI) quantize every linear layer.
+_META_FP8 = re.compile(r"(^|/|\s)(meta-llama/)?(meta-)?llama-3\.1-405b(-instruct)?-fp8\b")
+
+
 def weight_dtype_hint(logged: str | None, quantization: str | None) -> str | None:
     text = f"{logged or ''} {quantization or ''}".lower()
-    return next((dtype for hint, dtype in _WEIGHT_HINTS if hint in text), None)
+    dtype = next((dtype for hint, dtype in _WEIGHT_HINTS if hint in text), None)
+    if dtype == "fp8" and _META_FP8.search(text) and not re.search(r"neuralmagic|redhatai", text):
+        return "fp8-meta"
+    return dtype
 
 
 @dataclass(frozen=True)
@@ -98,21 +106,18 @@ class ServerSetup:
         return self.model is not None and (self.gpu is not None or self.logged_total_bytes is not None)
 
 
-def _version_tuple(version: str | None) -> tuple[int, int] | None:
-    match = re.match(r"v?(\d+)\.(\d+)", version or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | None = None) -> ServerSetup:
-    """The setup behind a log; model_name / gpu_name fill in what the log does not show."""
+def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | None = None,
+                 version: str | None = None, date: str | None = None) -> ServerSetup:
+    """The setup behind a log; model_name / gpu_name / version fill in what the log does not
+    show, and a log's date (YYYY-MM-DD) stands in for a version where neither is known."""
     model, match, note, default_len = resolve_model(model_name or log.model)
     gpu = resolve_gpu(gpu_name or log.gpu_name)
     engine = "sglang" if log.engine == "sglang" else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
-    version = _version_tuple(log.version)
-    graphs_in_budget = None if version is None or version[0] != 0 else version[1] >= 21
+    release = parse_version(log.version) or parse_version(version) or version_on(date)
+    graphs_in_budget = None if release is None or release[0] != 0 else release[1] >= 21
     settings = EngineSettings(engine=engine, max_num_batched_tokens=log.max_num_batched_tokens,
                               max_num_seqs=log.max_num_seqs, enforce_eager=bool(log.enforce_eager),
-                              cuda_graph_in_budget=graphs_in_budget)
+                              cuda_graph_in_budget=graphs_in_budget, version=release)
     max_len = log.max_model_len or default_len or (model.max_position_embeddings if model else None)
     kv_dtype = log.kv_cache_dtype or "auto"
     return ServerSetup(model, match, note, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,

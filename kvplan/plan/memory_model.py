@@ -10,8 +10,9 @@ v1 gpu_worker.py determine_available_memory):
 - The activation peak comes from one dummy forward of max_num_batched_tokens tokens, then
   logits and a sampler pass for max_num_seqs rows (v0 model_runner.profile_run; v1
   gpu_model_runner.profile_run + _dummy_sampler_run). Defaults differ by engine:
-  v0 batches max(max_model_len, 2048) tokens (2048 once chunked prefill turns on above 32K)
-  and samples 256 rows; v1's API server batches 8192 tokens / 1024 rows on >= 70 GiB GPUs
+  v0 batches max(max_model_len, 2048) tokens and samples 256 rows; from vLLM 0.5.4 (PR #6666,
+  "enable chunked prefill by default for long context models") a max_model_len above 32K turns
+  chunked prefill on and the profile batches 2048 tokens; v1's API server batches 8192 tokens / 1024 rows on >= 70 GiB GPUs
   other than A100, else 2048 / 256 (EngineArgs defaults since ~0.8).
 - The activation itself is modeled as the live tensors of the widest layer per token (2 x
   hidden for the residual stream plus the wider of attention's q/k/v/o and the MLP's
@@ -31,6 +32,7 @@ were fitted on (benchmarks/vllm_logs.py --fit rewrites it).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -48,6 +50,11 @@ ENGINE_DESCRIPTIONS = {
 }
 HIGH_END_GIB = 70  # vLLM's threshold for the larger batching defaults
 ACTIVATION_BYTES = 2  # bf16/fp16 activations
+LONG_CONTEXT = 32768  # v0: above this max_model_len chunked prefill is on by default...
+V0_LONG_CONTEXT_CHUNKED = (0, 5, 4)  # ...since this release (vLLM PR #6666, 2024-07-23)
+# Release dates of the versions whose defaults change the profile, for logs that show a date
+# but no version (vLLM's GitHub releases).
+RELEASE_DATES = (("2024-08-05", (0, 5, 4)),)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,10 @@ class EngineSettings:
     max_num_seqs: int | None = None
     enforce_eager: bool = False
     cuda_graph_in_budget: bool | None = None  # None: as the engine version does
+    version: tuple[int, int, int] | None = None  # the engine release; None: the newest behaviour
+
+    def at_least(self, *release: int) -> bool:
+        return self.version is None or self.version >= release
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -130,7 +141,8 @@ def activation_elements_per_token(model: ModelSpec, tp: int) -> float:
 def batching_defaults(settings: EngineSettings, gpu: GpuSpec, max_model_len: int, total_bytes: float) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) the engine profiles with."""
     if settings.engine == "vllm-v0":
-        tokens = 2048 if max_model_len > 32768 else max(max_model_len, 2048)
+        long_context_chunked = max_model_len > LONG_CONTEXT and settings.at_least(*V0_LONG_CONTEXT_CHUNKED)
+        tokens = 2048 if long_context_chunked else max(max_model_len, 2048)
         seqs = 256
     else:
         high_end = total_bytes >= HIGH_END_GIB * GIB and "a100" not in gpu.name
@@ -159,3 +171,23 @@ def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: floa
     graphs = fit.cuda_graph_gib * GIB if graphs_counted and not settings.enforce_eager else 0.0
     return MemoryProfile(settings.engine, total, total * utilization, weight_bytes, forward + sampler,
                          non_torch, graphs, tokens, rows)
+
+
+def version_on(date: str | None) -> tuple[int, int, int] | None:
+    """The oldest release kvplan distinguishes that a log dated `date` (YYYY-MM-DD) predates:
+    a version just below it, or None when the date is after every listed change."""
+    if not date:
+        return None
+    for released, version in RELEASE_DATES:
+        if date[:10] < released:
+            major, minor, patch = version
+            return (major, minor, patch - 1) if patch else (major, minor - 1, 99)
+    return None
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """'0.10.1.1', 'v0.6.4.post1', '0.9.1.dev705+g01220ce89' -> (major, minor, patch)."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (text or "").strip())
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvplan.spec.kv_format import KVFormat, dtype_bytes
+from kvplan.spec.weight_quant import SIXTEEN_BIT, WeightQuant, weight_quant
 
 AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state"]
 WINDOWED_KINDS = ("sliding", "chunked")
@@ -215,7 +216,7 @@ class ModelSpec:
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
         """Weight bytes for the whole model; quantized expert weights where the config says so."""
         if weight_dtype is not None:
-            return self.params.total * dtype_bytes(weight_dtype)
+            return self._quantized_weight_bytes(weight_quant(weight_dtype))
         base = dtype_bytes(self.weight_dtype)
         embeddings = self.params.embedding + self.params.lm_head
         embed_bytes = embeddings * max(base, 2.0)  # checkpoints keep embeddings in 16 bit
@@ -224,6 +225,18 @@ class ModelSpec:
             rest = (self.params.total - self.params.experts_total - embeddings) * 2.0
             return embed_bytes + experts + rest
         return embed_bytes + (self.params.total - embeddings) * base
+
+    def _quantized_weight_bytes(self, quant: WeightQuant) -> float:
+        """Weights stored as `quant` says: a 16-bit-or-wider dtype applies to every weight; a
+        narrower one only to the linear layers the recipe quantizes (see spec/weight_quant.py)."""
+        p = self.params
+        if quant.element_bytes >= SIXTEEN_BIT:
+            return p.total * quant.element_bytes
+        kept = p.embedding + p.lm_head + p.other
+        if not quant.attention_quantized:
+            kept += p.attention
+        kept += p.dense_mlp * min(quant.edge_mlp_layers_kept, self.num_layers) / self.num_layers
+        return kept * SIXTEEN_BIT + (p.total - kept) * quant.element_bytes
 
     def with_param_count(self, total: float) -> ModelSpec:
         """The same model with its parameter count overridden (each role scaled alike)."""
