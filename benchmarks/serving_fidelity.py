@@ -7,8 +7,9 @@ TTFT, mean TPOT, and `vllm bench latency`'s batch latency.
 
 Three predictions per record:
   datasheet  - the step model at peak bandwidth / FLOP/s, no overhead (the old roofline);
-  in-sample  - the factors of its GPU family fitted on all vLLM runs (the shipped defaults);
-  LOSO       - leave-one-sweep-out: the family's factors fitted without this record's sweep.
+  in-sample  - the shipped defaults: hardware factors per GPU family and overheads per
+               engine generation, fitted jointly on all vLLM runs (kvplan/sim/joint_fit.py);
+  LOSO       - leave-one-sweep-out: the whole table refitted without this record's sweep.
 Only vLLM runs are fitted; SGLang runs are predicted with vLLM's factors and reported apart.
 TTFT is compared only where it is not queue-dominated (a concurrency cap or a finite rate).
 
@@ -24,11 +25,12 @@ import math
 import statistics
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 from kvplan.results import make_record, write_jsonl
-from kvplan.sim.calibration import Replay, compared, fit_replays, simulate
+from kvplan.sim.calibration import Replay, compared, simulate
+from kvplan.sim.factor_table import FactorTable
+from kvplan.sim.joint_fit import fit_table, generation_of
 from kvplan.sim.measured import MeasuredRun, load_dataset
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
 from kvplan.spec.profiles import load_gpu, profiles_dir
@@ -46,25 +48,12 @@ def factors(params: StepModelParams) -> dict[str, float]:
     return {name: getattr(params, name) for name in FACTOR_NAMES}
 
 
-def family_fits(replays: dict[str, Replay], runs: list[MeasuredRun], start: dict[str, StepModelParams],
-                exclude_sweep: str | None = None, only: set[str] | None = None) -> dict[str, StepModelParams]:
-    """Factors per GPU family (and 'all'), fitted on vLLM runs outside `exclude_sweep`."""
-    fitted = {}
-    train = [r for r in runs if r.engine == "vllm" and r.sweep != exclude_sweep]
-    groups = defaultdict(list)
-    for run in train:
-        groups[family(run)].append(replays[run.run_id])
-        groups["all"].append(replays[run.run_id])
-    for name, group in groups.items():
-        if only is not None and name not in only:
-            continue
-        first = start.get(name, start.get("all", DATASHEET))
-        fitted[name] = DATASHEET.with_factors(fit_replays(group, first), f"fit on {len(group)} vLLM runs")
-    return fitted
+def params_for(table: FactorTable, run: MeasuredRun) -> StepModelParams:
+    return StepModelParams(**table.factors(family(run), generation_of(run)), source="fit")
 
 
-def pick(fits: dict[str, StepModelParams], run: MeasuredRun) -> StepModelParams:
-    return fits.get(family(run)) or fits["all"]
+def vllm_runs(runs: list[MeasuredRun], exclude_sweep: str | None = None) -> list[MeasuredRun]:
+    return [r for r in runs if r.engine == "vllm" and r.sweep != exclude_sweep]
 
 
 def main() -> int:
@@ -77,11 +66,11 @@ def main() -> int:
     # Round 1: schedules at datasheet speed; round 2: schedules at the fitted speed.
     replays = {r.run_id: Replay.record(r, DATASHEET) for r in runs}
     datasheet = {r.run_id: replays[r.run_id].predict(factors(DATASHEET)) for r in runs}
-    fits = family_fits(replays, runs, {})
-    replays = {r.run_id: Replay.record(r, pick(fits, r)) for r in runs}
-    fits = family_fits(replays, runs, fits)
-    in_sample = {r.run_id: replays[r.run_id].predict(factors(pick(fits, r))) for r in runs}
-    print(f"family fits done in {time.perf_counter() - started:.0f} s")
+    table = fit_table([replays[r.run_id] for r in vllm_runs(runs)], family)
+    replays = {r.run_id: Replay.record(r, params_for(table, r)) for r in runs}
+    table = fit_table([replays[r.run_id] for r in vllm_runs(runs)], family, table)
+    in_sample = {r.run_id: replays[r.run_id].predict(factors(params_for(table, r))) for r in runs}
+    print(f"joint fit done in {time.perf_counter() - started:.0f} s")
     loso: dict[str, dict[str, float]] = {}
     for sweep in sorted({r.sweep for r in runs}):
         held = [r for r in runs if r.sweep == sweep]
@@ -89,52 +78,48 @@ def main() -> int:
             for run in held:
                 loso[run.run_id] = in_sample[run.run_id]
             continue
-        # A family with no other vLLM sweep is predicted by the all-family fit.
-        wanted = {family(r) if any(o.engine == "vllm" and o.sweep != sweep and family(o) == family(r) for o in runs)
-                  else "all" for r in held}
-        fold = family_fits(replays, runs, fits, exclude_sweep=sweep, only=wanted)
+        fold = fit_table([replays[r.run_id] for r in vllm_runs(runs, sweep)], family, table, rounds=2)
         for run in held:
-            loso[run.run_id], _ = simulate(run, fold.get(family(run)) or fold["all"])
-        print(f"  {sweep}: {', '.join(sorted(wanted))}", flush=True)
+            loso[run.run_id], _ = simulate(run, params_for(fold, run))
+        print(f"  {sweep}", flush=True)
     print(f"leave-one-sweep-out done in {time.perf_counter() - started:.0f} s")
     rows = []
     for run in runs:
         for metric in compared(run):
             measured = run.measured[metric]
             rows.append({"record": run.run_id, "sweep": run.sweep, "engine": run.engine, "family": family(run),
+                         "generation": generation_of(run),
                          "setup": f"{run.model} {run.tp}x{run.gpu}", "benchmark": run.benchmark, "metric": metric,
                          "measured": measured, "datasheet": datasheet[run.run_id][metric],
                          "in_sample": in_sample[run.run_id][metric], "loso": loso[run.run_id][metric]})
     for row in rows:
         for key in ("datasheet", "in_sample", "loso"):
             row[f"{key}_error"] = row[key] / row["measured"] - 1.0
-    write_defaults(fits, rows, runs)
+    write_defaults(table, rows)
     write_records(rows)
     print_tables(rows, skipped)
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0
 
 
-def write_defaults(fits: dict[str, StepModelParams], rows: list[dict], runs: list[MeasuredRun]) -> None:
-    lines = ["# Default step-model factors per GPU family (kvplan/sim/step_model.py), fitted by",
-             "# benchmarks/serving_fidelity.py on the vLLM runs of ../shared/data/serving/serving_benchmarks.jsonl.",
-             "# Regenerate with that script; do not edit by hand. residual_* = in-sample relative errors",
-             "# (predicted / measured - 1) of the fit: median absolute and worst.", ""]
-    for name in sorted(fits, key=lambda n: (n == "all", n)):
-        params = fits[name]
-        mine = [r for r in rows if r["engine"] == "vllm" and (name == "all" or r["family"] == name)]
-        sweeps = sorted({r["sweep"] for r in mine})
-        lines.append(f"[family.{name}]")
-        for factor in FACTOR_NAMES:
-            lines.append(f"{factor} = {getattr(params, factor):.6g}")
-        lines.append(f'fitted_on = "{len(mine)} figures from {len(sweeps)} vLLM sweeps"')
+def write_defaults(table: FactorTable, rows: list[dict]) -> None:
+    header = ["# Default step-model factors (kvplan/sim/step_model.py, kvplan/sim/factor_table.py): hardware",
+              "# factors per GPU family, overheads per engine generation, fitted jointly by",
+              "# benchmarks/serving_fidelity.py on the vLLM runs of ../shared/data/serving/serving_benchmarks.jsonl.",
+              "# Regenerate with that script; do not edit by hand. residual_* = in-sample relative errors",
+              "# (predicted / measured - 1) on the runs of that family or engine: median absolute and worst."]
+    residuals: dict[str, list[str]] = {}
+    keys = set(table.families) | set(table.engines)
+    for key in keys:
+        mine = [r for r in rows if r["engine"] == "vllm" and key in ("all", r["family"], r["generation"])]
+        lines = []
         for metric in TARGETS | {"latency_avg_s": 0}:
             errors = [abs(r["in_sample_error"]) for r in mine if r["metric"] == metric]
             if errors:
                 lines.append(f"residual_{metric}_median_abs = {statistics.median(errors):.4f}")
                 lines.append(f"residual_{metric}_max_abs = {max(errors):.4f}")
-        lines.append("")
-    (profiles_dir() / "step_model_defaults.toml").write_text("\n".join(lines))
+        residuals[key] = lines
+    (profiles_dir() / "step_model_defaults.toml").write_text(table.to_toml(header, residuals))
 
 
 def write_records(rows: list[dict]) -> None:

@@ -202,3 +202,34 @@ def test_pool_split_by_hand_for_both_allocator_kinds() -> None:
     engine.step()
     assert pool_split(engine.allocator, engine.scheduler) == (10, 0, 6, 0, 0, 16)
     assert sum(pool_split(engine.allocator, engine.scheduler)) == engine.allocator.capacity_slots
+
+
+def _steps_of(engine: Engine, requests: list[Request]) -> list[list[tuple[int, int]]]:
+    """(request id, tokens) per step, recorded from the scheduler."""
+    steps = []
+    schedule = engine.scheduler.schedule
+
+    def recording():
+        plan = schedule()
+        steps.append([(seq.request.request_id, count) for seq, count in plan.scheduled])
+        return plan
+    engine.scheduler.schedule = recording
+    engine.run(requests)
+    return steps
+
+
+def test_v0_prefill_first_steps_stall_the_running_decodes() -> None:
+    """vLLM V0 without chunked prefill: a waiting prompt runs alone; decodes resume after it."""
+    requests = [Request(0, 0.0, 4, 4), Request(1, 0.0005, 4, 2)]
+    mixed = _steps_of(tiny_engine(max_num_batched_tokens=64, max_len=64, chunked_prefill=False)[0], requests)
+    first = _steps_of(tiny_engine(max_num_batched_tokens=64, max_len=64, chunked_prefill=False,
+                                  prefill_first=True)[0], requests)
+    assert mixed[:2] == [[(0, 4)], [(0, 1), (1, 4)]]  # V1: the prompt joins the decode
+    assert first[:3] == [[(0, 4)], [(1, 4)], [(0, 1), (1, 1)]]  # V0: the prompt runs alone
+
+
+def test_multi_step_scheduling_admits_only_every_n_steps() -> None:
+    """--num-scheduler-steps 3: a request arriving mid-run waits for the next decision."""
+    requests = [Request(0, 0.0, 4, 8), Request(1, 0.0005, 4, 2)]
+    steps = _steps_of(tiny_engine(scheduler_steps=3)[0], requests)
+    assert steps[:5] == [[(0, 4)], [(0, 1)], [(0, 1)], [(0, 1), (1, 4)], [(0, 1), (1, 1)]]

@@ -152,3 +152,10 @@ def test_shipped_startup_logs_meet_the_issue_targets() -> None:
     assert len(errors) >= 10
     assert sum(e <= 10 for e in errors) / len(errors) >= 0.8
     assert sorted(errors)[len(errors) // 2] < 5
+
+
+def test_amds_fp8_kv_checkpoint_is_not_metas_recipe() -> None:
+    from kvplan.plan.log_setup import weight_dtype_hint
+
+    assert weight_dtype_hint("amd/Llama-3.1-405B-Instruct-FP8-KV", "fp8") == "fp8"
+    assert weight_dtype_hint("meta-llama/Llama-3.1-405B-FP8", "fp8") == "fp8-meta"

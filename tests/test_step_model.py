@@ -75,11 +75,46 @@ def test_factors_out_of_range_are_refused():
         StepModelParams(overhead_s=-1.0)
 
 
-def test_shipped_defaults_exist_for_every_fitted_family():
+def test_shipped_defaults_exist_for_every_fitted_family_and_engine():
     for family in ("hopper", "ampere", "cdna3"):
         params = default_params(family)
         assert params != DATASHEET and "default for GPU family" in params.source
     assert "all-family fit" in default_params("ada").source
+    v0, v1 = default_params("hopper", "vllm-v0"), default_params("hopper", "vllm-v1")
+    assert (v0.bandwidth_factor, v0.flops_factor) == (v1.bandwidth_factor, v1.flops_factor)  # one GPU, one efficiency
+    assert (v0.overhead_s, v0.overhead_per_seq_s) != (v1.overhead_s, v1.overhead_per_seq_s)  # two engines
+
+
+@pytest.mark.parametrize(("engine", "version", "generation"), [
+    ("vllm", "0.6.3.post2.dev308+gb489fc3c", "vllm-v0"), ("vllm", "v0.11.0", "vllm-v1"), ("vllm", "0.8.0", "vllm-v1"),
+    ("vllm", "", "vllm-v1"), ("sglang", "0.3.0", "vllm-v1")])
+def test_engine_generation_from_the_version(engine, version, generation):
+    from kvplan.sim.factor_table import engine_generation
+
+    assert engine_generation(engine, version) == generation
+
+
+def test_joint_fit_recovers_hardware_and_engine_factors_from_two_engines():
+    """Runs of one GPU under two engine generations, simulated with known factors: the joint
+    fit finds one hardware factor set and each engine's overheads."""
+    from kvplan.sim.joint_fit import fit_table
+
+    hardware = dict(bandwidth_factor=0.6, attention_bandwidth_factor=0.3, flops_factor=0.5)
+    engines = {"0.6.3": dict(overhead_s=0.006, overhead_per_seq_s=1e-4), "0.11.0": dict(overhead_s=0.001, overhead_per_seq_s=1e-5)}
+    replays = []
+    for version, overheads in engines.items():
+        for concurrency, length in ((2, 128), (16, 512), (48, 1024)):
+            run = small_run(run_id=f"{version}-{concurrency}", sweep=version, max_concurrency=concurrency,
+                            input_len=length, engine_version=version)
+            predicted, _ = simulate(run, StepModelParams(**hardware, **overheads))
+            run = MeasuredRun(**{**run.__dict__, "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")}})
+            replays.append(Replay.record(run, DATASHEET))
+    table = fit_table(replays, lambda run: "hopper", rounds=4)
+    for replay in replays:
+        predicted = replay.predict(table.factors("hopper", "vllm-v0" if replay.run.sweep == "0.6.3" else "vllm-v1"))
+        for key, value in replay.run.measured.items():
+            assert predicted[key] == pytest.approx(value, rel=0.05)
+    assert table.engines["vllm-v0"]["overhead_s"] > 2 * table.engines["vllm-v1"]["overhead_s"]
 
 
 def small_run(**changes) -> MeasuredRun:

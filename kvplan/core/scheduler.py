@@ -5,6 +5,9 @@ waiting ones in FCFS order while `max_num_seqs`, the token budget
 (`max_num_batched_tokens`) and the pool allow, keeping a watermark of free blocks at
 admission. When a running sequence cannot grow, the newest running sequence is preempted:
 its KV is dropped and recomputed later (vLLM v1), or swapped to a bounded CPU area.
+
+Two vLLM V0 behaviours are options, for replaying runs of older servers: prefill-first
+steps without chunked prefill, and multi-step scheduling (SchedulerConfig).
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ class SchedulerConfig:
     chunked_prefill: bool = True
     preemption: str = "recompute"
     swap_slots: int = 0  # CPU swap area, in token slots
+    # vLLM V0 without chunked prefill (its _schedule_default): a step with waiting prompts
+    # that fit runs only those prefills, and the running decodes wait for the next step.
+    prefill_first: bool = False
+    # vLLM V0 multi-step scheduling (--num-scheduler-steps N): one scheduling decision runs
+    # N decode steps, so waiting requests are admitted only every N steps.
+    scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -36,6 +45,8 @@ class SchedulerConfig:
             raise ValueError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)}, got '{self.preemption}'")
         if self.swap_slots < 0:
             raise ValueError("--swap-space-gib must not be negative")
+        if self.scheduler_steps < 1:
+            raise ValueError(f"--num-scheduler-steps must be at least 1, got {self.scheduler_steps}")
 
 
 @dataclass
@@ -68,6 +79,7 @@ class Scheduler:
         # Running totals the metrics read every step without walking the batch.
         self.used_slots = 0  # tokens with KV on the device
         self.running_final_slots = 0  # final lengths of running sequences
+        self.steps_since_admission = 0  # multi-step scheduling: decode steps since the last decision
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -98,6 +110,18 @@ class Scheduler:
         plan = StepPlan([], 0)
         scheduled = plan.scheduled
         budget = self.config.max_num_batched_tokens
+        steps = self.config.scheduler_steps
+        may_admit = steps == 1 or not self.running or self.steps_since_admission >= steps
+        if may_admit:
+            self.steps_since_admission = 0
+        self.steps_since_admission += 1
+        if self.config.prefill_first and may_admit and self.waiting:
+            budget = self._admit(plan, budget)
+            if scheduled:
+                plan.transfer_s = self.allocator.take_transfer_s()
+                plan.num_tokens = self.config.max_num_batched_tokens - budget
+                return plan
+            may_admit = False  # nothing fitted: decode this step, as V0 does
         chunked = self.config.chunked_prefill
         allocate = self.allocator.allocate
         running = self.running
@@ -136,7 +160,7 @@ class Scheduler:
             context += needed
             pairs += count * before + count * (count + 1) // 2
         plan.context_tokens, plan.attention_pairs = context, pairs
-        if not preempted:
+        if not preempted and may_admit:
             budget = self._admit(plan, budget)
             plan.transfer_s = self.allocator.take_transfer_s()
         plan.num_tokens = self.config.max_num_batched_tokens - budget

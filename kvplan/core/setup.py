@@ -30,6 +30,11 @@ class SizingConfig:
     max_model_len: int | None = None
     weight_dtype: str | None = None
     swap_space_gib: float = 0.0
+    # Whose startup memory profile sizes the pool (plan/memory_model.py): None keeps the
+    # estimator's default engine and batching; a replay of a measured run names its engine
+    # and version, and the pool is then profiled with the scheduler's own batch limits.
+    engine: str | None = None
+    engine_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

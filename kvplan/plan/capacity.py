@@ -49,6 +49,7 @@ class PlanInputs:
     engine: str = DEFAULT_ENGINE  # whose startup memory profile to model (plan/memory_model.py)
     max_num_batched_tokens: int | None = None  # the engine's default if None
     max_num_seqs: int | None = None
+    engine_version: tuple[int, int, int] | None = None  # the newest behaviour if None
 
     def __post_init__(self) -> None:
         checks = [
@@ -80,7 +81,7 @@ class PlanInputs:
     @property
     def engine_settings(self) -> EngineSettings:
         return EngineSettings(engine=self.engine, max_num_batched_tokens=self.max_num_batched_tokens,
-                              max_num_seqs=self.max_num_seqs)
+                              max_num_seqs=self.max_num_seqs, version=self.engine_version)
 
 
 def valid_tps(model: ModelSpec, limit: int = 64) -> list[int]:

@@ -70,13 +70,13 @@ def resolve_gpu(logged: str | None) -> GpuSpec | None:
 
 # Meta published one FP8 checkpoint of its own (the 405B, fbgemm_fp8 with attention in BF16);
 # other orgs' Llama-3.1 FP8 conversions (neuralmagic, RedHatAI) quantize every linear layer.
-_META_FP8 = re.compile(r"(^|/|\s)(meta-llama/)?(meta-)?llama-3\.1-405b(-instruct)?-fp8\b")
+_META_FP8 = re.compile(r"(^|/|\s)(meta-)?llama-3\.1-405b(-instruct)?-fp8(?=$|[\s)])")
 
 
 def weight_dtype_hint(logged: str | None, quantization: str | None) -> str | None:
     text = f"{logged or ''} {quantization or ''}".lower()
     dtype = next((dtype for hint, dtype in _WEIGHT_HINTS if hint in text), None)
-    if dtype == "fp8" and _META_FP8.search(text) and not re.search(r"neuralmagic|redhatai", text):
+    if dtype == "fp8" and _META_FP8.search(text) and not re.search(r"neuralmagic|redhatai|\bamd/", text):
         return "fp8-meta"
     return dtype
 

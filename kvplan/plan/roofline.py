@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec
+from kvplan.spec.weight_quant import weight_quant
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Roofline:
     @property
     def uses_fp8_compute(self) -> bool:
         dtype = self.weight_dtype or self.model.weight_dtype
-        return dtype == "fp8" and self.gpu.fp8_support
+        return weight_quant(dtype).dtype == "fp8" and self.gpu.fp8_support  # W8A8; weight-only formats compute in 16 bit
 
     @cached_property
     def peak_flops(self) -> float:

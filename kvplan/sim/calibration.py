@@ -34,6 +34,7 @@ from kvplan.core.setup import Optimization, SizingConfig
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.measured import MeasuredRun, batch_defaults
+from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.sim.step_model import (CALIBRATION_FORMAT, DATASHEET, FACTOR_NAMES, StepModelParams,
                                  load_calibration)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
@@ -83,8 +84,12 @@ def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Reque
     if not chunked:
         tokens = max(tokens, max_model_len)
     sizing = SizingConfig(model=run.model, gpu=run.gpu, tp=run.tp, kv_dtype=run.kv_dtype, block_size=VLLM_BLOCK_SIZE,
-                          max_model_len=max_model_len, weight_dtype=run.weight_dtype)
-    scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked)
+                          max_model_len=max_model_len, weight_dtype=run.weight_dtype,
+                          engine=engine_generation(run.engine, run.engine_version),
+                          engine_version=run.engine_version or None)
+    v0 = engine_generation(run.engine, run.engine_version) == "vllm-v0"
+    scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked,
+                                prefill_first=v0 and not chunked, scheduler_steps=run.num_scheduler_steps if v0 else 1)
     try:
         engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(Optimization("paged"))
     except ValueError as err:

@@ -13,6 +13,7 @@ from kvplan.core.kv import make_allocator
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, TierConfig, make_tiers
 from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.plan.memory_model import parse_version
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.step_model import StepModelParams, StepModelRunner, step_model_params
@@ -33,6 +34,9 @@ def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: 
                         gpu_memory_utilization=config.gpu_memory_utilization,
                         kv_cache_bytes=None if config.kv_cache_gib is None else config.kv_cache_gib * GIB,
                         weight_dtype=config.weight_dtype)
+    if config.engine is not None:
+        inputs = replace(inputs, engine=config.engine, engine_version=parse_version(config.engine_version),
+                         max_num_batched_tokens=scheduler.max_num_batched_tokens, max_num_seqs=scheduler.max_num_seqs)
     capacity = plan(inputs, suggest=False)
     budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * scheduler.max_num_seqs
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)

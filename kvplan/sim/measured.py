@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kvplan.plan.log_setup import weight_dtype_hint
+
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "latency_avg_s")
 
 # vLLM's printed labels -> its JSON keys (serve.py prints "{:<40} {:<10.2f}").
@@ -62,6 +64,7 @@ class MeasuredRun:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
     engine_version: str = ""  # "" = current
+    num_scheduler_steps: int = 1  # vLLM V0 multi-step scheduling
     chunked_prefill: bool | None = None
     total_input_tokens: int | None = None
     total_output_tokens: int | None = None
@@ -211,9 +214,10 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         input_len=in_len, output_len=out_len,
         num_prompts=int(num_prompts), request_rate=_float(record.get("request_rate")) or math.inf,
         max_concurrency=record.get("max_concurrency"),
-        weight_dtype="fp8" if "fp8" in quant else None,
+        weight_dtype=weight_dtype_hint(record.get("model"), quant) if "fp8" in quant else None,
         kv_dtype="fp8" if (kv == "fp8" or "fp8-kv" in quant) else "auto",
         max_num_seqs=record.get("max_num_seqs"), engine_version=str(record.get("engine_version") or ""),
+        num_scheduler_steps=int(record.get("num_scheduler_steps") or 1),
         chunked_prefill=record.get("enable_chunked_prefill"),
         max_num_batched_tokens=record.get("max_num_batched_tokens"), max_model_len=record.get("max_model_len"),
         total_input_tokens=record.get("total_input_tokens"), total_output_tokens=record.get("total_output_tokens"),

@@ -35,14 +35,13 @@ overhead absorbs, one all-reduce algorithm (ring) for every message size.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import asdict, dataclass, replace
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from kvplan.core.scheduler import StepPlan
 from kvplan.plan.roofline import Roofline
+from kvplan.sim.factor_table import DEFAULT_GENERATION, shipped_table
 from kvplan.sim.runner import SimulatedRunner
 
 ACTIVATION_BYTES = 2.0  # bf16 activations cross the all-reduce even with FP8 weights
@@ -146,29 +145,14 @@ class StepModelRunner(SimulatedRunner):
 
 # --- shipped defaults ------------------------------------------------------------------
 
-DEFAULTS_FILE = "step_model_defaults.toml"
-
-
-@cache
-def _defaults_table() -> dict[str, Any]:
-    from kvplan.spec.profiles import profiles_dir
-
-    path = profiles_dir() / DEFAULTS_FILE
-    if not path.is_file():
-        return {}
-    return tomllib.loads(path.read_text())
-
-
-def default_params(family: str) -> StepModelParams:
-    """The shipped factors for a GPU family; the all-family fit where the family had no runs."""
-    table = _defaults_table().get("family", {})
-    entry = table.get(family) or table.get("all")
-    if not entry:
+def default_params(family: str, generation: str = DEFAULT_GENERATION) -> StepModelParams:
+    """The shipped factors: the GPU family's hardware factors and the engine's overheads
+    (kvplan/sim/factor_table.py); the datasheet when nothing is shipped."""
+    table = shipped_table()
+    if not table.families and not table.engines:
         return DATASHEET
-    fitted_on = entry.get("fitted_on", "")
-    source = f"default for GPU family '{family}'" + ("" if family in table else " (all-family fit: no runs of this family)")
-    return StepModelParams(**{k: float(entry[k]) for k in FACTOR_NAMES},
-                           source=f"{source}, fitted on {fitted_on}" if fitted_on else source)
+    values = table.factors(family, generation)
+    return StepModelParams(**values, source=table.describe(family, generation))
 
 
 CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
@@ -189,6 +173,6 @@ def load_calibration(path: str | Path) -> StepModelParams:
         raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
 
 
-def step_model_params(calibration: str | None, family: str) -> StepModelParams:
-    """A calibration file's factors if one is given, else the GPU family's shipped defaults."""
-    return load_calibration(calibration) if calibration else default_params(family)
+def step_model_params(calibration: str | None, family: str, generation: str = DEFAULT_GENERATION) -> StepModelParams:
+    """A calibration file's factors if one is given, else the shipped defaults."""
+    return load_calibration(calibration) if calibration else default_params(family, generation)

@@ -1,0 +1,83 @@
+"""The shipped step-model defaults: hardware factors per GPU family, overheads per engine.
+
+The five step-model factors (kvplan/sim/step_model.py) describe two different things, so
+they are fitted and shipped apart:
+
+- how much of the datasheet a GPU family achieves (bandwidth_factor,
+  attention_bandwidth_factor, flops_factor): a property of the hardware and its kernels;
+- what the serving engine costs per step outside the GPU's work (overhead_s,
+  overhead_per_seq_s): a property of the engine generation. vLLM's V0 engine (before 0.8)
+  prepares every step in Python on the critical path; V1 overlaps scheduling with the GPU.
+
+A run on an H100 under vLLM 0.6 and one under vLLM 0.11 then share the H100's efficiency
+but not the engine's overhead, which a single factor set per GPU family cannot express.
+SGLang runs use the V1 overheads (a named simplification: SGLang's own are not fitted).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+HARDWARE_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
+ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")
+GENERATIONS = ("vllm-v0", "vllm-v1")
+DEFAULT_GENERATION = "vllm-v1"
+V1_FROM = (0, 8)  # vLLM 0.8 made the V1 engine the default
+
+
+def engine_generation(engine: str, version: str) -> str:
+    """'vllm-v0' for vLLM before 0.8, else 'vllm-v1' (SGLang and unknown versions included)."""
+    match = re.search(r"(\d+)\.(\d+)", version or "")
+    if engine == "vllm" and match and (int(match.group(1)), int(match.group(2))) < V1_FROM:
+        return "vllm-v0"
+    return DEFAULT_GENERATION
+
+
+@dataclass(frozen=True)
+class FactorTable:
+    """Hardware factors per GPU family ('all' = every family pooled) and overheads per engine."""
+
+    families: dict[str, dict[str, float]]
+    engines: dict[str, dict[str, float]]
+    notes: dict[str, str] = field(default_factory=dict)  # where each entry was fitted
+
+    def factors(self, family: str, generation: str) -> dict[str, float]:
+        hardware = self.families.get(family) or self.families.get("all") or {}
+        engine = self.engines.get(generation) or self.engines.get(DEFAULT_GENERATION) or {}
+        return {**{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS}, **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS}}
+
+    def describe(self, family: str, generation: str) -> str:
+        pooled = "" if family in self.families else " (all-family fit: no runs of this family)"
+        return f"default for GPU family '{family}'{pooled} and engine {generation}"
+
+    def to_toml(self, header: list[str], residuals: dict[str, list[str]]) -> str:
+        lines = [*header, ""]
+        for kind, table, names in (("family", self.families, HARDWARE_FACTORS), ("engine", self.engines, ENGINE_FACTORS)):
+            for key in sorted(table, key=lambda k: (k == "all", k)):
+                lines.append(f'[{kind}."{key}"]')
+                lines += [f"{name} = {table[key][name]:.6g}" for name in names]
+                if key in self.notes:
+                    lines.append(f'fitted_on = "{self.notes[key]}"')
+                lines += residuals.get(key, [])
+                lines.append("")
+        return "\n".join(lines)
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any]) -> FactorTable:
+        families = {k: {n: float(v[n]) for n in HARDWARE_FACTORS} for k, v in data.get("family", {}).items()}
+        engines = {k: {n: float(v[n]) for n in ENGINE_FACTORS} for k, v in data.get("engine", {}).items()}
+        notes = {k: str(v["fitted_on"]) for part in ("family", "engine") for k, v in data.get(part, {}).items()
+                 if "fitted_on" in v}
+        return cls(families, engines, notes)
+
+
+@cache
+def shipped_table() -> FactorTable:
+    from kvplan.spec.profiles import profiles_dir
+
+    path = profiles_dir() / "step_model_defaults.toml"
+    return FactorTable.from_toml(tomllib.loads(path.read_text())) if path.is_file() else FactorTable({}, {})
