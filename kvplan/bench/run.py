@@ -16,6 +16,7 @@ from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import check_folder_target, restore_on_failure
+from kvplan.results.latest import DEFAULT_FOLDER, POINTER_NAME, timestamped_path, write_latest
 from kvplan.spec.profiles import load_model
 
 # Given the variant names and the request count, a context that yields progress(variant, n).
@@ -42,8 +43,9 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
 
 
 def default_out(config: BenchConfig) -> Path:
+    """reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run (issue 18), never an old one."""
     name = load_model(config.sizing.model).name
-    return Path("reports") / f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}.jsonl"
+    return timestamped_path(DEFAULT_FOLDER, f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}")
 
 
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
@@ -65,8 +67,9 @@ def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[s
     names = variant_names(config, optimizations)
     with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
         records = run_matrix(config, built.requests, optimizations, progress, factory)
-    with restore_on_failure(out):
+    with restore_on_failure(out, out.parent / POINTER_NAME):
         write_jsonl(out, records)
         if after_write is not None:
             after_write(out)
+        write_latest(out)  # `kvplan report` with no arguments reads this run
     return BenchOutcome(records, out, len(built.requests), built.skipped_lines)

@@ -53,7 +53,7 @@ def bench(
     preemption: Annotated[str, typer.Option(help="recompute (vLLM v1) or swap to a CPU area.")] = "recompute",
     swap_space_gib: Annotated[float, typer.Option(help="CPU swap area per GPU for --preemption swap.")] = 4.0,
     seed: SeedOpt = 0,
-    out: Annotated[Optional[Path], typer.Option(help="Results JSONL (default reports/bench-MODEL-GPU.jsonl).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Results JSONL (default: a new reports/bench-MODEL-GPU-TIMESTAMP.jsonl; reports/latest names it).")] = None,
     mode: Annotated[str, typer.Option(help="simulated (roofline time, no tensors) or real (KV in torch block pools, a transformers model, wall-clock time).")] = "simulated",
     device: Annotated[str, typer.Option(help="Real mode: cpu, cuda or auto.")] = "auto",
     model_path: Annotated[Optional[Path], typer.Option(help="Real mode: a local transformers checkpoint folder (offline).")] = None,
