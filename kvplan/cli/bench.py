@@ -7,15 +7,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console, escape)
-from kvplan.results import ResultRecord
+from kvplan.bench.comparison import comparison
+from kvplan.cli.bench_table import render_comparison
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
 
@@ -157,7 +157,7 @@ def bench(
     if as_json:
         print(strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
         return
-    render_comparison(records)
+    render_comparison(comparison(records), console)
     if output_format == "vllm":  # issue 15: lay beside a measured `vllm bench serve` run
         from kvplan.sim.vllm_metrics import format_serving_block
 
@@ -191,78 +191,3 @@ def _progress_bars(names: list[str], total: int) -> Iterator[Callable[[str, int]
                   console=error_console, transient=True) as progress:
         tasks = {name: progress.add_task(escape(name), total=total) for name in names}
         yield lambda name, n: progress.advance(tasks[name], n)
-
-
-ROWS: tuple[tuple[str, str, str], ...] = (
-    # (label, metric, format); pct = share of the KV pool, time-averaged
-    ("token states", "token_states_share", "pct"),
-    ("reservation", "reservation_share", "pct"),
-    ("internal frag.", "internal_fragmentation_share", "pct"),
-    ("external frag.", "external_fragmentation_share", "pct"),
-    ("free", "free_share", "pct"),
-    ("waste", "waste", "pct"),
-    ("KV cache usage", "kv_cache_usage_mean", "pct"),
-    ("running (mean)", "running_mean", "float"),
-    ("running (peak)", "running_peak", "int"),
-    ("waiting (mean)", "waiting_mean", "float"),
-    ("preemptions", "preemptions", "int"),
-    ("recomputed tokens", "recomputed_tokens", "int"),
-    ("output tokens/s", "output_tokens_per_s", "rate"),
-    ("total tokens/s", "total_tokens_per_s", "rate"),
-    ("requests/s", "requests_per_s", "float"),
-    ("TTFT p50/90/99", "ttft_s", "pcts"),
-    ("TPOT p50/90/99", "tpot_s", "pcts"),
-    ("E2E p50/90/99", "e2e_s", "pcts"),
-    ("finished/rejected", "requests_finished", "done"),
-)
-
-
-def render_comparison(records: list[ResultRecord]) -> None:
-    """One column per optimization, one row per metric; throughput also as a ratio to the baseline."""
-    base = records[0].metrics
-    params = records[0].params
-    mode = records[0].mode or "simulated"
-    where = f"real mode on {base['device']}" if mode == "real" else f"{params['tp']} x {params['gpu']}"
-    table = Table(title=f"{escape(str(params['model']))} on {escape(where)}, {params['num_requests']:,} requests "
-                        f"({params['workload'].get('kind')}), KV {params['kv_format']}, "
-                        f"max_model_len {params['max_model_len']:,}", header_style="bold", title_justify="left")
-    table.add_column("metric", style="cyan", no_wrap=True)
-    for record in records:
-        table.add_column(escape(record.optimization) + (" (base)" if record is records[0] else ""), justify="right")
-    for label, key, kind in ROWS:
-        cells = [_cell(record.metrics, key, kind) for record in records]
-        if kind == "pcts" and mode == "simulated":
-            label += "*"
-        table.add_row(label, *cells)
-    ratios = [m["output_tokens_per_s"] / base["output_tokens_per_s"] if base["output_tokens_per_s"] else 0.0
-              for m in (record.metrics for record in records)]
-    table.add_row("throughput vs base", *(f"{r:.2f}x" for r in ratios))
-    console.print(table)
-    if mode == "simulated":
-        source = base.get("step_model")  # issue 15: set when the calibrated step model timed the run
-        console.print(f"[dim]* modeled by the step model ({escape(str(source))}), not measured[/]" if source
-                      else "[dim]* modeled from the GPU roofline, not measured[/]")
-    else:
-        console.print("[dim]* measured wall-clock time[/]")
-
-
-def _cell(metrics: dict[str, Any], key: str, kind: str) -> str:
-    if kind == "pcts":
-        return " ".join(_seconds(metrics.get(f"{key}_{p}")) for p in ("p50", "p90", "p99"))
-    if kind == "done":
-        return f"{metrics['requests_finished']:,} / {metrics['requests_rejected']:,}"
-    value = metrics.get(key)
-    if value is None:
-        return "-"
-    return {"pct": lambda: _pct(value), "float": lambda: f"{value:,.2f}", "int": lambda: f"{value:,}",
-            "rate": lambda: f"{value:,.0f}"}[kind]()
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f}%"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.0f}ms" if value < 1 else f"{value:.1f}s"
