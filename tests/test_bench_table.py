@@ -83,3 +83,15 @@ def test_offload_rows_and_rejection_reasons(tmp_path: Path) -> None:
 def test_reasons_differing_only_in_numbers_are_one_line() -> None:
     assert summarize_reasons(["needs 10 slots, pool 5", "needs 30 slots, pool 5", "too long"]) == \
         ["needs 10..30 slots, pool 5", "too long"]
+
+
+def test_the_default_workload_shares_prefixes_so_prefix_beats_paged(tmp_path: Path) -> None:
+    out = tmp_path / "d.jsonl"
+    result = runner.invoke(app, ["bench", "--num-requests", "300", "--optimizations", "paged,prefix", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    paged, prefix = read_jsonl(out)
+    assert paged.params["workload"]["kind"] == "system-prompt"
+    assert prefix.metrics["prefix_hit_rate"] >= 0.5  # no PrefixCacheHitRateLow alert on the default run
+    assert prefix.metrics["output_tokens_per_s"] > 1.2 * paged.metrics["output_tokens_per_s"]
+    page = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "page")])
+    assert page.exit_code == 0 and "PrefixCacheHitRateLow" not in page.output

@@ -20,13 +20,16 @@ from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_RATE = 3.0
+# Issue 18: the default stream shares a prefix (one 1,024-token system prompt before each
+# ShareGPT-like user message), so prefix caching shows what it buys on the default run.
+DEFAULT_WORKLOAD = "system-prompt"
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
     """How to make the requests: a synthetic kind (with its generator settings) or a trace."""
 
-    kind: str = "sharegpt"
+    kind: str = DEFAULT_WORKLOAD
     trace: str | None = None
     trace_format: str | None = None
     skip_bad_lines: bool = False

@@ -16,6 +16,7 @@ from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelO
                                cli_errors, console, error_console, escape)
 from kvplan.bench.comparison import comparison
 from kvplan.bench.optimizations import names_help
+from kvplan.bench.workloads import DEFAULT_WORKLOAD
 from kvplan.cli.bench_table import render_comparison
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
@@ -28,7 +29,7 @@ def bench(
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
     optimizations: Annotated[str, typer.Option(rich_help_panel="KV formats and policies", metavar="LIST", help=f"Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8, prefix+offload-cpu, h2o+int4. Names: {names_help()}.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix",
-    workload: Annotated[str, typer.Option(rich_help_panel="Workload", metavar="NAME", help="Synthetic workload: sharegpt, alpaca, sharegpt-stats, long-reasoning, system-prompt, rag, chat, few-shot.")] = "sharegpt",
+    workload: Annotated[str, typer.Option(rich_help_panel="Workload", metavar="NAME", help="Synthetic workload: system-prompt (ShareGPT-like messages after one shared system prompt), sharegpt, alpaca, sharegpt-stats, long-reasoning, rag, chat, few-shot, random.")] = DEFAULT_WORKLOAD,
     workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", rich_help_panel="Workload", metavar="NAME=VALUE", help="Generator setting NAME=VALUE, e.g. doc_len=2048, zipf_s=1.2, turns_per_session=8, system_prompt_len=512.")] = None,
     samples: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="Parallel samples per request (n > 1 shares the prompt's blocks copy-on-write).")] = 1,
     pods: Annotated[int, typer.Option(rich_help_panel="Cluster", metavar="N", help="Engine instances behind a router, each with its own KV pool.")] = 1,
