@@ -51,8 +51,21 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
                   "trace_block_hit_bound": trace_block_bound(requests)}
     factory = factory or engine_factory(config)
     cluster = config.cluster
-    records = []
+    records: list[ResultRecord] = []
     variants = [(o, r) for o in parsed for r in cluster.variants()]
+    try:
+        _run_variants(config, requests, variants, factory, hashes, bounds, identity, progress, records)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: the finished variants are kept
+        interrupt.partial_records = records  # type: ignore[attr-defined]
+        raise
+    return records
+
+
+def _run_variants(config: BenchConfig, requests: list[Request], variants: list, factory: EngineFactory,
+                  hashes: dict[int, list[int]], bounds: dict[str, float | None], identity: str,
+                  progress: Callable[[str, int], None] | None, records: list[ResultRecord]) -> None:
+    """Run each (optimization, router) in turn, appending its record as soon as it ends."""
+    cluster, block_size = config.cluster, config.sizing.block_size
     for index, (optimization, router) in enumerate(variants):
         name = f"{optimization.name}@{router}" if router else optimization.name
         report = (lambda n, name=name: progress(name, n)) if progress else None
@@ -85,7 +98,6 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
         params = record_params(config, optimization, sizing, len(requests), router)
         records.append(make_record("bench", identity, config.mode, name, params, metrics, timeseries,
                                    baseline=index == 0))
-    return records
 
 
 def variant_names(config: BenchConfig, optimizations: list[str]) -> list[str]:

@@ -48,6 +48,23 @@ def default_out(config: BenchConfig) -> Path:
     return timestamped_path(DEFAULT_FOLDER, f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}")
 
 
+def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
+    """On Ctrl-C, write the optimizations that finished (a whole file, or nothing) and say so
+    through the interrupt's `kept` note, which the CLI prints."""
+    records = getattr(interrupt, "partial_records", None) or []
+    if not records:
+        interrupt.kept = "no optimization had finished; nothing was written"  # type: ignore[attr-defined]
+        return
+    if out.exists():  # a failing command never changes an existing results file: save beside it
+        out = timestamped_path(out.parent, f"{out.stem}-partial")
+    with restore_on_failure(out, out.parent / POINTER_NAME):
+        write_jsonl(out, records)
+        write_latest(out)
+    names = ", ".join(record.optimization for record in records)
+    interrupt.kept = (f"kept the {len(records)} optimization(s) that finished ({names}) "  # type: ignore[attr-defined]
+                      f"in {out}")
+
+
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
               track: Track | None = None, after_write: Callable[[Path], None] | None = None,
               report_folder: bool = False) -> BenchOutcome:
@@ -65,8 +82,12 @@ def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[s
     if report_folder:
         check_folder_target(out.with_suffix(""))
     names = variant_names(config, optimizations)
-    with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
-        records = run_matrix(config, built.requests, optimizations, progress, factory)
+    try:
+        with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
+            records = run_matrix(config, built.requests, optimizations, progress, factory)
+    except KeyboardInterrupt as interrupt:
+        _keep_finished(interrupt, out)
+        raise
     with restore_on_failure(out, out.parent / POINTER_NAME):
         write_jsonl(out, records)
         if after_write is not None:

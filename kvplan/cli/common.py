@@ -47,8 +47,10 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
                         path.unlink()
                 if isinstance(err, KeyboardInterrupt):
                     how = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted (Ctrl-C)"
-                    error_console.print(f"[bold red]error:[/] {how}; results written before the interruption "
-                                        "are kept, nothing half-written was left", soft_wrap=True)
+                    kept = getattr(err, "kept", None)  # what a command saved of its finished work
+                    detail = escape(kept) if kept else ("results written before the interruption are kept, "
+                                                        "nothing half-written was left")
+                    error_console.print(f"[bold red]error:[/] {how}; {detail}", soft_wrap=True)
                     raise typer.Exit(143 if isinstance(err, Terminated) else 130) from None
                 fail(error_message(err))
 
