@@ -50,3 +50,26 @@ def test_ctrl_c_before_anything_finished_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt) as caught:
         run_bench(BenchConfig(), WorkloadSpec(num_requests=20), ["paged"], out, _interrupting("paged"))
     assert not out.exists() and "nothing was written" in caught.value.kept
+
+
+def test_real_mode_says_what_it_will_cost_before_it_starts(shared_data: Path, tmp_path: Path) -> None:
+    from kvplan.core.setup import RealConfig
+
+    said: list[str] = []
+    model = str(shared_data / "models/stories260K/hf")
+    config = BenchConfig(mode="real", real=RealConfig(device="cpu", model_path=model))
+    seen: dict[str, int] = {}
+
+    @contextmanager
+    def track(names: list[str], total: int) -> Iterator[Callable[[str, int], None]]:
+        seen["total"] = total
+        yield lambda name, n: seen.__setitem__("done", seen.get("done", 0) + n)
+
+    outcome = run_bench(config, WorkloadSpec(kind="alpaca", num_requests=3), ["paged"], tmp_path / "r.jsonl",
+                        track, announce=said.append)
+    assert len(said) == 1 and "3 requests x 1 optimization(s)" in said[0] and "5 layers" in said[0]
+    assert "warm-up tokens took" in said[0]
+    tokens = sum(r.prompt_len + r.output_len - 1 for r in __import__("kvplan.bench.run", fromlist=["prepare"])
+                 .prepare(config, WorkloadSpec(kind="alpaca", num_requests=3))[1].requests)
+    assert seen["total"] == tokens and seen["done"] >= tokens  # the bar counts tokens (recomputes add more)
+    assert outcome.records[0].metrics["requests_finished"] == 3

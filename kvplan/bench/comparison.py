@@ -137,7 +137,8 @@ def _title(record: ResultRecord) -> str:
         if (params.get("pods") or 1) > 1:
             where = f"{params['pods']} pods of {where}"
     workload = params.get("workload", {}).get("kind")
-    return (f"{params['model']} on {where}, {params['num_requests']:,} requests ({workload}), KV {params['kv_format']}, "
+    joint = "in" if where.startswith("real mode") else "on"
+    return (f"{params['model']} {joint} {where}, {params['num_requests']:,} requests ({workload}), KV {params['kv_format']}, "
             f"max_model_len {params['max_model_len']:,}")
 
 

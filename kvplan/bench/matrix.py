@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from kvplan.bench.config import BenchConfig, record_params, run_id
 from kvplan.bench.optimizations import parse_optimization
@@ -70,8 +71,14 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
         name = f"{optimization.name}@{router}" if router else optimization.name
         report = (lambda n, name=name: progress(name, n)) if progress else None
         engines = []
+        if report is not None and config.mode == "real":  # real steps are slow: progress in tokens
+            report_tokens, report = report, None
+        else:
+            report_tokens = None
         for _ in range(cluster.pods):
             engine, sizing = factory.build(optimization)
+            if report_tokens is not None:
+                engine.runner = TokenCountingRunner(engine.runner, report_tokens)
             if optimization.prefix_caching:
                 engine.allocator.use_known_hashes(hashes)
             engines.append(engine)
@@ -98,6 +105,21 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
         params = record_params(config, optimization, sizing, len(requests), router)
         records.append(make_record("bench", identity, config.mode, name, params, metrics, timeseries,
                                    baseline=index == 0))
+
+
+class TokenCountingRunner:
+    """A runner that reports each step's computed tokens (progress in tokens, not requests)."""
+
+    def __init__(self, runner: Any, report: Callable[[int], None]) -> None:
+        self._runner, self._report = runner, report
+
+    def step_time(self, plan: Any) -> float:
+        seconds = self._runner.step_time(plan)
+        self._report(plan.num_tokens)
+        return seconds
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the wrapped runner's
+        return getattr(self._runner, name)
 
 
 def variant_names(config: BenchConfig, optimizations: list[str]) -> list[str]:

@@ -67,23 +67,30 @@ def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
 
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
               track: Track | None = None, after_write: Callable[[Path], None] | None = None,
-              report_folder: bool = False) -> BenchOutcome:
+              report_folder: bool = False, announce: Callable[[str], None] | None = None) -> BenchOutcome:
     """after_write(out) runs once the results are written (the CLI draws the report there);
     if it fails, --out gets its previous content back. report_folder: refuse an unusable
-    report folder (out without its suffix) before any work."""
+    report folder (out without its suffix) before any work. announce(text): real mode's cost
+    estimate, said before the run starts."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
     config, built = prepare(config, workload)
-    factory = None
-    if config.mode == "simulated":
-        factory = engine_factory(config)
-        for optimization in parsed:  # fail on impossible sizing before any progress bar is drawn
-            factory.check(optimization)
     out = out or default_out(config)
     if report_folder:
         check_folder_target(out.with_suffix(""))
+    factory = engine_factory(config)  # real mode loads its model here
+    for optimization in parsed:  # fail on impossible sizing before any progress bar is drawn
+        factory.check(optimization)
     names = variant_names(config, optimizations)
+    total = len(built.requests)
+    if config.mode == "real":  # issue 18: say what it will cost first; the bars count tokens
+        from kvplan.bench.real_cost import measure_cost, request_tokens
+
+        cost = measure_cost(factory, built.requests, len(names))
+        if announce is not None:
+            announce(cost.describe())
+        total = request_tokens(built.requests)
     try:
-        with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
+        with (track(names, total) if track else nullcontext(None)) as progress:
             records = run_matrix(config, built.requests, optimizations, progress, factory)
     except KeyboardInterrupt as interrupt:
         _keep_finished(interrupt, out)

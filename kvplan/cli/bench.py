@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console, escape)
@@ -148,8 +149,9 @@ def bench(
 
         written["index"] = write_report([path], path.with_suffix("")).index
 
-    outcome = run_bench(config, spec, names, out, _progress_bars, after_write=write_report_beside if report else None,
-                        report_folder=report)
+    track = functools.partial(_progress_bars, unit="tokens" if mode == "real" else "requests")
+    outcome = run_bench(config, spec, names, out, track, after_write=write_report_beside if report else None,
+                        report_folder=report, announce=lambda text: error_console.print(escape(text), soft_wrap=True))
     if outcome.skipped_lines:
         error_console.print(f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
                             f"{escape(str(trace))}")
@@ -187,9 +189,10 @@ def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, devic
 
 
 @contextmanager
-def _progress_bars(names: list[str], total: int) -> Iterator[Callable[[str, int], None]]:
-    """One bar per variant (optimization, or optimization@router), each over the requests."""
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=error_console, transient=True) as progress:
+def _progress_bars(names: list[str], total: int, unit: str = "requests") -> Iterator[Callable[[str, int], None]]:
+    """One bar per variant (optimization, or optimization@router), over its requests (real
+    mode: its tokens, which move every step) with an ETA."""
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=error_console, transient=True) as progress:
         tasks = {name: progress.add_task(escape(name), total=total) for name in names}
         yield lambda name, n: progress.advance(tasks[name], n)
