@@ -284,8 +284,11 @@ def memory_vs_quality(data: ReportData) -> Figure:
     ax = axes[0][0]
     kib = [v / 1024 for v in frame["kv_bytes_per_seq"]]
     ax.scatter(kib, frame["perplexity"], color="#1971c2", zorder=3)
-    for x, y, name in zip(kib, frame["perplexity"], frame["optimization"]):
-        ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    span = (max(kib) - min(kib)) or 1.0
+    stacked: dict[int, int] = {}  # labels of points at (nearly) the same memory stack upwards
+    for x, y, name in sorted(zip(kib, frame["perplexity"], frame["optimization"]), key=lambda p: (p[0], p[1])):
+        slot = stacked[round(50 * x / span)] = stacked.get(round(50 * x / span), -1) + 1
+        ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(5, 4 + 11 * slot), fontsize=8)
     points = sorted(zip(kib, frame["perplexity"]))
     frontier, best = [], float("inf")
     for x, y in points:  # lowest perplexity reachable with at most this much memory
