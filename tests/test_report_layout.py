@@ -92,3 +92,17 @@ def test_no_table_scrolls_at_1400_px_in_headless_chromium(report: Path, tmp_path
     assert layout["tables"] >= 4 and layout["images"] >= 5
     assert layout["scrolling"] == 0 and not layout["pageScrolls"], layout
     assert layout["unloaded"] == 0, layout
+
+
+def test_quality_summary_reads_the_relative_perplexity_change() -> None:
+    import pandas as pd
+
+    from kvplan.report.data import ReportData
+    from kvplan.report.summary import summaries
+
+    quality = pd.DataFrame({"optimization": ["fp32", "int8", "int4"], "perplexity": [3.661, 3.666, 8.591],
+                            "perplexity_vs_base": [0.0, 0.00144, 1.3466], "kv_bytes_vs_base": [1.0, 0.375, 0.25]})
+    data = ReportData(["q.jsonl"], pd.DataFrame(), pd.DataFrame(), quality=quality)
+    (heading, lines), = summaries(data)
+    assert lines == ["int8 keeps perplexity within +0.1% of the full cache with 38% of its KV bytes",
+                     "the largest quality loss: int4, perplexity 8.591 (+135% over the full cache's)"]

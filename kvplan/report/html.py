@@ -145,7 +145,7 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
                   '<p class="muted">measured on a real model: perplexity of the text, KL(full || optimized), '
                   "greedy agreement with the full cache</p>",
                   _table(data.quality[columns].rename(columns={"kv_bytes_vs_base": "KV bytes vs base",
-                                                              "perplexity_vs_base": "perplexity vs base"}))]
+                                                              "perplexity_vs_base": "perplexity change"}))]
     if charts:
         parts.append("<h2>Charts</h2>")
         for item, path in charts:

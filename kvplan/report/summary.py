@@ -75,18 +75,19 @@ def _bench(run_id: str, group: pd.DataFrame, params: dict[str, Any]) -> tuple[st
 
 
 def _quality(frame: pd.DataFrame) -> list[str]:
-    lines = []
+    """perplexity_vs_base is the relative change (ppl / full - 1); kv_bytes_vs_base a ratio."""
+    lines: list[str] = []
     if "perplexity_vs_base" not in frame or "kv_bytes_vs_base" not in frame:
         return lines
-    close = frame[(frame["perplexity_vs_base"] <= 1.01) & (frame["kv_bytes_vs_base"] < 1)]
+    close = frame[(frame["perplexity_vs_base"] <= 0.01) & (frame["kv_bytes_vs_base"] < 1)]
     if len(close):
         best = close.loc[close["kv_bytes_vs_base"].idxmin()]
-        lines.append(f"{best['optimization']} keeps perplexity within {100 * (best['perplexity_vs_base'] - 1):+.1f}% "
+        lines.append(f"{best['optimization']} keeps perplexity within {100 * best['perplexity_vs_base']:+.1f}% "
                      f"of the full cache with {best['kv_bytes_vs_base']:.0%} of its KV bytes")
     worst = frame.loc[frame["perplexity_vs_base"].idxmax()]
-    if worst["perplexity_vs_base"] > 1.01:
-        lines.append(f"the largest quality loss: {worst['optimization']}, perplexity "
-                     f"{worst['perplexity']:.3f} ({worst['perplexity_vs_base']:.2f}x the full cache's)")
+    if worst["perplexity_vs_base"] > 0.01:
+        lines.append(f"the largest quality loss: {worst['optimization']}, perplexity {worst['perplexity']:.3f} "
+                     f"({100 * worst['perplexity_vs_base']:+.0f}% over the full cache's)")
     return lines
 
 

@@ -53,7 +53,7 @@ EXACT: dict[str, Callable[[Any], str]] = {
     "seq_kv_bytes": size, "kv_budget_bytes_per_gpu": size, "kv_cache_tokens": count,
     "max_batch_at_context": count, "gpu_memory_utilization": pct, "block_size": count, "num_requests": count,
     "max_model_len": count, "kv_cache_gib": number, "kv_bytes_per_token": count, "weight_bytes_per_gpu": size,
-    "num_blocks": count, "prefill saved": pct,
+    "num_blocks": count, "perplexity change": lambda v: f"{100 * v:+.1f}%",
 }
 
 
