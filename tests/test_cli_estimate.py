@@ -120,3 +120,42 @@ def test_estimate_names_the_engine_it_models() -> None:
     assert record["engine"] == "vllm-v1"
     bad = run("estimate", "llama-3.1-8b", "--engine", "tgi")
     assert bad.exit_code == 2 and "--engine must be one of" in bad.output
+
+
+# Issue 18: the estimate defects a new user met.
+def test_kv_budget_sizes_both_and_largest_context_stops_at_the_model_maximum() -> None:
+    result = run("estimate", "llama-3.1-8b", "--context", "32768", "--kv-budget", "2048", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    # 32 layers x 8 KV heads x 128 x 2 x 2 B = 131,072 B/token; 32,768 tokens = 4 GiB, 2,048 kept = 256 MiB
+    assert record["seq_kv_bytes_without_budget"] == 32768 * 131072
+    assert record["seq_kv_bytes_full"] == 2048 * 131072
+    assert record["max_batch_at_context"] == record["kv_budget_bytes_per_gpu"] // (2048 * 131072)
+    assert record["max_context_at_batch"] == 131072  # the model's max_position_embeddings, not 2**40
+    text = run("estimate", "llama-3.1-8b", "--context", "32768", "--kv-budget", "2048").output
+    assert "1,099,511,627,776" not in text and "4.00 GiB" in text and "256.00 MiB" in text
+
+
+def test_largest_context_never_exceeds_the_model_maximum() -> None:
+    record = json.loads(run("estimate", "llama-3.1-8b", "--context", "1024", "--gpu", "h200", "--json").stdout)
+    assert record["max_context_at_batch"] == 131072
+
+
+def test_context_accepts_the_suffixes_sweeps_accept() -> None:
+    short = json.loads(run("estimate", "llama-3.1-8b", "--context", "32k", "--kv-budget", "2k", "--json").stdout)
+    assert short["context"] == 32768 and short["kv_budget"] == 2048
+    bad = run("estimate", "llama-3.1-8b", "--context", "32q")
+    assert bad.exit_code == 2 and "--context" in bad.output and "32k" in bad.output
+
+
+def test_json_byte_fields_are_whole_numbers() -> None:
+    record = json.loads(run("estimate", "llama-3.1-70b", "--tp", "2", "--json").stdout)
+    for key, value in record.items():
+        if "bytes" in key:
+            assert isinstance(value, int), (key, value)
+
+
+def test_gpt_oss_weights_are_labelled_as_sized() -> None:
+    record = json.loads(run("estimate", "gpt-oss-120b", "--json").stdout)
+    assert record["weight_dtype"] == "mxfp4-experts+bf16"
+    assert "mxfp4-experts+bf16" in run("estimate", "gpt-oss-120b").output

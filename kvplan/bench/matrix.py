@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from kvplan.bench.config import BenchConfig, record_params, run_id
 from kvplan.bench.optimizations import parse_optimization
@@ -51,14 +52,33 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
                   "trace_block_hit_bound": trace_block_bound(requests)}
     factory = factory or engine_factory(config)
     cluster = config.cluster
-    records = []
+    records: list[ResultRecord] = []
     variants = [(o, r) for o in parsed for r in cluster.variants()]
+    try:
+        _run_variants(config, requests, variants, factory, hashes, bounds, identity, progress, records)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: the finished variants are kept
+        interrupt.partial_records = records  # type: ignore[attr-defined]
+        raise
+    return records
+
+
+def _run_variants(config: BenchConfig, requests: list[Request], variants: list, factory: EngineFactory,
+                  hashes: dict[int, list[int]], bounds: dict[str, float | None], identity: str,
+                  progress: Callable[[str, int], None] | None, records: list[ResultRecord]) -> None:
+    """Run each (optimization, router) in turn, appending its record as soon as it ends."""
+    cluster, block_size = config.cluster, config.sizing.block_size
     for index, (optimization, router) in enumerate(variants):
         name = f"{optimization.name}@{router}" if router else optimization.name
         report = (lambda n, name=name: progress(name, n)) if progress else None
         engines = []
+        if report is not None and config.mode == "real":  # real steps are slow: progress in tokens
+            report_tokens, report = report, None
+        else:
+            report_tokens = None
         for _ in range(cluster.pods):
             engine, sizing = factory.build(optimization)
+            if report_tokens is not None:
+                engine.runner = TokenCountingRunner(engine.runner, report_tokens)
             if optimization.prefix_caching:
                 engine.allocator.use_known_hashes(hashes)
             engines.append(engine)
@@ -85,7 +105,21 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
         params = record_params(config, optimization, sizing, len(requests), router)
         records.append(make_record("bench", identity, config.mode, name, params, metrics, timeseries,
                                    baseline=index == 0))
-    return records
+
+
+class TokenCountingRunner:
+    """A runner that reports each step's computed tokens (progress in tokens, not requests)."""
+
+    def __init__(self, runner: Any, report: Callable[[int], None]) -> None:
+        self._runner, self._report = runner, report
+
+    def step_time(self, plan: Any) -> float:
+        seconds = self._runner.step_time(plan)
+        self._report(plan.num_tokens)
+        return seconds
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the wrapped runner's
+        return getattr(self._runner, name)
 
 
 def variant_names(config: BenchConfig, optimizations: list[str]) -> list[str]:

@@ -15,6 +15,13 @@ OFFLOAD_PARTS = {"offload-cpu": ("cpu",), "offload-disk": ("cpu", "disk")}
 FULL = "full"  # the unoptimized cache: no eviction, the run's KV format (the quality table's baseline)
 
 
+def names_help() -> str:
+    """Every valid optimization name, grouped, for `kvplan bench --help` (brackets escaped for rich)."""
+    return (f"allocators: {', '.join(ALLOCATORS)}; prefix; offload: {', '.join(OFFLOAD_PARTS)}; "
+            f"KV formats: {', '.join(KV_FORMAT_PARTS)}, int4-g64, int2-g32, kivi-int4 ...; "
+            f"eviction (with --kv-budget): {', '.join(POLICIES)}")
+
+
 def parse_optimization(text: str) -> Optimization:
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:

@@ -16,6 +16,7 @@ from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import check_folder_target, restore_on_failure
+from kvplan.results.latest import DEFAULT_FOLDER, POINTER_NAME, timestamped_path, write_latest
 from kvplan.spec.profiles import load_model
 
 # Given the variant names and the request count, a context that yields progress(variant, n).
@@ -42,31 +43,61 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
 
 
 def default_out(config: BenchConfig) -> Path:
+    """reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run (issue 18), never an old one."""
     name = load_model(config.sizing.model).name
-    return Path("reports") / f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}.jsonl"
+    return timestamped_path(DEFAULT_FOLDER, f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}")
+
+
+def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
+    """On Ctrl-C, write the optimizations that finished (a whole file, or nothing) and say so
+    through the interrupt's `kept` note, which the CLI prints."""
+    records = getattr(interrupt, "partial_records", None) or []
+    if not records:
+        interrupt.kept = "no optimization had finished; nothing was written"  # type: ignore[attr-defined]
+        return
+    if out.exists():  # a failing command never changes an existing results file: save beside it
+        out = timestamped_path(out.parent, f"{out.stem}-partial")
+    with restore_on_failure(out, out.parent / POINTER_NAME):
+        write_jsonl(out, records)
+        write_latest(out)
+    names = ", ".join(record.optimization for record in records)
+    interrupt.kept = (f"kept the {len(records)} optimization(s) that finished ({names}) "  # type: ignore[attr-defined]
+                      f"in {out}")
 
 
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
               track: Track | None = None, after_write: Callable[[Path], None] | None = None,
-              report_folder: bool = False) -> BenchOutcome:
+              report_folder: bool = False, announce: Callable[[str], None] | None = None) -> BenchOutcome:
     """after_write(out) runs once the results are written (the CLI draws the report there);
     if it fails, --out gets its previous content back. report_folder: refuse an unusable
-    report folder (out without its suffix) before any work."""
+    report folder (out without its suffix) before any work. announce(text): real mode's cost
+    estimate, said before the run starts."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
     config, built = prepare(config, workload)
-    factory = None
-    if config.mode == "simulated":
-        factory = engine_factory(config)
-        for optimization in parsed:  # fail on impossible sizing before any progress bar is drawn
-            factory.check(optimization)
     out = out or default_out(config)
     if report_folder:
         check_folder_target(out.with_suffix(""))
+    factory = engine_factory(config)  # real mode loads its model here
+    for optimization in parsed:  # fail on impossible sizing before any progress bar is drawn
+        factory.check(optimization)
     names = variant_names(config, optimizations)
-    with (track(names, len(built.requests)) if track else nullcontext(None)) as progress:
-        records = run_matrix(config, built.requests, optimizations, progress, factory)
-    with restore_on_failure(out):
+    total = len(built.requests)
+    if config.mode == "real":  # issue 18: say what it will cost first; the bars count tokens
+        from kvplan.bench.real_cost import measure_cost, request_tokens
+
+        cost = measure_cost(factory, built.requests, len(names))
+        if announce is not None:
+            announce(cost.describe())
+        total = request_tokens(built.requests)
+    try:
+        with (track(names, total) if track else nullcontext(None)) as progress:
+            records = run_matrix(config, built.requests, optimizations, progress, factory)
+    except KeyboardInterrupt as interrupt:
+        _keep_finished(interrupt, out)
+        raise
+    with restore_on_failure(out, out.parent / POINTER_NAME):
         write_jsonl(out, records)
         if after_write is not None:
             after_write(out)
+        write_latest(out)  # `kvplan report` with no arguments reads this run
     return BenchOutcome(records, out, len(built.requests), built.skipped_lines)

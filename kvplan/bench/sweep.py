@@ -176,6 +176,11 @@ def _run_ray(todo: list[dict[str, Any]], address: str | None, record: Callable[[
                  include_dashboard=False, log_to_driver=False)
     remote = ray.remote(run_point)
     pending = [remote.remote(point) for point in todo]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        record(ray.get(ready[0]))
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            record(ray.get(ready[0]))
+    except BaseException:  # Ctrl-C / SIGTERM: stop the cluster's work on this sweep too
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise

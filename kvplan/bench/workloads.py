@@ -15,18 +15,24 @@ from typing import Any
 from kvplan.spec import ModelSpec
 from kvplan.workload import load_trace, make_workload
 from kvplan.workload.request import Request
+from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_RATE = 3.0
+# Issue 18: the default stream shares a prefix (one 1,024-token system prompt before each
+# ShareGPT-like user message), so prefix caching shows what it buys on the default run.
+DEFAULT_WORKLOAD = "system-prompt"
+SHARED_VOCAB = 32000  # the shared-prefix generators' default vocabulary
+SYSTEM_PROMPT_LEN = 1024  # the generator's default; a quarter of max_model_len at most
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
     """How to make the requests: a synthetic kind (with its generator settings) or a trace."""
 
-    kind: str = "sharegpt"
+    kind: str = DEFAULT_WORKLOAD
     trace: str | None = None
     trace_format: str | None = None
     skip_bad_lines: bool = False
@@ -90,13 +96,19 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
     elif spec.vllm_shaped:
         requests, info = _vllm_bench_workload(spec, seed)
     else:
+        params = dict(spec.params)
+        if spec.kind == "system-prompt" and "system_prompt_len" not in params and max_model_len < 4 * SYSTEM_PROMPT_LEN:
+            # a small model (stories260K: 512 tokens) keeps room for the messages after the prompt
+            params["system_prompt_len"] = max(1, max_model_len // 4)
+        if spec.kind in SHARED_PREFIX_KINDS and "vocab_size" not in params and model.vocab_size < SHARED_VOCAB:
+            params["vocab_size"] = model.vocab_size  # token ids the model can embed (real mode runs them)
         try:
             requests = make_workload(spec.kind, spec.num_requests or DEFAULT_NUM_REQUESTS, rate=spec.rate,
                                      arrival=spec.arrival, cv=spec.cv, seed=seed, max_model_len=max_model_len,
-                                     stats_path=spec.stats_path, **spec.params)
+                                     stats_path=spec.stats_path, **params)
         except TypeError as err:  # an unknown --workload-param name
             raise ValueError(f"--workload-param: {err}; see the generator's parameters in the README") from None
-        info = {"kind": spec.kind, "rate": spec.rate, "arrival": spec.arrival, "cv": spec.cv, **spec.params}
+        info = {"kind": spec.kind, "rate": spec.rate, "arrival": spec.arrival, "cv": spec.cv, **params}
     if spec.samples > 1:  # parallel samples share the prompt's blocks copy-on-write
         requests = [dataclasses.replace(r, n=spec.samples) for r in requests]
         info["samples"] = spec.samples

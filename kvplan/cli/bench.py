@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console, escape)
-from kvplan.results import ResultRecord
+from kvplan.bench.comparison import comparison
+from kvplan.bench.optimizations import names_help
+from kvplan.bench.workloads import DEFAULT_WORKLOAD
+from kvplan.cli.bench_table import render_comparison
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
 
@@ -26,59 +29,59 @@ def bench(
     gpu: GpuOpt = "l4",
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
-    optimizations: Annotated[str, typer.Option(help="Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix",
-    workload: Annotated[str, typer.Option(help="Synthetic workload: sharegpt, alpaca, sharegpt-stats, long-reasoning, system-prompt, rag, chat, few-shot.")] = "sharegpt",
-    workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", help="Generator setting NAME=VALUE, e.g. doc_len=2048, zipf_s=1.2, turns_per_session=8, system_prompt_len=512.")] = None,
-    samples: Annotated[int, typer.Option(help="Parallel samples per request (n > 1 shares the prompt's blocks copy-on-write).")] = 1,
-    pods: Annotated[int, typer.Option(help="Engine instances behind a router, each with its own KV pool.")] = 1,
-    router: Annotated[str, typer.Option(help="Comma-separated routers for --pods > 1: round-robin, least-loaded, sticky, prefix-hash, kv-aware.")] = "round-robin,least-loaded,sticky,prefix-hash,kv-aware",
-    w_hit: Annotated[float, typer.Option(help="kv-aware router: weight of the cached-prefix fraction.")] = 0.8,
-    w_load: Annotated[float, typer.Option(help="kv-aware router: weight of the load.")] = 0.2,
-    trace: Annotated[Optional[Path], typer.Option(help="Replay a trace instead: Mooncake JSONL, Azure CSV or generic JSONL.")] = None,
-    trace_format: Annotated[Optional[str], typer.Option(help="mooncake, azure or generic (default: detected).")] = None,
-    skip_bad_lines: Annotated[bool, typer.Option(help="Skip malformed trace lines (counted) instead of failing.")] = False,
-    time_scale: Annotated[float, typer.Option(help="Multiply trace arrival times (0.5 = twice the rate).")] = 1.0,
-    stats_path: Annotated[Optional[Path], typer.Option(help="ShareGPT stats CSV for --workload sharegpt-stats.")] = None,
-    rate: Annotated[float, typer.Option(help="Requests per second (synthetic workloads).")] = 3.0,
-    arrival: Annotated[str, typer.Option(help="poisson, gamma or burst (all at t=0).")] = "poisson",
-    cv: Annotated[float, typer.Option(help="Coefficient of variation of gamma arrivals.")] = 1.0,
-    num_requests: Annotated[Optional[int], typer.Option(help="Requests to generate (default 1000), or the first N of a trace.")] = None,
-    max_model_len: Annotated[Optional[int], typer.Option(help="Longest request; contiguous-max reserves this. Default 4096 for synthetic workloads, the model's maximum for traces.")] = None,
+    optimizations: Annotated[str, typer.Option(rich_help_panel="KV formats and policies", metavar="LIST", help=f"Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8, prefix+offload-cpu, h2o+int4. Names: {names_help()}.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix",
+    workload: Annotated[str, typer.Option(rich_help_panel="Workload", metavar="NAME", help="Synthetic workload: system-prompt (ShareGPT-like messages after one shared system prompt), sharegpt, alpaca, sharegpt-stats, long-reasoning, rag, chat, few-shot, random.")] = DEFAULT_WORKLOAD,
+    workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", rich_help_panel="Workload", metavar="NAME=VALUE", help="Generator setting NAME=VALUE, e.g. doc_len=2048, zipf_s=1.2, turns_per_session=8, system_prompt_len=512.")] = None,
+    samples: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="Parallel samples per request (n > 1 shares the prompt's blocks copy-on-write).")] = 1,
+    pods: Annotated[int, typer.Option(rich_help_panel="Cluster", metavar="N", help="Engine instances behind a router, each with its own KV pool.")] = 1,
+    router: Annotated[str, typer.Option(rich_help_panel="Cluster", metavar="LIST", help="Comma-separated routers for --pods > 1: round-robin, least-loaded, sticky, prefix-hash, kv-aware.")] = "round-robin,least-loaded,sticky,prefix-hash,kv-aware",
+    w_hit: Annotated[float, typer.Option(rich_help_panel="Cluster", metavar="X", help="kv-aware router: weight of the cached-prefix fraction.")] = 0.8,
+    w_load: Annotated[float, typer.Option(rich_help_panel="Cluster", metavar="X", help="kv-aware router: weight of the load.")] = 0.2,
+    trace: Annotated[Optional[Path], typer.Option(rich_help_panel="Workload", metavar="FILE", help="Replay a trace instead: Mooncake JSONL, Azure CSV or generic JSONL.")] = None,
+    trace_format: Annotated[Optional[str], typer.Option(rich_help_panel="Workload", metavar="NAME", help="mooncake, azure or generic (default: detected).")] = None,
+    skip_bad_lines: Annotated[bool, typer.Option(rich_help_panel="Workload", metavar="", help="Skip malformed trace lines (counted) instead of failing.")] = False,
+    time_scale: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="Multiply trace arrival times (0.5 = twice the rate).")] = 1.0,
+    stats_path: Annotated[Optional[Path], typer.Option(rich_help_panel="Workload", metavar="FILE", help="ShareGPT stats CSV for --workload sharegpt-stats.")] = None,
+    rate: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="REQ/S", help="Requests per second (synthetic workloads).")] = 3.0,
+    arrival: Annotated[str, typer.Option(rich_help_panel="Workload", metavar="NAME", help="poisson, gamma or burst (all at t=0).")] = "poisson",
+    cv: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="Coefficient of variation of gamma arrivals.")] = 1.0,
+    num_requests: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="N", help="Requests to generate (default 1000), or the first N of a trace.")] = None,
+    max_model_len: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="TOKENS", help="Longest request; contiguous-max reserves this. Default 4096 for synthetic workloads, the model's maximum for traces.")] = None,
     block_size: BlockSizeOpt = 16,
     gpu_memory_utilization: UtilOpt = 0.9,
-    kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="Most sequences per step.")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 8192,
-    chunked_prefill: Annotated[bool, typer.Option(help="Split long prefills across steps.")] = True,
-    preemption: Annotated[str, typer.Option(help="recompute (vLLM v1) or swap to a CPU area.")] = "recompute",
-    swap_space_gib: Annotated[float, typer.Option(help="CPU swap area per GPU for --preemption swap.")] = 4.0,
+    kv_cache_gib: Annotated[Optional[float], typer.Option(rich_help_panel="Engine", metavar="GIB", help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
+    max_num_seqs: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Most sequences per step.")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Token budget per step.")] = 8192,
+    chunked_prefill: Annotated[bool, typer.Option(rich_help_panel="Engine", metavar="", help="Split long prefills across steps.")] = True,
+    preemption: Annotated[str, typer.Option(rich_help_panel="Engine", metavar="NAME", help="recompute (vLLM v1) or swap to a CPU area.")] = "recompute",
+    swap_space_gib: Annotated[float, typer.Option(rich_help_panel="Engine", metavar="GIB", help="CPU swap area per GPU for --preemption swap.")] = 4.0,
     seed: SeedOpt = 0,
-    out: Annotated[Optional[Path], typer.Option(help="Results JSONL (default reports/bench-MODEL-GPU.jsonl).")] = None,
-    mode: Annotated[str, typer.Option(help="simulated (roofline time, no tensors) or real (KV in torch block pools, a transformers model, wall-clock time).")] = "simulated",
-    device: Annotated[str, typer.Option(help="Real mode: cpu, cuda or auto.")] = "auto",
-    model_path: Annotated[Optional[Path], typer.Option(help="Real mode: a local transformers checkpoint folder (offline).")] = None,
-    layers: Annotated[Optional[int], typer.Option(help="Real mode with a profile: keep only the first N layers (random weights).")] = None,
-    model_dtype: Annotated[str, typer.Option(help="Real mode: fp32, fp16, bf16 or auto (fp32 on CPU, bf16 on CUDA).")] = "auto",
-    kernel_backend: Annotated[Optional[str], typer.Option(help="Real mode kernels: triton, torch or reference (default: Triton where it can run).")] = None,
-    cpu_cache_gb: Annotated[float, typer.Option(help="offload-cpu / offload-disk: host-memory tier size (GB).")] = 64.0,
-    disk_cache_gb: Annotated[float, typer.Option(help="offload-disk: local-disk tier size (GB).")] = 512.0,
-    tier_policy: Annotated[str, typer.Option(help="Eviction inside the offload tiers: lru or arc.")] = "lru",
-    host_link_gbps: Annotated[Optional[float], typer.Option(help="GPU-host bandwidth for the CPU tier (GB/s); default: the GPU profile's.")] = None,
-    nvme_gbps: Annotated[Optional[float], typer.Option(help="Disk tier bandwidth (GB/s); default: the GPU profile's.")] = None,
-    disk_dir: Annotated[Optional[Path], typer.Option(help="Real mode: folder for the disk tier (default: a temporary folder).")] = None,
-    quality_text: Annotated[Optional[Path], typer.Option(help="Real mode: measure perplexity, KL and greedy agreement of each optimization (KV formats, eviction policies) on this text.")] = None,
-    tokenizer: Annotated[Optional[Path], typer.Option(help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
-    kv_budget: Annotated[Optional[int], typer.Option(help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
-    report: Annotated[bool, typer.Option("--report", help="Also write the HTML/PNG report next to the results.")] = False,
+    out: Annotated[Optional[Path], typer.Option(rich_help_panel="Output", metavar="FILE", help="Results JSONL (default: a new reports/bench-MODEL-GPU-TIMESTAMP.jsonl; reports/latest names it).")] = None,
+    mode: Annotated[str, typer.Option(rich_help_panel="Real mode", metavar="NAME", help="simulated (roofline time, no tensors) or real (KV in torch block pools, a transformers model, wall-clock time).")] = "simulated",
+    device: Annotated[str, typer.Option(rich_help_panel="Real mode", metavar="NAME", help="Real mode: cpu, cuda or auto.")] = "auto",
+    model_path: Annotated[Optional[Path], typer.Option(rich_help_panel="Real mode", metavar="DIR", help="Real mode: a local transformers checkpoint folder (offline).")] = None,
+    layers: Annotated[Optional[int], typer.Option(rich_help_panel="Real mode", metavar="N", help="Real mode with a profile: keep only the first N layers (random weights).")] = None,
+    model_dtype: Annotated[str, typer.Option(rich_help_panel="Real mode", metavar="NAME", help="Real mode: fp32, fp16, bf16 or auto (fp32 on CPU, bf16 on CUDA).")] = "auto",
+    kernel_backend: Annotated[Optional[str], typer.Option(rich_help_panel="Real mode", metavar="NAME", help="Real mode kernels: triton, torch or reference (default: Triton where it can run).")] = None,
+    cpu_cache_gb: Annotated[float, typer.Option(rich_help_panel="Offload tiers", metavar="GB", help="offload-cpu / offload-disk: host-memory tier size (GB).")] = 64.0,
+    disk_cache_gb: Annotated[float, typer.Option(rich_help_panel="Offload tiers", metavar="GB", help="offload-disk: local-disk tier size (GB).")] = 512.0,
+    tier_policy: Annotated[str, typer.Option(rich_help_panel="Offload tiers", metavar="NAME", help="Eviction inside the offload tiers: lru or arc.")] = "lru",
+    host_link_gbps: Annotated[Optional[float], typer.Option(rich_help_panel="Offload tiers", metavar="GB/S", help="GPU-host bandwidth for the CPU tier (GB/s); default: the GPU profile's.")] = None,
+    nvme_gbps: Annotated[Optional[float], typer.Option(rich_help_panel="Offload tiers", metavar="GB/S", help="Disk tier bandwidth (GB/s); default: the GPU profile's.")] = None,
+    disk_dir: Annotated[Optional[Path], typer.Option(rich_help_panel="Offload tiers", metavar="DIR", help="Real mode: folder for the disk tier (default: a temporary folder).")] = None,
+    quality_text: Annotated[Optional[Path], typer.Option(rich_help_panel="Real mode", metavar="FILE", help="Real mode: measure perplexity, KL and greedy agreement of each optimization (KV formats, eviction policies) on this text.")] = None,
+    tokenizer: Annotated[Optional[Path], typer.Option(rich_help_panel="Real mode", metavar="FILE", help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
+    kv_budget: Annotated[Optional[int], typer.Option(rich_help_panel="KV formats and policies", metavar="TOKENS", help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
+    report: Annotated[bool, typer.Option("--report", rich_help_panel="Output", metavar="", help="Also write the HTML/PNG report next to the results.")] = False,
     # Issue 15: vLLM-bench-shaped load, and the opt-in calibrated step model.
-    input_len: Annotated[int, typer.Option(help="--workload random: vLLM's --input-len.")] = 1024,
-    output_len: Annotated[int, typer.Option(help="--workload random: vLLM's --output-len.")] = 128,
-    random_range_ratio: Annotated[float, typer.Option(help="--workload random: lengths uniform in [L(1-r), L(1+r)] (current vLLM).")] = 0.0,
-    burstiness: Annotated[float, typer.Option(help="--workload random or --rate inf: gamma shape of vLLM-style send gaps (1 = Poisson).")] = 1.0,
-    step_model: Annotated[Optional[str], typer.Option(help="Time steps with the calibrated step model: 'fitted' (the GPU family's committed factors). Default: the bare roofline.")] = None,
-    calibration: Annotated[Optional[Path], typer.Option(help="Time steps with the step model fitted by `kvplan calibrate` (this file).")] = None,
-    max_concurrency: Annotated[Optional[int], typer.Option(help="Closed loop like vllm bench serve --max-concurrency: at most N requests in flight.")] = None,
-    output_format: Annotated[str, typer.Option("--format", help="table, or vllm: also print vLLM's 'Serving Benchmark Result' block per optimization.")] = "table",
+    input_len: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="--workload random: vLLM's --input-len.")] = 1024,
+    output_len: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="--workload random: vLLM's --output-len.")] = 128,
+    random_range_ratio: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="--workload random: lengths uniform in [L(1-r), L(1+r)] (current vLLM).")] = 0.0,
+    burstiness: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="--workload random or --rate inf: gamma shape of vLLM-style send gaps (1 = Poisson).")] = 1.0,
+    step_model: Annotated[Optional[str], typer.Option(rich_help_panel="Engine", metavar="NAME", help="Time steps with the calibrated step model: 'fitted' (the GPU family's committed factors). Default: the bare roofline.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option(rich_help_panel="Engine", metavar="FILE", help="Time steps with the step model fitted by `kvplan calibrate` (this file).")] = None,
+    max_concurrency: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="N", help="Closed loop like vllm bench serve --max-concurrency: at most N requests in flight.")] = None,
+    output_format: Annotated[str, typer.Option("--format", rich_help_panel="Output", metavar="NAME", help="table, or vllm: also print vLLM's 'Serving Benchmark Result' block per optimization.")] = "table",
     as_json: JsonOpt = False,
 ) -> None:
     """Run every optimization on the identical request stream and compare (simulated or real mode)."""
@@ -146,8 +149,9 @@ def bench(
 
         written["index"] = write_report([path], path.with_suffix("")).index
 
-    outcome = run_bench(config, spec, names, out, _progress_bars, after_write=write_report_beside if report else None,
-                        report_folder=report)
+    track = functools.partial(_progress_bars, unit="tokens" if mode == "real" else "requests")
+    outcome = run_bench(config, spec, names, out, track, after_write=write_report_beside if report else None,
+                        report_folder=report, announce=lambda text: error_console.print(escape(text), soft_wrap=True))
     if outcome.skipped_lines:
         error_console.print(f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
                             f"{escape(str(trace))}")
@@ -157,7 +161,7 @@ def bench(
     if as_json:
         print(strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
         return
-    render_comparison(records)
+    render_comparison(comparison(records), console)
     if output_format == "vllm":  # issue 15: lay beside a measured `vllm bench serve` run
         from kvplan.sim.vllm_metrics import format_serving_block
 
@@ -185,84 +189,10 @@ def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, devic
 
 
 @contextmanager
-def _progress_bars(names: list[str], total: int) -> Iterator[Callable[[str, int], None]]:
-    """One bar per variant (optimization, or optimization@router), each over the requests."""
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=error_console, transient=True) as progress:
+def _progress_bars(names: list[str], total: int, unit: str = "requests") -> Iterator[Callable[[str, int], None]]:
+    """One bar per variant (optimization, or optimization@router), over its requests (real
+    mode: its tokens, which move every step) with an ETA."""
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=error_console, transient=True) as progress:
         tasks = {name: progress.add_task(escape(name), total=total) for name in names}
         yield lambda name, n: progress.advance(tasks[name], n)
-
-
-ROWS: tuple[tuple[str, str, str], ...] = (
-    # (label, metric, format); pct = share of the KV pool, time-averaged
-    ("token states", "token_states_share", "pct"),
-    ("reservation", "reservation_share", "pct"),
-    ("internal frag.", "internal_fragmentation_share", "pct"),
-    ("external frag.", "external_fragmentation_share", "pct"),
-    ("free", "free_share", "pct"),
-    ("waste", "waste", "pct"),
-    ("KV cache usage", "kv_cache_usage_mean", "pct"),
-    ("running (mean)", "running_mean", "float"),
-    ("running (peak)", "running_peak", "int"),
-    ("waiting (mean)", "waiting_mean", "float"),
-    ("preemptions", "preemptions", "int"),
-    ("recomputed tokens", "recomputed_tokens", "int"),
-    ("output tokens/s", "output_tokens_per_s", "rate"),
-    ("total tokens/s", "total_tokens_per_s", "rate"),
-    ("requests/s", "requests_per_s", "float"),
-    ("TTFT p50/90/99", "ttft_s", "pcts"),
-    ("TPOT p50/90/99", "tpot_s", "pcts"),
-    ("E2E p50/90/99", "e2e_s", "pcts"),
-    ("finished/rejected", "requests_finished", "done"),
-)
-
-
-def render_comparison(records: list[ResultRecord]) -> None:
-    """One column per optimization, one row per metric; throughput also as a ratio to the baseline."""
-    base = records[0].metrics
-    params = records[0].params
-    mode = records[0].mode or "simulated"
-    where = f"real mode on {base['device']}" if mode == "real" else f"{params['tp']} x {params['gpu']}"
-    table = Table(title=f"{escape(str(params['model']))} on {escape(where)}, {params['num_requests']:,} requests "
-                        f"({params['workload'].get('kind')}), KV {params['kv_format']}, "
-                        f"max_model_len {params['max_model_len']:,}", header_style="bold", title_justify="left")
-    table.add_column("metric", style="cyan", no_wrap=True)
-    for record in records:
-        table.add_column(escape(record.optimization) + (" (base)" if record is records[0] else ""), justify="right")
-    for label, key, kind in ROWS:
-        cells = [_cell(record.metrics, key, kind) for record in records]
-        if kind == "pcts" and mode == "simulated":
-            label += "*"
-        table.add_row(label, *cells)
-    ratios = [m["output_tokens_per_s"] / base["output_tokens_per_s"] if base["output_tokens_per_s"] else 0.0
-              for m in (record.metrics for record in records)]
-    table.add_row("throughput vs base", *(f"{r:.2f}x" for r in ratios))
-    console.print(table)
-    if mode == "simulated":
-        source = base.get("step_model")  # issue 15: set when the calibrated step model timed the run
-        console.print(f"[dim]* modeled by the step model ({escape(str(source))}), not measured[/]" if source
-                      else "[dim]* modeled from the GPU roofline, not measured[/]")
-    else:
-        console.print("[dim]* measured wall-clock time[/]")
-
-
-def _cell(metrics: dict[str, Any], key: str, kind: str) -> str:
-    if kind == "pcts":
-        return " ".join(_seconds(metrics.get(f"{key}_{p}")) for p in ("p50", "p90", "p99"))
-    if kind == "done":
-        return f"{metrics['requests_finished']:,} / {metrics['requests_rejected']:,}"
-    value = metrics.get(key)
-    if value is None:
-        return "-"
-    return {"pct": lambda: _pct(value), "float": lambda: f"{value:,.2f}", "int": lambda: f"{value:,}",
-            "rate": lambda: f"{value:,.0f}"}[kind]()
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f}%"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1e3:.0f}ms" if value < 1 else f"{value:.1f}s"

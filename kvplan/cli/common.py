@@ -47,8 +47,10 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
                         path.unlink()
                 if isinstance(err, KeyboardInterrupt):
                     how = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted (Ctrl-C)"
-                    error_console.print(f"[bold red]error:[/] {how}; results written before the interruption "
-                                        "are kept, nothing half-written was left", soft_wrap=True)
+                    kept = getattr(err, "kept", None)  # what a command saved of its finished work
+                    detail = escape(kept) if kept else ("results written before the interruption are kept, "
+                                                        "nothing half-written was left")
+                    error_console.print(f"[bold red]error:[/] {how}; {detail}", soft_wrap=True)
                     raise typer.Exit(143 if isinstance(err, Terminated) else 130) from None
                 fail(error_message(err))
 
@@ -77,15 +79,19 @@ def die(message: str) -> None:
     raise KvplanError(message)
 
 
+# Help panels (issue 18): options grouped by what they set, in every command's --help.
+HARDWARE, KV_PANEL, ENGINE, WORKLOAD, OUTPUT = ("Model and hardware", "KV formats and policies", "Engine",
+                                                "Workload", "Output")
+
 # Option aliases shared by estimate, bench and later commands.
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Profile name (kvplan profiles models) or a config.json / model dir.")]
-GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU profile (kvplan profiles gpus).")]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (GPUs per replica).")]
-KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
-BlockSizeOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV block.")]
-UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory the engine may use.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same results.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", rich_help_panel=HARDWARE, metavar="NAME", help="Profile name (kvplan profiles models) or a config.json / model dir.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", rich_help_panel=HARDWARE, metavar="NAME", help="GPU profile (kvplan profiles gpus).")]
+TpOpt = Annotated[int, typer.Option("--tp", rich_help_panel=HARDWARE, metavar="N", help="Tensor-parallel degree (GPUs per replica).")]
+KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", rich_help_panel=KV_PANEL, metavar="FORMAT", help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
+BlockSizeOpt = Annotated[int, typer.Option("--block-size", rich_help_panel=ENGINE, metavar="TOKENS", help="Tokens per KV block.")]
+UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", rich_help_panel=ENGINE, metavar="FRACTION", help="Fraction of GPU memory the engine may use.")]
+JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, metavar="", help="Print machine-readable JSON instead of tables.")]
+SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=WORKLOAD, metavar="N", help="Random seed; the same seed gives the same results.")]
 
 
 def fmt_bytes(value: float) -> str:

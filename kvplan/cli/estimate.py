@@ -18,7 +18,7 @@ from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt,
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
-from kvplan.spec.numbers import check_numbers
+from kvplan.spec.numbers import check_numbers, parse_optional_count
 from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 
 GIB = 2**30
@@ -31,7 +31,7 @@ def estimate(
     gpu: GpuOpt = "h100-80gb",
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
-    context: Annotated[Optional[int], typer.Option("--context", "-c", help="Tokens per request (max_model_len); default: the model's maximum.")] = None,
+    context: Annotated[Optional[str], typer.Option("--context", "-c", metavar="TOKENS", help="Tokens per request (max_model_len), e.g. 32768 or 32k; default: the model's maximum.")] = None,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Concurrent requests at --context.")] = 1,
     block_size: BlockSizeOpt = 16,
     gpu_memory_utilization: UtilOpt = 0.9,
@@ -44,28 +44,29 @@ def estimate(
     reserve_gib: Annotated[Optional[float], typer.Option(help="Memory per GPU held for activations and runtime; default: the engine's memory model.")] = None,
     kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it (vLLM's kv_cache_memory_bytes).")] = None,
     gpu_mem_gib: Annotated[Optional[float], typer.Option(help="Override the GPU's memory capacity (GiB).")] = None,
-    kv_budget: Annotated[Optional[int], typer.Option(help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer per sequence.")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option(metavar="TOKENS", help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer per sequence, e.g. 2048 or 2k.")] = None,
     sweep_axes: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.")] = None,
     csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write the sweep (or the single estimate) as CSV.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write kvplan.result/1 records (JSONL) for `kvplan report`.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
-    check_numbers({"tp": tp, "batch": batch, "context": context, "block-size": block_size,  # issue 13: finite, in range
+    context_tokens, kv_budget_tokens = parse_optional_count(context, "context"), parse_optional_count(kv_budget, "kv-budget")
+    check_numbers({"tp": tp, "batch": batch, "block-size": block_size,  # issue 13: finite, in range
                    "gpu-memory-utilization": gpu_memory_utilization, "params-b": params_b, "reserve-gib": reserve_gib,
-                   "kv-cache-gib": kv_cache_gib, "gpu-mem-gib": gpu_mem_gib, "kv-budget": kv_budget})
+                   "kv-cache-gib": kv_cache_gib, "gpu-mem-gib": gpu_mem_gib})
     if allocation not in ("full", "ideal"):
         raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
     spec = load_model(model)
     if params_b is not None:
         spec = spec.with_param_count(params_b * 1e9)
     inputs = PlanInputs(
-        model=spec, gpu=load_gpu(gpu), tp=tp, kv_format=parse_kv_format(kv_dtype, spec), context=context,
+        model=spec, gpu=load_gpu(gpu), tp=tp, kv_format=parse_kv_format(kv_dtype, spec), context=context_tokens,
         batch=batch, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
         reserve_bytes=None if reserve_gib is None else reserve_gib * GIB,
         kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * GIB,
         weight_dtype=weight_dtype, respect_windows=allocation == "ideal", gpu_memory_gib=gpu_mem_gib,
-        kv_budget=kv_budget, engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        kv_budget=kv_budget_tokens, engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
     )
     if not sweep_axes:
         check_can_fit_somehow(inputs)
@@ -150,8 +151,14 @@ def render_plan(result: CapacityPlan) -> None:
         size.add_row("naive 2 x layers x hidden", f"{naive:,.0f} B",
                      f"{naive / per_token:.1f}x off: it ignores {_naive_gap(result)}")
     applies = "every layer at full length" + (" (chosen)" if m.has_windows and not i.respect_windows else "")
-    size.add_row(f"one {ctx:,}-token sequence", fmt_bytes(result.seq_bytes_full), applies + ", per GPU")
-    if m.has_windows or result.seq_bytes_ideal != result.seq_bytes_full:
+    if i.kv_budget is not None:  # the full size first, then what the eviction budget keeps
+        size.add_row(f"one {ctx:,}-token sequence", fmt_bytes(result.seq_bytes_unbudgeted),
+                     "without --kv-budget, per GPU")
+        size.add_row(f"  kept under --kv-budget {i.kv_budget:,}", fmt_bytes(result.seq_bytes),
+                     f"each layer keeps at most {i.kv_budget:,} tokens (whole blocks); concurrency below uses this")
+    else:
+        size.add_row(f"one {ctx:,}-token sequence", fmt_bytes(result.seq_bytes_full), applies + ", per GPU")
+    if i.kv_budget is None and (m.has_windows or result.seq_bytes_ideal != result.seq_bytes_full):
         chosen = " (chosen)" if i.respect_windows else ""
         size.add_row("  ideal, windows kept", fmt_bytes(result.seq_bytes_ideal),
                      f"sliding layers hold only their window{chosen}; vLLM's hybrid KV cache manager allocates this")
@@ -170,7 +177,7 @@ def render_plan(result: CapacityPlan) -> None:
                   f"datasheet {i.gpu.memory_gib:g} GiB x 0.99 (driver total not observed)")
     memory.add_row("usable", fmt_bytes(result.usable_bytes),
                    f"{profile.total_bytes / GIB:.2f} GiB x {i.gpu_memory_utilization} ({total_note})")
-    memory.add_row("weights", fmt_bytes(result.weight_bytes_per_gpu), f"{i.weight_dtype or m.weight_dtype}, / TP {i.tp}")
+    memory.add_row("weights", fmt_bytes(result.weight_bytes_per_gpu), f"{m.weight_format_name(i.weight_dtype)}, / TP {i.tp}")
     if i.reserve_bytes is not None:
         memory.add_row("reserve", fmt_bytes(result.reserve_bytes), "--reserve-gib")
     else:
@@ -181,9 +188,11 @@ def render_plan(result: CapacityPlan) -> None:
                        "counted before KV sizing" if profile.cuda_graph_bytes else "captured after KV sizing")
     memory.add_row("KV budget", fmt_bytes(result.kv_budget_bytes), f"{result.num_blocks:,} blocks of {fmt_bytes(result.block_bytes)}")
     memory.add_row("GPU KV cache size", f"{result.kv_cache_tokens:,} tokens", "as vLLM logs it")
-    memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{result.max_concurrency:.2f}x", "")
+    budget_note = f"each request keeps {i.kv_budget:,} tokens per layer (--kv-budget)" if i.kv_budget else ""
+    memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{result.max_concurrency:.2f}x", budget_note)
     memory.add_row(f"largest batch at {ctx:,} tokens", fmt_int(result.max_batch), "")
-    memory.add_row(f"largest context at batch {i.batch}", fmt_int(result.max_context), "")
+    limit_note = "the model's maximum context" if result.max_context >= result.context_limit else ""
+    memory.add_row(f"largest context at batch {i.batch}", fmt_int(result.max_context), limit_note)
     smallest = smallest_tp_for_weights(i)
     memory.add_row("smallest TP that fits the weights", str(smallest) if smallest else "none up to 64", "")
     console.print(memory)

@@ -19,7 +19,7 @@ from kvplan.results import ResultRecord
 def sweep(
     study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices].")],
     out: Annotated[Path, typer.Option(help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
-    executor: Annotated[str, typer.Option(help="local (a process pool over this machine's cores) or ray.")] = "local",
+    executor: Annotated[str, typer.Option(help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = "local",
     address: Annotated[Optional[str], typer.Option(help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Local executor processes (default: the CPU count).")] = None,
 ) -> None:

@@ -101,6 +101,7 @@ class CapacityPlan:
     seq_bytes: float  # one max_model_len sequence, per GPU, under the chosen allocation
     seq_bytes_ideal: float
     seq_bytes_full: float
+    seq_bytes_unbudgeted: float  # one sequence under the chosen allocation, ignoring --kv-budget
     max_batch: int
     max_context: int
     verdict: str
@@ -129,6 +130,12 @@ class CapacityPlan:
         return self.pool_bytes / self.seq_bytes if self.seq_bytes else math.inf
 
     @property
+    def context_limit(self) -> int:
+        """The longest context the model takes: its max_position_embeddings (or the context
+        asked for, if longer), so "largest context" never names a length the model cannot run."""
+        return max(self.inputs.model.max_position_embeddings or MAX_TOKENS, self.inputs.max_model_len)
+
+    @property
     def fits(self) -> bool:
         return self.verdict == "fits"
 
@@ -139,20 +146,23 @@ class CapacityPlan:
             "schema": "kvplan.estimate/1",
             "model": i.model.name, "model_source": i.model.source, "kv_kind": i.model.kv_kind,
             "gpu": i.gpu.name, "tp": i.tp, "kv_dtype": i.kv_format.name,
-            "weight_dtype": i.weight_dtype or i.model.weight_dtype,
+            "weight_dtype": i.model.weight_format_name(i.weight_dtype),
             "context": i.max_model_len, "batch": i.batch, "block_size": i.block_size,
             "gpu_memory_utilization": i.gpu_memory_utilization,
             "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
             "engine": i.engine,
             "params_total": i.model.params.total, "params_active": i.model.params.active,
-            "kv_bytes_per_token": i.model.kv_bytes_per_token(i.kv_format),
-            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token,
-            "naive_kv_bytes_per_token": self.naive_kv_bytes_per_token,
-            "seq_kv_bytes_full": self.seq_bytes_full, "seq_kv_bytes_ideal": self.seq_bytes_ideal,
-            "request_kv_bytes_per_gpu": self.seq_bytes * i.batch,
-            "usable_bytes_per_gpu": self.usable_bytes, "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
-            "reserve_bytes_per_gpu": self.reserve_bytes, "kv_budget_bytes_per_gpu": self.kv_budget_bytes,
-            "block_bytes_per_gpu": self.block_bytes, "num_blocks": self.num_blocks,
+            # Byte counts are whole bytes (issue 18); budgets round down, as an allocator would.
+            "kv_bytes_per_token": round(i.model.kv_bytes_per_token(i.kv_format)),
+            "kv_bytes_per_token_per_gpu": round(self.kv_bytes_per_token),
+            "naive_kv_bytes_per_token": round(self.naive_kv_bytes_per_token),
+            "seq_kv_bytes_full": math.ceil(self.seq_bytes_full), "seq_kv_bytes_ideal": math.ceil(self.seq_bytes_ideal),
+            "seq_kv_bytes_without_budget": math.ceil(self.seq_bytes_unbudgeted),
+            "request_kv_bytes_per_gpu": math.ceil(self.seq_bytes * i.batch),
+            "usable_bytes_per_gpu": math.floor(self.usable_bytes), "weight_bytes_per_gpu": math.ceil(self.weight_bytes_per_gpu),
+            "reserve_bytes_per_gpu": math.ceil(self.reserve_bytes),
+            "kv_budget_bytes_per_gpu": math.floor(self.kv_budget_bytes),
+            "block_bytes_per_gpu": round(self.block_bytes), "num_blocks": self.num_blocks,
             "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 4),
             "max_batch_at_context": self.max_batch, "max_context_at_batch": self.max_context,
             "smallest_tp_for_weights": smallest_tp_for_weights(i),
@@ -160,29 +170,30 @@ class CapacityPlan:
         }
 
 
-def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool) -> float:
-    """Bytes one sequence holds per GPU, rounded up to whole blocks per attention group."""
+def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool, budgeted: bool = True) -> float:
+    """Bytes one sequence holds per GPU, rounded up to whole blocks per attention group;
+    with `budgeted`, each layer keeps at most --kv-budget tokens."""
     model, fmt, block = inputs.model, inputs.kv_format, inputs.block_size
     total = float(model.state_bytes_per_seq(inputs.tp))
     for group in model.token_groups:
         tokens = group.retained_tokens(context) if respect_windows else context
-        if inputs.kv_budget is not None:
+        if budgeted and inputs.kv_budget is not None:
             tokens = min(tokens, inputs.kv_budget)
         total += math.ceil(tokens / block) * block * group.bytes_per_token(fmt, inputs.tp)
     return total
 
 
-def _max_context(inputs: PlanInputs, budget: float, batch: int) -> int:
-    """Largest context whose `batch` sequences fit the budget (binary search: windows make
-    the size piecewise linear)."""
+def _max_context(inputs: PlanInputs, budget: float, batch: int, limit: int) -> int:
+    """Largest context up to `limit` whose `batch` sequences fit the budget (binary search:
+    windows make the size piecewise linear; a --kv-budget makes it flat, so the limit binds)."""
     fits = lambda n: batch * _seq_bytes(inputs, n, inputs.respect_windows) <= budget  # noqa: E731
     if not fits(1):
         return 0
+    if fits(limit):
+        return limit
     low, high = 1, 1
-    while fits(high) and high < 2**40:
-        low, high = high, high * 2
-    if fits(high):
-        return high
+    while fits(high):
+        low, high = high, min(high * 2, limit)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)
@@ -203,10 +214,11 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     seq = seq_ideal if inputs.respect_windows else seq_full
     shell = CapacityPlan(inputs, usable, weights, reserve, budget, per_token,
                          model.naive_kv_bytes_per_token(inputs.kv_format), blocks, seq,
-                         seq_ideal, seq_full, 0, 0, "", (), ())
+                         seq_ideal, seq_full, _seq_bytes(inputs, context, inputs.respect_windows, budgeted=False),
+                         0, 0, "", (), ())
     pool = shell.pool_bytes
     max_batch = int(pool // seq) if seq else 0
-    max_context = _max_context(inputs, pool, inputs.batch) if pool > 0 else 0
+    max_context = _max_context(inputs, pool, inputs.batch, shell.context_limit) if pool > 0 else 0
 
     reasons: list[str] = []
     if weights + reserve > usable and inputs.kv_cache_bytes is None:

@@ -17,7 +17,7 @@ from kvplan.plan.capacity import PlanInputs, engine_memory
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
-from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number
+from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
 CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
@@ -25,22 +25,17 @@ COLUMNS = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "block_size", "
            "kv_bytes_per_token", "seq_kv_bytes", "weight_bytes_per_gpu", "kv_budget_bytes_per_gpu",
            "num_blocks", "kv_cache_tokens", "max_concurrency", "max_batch_at_context", "verdict")
 
-_SUFFIX = {"k": 1024, "m": 1024**2}
 _RANGE = re.compile(r"^(?P<start>[^.:]+)\.\.(?P<stop>[^.:]+)(?::(?P<step>.+))?$")
 
 
 def _number(text: str, kind: type, axis: str) -> float:
-    text = text.strip().lower()
-    scale = 1
-    if text and text[-1] in _SUFFIX and kind is int:
-        scale, text = _SUFFIX[text[-1]], text[:-1]
+    if kind is int:  # the same suffixes (32k) and rules as the flag of the same name (issue 18)
+        return parse_count(text, axis, f"--sweep {axis}")
     try:
-        value = float(text) * scale
+        value = float(text.strip())
     except ValueError:
-        raise ValueError(f"--sweep {axis}: '{text}' is not a number; write e.g. {axis}=1k..128k or {axis}=1,2,4") from None
-    if value <= 0:
-        raise ValueError(f"--sweep {axis}: values must be positive, got {value:g}")
-    # issue 13: the same finite range (and whole numbers) as the flag of the same name
+        raise ValueError(f"--sweep {axis}: '{text.strip()}' is not a number; write e.g. {axis}=0.8,0.9") from None
+    # issue 13: the same finite range as the flag of the same name
     return check_number(axis, value, f"--sweep {axis}")
 
 

@@ -75,7 +75,14 @@ class RealEngineFactory:
         self.loaded = load_model_for_bench(self.sizing.model, self.real, self.seed)
 
     def check(self, optimization: Optimization) -> None:
-        """Nothing to check before building: the pool size depends on the device's free memory."""
+        """What real mode refuses, said before any work (the warm-up, the progress bars); the
+        pool size itself depends on the device's free memory and is checked on building."""
+        if optimization.policy:
+            raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
+                             "--quality-text (simulated mode applies them as --kv-budget)")
+        if parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec).scale == "kivi":
+            raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
+                             "per-token or group scales)")
 
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
         from kvplan.real.tier_storage import TensorTierStorage
@@ -83,13 +90,8 @@ class RealEngineFactory:
 
         config, loaded = self.sizing, self.loaded
         spec = loaded.spec
-        if optimization.policy:
-            raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
-                             "--quality-text (simulated mode applies them as --kv-budget)")
+        self.check(optimization)
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
-        if kv_format.scale == "kivi":
-            raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
-                             "per-token or group scales)")
         max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
         slot_bytes = spec.kv_bytes_per_token(kv_format)
         budget = kv_budget_bytes(config.kv_cache_gib, loaded)

@@ -49,7 +49,38 @@ def has_metric(metric: str) -> Callable[[ReportData], bool]:
 
 
 def has_series(series: str) -> Callable[[ReportData], bool]:
-    return lambda data: any(series in ts for ts in data.timeseries.values())
+    """Some run recorded the series with a value above zero (a flat zero line says nothing)."""
+    return lambda data: any(any(v > 0 for v in ts.get(series) or []) for ts in data.timeseries.values())
+
+
+def has_column(metric: str) -> Callable[[ReportData], bool]:
+    """Some run reported the metric at all (an offload tier that ran but never hit counts)."""
+    return lambda data: has_bench(data) and metric in data.bench and data.bench[metric].notna().any()
+
+
+def slanted(ax, fontsize: int = 8) -> None:
+    """X labels at 30 degrees, anchored at their right end, so long names never overlap."""
+    for label in ax.get_xticklabels():
+        label.set_rotation(30)
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
+        label.set_fontsize(fontsize)
+
+
+def percentile_dots(ax, bench, names: list[str], prefix: str, pcts: tuple[str, ...] = ("p50", "p90", "p99")) -> None:
+    """Percentiles as dots joined per run on a log axis: no bar whose baseline the log scale cuts."""
+    markers = {"p50": "o", "p90": "s", "p99": "^"}
+    for pct in pcts:
+        values = [v if v and v > 0 else float("nan") for v in bench.get(f"{prefix}_{pct}", [])]
+        ax.plot(range(len(names)), values, linestyle="none", marker=markers[pct], label=pct)
+    for i in range(len(names)):
+        points = [bench[f"{prefix}_{p}"].iloc[i] for p in pcts if f"{prefix}_{p}" in bench]
+        points = [v for v in points if v and v > 0]
+        if points:
+            ax.vlines(i, min(points), max(points), color="#adb5bd", linewidth=1, zorder=0)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yscale("log")
+    slanted(ax)
 
 
 def column(bench, name: str, scale: float = 1.0) -> list[float]:

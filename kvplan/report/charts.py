@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from kvplan.report.chart_registry import (CHARTS, Chart, new_figure, chart, column, has_bench, has_estimate,
-                                          has_metric, has_series, labels, render)
+from kvplan.report.chart_registry import (CHARTS, Chart, new_figure, chart, column, has_bench, has_column,
+                                          has_estimate, has_metric, has_series, labels, percentile_dots, render,
+                                          slanted)
 from kvplan.report.data import ReportData
 
 __all__ = ["CHARTS", "Chart", "render"]
@@ -60,7 +61,7 @@ def throughput(data: ReportData) -> Figure:
             ax.annotate(f"{ratio:.2f}x", (bars[index].get_x() + bars[index].get_width() / 2, values[index]),
                         ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("output tokens/s")
-    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    slanted(ax)
     return figure
 
 
@@ -69,14 +70,8 @@ def latency(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
     figure, axes = new_figure(width=10, height=3.8, cols=2)
-    width = 0.27
     for ax, prefix, title in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "tpot_s", "TPOT")):
-        for offset, pct in enumerate(("p50", "p90", "p99")):
-            name = f"{prefix}_{pct}"
-            values = [v if v and v > 0 else float("nan") for v in bench.get(name, [])]
-            ax.bar([i + (offset - 1) * width for i in range(len(names))], values, width, label=pct)
-        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
-        ax.set_yscale("log")
+        percentile_dots(ax, bench, names, prefix)
         mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
         ax.set_ylabel(f"{title} (s, {mode})")
         ax.legend(fontsize=8)
@@ -114,7 +109,7 @@ def preemptions(data: ReportData) -> Figure:
     axes[0][1].bar(names, column(bench, "recomputed_tokens"), color="#e8590c")
     axes[0][1].set_ylabel("recomputed tokens")
     for ax in axes[0]:
-        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+        slanted(ax)
     return figure
 
 
@@ -198,10 +193,8 @@ def _rect(x: int, y: int, color: str):
 
 
 def _ttft_bars(ax, bench, names: list[str]) -> None:
-    """TTFT p50 and p90 side by side per run."""
-    for offset, pct in enumerate(("p50", "p90")):
-        ax.bar([i + (offset - 0.5) * 0.4 for i in range(len(names))], bench[f"ttft_s_{pct}"], 0.4, label=pct)
-    ax.set_xticks(range(len(names)), names)
+    """TTFT p50 and p90 per run, as dots on a log axis."""
+    percentile_dots(ax, bench, names, "ttft_s", ("p50", "p90"))
     mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
     ax.set_ylabel(f"TTFT (s, {mode})")
     ax.legend(fontsize=7)
@@ -217,7 +210,7 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
     figure, axes = new_figure(height=3.6)
     ax = axes[0][0]
     for (run_id, optimization), series in data.timeseries.items():
-        if series.get("prefix_hit_rate"):
+        if any(v > 0 for v in series.get("prefix_hit_rate") or []):  # runs without shared prefixes: a flat 0
             ax.plot(series["t"], [100 * v for v in series["prefix_hit_rate"]], label=optimization, linewidth=1.2)
             if "cached_share" in series:
                 ax.plot(series["t"], [100 * v for v in series["cached_share"]], linestyle=":", linewidth=1,
@@ -236,20 +229,25 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
 @chart("sharing", "What prefix caching and sharing save: hit rate, prefill tokens saved, blocks shared",
        has_metric("prefix_cache_queries"))
 def sharing(data: ReportData) -> Figure:
-    bench = data.bench
-    names = labels(data)
+    cached = data.bench["prefix_cache_queries"].fillna(0) > 0  # only the runs that cached prefixes
+    bench = data.bench[cached].reset_index(drop=True)
+    names = [name for name, keep in zip(labels(data), cached) if keep]
     figure, axes = new_figure(width=10, height=3.4, cols=2)
     hit = column(bench, "prefix_hit_rate", 100)
     savings = column(bench, "sharing_savings", 100)
     x = range(len(names))
     axes[0][0].bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate", color="#1971c2")
     axes[0][0].bar([i + 0.2 for i in x], savings, 0.4, label="blocks saved by sharing", color="#2b8a3e")
-    axes[0][0].set_xticks(list(x), names, rotation=20, fontsize=8)
+    axes[0][0].set_xticks(list(x), names)
     axes[0][0].set_ylabel("%")
     axes[0][0].legend(fontsize=7)
-    axes[0][1].bar(names, column(bench, "prefill_tokens_saved", 1e-6), color="#5c940d")
+    # cluster runs report cache hits, not prefill saved: the same tokens (saved = hits + preempted hits)
+    saved = [s if s else h for s, h in zip(column(bench, "prefill_tokens_saved", 1e-6),
+                                            column(bench, "prefix_cache_hits", 1e-6))]
+    axes[0][1].bar(names, saved, color="#5c940d")
     axes[0][1].set_ylabel("prefill tokens saved (millions)")
-    axes[0][1].tick_params(axis="x", labelrotation=20, labelsize=8)
+    for ax in axes[0]:
+        slanted(ax)
     return figure
 
 
@@ -269,9 +267,8 @@ def routers(data: ReportData) -> Figure:
     axes[0][1].set_ylabel("requests routed")
     axes[0][1].legend(fontsize=7)
     _ttft_bars(axes[0][2], bench, names)
-    axes[0][2].set_yscale("log")
     for ax in axes[0]:
-        ax.tick_params(axis="x", labelrotation=25, labelsize=8)
+        slanted(ax)
     return figure
 
 
@@ -287,8 +284,11 @@ def memory_vs_quality(data: ReportData) -> Figure:
     ax = axes[0][0]
     kib = [v / 1024 for v in frame["kv_bytes_per_seq"]]
     ax.scatter(kib, frame["perplexity"], color="#1971c2", zorder=3)
-    for x, y, name in zip(kib, frame["perplexity"], frame["optimization"]):
-        ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    span = (max(kib) - min(kib)) or 1.0
+    stacked: dict[int, int] = {}  # labels of points at (nearly) the same memory stack upwards
+    for x, y, name in sorted(zip(kib, frame["perplexity"], frame["optimization"]), key=lambda p: (p[0], p[1])):
+        slot = stacked[round(50 * x / span)] = stacked.get(round(50 * x / span), -1) + 1
+        ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(5, 4 + 11 * slot), fontsize=8)
     points = sorted(zip(kib, frame["perplexity"]))
     frontier, best = [], float("inf")
     for x, y in points:  # lowest perplexity reachable with at most this much memory
@@ -297,13 +297,12 @@ def memory_vs_quality(data: ReportData) -> Figure:
             best = y
     ax.plot([p[0] for p in frontier], [p[1] for p in frontier], linestyle="--", color="grey", zorder=2)
     ax.set_xlabel("KV per sequence (KiB)")
-    ax.set_ylabel("perplexity (lower is better)")
-    ax.set_yscale("log")
+    ax.set_ylabel("perplexity (lower is better)")  # linear: a log axis labelled 4x10^0 read badly
     return figure
 
 
 @chart("tiers", "Offload tiers: hit rate per tier (stacked), bytes moved, TTFT with and without offload",
-       has_metric("prefix_cache_queries"))
+       has_column("cpu_bytes_in"))
 def tiers(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
@@ -324,7 +323,7 @@ def tiers(data: ReportData) -> Figure:
     axes[0][1].legend(fontsize=7)
     _ttft_bars(axes[0][2], bench, names)
     for ax in axes[0]:
-        ax.tick_params(axis="x", labelrotation=25, labelsize=8)
+        slanted(ax)
     return figure
 
 

@@ -13,14 +13,19 @@ import pandas as pd
 
 from kvplan.report.chart_registry import Chart
 from kvplan.report.data import ReportData
+from kvplan.report.summary import summaries
+from kvplan.report.tables import formatted
 
 STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1180px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1320px;
        color: #212529; padding: 0 1rem; }
+.summary { background: #f8f9fa; border-left: 4px solid #1971c2; padding: 0.5rem 1rem; margin: 0.5rem 0; }
+.summary h3 { font-size: 1rem; margin: 0.3rem 0; } .summary ul { margin: 0.2rem 0; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #dee2e6; }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0 1rem; }
+table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0 1rem; max-width: 100%; }
 th, td { border: 1px solid #dee2e6; padding: 0.25rem 0.5rem; text-align: right; }
+th { vertical-align: bottom; } td:first-child { white-space: nowrap; }
 th { background: #f1f3f5; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1rem 0 2rem; } figure img { max-width: 100%; border: 1px solid #e9ecef; }
 figcaption { color: #495057; font-size: 0.9rem; margin-bottom: 0.3rem; }
@@ -38,11 +43,53 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _table(frame: pd.DataFrame, float_format: str = "{:,.4g}") -> str:
-    formatters = {column: (lambda v, f=float_format: "" if pd.isna(v) else f.format(v))
-                  for column in frame.columns if pd.api.types.is_float_dtype(frame[column])}
-    table = frame.to_html(index=False, escape=True, border=0, formatters=formatters, na_rep="")
+def _table(frame: pd.DataFrame, first: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> str:
+    """A formatted table (units, percentages, ratios; the important columns first)."""
+    table = formatted(frame, first, drop).to_html(index=False, escape=True, border=0, na_rep="")
     return f'<div class="scroll">{table}</div>'
+
+
+COMPARISON_FIRST = ("optimization", "baseline", "throughput vs base", "concurrency vs base", "output tok/s",
+                    "token states", "waste", "KV usage", "prefix hit rate", "load imbalance", "TTFT p50 (s)",
+                    "TTFT p90 (s)", "TPOT p50 (s)", "E2E p90 (s)", "preemptions", "rejected")
+VIEW_NAMES = {"output_tokens_per_s vs base": "throughput vs base", "running_mean vs base": "concurrency vs base",
+              "ttft_s_p50 vs base": "TTFT p50 vs base", "tpot_s_p50 vs base": "TPOT p50 vs base"}
+ESTIMATE_FIRST = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "verdict", "max_concurrency",
+                  "seq_kv_bytes", "kv_budget_bytes_per_gpu", "kv_cache_tokens", "max_batch_at_context")
+ESTIMATE_ROWS = 20
+
+
+def _summary(data: ReportData) -> list[str]:
+    parts = ["<h2>Summary</h2>"]
+    for heading, lines in summaries(data):
+        items = "".join(f"<li>{_esc(line)}</li>" for line in lines)
+        parts.append(f'<div class="summary"><h3>{_esc(heading)}</h3><ul>{items}</ul></div>')
+    return parts if len(parts) > 1 else []
+
+
+def _comparison(comparison: pd.DataFrame, data: ReportData) -> list[str]:
+    """One table per run, the headline columns only (comparison.csv has every column)."""
+    view = comparison.rename(columns=VIEW_NAMES)
+    parts = []
+    for run_id, rows in view.groupby("run", sort=False):
+        params = data.params.get(run_id, {})
+        workload = params.get("workload", {})
+        kind = workload.get("kind", "") if isinstance(workload, dict) else workload
+        parts.append(f"<h3>{_esc(params.get('model', ''))} on {_esc(params.get('gpu', ''))}, "
+                     f"{_esc(kind)} (run {_esc(run_id)})</h3>")
+        columns = [c for c in COMPARISON_FIRST if c in rows]
+        parts.append(_table(rows[columns], COMPARISON_FIRST))
+    return parts
+
+
+def _estimates(data: ReportData) -> list[str]:
+    shown = data.estimate.drop(columns=["run_id", "baseline", "mode", "source", "optimization"], errors="ignore")
+    fits = shown[shown["verdict"] == "fits"] if "verdict" in shown else shown
+    sample = fits.sort_values("context", ascending=False).head(ESTIMATE_ROWS) if "context" in fits else fits.head(ESTIMATE_ROWS)
+    return ["<h2>Estimates</h2>",
+            f'<p class="muted">{len(shown):,} configurations; below, the {len(sample)} longest-context ones that fit; '
+            'every row is in <a href="estimates.csv">estimates.csv</a></p>',
+            _table(sample[[c for c in ESTIMATE_FIRST if c in sample]], ESTIMATE_FIRST)]
 
 
 def _run_parameters(data: ReportData) -> str:
@@ -68,13 +115,13 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
              "<title>kvplan report</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
              "<h1>kvplan report</h1>",
              f'<p class="muted">from {", ".join(_esc(s) for s in data.sources)}</p>']
+    parts += _summary(data)
     if not data.bench.empty:
-        parts += ["<h2>Runs</h2>", _run_parameters(data),
-                  "<h2>Comparison</h2>",
+        parts += ["<h2>Comparison</h2>",
                   '<p class="muted">ratios are to each run\'s baseline (its first optimization); '
                   "shares are time-averaged fractions of the KV pool; latencies are modeled in simulated mode "
                   "and measured in real mode</p>",
-                  _table(comparison)]
+                  *_comparison(comparison, data)]
         parts.append("<h2>Alerts</h2>")
         if alerts:
             parts += [f'<div class="alert"><b>{_esc(a["alert"])}</b> {_esc(a["run"])}: {_esc(a["detail"])}</div>'
@@ -96,17 +143,18 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
                    if c in data.quality]
         parts += ["<h2>Memory and quality</h2>",
                   '<p class="muted">measured on a real model: perplexity of the text, KL(full || optimized), '
-                  "greedy agreement with the full cache</p>", _table(data.quality[columns])]
+                  "greedy agreement with the full cache</p>",
+                  _table(data.quality[columns].rename(columns={"kv_bytes_vs_base": "KV bytes vs base",
+                                                              "perplexity_vs_base": "perplexity change"}))]
     if charts:
         parts.append("<h2>Charts</h2>")
         for item, path in charts:
             parts.append(f'<figure id="{_esc(item.name)}"><figcaption>{_esc(item.title)}</figcaption>'
                          f'<img src="{_image(path)}" alt="{_esc(item.title)}"></figure>')
     if not data.estimate.empty:
-        shown = data.estimate.drop(columns=["run_id", "baseline", "mode", "source", "optimization"], errors="ignore")
-        parts += ["<h2>Estimates</h2>",
-                  f'<p class="muted">{len(shown):,} configurations; all of them are in estimates.csv</p>',
-                  _table(shown.head(200))]
+        parts += _estimates(data)
+    if not data.bench.empty:
+        parts += ["<h2>Runs</h2>", _run_parameters(data)]
     parts += ["<h2>Files</h2>", "<ul>"] + [f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in files] + ["</ul>"]
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"

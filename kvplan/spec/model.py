@@ -213,6 +213,16 @@ class ModelSpec:
         """The blog-post formula: 2 x layers x hidden_size x bytes, ignoring GQA/MLA/windows."""
         return 2 * self.num_layers * self.hidden_size * fmt.bits / 8
 
+    def weight_format_name(self, override: str | None = None) -> str:
+        """The weight format weight_bytes() sizes: an override, or the checkpoint's, naming
+        quantized experts (gpt-oss: 'mxfp4-experts+bf16') so the label matches the bytes."""
+        if override is not None:
+            return override
+        if self.expert_weight_bits is not None:
+            return f"mxfp4-experts+{self.weight_dtype}" if self.expert_weight_bits == 4.25 else \
+                f"{self.expert_weight_bits:g}-bit-experts+{self.weight_dtype}"
+        return self.weight_dtype
+
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
         """Weight bytes for the whole model; quantized expert weights where the config says so."""
         if weight_dtype is not None:

@@ -128,6 +128,28 @@ def parse_number(text: str, name: str, label: str) -> int | float:
     return check_number(name, value, label)
 
 
+SIZE_SUFFIXES = {"k": 1024, "m": 1024**2}  # 32k = 32,768 tokens, as `--sweep context=1k..128k` reads it
+
+
+def parse_count(text: str, name: str, label: str) -> int | float:
+    """A count typed as text with an optional k / m suffix (binary: 32k = 32,768), checked by
+    the rule for `name`; flags and `--sweep` axes read sizes through this one function."""
+    cleaned = str(text).strip().lower().replace(",", "").replace("_", "")
+    scale = 1
+    if cleaned and cleaned[-1] in SIZE_SUFFIXES:
+        scale, cleaned = SIZE_SUFFIXES[cleaned[-1]], cleaned[:-1]
+    try:
+        value = float(cleaned) * scale
+    except ValueError:
+        raise ValueError(f"{label}: '{text}' is not a number; write e.g. 32768 or 32k") from None
+    return check_number(name, value, label)
+
+
+def parse_optional_count(text: str | None, name: str) -> int | None:
+    """A flag's count (`--context 32k`), or None when the flag was not given."""
+    return None if text is None else int(parse_count(text, name, f"--{name}"))
+
+
 def check_grid_size(sizes: list[int], limit: int, label: str, fix: str) -> int:
     """The product of axis sizes, refused above `limit` before anything is allocated."""
     total = math.prod(sizes)
