@@ -73,7 +73,7 @@ class SimulatedEngineFactory:
         # StreamingLLM keeps its attention sinks: the first block is never released.
         allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
                                    sizing.max_model_len, prefix_caching=optimization.prefix_caching,
-                                   token_budget=budget, sink_blocks=1 if optimization.policy == "streaming" else 0,
+                                   token_budget=budget, sink_blocks=1 if optimization.policy in ("streaming", "streaming-abspos") else 0,
                                    tiers=make_tiers(config, self.tiers, optimization, sizing),
                                    recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
