@@ -163,7 +163,7 @@ def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
         assert measured == estimated
 
 
-def budget_engine(budget: int, sink_blocks: int = 0, blocks: int = 16):
+def budget_engine(policy: str, budget: int, blocks: int = 16, prompt: int = 3, output: int = 10):
     from kvplan.core.kv import make_allocator
     from kvplan.core.engine import Engine
     from kvplan.sim.runner import SimulatedRunner
@@ -171,38 +171,56 @@ def budget_engine(budget: int, sink_blocks: int = 0, blocks: int = 16):
     from kvplan.spec.profiles import load_gpu, load_model
     from kvplan.plan.roofline import Roofline
     from kvplan.spec import parse_kv_format
-
-    roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
-    allocator = make_allocator("paged", blocks * 4, 4, 64, watermark=0.0, token_budget=budget, sink_blocks=sink_blocks)
-    return Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
-
-
-def test_simulated_budget_releases_the_oldest_blocks() -> None:
     from kvplan.workload.request import Request
 
-    engine = budget_engine(budget=8)  # two blocks of 4
-    engine.submit(Request(0, 0.0, 3, 10))
-    for _ in range(6):  # prefill (3 tokens) then 5 decodes: 8 tokens computed, 2 blocks
+    roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
+    allocator = make_allocator("paged", blocks * 4, 4, 64, watermark=0.0, policy=PolicySpec(policy, budget),
+                               copy_s_per_slot=1.0)
+    engine = Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
+    engine.submit(Request(0, 0.0, prompt, output))
+    return engine
+
+
+def test_sliding_window_frees_blocks_as_it_slides() -> None:
+    engine = budget_engine("sliding-window", budget=8, output=14)  # blocks of 4 slots
+    tables = []
+    for _ in range(10):  # prefill (3 tokens), then a token per step: 3, 4, ..., 12 written
         engine.step()
+        tables.append(list(engine.scheduler.running[0].block_table))
+    # 8 tokens at positions 1..8 span blocks 0-2; at 4..11 block 0 is gone.
+    assert tables[5] == [0, 1] and tables[6] == [0, 1, 2] and tables[9] == [1, 2]
     seq = engine.scheduler.running[0]
-    assert seq.block_table == [0, 1] and seq.dropped_blocks == 0
-    engine.step()  # the 9th token needs a third block: block 0 is released
-    assert seq.block_table == [1, 2] and seq.dropped_blocks == 1
-    assert engine.allocator.evicted_slots == 4 and list(engine.allocator.pool.free_queue)[-1] == 0
+    assert seq.dropped_blocks == 1 and engine.allocator.evicted_slots == 12 - 8
     result = engine.run([])
     assert result.metrics["requests_finished"] == 1 and engine.allocator.pool.num_free == 16
     assert engine.allocator.evicted_slots == 0
 
 
-def test_streaming_budget_keeps_the_sink_block() -> None:
-    from kvplan.workload.request import Request
-
-    engine = budget_engine(budget=12, sink_blocks=1)
-    engine.submit(Request(0, 0.0, 18, 5))  # the 18-token prompt spans 5 blocks, 3 may stay
-    engine.step()
+def test_streaming_keeps_the_sink_block() -> None:
+    engine = budget_engine("streaming", budget=12, prompt=18, output=5)
+    engine.step()  # the 18-token prompt (one chunk) attends whole, then keeps 4 sinks + 8 newest
     seq = engine.scheduler.running[0]
-    assert len(seq.block_table) == 3 and seq.block_table[0] == 0  # the sink block plus the newest two
-    assert seq.dropped_blocks == 2 and seq.capacity == 20
+    # positions 0-3 (block 0) and 10-17 (blocks 2-4): block 1 is released
+    assert len(seq.block_table) == 4 and seq.block_table[0] == 0 and seq.dropped_blocks == 1
+
+
+def test_h2o_holds_its_budget_compacted_and_pays_the_copies() -> None:
+    engine = budget_engine("h2o", budget=8, prompt=6, output=12)
+    for _ in range(8):  # 6 + 7 tokens written: 5 evicted, each hole refilled by one copy
+        engine.step()
+    seq = engine.scheduler.running[0]
+    assert len(seq.block_table) == 2 and engine.allocator.evicted_slots == 13 - 8
+    assert engine.allocator.budget.copied_total == 5
+
+
+def test_snapkv_compresses_the_prompt_once_then_grows() -> None:
+    engine = budget_engine("snapkv", budget=12, blocks=16, prompt=30, output=10)
+    engine.step()  # the prompt: read whole (8 blocks), then compressed to 12 tokens (3 blocks)
+    seq = engine.scheduler.running[0]
+    assert len(seq.block_table) == 3
+    for _ in range(5):
+        engine.step()
+    assert len(seq.block_table) == -(-(12 + 5) // 4)  # every generated token is kept
 
 
 def test_budget_concurrency_matches_the_estimator() -> None:
