@@ -11,9 +11,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kvplan.core.kv import make_allocator
+from kvplan.core.policies import PolicySpec
 from kvplan.core.engine import Engine
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig, make_tiers
+from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
 from kvplan.spec.hf_config import model_spec_from_config
@@ -69,6 +71,7 @@ class RealEngineFactory:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     seed: int = 0
+    kv_budget: int | None = None  # tokens per KV head an eviction policy keeps (real/eviction.py)
     mode: str = "real"
 
     def __post_init__(self) -> None:
@@ -83,9 +86,13 @@ class RealEngineFactory:
 
         config, loaded = self.sizing, self.loaded
         spec = loaded.spec
+        policy = None
         if optimization.policy:
-            raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
-                             "--quality-text (simulated mode applies them as --kv-budget)")
+            if self.kv_budget is None or self.kv_budget <= config.block_size:
+                raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
+                                 f"({config.block_size} tokens)")
+            policy = PolicySpec(optimization.policy, self.kv_budget)
+            check_real_policy(policy)
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
         if kv_format.scale == "kivi":
             raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
@@ -114,7 +121,9 @@ class RealEngineFactory:
             recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
         allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,
                                    max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
-                                   recompute_s_per_token=recompute_s)
+                                   recompute_s_per_token=recompute_s, policy=policy)
+        if policy is not None:  # the pool's tensors follow the block manager's memory model
+            runner.eviction = RealEviction(policy, allocator.budget, config.block_size)
         # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
         scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
@@ -123,6 +132,11 @@ class RealEngineFactory:
         """Bytes the pool holds, the device, and the measured tier copies (bandwidth, bytes)."""
         metrics: dict[str, Any] = {"kv_bytes_allocated": engine.runner.kv_bytes,  # type: ignore[attr-defined]
                                    "device": self.loaded.device}
+        eviction = getattr(engine.runner, "eviction", None)
+        if eviction is not None:  # slots moved inside the pool by evictions (holes refilled, prefill compaction)
+            metrics["eviction_copied_slots"] = eviction.copied_slots
+            if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
+                metrics["eviction_hole_blocks_ratio"] = eviction.hole_blocks / eviction.compact_blocks
         storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None
         for direction, moved in (storage.stats.items() if storage is not None else ()):
             metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s
