@@ -48,7 +48,8 @@ def quality() -> list[dict[str, object]]:
     from kvplan.quality.tokenizer import Llama2cTokenizer
     from kvplan.real.model import load_causal_lm
 
-    tokens = Llama2cTokenizer(STORIES / "tok512.bin").encode((STORIES / "tinystories_validation_0.txt").read_text().strip())
+    text = (STORIES / "tinystories_validation_0.txt").read_text().strip()
+    tokens = Llama2cTokenizer(STORIES / "tok512.bin").encode(text)
     model, _ = load_causal_lm("stories260K", str(STORIES / "hf"), None, "fp32", "cpu")
     reference, _ = run_policy(model, tokens, PolicySpec("full"))
     with torch.inference_mode():

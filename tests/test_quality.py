@@ -174,7 +174,7 @@ def budget_engine(policy: str, budget: int, blocks: int = 16, prompt: int = 3, o
     from kvplan.workload.request import Request
 
     roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
-    allocator = make_allocator("paged", blocks * 4, 4, 64, watermark=0.0, policy=PolicySpec(policy, budget),
+    allocator = make_allocator("paged", blocks * 4, 4, 64, watermark=0.0, policy=PolicySpec(policy, budget, block=4),
                                copy_s_per_slot=1.0)
     engine = Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
     engine.submit(Request(0, 0.0, prompt, output))
@@ -301,3 +301,18 @@ def test_per_tensor_scales_are_calibrated_on_another_text(stories) -> None:
     assert tensor.perplexity < 1.02 * 3.661  # scale 1.0 rounded K/V to integers: 7.10
     budgets, _ = calibrate(model, other, PolicySpec("entropy-budget", 32), None)
     assert sum(budgets) == 5 * 32 and len(set(budgets)) > 1
+
+
+@pytest.mark.parametrize("policy", ["sliding-window", "streaming", "h2o", "snapkv", "paged-eviction"])
+def test_engine_blocks_follow_the_memory_model(policy: str) -> None:
+    """After every step the simulated engine holds the blocks kvplan.core.policies says."""
+    engine = budget_engine(policy, budget=12, blocks=32, prompt=30, output=40)
+    seq = engine.scheduler.running[0] if engine.scheduler.running else None
+    while engine.busy:
+        engine.step()
+        running = engine.scheduler.running
+        if not running:
+            break
+        seq = running[0]
+        spec = PolicySpec(policy, 12, block=4)
+        assert len(seq.block_table) == held_blocks(spec, 30, seq.num_computed, 4), seq.num_computed

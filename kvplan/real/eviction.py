@@ -211,7 +211,8 @@ class RealEviction:
         src, dst = self._flat_slots(table, sources), self._flat_slots(table, targets)
         head_index = torch.as_tensor(heads, dtype=torch.long)
         for flat in self._tensors(cache):
-            flat[dst.to(flat.device), head_index.to(flat.device)] = flat[src.to(flat.device), head_index.to(flat.device)]
+            rows, cols = head_index.to(flat.device), (src.to(flat.device), dst.to(flat.device))
+            flat[cols[1], rows] = flat[cols[0], rows]
 
     def _compact(self, cache: Any, table: list[int], keep: Any) -> None:
         """Per head, gather the kept slots to the front (the gather is read whole before the

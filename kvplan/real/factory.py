@@ -91,7 +91,7 @@ class RealEngineFactory:
             if self.kv_budget is None or self.kv_budget <= config.block_size:
                 raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
                                  f"({config.block_size} tokens)")
-            policy = PolicySpec(optimization.policy, self.kv_budget)
+            policy = PolicySpec(optimization.policy, self.kv_budget, block=config.block_size)  # pages are pool blocks
             check_real_policy(policy)
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
         if kv_format.scale == "kivi":

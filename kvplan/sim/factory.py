@@ -69,7 +69,7 @@ class SimulatedEngineFactory:
             if self.kv_budget is None or self.kv_budget <= config.block_size:
                 raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
                                  f"({config.block_size} tokens)")
-            policy = PolicySpec(optimization.policy, self.kv_budget)
+            policy = PolicySpec(optimization.policy, self.kv_budget, block=config.block_size)  # pages are pool blocks
         roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
         # The policy's memory model (kvplan.core.policies) decides the blocks each sequence
         # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM.
