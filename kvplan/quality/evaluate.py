@@ -71,7 +71,7 @@ def policy_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     logits = torch.einsum("kgd,knd->kgn", q, keys.float()) * (scaling or dim ** -0.5)
     probs = logits.softmax(dim=-1)
     out = torch.einsum("kgn,knd->kgd", probs, values.float()).reshape(heads, dim)
-    received = probs.sum(dim=1).double().numpy()  # [kv_heads, n]: per KV head, its query heads added
+    received = probs.sum(dim=1).double().cpu().numpy()  # [kv_heads, n]: per KV head, its query heads added
     entropy = -(probs * probs.clamp_min(1e-12).log()).sum(dim=-1).mean().item()
     cache.record(received, entropy, state.spec.window)
     if cache.kivi is not None:
@@ -138,6 +138,7 @@ def run_policy(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str |
                              "use streaming-abspos (original positions)")
         state.inv_freq = rotary.inv_freq
     rows = []
+    device = next(model.parameters()).device
     threads = torch.get_num_threads()
     # One token at a time the tensors are tiny: intra-op threads only add synchronization
     # (5x slower on a busy 2-core machine).
@@ -146,8 +147,8 @@ def run_policy(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str |
         with torch.inference_mode():
             for step, token in enumerate(tokens):
                 state.step = step
-                out = model(input_ids=torch.tensor([[token]]), position_ids=torch.tensor([[step]]),
-                            kvplan_eval=state, use_cache=False)
+                out = model(input_ids=torch.tensor([[token]], device=device),
+                            position_ids=torch.tensor([[step]], device=device), kvplan_eval=state, use_cache=False)
                 rows.append(out.logits[0, -1].float())
     finally:
         torch.set_num_threads(threads)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: 40% of the memory free after loading
 CUDA_FREE_SHARE = 0.4
+CALIBRATION_TOKENS = 64  # greedy tokens whose K/V calibrate per-tensor scales
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
 
 
@@ -109,6 +110,10 @@ class RealEngineFactory:
         store_dtype = next(p.dtype for p in loaded.model.parameters())
         pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
                                   dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
+        if kv_format.scale == "tensor":  # fp8 / intB-tensor: scales calibrated, not vLLM's default 1.0
+            for cache, (k_scale, v_scale) in zip(pool, self._tensor_scales(kv_format.name)):
+                cache.k_scale.fill_(k_scale)
+                cache.v_scale.fill_(v_scale)
         runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
                             backend=self.real.kernel_backend, seed=self.seed)
         sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
@@ -127,6 +132,26 @@ class RealEngineFactory:
         # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
         scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
+
+    def _tensor_scales(self, fmt: str) -> list[tuple[float, float]]:
+        """Per layer (K, V) scales: absmax / the format's largest value over K/V the model
+        writes for its own greedy text from BOS (as vLLM's calculated scales take the first
+        batch's), never the workload's prompts."""
+        import torch
+
+        from kvplan.quality.evaluate import calibrate
+
+        model = self.loaded.model
+        bos = getattr(model.config, "bos_token_id", None) or 1
+        previous = model.config._attn_implementation  # kvplan's paged attention needs a step context
+        model.set_attn_implementation("eager")
+        try:
+            with torch.inference_mode():
+                text = model.generate(torch.tensor([[bos]], device=model.device), max_new_tokens=CALIBRATION_TOKENS,
+                                      min_new_tokens=CALIBRATION_TOKENS, do_sample=False)[0].tolist()
+        finally:
+            model.set_attn_implementation(previous)
+        return calibrate(model, text, PolicySpec("full"), fmt)[1]
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
         """Bytes the pool holds, the device, and the measured tier copies (bandwidth, bytes)."""
