@@ -32,6 +32,28 @@ def test_arc_resists_a_scan() -> None:
     assert 1 not in lru and 2 not in lru  # plain LRU is flushed by the same scan
 
 
+def test_arc_tier_keeps_hit_blocks_through_demote_find_promote() -> None:
+    """The calls the prefix cache makes: a reloaded block stays in an ARC tier as frequent,
+    so a later scan of one-time blocks cannot flush it; an LRU tier gives it up on the hit."""
+    for policy in ("arc", "lru"):
+        tier = Tier("cpu", 4, 64e9, policy)
+        tiers = TieredCache([tier], block_bytes=2**21)
+        for block_hash in (1, 2):
+            tiers.demote(block_hash)  # the device pool reclaimed a prefix block
+        for block_hash in (1, 2):
+            found = tiers.find(block_hash)
+            assert found is tier and tiers.promote(block_hash, found, 16) is True  # reloaded to the device
+        if policy == "arc":
+            assert list(tier.blocks.t2) == [1, 2] and len(tier.blocks) == 2  # kept, now frequent
+            tiers.demote(1)  # evicted from the device again: the tier's copy is current, no bytes move
+            assert tier.stats.bytes_in == 2 * 2**21
+        else:
+            assert len(tier.blocks) == 0
+        for block_hash in range(100, 110):  # a one-time scan of other prompts' blocks
+            tiers.demote(block_hash)
+        assert (tiers.find(1) is tier and tiers.find(2) is tier) == (policy == "arc")
+
+
 def test_demotion_cascades_and_promotion_counts_bytes() -> None:
     cpu, disk = Tier("cpu", 2, 64e9), Tier("disk", 1, 7e9)
     tiers = TieredCache([cpu, disk], block_bytes=2**21)

@@ -26,7 +26,8 @@ def engine_factory(config: BenchConfig) -> EngineFactory:
     if config.mode == "real":
         from kvplan.real.factory import RealEngineFactory  # torch: only in real mode
 
-        return RealEngineFactory(config.sizing, config.real, config.scheduler, config.tiers, config.seed)
+        return RealEngineFactory(config.sizing, config.real, config.scheduler, config.tiers, config.seed,
+                                 kv_budget=config.kv_budget)
     return SimulatedEngineFactory(config.sizing, config.scheduler, config.tiers, config.kv_budget,
                                   step_model=config.step_model)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvplan.core.kv import ALLOCATORS
 from kvplan.core.setup import Optimization
-from kvplan.quality.policies import POLICIES
+from kvplan.core.policies import POLICIES
 from kvplan.spec import parse_kv_format
 
 DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "prefix")

@@ -128,6 +128,7 @@ class Scheduler:
         preempted = False
         context = pairs = 0
         cap = self.allocator.retained_cap
+        attended = self.allocator.attended
         # The hot loop of the simulator: kept flat, with the common decode case (one token
         # that fits the slots already held) touching no allocator. Popping victims from the
         # end while iterating is safe: the loop stops where the list now ends.
@@ -155,8 +156,8 @@ class Scheduler:
                 needed = before + count
             scheduled.append((seq, count))
             budget -= count
-            if cap is not None and needed > cap:  # an eviction budget: attention reads what is kept
-                needed, before = cap, min(before, cap)
+            if cap is not None:  # an eviction policy: attention reads what it keeps
+                needed, before = attended(seq, before, count)
             context += needed
             pairs += count * before + count * (count + 1) // 2
         plan.context_tokens, plan.attention_pairs = context, pairs
@@ -198,10 +199,9 @@ class Scheduler:
             plan.scheduled.append((seq, count))
             budget -= count
             before = seq.num_computed
-            cap = allocator.retained_cap
-            read = before + count if cap is None else min(before + count, cap)
+            read, before = allocator.attended(seq, before, count)
             plan.context_tokens += read
-            plan.attention_pairs += count * (before if cap is None else min(before, cap)) + count * (count + 1) // 2
+            plan.attention_pairs += count * before + count * (count + 1) // 2
         return budget
 
     def _chunk_of(self, pending: int, budget: int) -> int:
@@ -237,10 +237,13 @@ class Scheduler:
         self.used_slots += plan.num_tokens
         allocator = self.allocator
         caching = allocator.prefix_caching
+        trims = allocator.trims
         block_size = allocator.block_size
         for seq, count in plan.scheduled:
             computed = seq.num_computed + count
             seq.num_computed = computed
+            if trims:
+                allocator.trim(seq)
             if caching and seq.hashes and computed >= (seq.cached_blocks + 1) * block_size \
                     and seq.cached_blocks < len(seq.hashes):
                 allocator.cache_full_blocks(seq)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.core.setup import Optimization
-from kvplan.quality.policies import PolicySpec
+from kvplan.core.policies import PolicySpec
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +60,9 @@ def run_quality(model: torch.nn.Module, tokens: list[int], optimizations: list[O
     rows = []
     for optimization in optimizations:
         spec, fmt = quality_setup(optimization, budget)
-        result = evaluate(model, tokens, spec, fmt, reference=reference, greedy=greedy)
+        # Per-tensor scales and entropy-budget's split are calibrated on the model's own greedy
+        # text, never on the text scored.
+        result = evaluate(model, tokens, spec, fmt, reference=reference, greedy=greedy, calibration=greedy)
         rows.append({"optimization": optimization.name, "policy": spec.name, "kv_format": fmt, "kv_budget": spec.budget,
                      "text_tokens": len(tokens), "nll": result.nll, "perplexity": result.perplexity,
                      "kl_mean": result.kl_mean, "greedy_agreement": result.greedy_agreement,

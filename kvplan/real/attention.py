@@ -38,6 +38,7 @@ class StepContext:
     prefill_lens: Any
     prefill_max_query: int
     backend: str | None = None
+    eviction: Any = None  # real/eviction.py's RealEviction: an eviction policy working on the pool
 
 
 def check_supported(config: Any) -> None:
@@ -90,6 +91,10 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     ctx = kvplan_ctx
     cache = ctx.pool[module.layer_idx]
     variant = layer_variant(module, kwargs)
+    eviction = ctx.eviction
+    if eviction is not None:
+        variant = eviction.variant(variant)
+        eviction.before_write(module.layer_idx, cache)
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1).contiguous()
     v = value[0].transpose(0, 1).contiguous()
@@ -107,6 +112,8 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
                                    ctx.prefill_query_start, ctx.prefill_lens, scale,
                                    max_query_len=ctx.prefill_max_query, **common))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    if eviction is not None:
+        eviction.after_attention(module.layer_idx, cache, q, scale, len(ctx.pool))
     return out.to(q.dtype).unsqueeze(0), None
 
 

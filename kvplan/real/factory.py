@@ -11,9 +11,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kvplan.core.kv import make_allocator
+from kvplan.core.policies import PolicySpec
 from kvplan.core.engine import Engine
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig, make_tiers
+from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
 from kvplan.spec.hf_config import model_spec_from_config
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: 40% of the memory free after loading
 CUDA_FREE_SHARE = 0.4
+CALIBRATION_TOKENS = 64  # greedy tokens whose K/V calibrate per-tensor scales
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
 
 
@@ -69,6 +72,7 @@ class RealEngineFactory:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     seed: int = 0
+    kv_budget: int | None = None  # tokens per KV head an eviction policy keeps (real/eviction.py)
     mode: str = "real"
 
     def __post_init__(self) -> None:
@@ -77,12 +81,20 @@ class RealEngineFactory:
     def check(self, optimization: Optimization) -> None:
         """What real mode refuses, said before any work (the warm-up, the progress bars); the
         pool size itself depends on the device's free memory and is checked on building."""
-        if optimization.policy:
-            raise ValueError(f"'{optimization.name}': in real mode eviction policies are measured on a text with "
-                             "--quality-text (simulated mode applies them as --kv-budget)")
+        self._policy(optimization)
         if parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec).scale == "kivi":
             raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
                              "per-token or group scales)")
+
+    def _policy(self, optimization: Optimization) -> PolicySpec | None:
+        if not optimization.policy:
+            return None
+        block = self.sizing.block_size
+        if self.kv_budget is None or self.kv_budget <= block:
+            raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block ({block} tokens)")
+        policy = PolicySpec(optimization.policy, self.kv_budget, block=block)  # pages are pool blocks
+        check_real_policy(policy)
+        return policy
 
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
         from kvplan.real.tier_storage import TensorTierStorage
@@ -91,6 +103,7 @@ class RealEngineFactory:
         config, loaded = self.sizing, self.loaded
         spec = loaded.spec
         self.check(optimization)
+        policy = self._policy(optimization)
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
         max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
         slot_bytes = spec.kv_bytes_per_token(kv_format)
@@ -104,6 +117,10 @@ class RealEngineFactory:
         store_dtype = next(p.dtype for p in loaded.model.parameters())
         pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
                                   dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
+        if kv_format.scale == "tensor":  # fp8 / intB-tensor: scales calibrated, not vLLM's default 1.0
+            for cache, (k_scale, v_scale) in zip(pool, self._tensor_scales(kv_format.name)):
+                cache.k_scale.fill_(k_scale)
+                cache.v_scale.fill_(v_scale)
         runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
                             backend=self.real.kernel_backend, seed=self.seed)
         sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
@@ -116,15 +133,42 @@ class RealEngineFactory:
             recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
         allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,
                                    max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
-                                   recompute_s_per_token=recompute_s)
+                                   recompute_s_per_token=recompute_s, policy=policy)
+        if policy is not None:  # the pool's tensors follow the block manager's memory model
+            runner.eviction = RealEviction(policy, allocator.budget, config.block_size)
         # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
         scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
+
+    def _tensor_scales(self, fmt: str) -> list[tuple[float, float]]:
+        """Per layer (K, V) scales: absmax / the format's largest value over K/V the model
+        writes for its own greedy text from BOS (as vLLM's calculated scales take the first
+        batch's), never the workload's prompts."""
+        import torch
+
+        from kvplan.quality.evaluate import calibrate
+
+        model = self.loaded.model
+        bos = getattr(model.config, "bos_token_id", None) or 1
+        previous = model.config._attn_implementation  # kvplan's paged attention needs a step context
+        model.set_attn_implementation("eager")
+        try:
+            with torch.inference_mode():
+                text = model.generate(torch.tensor([[bos]], device=model.device), max_new_tokens=CALIBRATION_TOKENS,
+                                      min_new_tokens=CALIBRATION_TOKENS, do_sample=False)[0].tolist()
+        finally:
+            model.set_attn_implementation(previous)
+        return calibrate(model, text, PolicySpec("full"), fmt)[1]
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
         """Bytes the pool holds, the device, and the measured tier copies (bandwidth, bytes)."""
         metrics: dict[str, Any] = {"kv_bytes_allocated": engine.runner.kv_bytes,  # type: ignore[attr-defined]
                                    "device": self.loaded.device}
+        eviction = getattr(engine.runner, "eviction", None)
+        if eviction is not None:  # slots moved inside the pool by evictions (holes refilled, prefill compaction)
+            metrics["eviction_copied_slots"] = eviction.copied_slots
+            if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
+                metrics["eviction_hole_blocks_ratio"] = eviction.hole_blocks / eviction.compact_blocks
         storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None
         for direction, moved in (storage.stats.items() if storage is not None else ()):
             metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s

@@ -57,6 +57,7 @@ class RealRunner:
         self.block_tokens: dict[int, tuple[int, ...]] = {}  # full paged block -> the tokens written in it
         self.checked: set[tuple[int, int]] = set()  # sequences whose cached prefix was compared
         self.keep_logits = False
+        self.eviction: Any = None  # a RealEviction when the engine runs an eviction policy (real/eviction.py)
 
     @property
     def kv_bytes(self) -> int:
@@ -113,6 +114,12 @@ class RealRunner:
         counts = np.fromiter((count for _, count in order), dtype=np.int64, count=len(order))
         starts = np.fromiter((seq.num_computed for seq, _ in order), dtype=np.int64, count=len(order))
         ends = starts + counts
+        # Where the new tokens go in each sequence's slots: their positions, unless an
+        # eviction policy keeps fewer (real/eviction.py); RoPE positions stay the tokens' own.
+        eviction = self.eviction
+        slot_starts = starts if eviction is None else np.fromiter(
+            (eviction.slot_start(seq) for seq, _ in order), dtype=np.int64, count=len(order))
+        slot_ends = slot_starts + counts
         contiguous = bool(order) and order[0][0].extent is not None
         block = 1 if contiguous else self.block_size
         ids: list[int] = []
@@ -120,20 +127,21 @@ class RealRunner:
             start = seq.num_computed
             tokens = self.tokens_of(seq)
             ids.extend(tokens[start:start + count])
-            if not contiguous:
+            if not contiguous and eviction is None:
                 self._check_and_record(seq, tokens, start, start + count)
         if contiguous:  # one-slot "blocks": the table is the extent's slot range
             firsts = np.fromiter((seq.extent[0] for seq, _ in order), dtype=np.int64, count=len(order))
             tables = firsts[:, None] + np.arange(int(ends.max()), dtype=np.int64)[None, :]
         else:
-            widths = -(-ends // block)
+            widths = -(-slot_ends // block)
             tables = np.full((len(order), int(widths.max()) if len(order) else 0), -1, dtype=np.int64)
             for row, (seq, _) in enumerate(order):
                 tables[row, :widths[row]] = seq.block_table[:widths[row]]
         owner = np.repeat(np.arange(len(order)), counts)
         first_index = np.cumsum(counts) - counts
         positions = starts[owner] + np.arange(len(owner)) - first_index[owner]
-        slots = tables[owner, positions // block] * block + positions % block
+        in_slots = positions if eviction is None else slot_starts[owner] + np.arange(len(owner)) - first_index[owner]
+        slots = tables[owner, in_slots // block] * block + in_slots % block
         num_decode = int(np.count_nonzero(counts == 1))
         done = ends == np.fromiter((seq.prompt_len + seq.num_generated for seq, _ in order), dtype=np.int64,
                                    count=len(order))
@@ -149,13 +157,14 @@ class RealRunner:
             slot_mapping=tensor(slots, torch.int64),
             num_decode=num_decode,
             decode_tables=tensor(tables[:num_decode], torch.int32),
-            decode_lens=tensor(ends[:num_decode], torch.int32),
-            decode_max_len=int(ends[:num_decode].max()) if num_decode else 0,
+            decode_lens=tensor(slot_ends[:num_decode], torch.int32),
+            decode_max_len=int(slot_ends[:num_decode].max()) if num_decode else 0,
             prefill_tables=tensor(tables[num_decode:], torch.int32),
             prefill_query_start=tensor(np.concatenate([[0], np.cumsum(prefill_counts)]), torch.int32),
-            prefill_lens=tensor(ends[num_decode:], torch.int32),
+            prefill_lens=tensor(slot_ends[num_decode:], torch.int32),
             prefill_max_query=int(prefill_counts.max()) if len(prefill_counts) else 0,
-            backend=self.backend)
+            backend=self.backend,
+            eviction=None if eviction is None else eviction.begin_step(order, slot_starts))
         with torch.inference_mode():
             output = self.model(input_ids=torch.tensor([ids], device=self.device),
                                 position_ids=tensor(positions[None, :], torch.long),

@@ -98,16 +98,17 @@ class TensorTierStorage:
         elif self.disk_dir is not None:
             self._path(block_hash).unlink(missing_ok=True)
 
-    def take(self, tier: str, block_hash: int) -> list[Any] | None:
-        """Read a block out of its tier (it leaves the tier); None if it cannot be read."""
+    def take(self, tier: str, block_hash: int, keep: bool = False) -> list[Any] | None:
+        """Read a block out of its tier (it leaves the tier unless `keep`); None if it cannot be read."""
         import torch
 
         if tier == "cpu":
-            return self.host.pop(block_hash, None)
+            return self.host.get(block_hash) if keep else self.host.pop(block_hash, None)
         started = time.perf_counter()
         try:
             copies = torch.load(self._path(block_hash), weights_only=True)
-            self._path(block_hash).unlink(missing_ok=True)
+            if not keep:
+                self._path(block_hash).unlink(missing_ok=True)
         except (OSError, RuntimeError) as err:
             self._warn(f"disk tier read failed ({err}); recomputing")
             return None

@@ -10,6 +10,7 @@ from typing import Any
 
 from kvplan.core.engine import Engine
 from kvplan.core.kv import make_allocator
+from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, TierConfig, make_tiers
 from kvplan.plan.capacity import PlanInputs, plan
@@ -67,19 +68,20 @@ class SimulatedEngineFactory:
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
         config = self.sizing
         sizing = size_engine(config, self.scheduler, optimization)
-        budget = None
+        policy = None
         if optimization.policy:
             if self.kv_budget is None or self.kv_budget <= config.block_size:
                 raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
                                  f"({config.block_size} tokens)")
-            budget = self.kv_budget
+            policy = PolicySpec(optimization.policy, self.kv_budget, block=config.block_size)  # pages are pool blocks
         roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
-        # StreamingLLM keeps its attention sinks: the first block is never released.
+        # The policy's memory model (kvplan.core.policies) decides the blocks each sequence
+        # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM.
         allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
                                    sizing.max_model_len, prefix_caching=optimization.prefix_caching,
-                                   token_budget=budget, sink_blocks=1 if optimization.policy == "streaming" else 0,
-                                   tiers=make_tiers(config, self.tiers, optimization, sizing),
-                                   recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops)
+                                   policy=policy, tiers=make_tiers(config, self.tiers, optimization, sizing),
+                                   recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops,
+                                   copy_s_per_slot=2 * sizing.slot_bytes / roofline.bandwidth)
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
         scheduler = replace(self.scheduler, swap_slots=swap_slots)
         runner = SimulatedRunner(roofline)

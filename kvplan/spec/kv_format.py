@@ -51,12 +51,33 @@ class KVFormat:
         if self.scale == "group":
             return data + math.ceil(dim / (self.group_size or dim)) * self.scale_bytes
         if self.scale == "kivi":
-            # KIVI: a key's scales are per channel, shared by a group of tokens; a value's are
-            # per token. Averaged over the K and V vectors of a token; the full-precision
-            # recent window is not counted (steady state).
-            key_scales = dim * self.scale_bytes / (self.group_size or 1)
-            return data + (key_scales + self.scale_bytes) / 2
+            # KIVI: a scale and a zero point (min) per key channel, shared by a group of
+            # tokens; per value token, one pair per group of channels. Averaged over the K and
+            # V vectors of a token; the full-precision residual is not counted (steady state;
+            # kivi_sequence_bytes counts it).
+            return data + (self.kivi_key_pair_bytes(dim) + self.kivi_value_pair_bytes(dim)) / 2
         return float(data)  # per-tensor scales are a few bytes per layer, not per token
+
+    def kivi_key_pair_bytes(self, dim: int) -> float:
+        """Per token: a key's share of its channels' (scale, min) pairs."""
+        return dim * 2 * self.scale_bytes / (self.group_size or 1)
+
+    def kivi_value_pair_bytes(self, dim: int) -> int:
+        """Per token: a value's (scale, min) pairs, one per group of channels."""
+        return math.ceil(dim / min(self.group_size or dim, dim)) * 2 * self.scale_bytes
+
+    def kivi_sequence_bytes(self, tokens: int, dim: int, full_bytes: float, residual: int = 32) -> float:
+        """K and V bytes of one KV head of one layer holding `tokens` tokens, as KIVI stores
+        them: keys are quantized `residual` at a time (the rest wait in full precision),
+        values beyond the `residual` newest are quantized one by one."""
+        width = min(self.group_size or dim, dim)
+        quant_keys = tokens - tokens % residual
+        quant_values = max(0, tokens - residual)
+        key = quant_keys * (dim * self.bits / 8 + self.kivi_key_pair_bytes(dim))
+        value = quant_values * (math.ceil(dim / width) * math.ceil(width * self.bits / 8)
+                                + self.kivi_value_pair_bytes(dim))
+        full = (tokens - quant_keys + tokens - quant_values) * dim * full_bytes
+        return key + value + full
 
     @property
     def label(self) -> str:

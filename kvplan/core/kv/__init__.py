@@ -5,27 +5,28 @@ caching, eviction budgets and copy-on-write forks), or contiguous first-fit rese
 from __future__ import annotations
 
 from kvplan.core.kv.base import NO_HITS, Allocator, PrefixLookup
-from kvplan.core.kv.budget import TokenBudget
+from kvplan.core.kv.budget import PolicyBudget
 from kvplan.core.kv.contiguous import ContiguousAllocator
 from kvplan.core.kv.fork import ForkStats
 from kvplan.core.kv.paged import PagedAllocator
 from kvplan.core.kv.prefix_cache import PrefixCache, PrefixStats, hit_rate
+from kvplan.core.policies import PolicySpec
 from kvplan.core.tiers import TieredCache
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 
 __all__ = ["ALLOCATORS", "NO_HITS", "Allocator", "ContiguousAllocator", "ForkStats", "PagedAllocator",
-           "PrefixCache", "PrefixLookup", "PrefixStats", "TokenBudget", "hit_rate", "make_allocator"]
+           "PolicyBudget", "PrefixCache", "PrefixLookup", "PrefixStats", "hit_rate", "make_allocator"]
 
 
 def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
-                   watermark: float = 0.01, prefix_caching: bool = False, token_budget: int | None = None,
-                   sink_blocks: int = 0, tiers: TieredCache | None = None,
-                   recompute_s_per_token: float = 0.0) -> Allocator:
+                   watermark: float = 0.01, prefix_caching: bool = False, policy: PolicySpec | None = None,
+                   tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
+                   copy_s_per_slot: float = 0.0) -> Allocator:
     if kind == "paged":
-        return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching, token_budget,
-                              sink_blocks, tiers, recompute_s_per_token)
-    if prefix_caching or token_budget:
+        return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching, policy,
+                              tiers, recompute_s_per_token, copy_s_per_slot)
+    if prefix_caching or (policy is not None and policy.evicts):
         raise ValueError(f"prefix caching and eviction budgets need the paged allocator, not {kind}")
     if kind.startswith("contiguous-"):
         return ContiguousAllocator(kind.removeprefix("contiguous-"), capacity_slots, max_model_len)

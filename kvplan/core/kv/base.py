@@ -49,7 +49,8 @@ class Allocator(ABC):
     prefix_stats: PrefixStats | None = None
     fork_stats: ForkStats | None = None
     tiers: TieredCache | None = None
-    retained_cap: int | None = None  # tokens a sequence's attention reads at most (an eviction budget)
+    retained_cap: int | None = None  # an eviction policy's token budget (None: no policy)
+    trims = False  # True: call trim(seq) after each step (an eviction policy prunes)
     # How the pool splits (DESIGN.md): slots held for tokens not generated yet, and free
     # space cut into extents that a waiting request may be too large for.
     reserves_ahead = False
@@ -84,6 +85,13 @@ class Allocator(ABC):
     def cached_prefix_blocks(self, hashes: list[int]) -> int:
         """How many leading blocks of a prefix (given by its block hashes) the cache holds."""
         return 0
+
+    def attended(self, seq: Sequence, before: int, count: int) -> tuple[int, int]:
+        """(tokens a step of `count` new tokens reads, of which cached before it)."""
+        return before + count, before
+
+    def trim(self, seq: Sequence) -> None:
+        """After a step: an eviction policy prunes the sequence and releases blocks."""
 
     def fork(self, parent: Sequence, child: Sequence) -> bool:
         """Share the parent's blocks with a parallel sample (copy-on-write)."""

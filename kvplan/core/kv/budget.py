@@ -1,46 +1,121 @@
-"""An eviction policy's token budget, applied as memory (simulated mode): a sequence keeps
-at most `max_blocks` blocks; older ones (after `sink_blocks` kept from the start, as
-StreamingLLM keeps its attention sinks) go back to the pool as new ones are needed."""
+"""An eviction policy applied to a paged pool: the blocks each sequence holds, step by step,
+follow the policy's memory model (kvplan.core.policies.slots), which the real engine's
+block tables follow too.
+
+A step writes its new tokens into fresh slots. A decode step (one token) is pruned before
+it attends (strict budgets), so it needs only the blocks the sequence holds after it; a
+prefill chunk attends to everything kept plus the whole chunk, then is pruned (`trim`).
+- window policies keep tokens at their positions: blocks free as the window slides past
+  them. `seq.dropped_blocks` counts the logical blocks released, so table[i] holds logical
+  block i + dropped_blocks (i >= 1 when StreamingLLM's sink block 0 stays at table[0]);
+- h2o, snapkv, paged-eviction and entropy-budget keep each head's tokens compacted at the
+  front: a hole is filled by moving the last slot's token into it, one slot copied per
+  evicted token (`copied_slots`, charged as time), and the tail blocks free.
+"""
 
 from __future__ import annotations
 
 from kvplan.core.block_pool import BlockPool
+from kvplan.core.policies import SINKS, PolicySpec, held_tokens
+from kvplan.core.policies.slots import WINDOW_POLICIES
 from kvplan.core.sequence import Sequence
 
 
-class TokenBudget:
-    def __init__(self, token_budget: int, block_size: int, sink_blocks: int = 0) -> None:
+class PolicyBudget:
+    def __init__(self, spec: PolicySpec, block_size: int) -> None:
+        if spec.budget is None:
+            raise ValueError(f"policy '{spec.name}' needs a token budget")
+        self.spec = spec
         self.block_size = block_size
-        self.max_blocks = -(-token_budget // block_size)
-        self.sink_blocks = sink_blocks
-        self.evicted_slots = 0  # tokens of live sequences dropped by the budget
+        self.windowed = spec.name in WINDOW_POLICIES
+        self.sink = self.windowed and spec.name != "sliding-window"  # StreamingLLM keeps block 0
+        self.evicted_slots = 0  # tokens of live sequences the policy dropped
+        self.copied_slots = 0  # compaction copies not yet charged
+        self.copied_total = 0
+        self.held: dict[int, tuple[int, int]] = {}  # id(seq) -> (tokens written, held per head) at its last step
 
-    @property
-    def retained_cap(self) -> int:
-        """Tokens a sequence's attention can read at most (the budget, in whole blocks)."""
-        return self.max_blocks * self.block_size
+    def kept(self, seq: Sequence) -> int:
+        return self.held.get(id(seq), (0, seq.num_computed))[1]
 
-    def new_blocks(self, seq: Sequence, needed: int) -> int:
-        """Blocks to take for `needed` more: beyond the budget they replace the oldest ones."""
-        return min(needed, self.max_blocks - len(seq.block_table) + 1)
+    def attended(self, seq: Sequence, before: int, count: int) -> tuple[int, int]:
+        """(tokens the step's attention reads, of which already cached before the step)."""
+        if count == 1:
+            after = held_tokens(self.spec, seq.prompt_len, before + 1)
+            return after, after - 1
+        kept = self.kept(seq)
+        return kept + count, kept
 
-    def reservation_blocks(self, blocks: int) -> int:
-        return min(blocks, self.max_blocks)
+    def _first_logical(self, length: int) -> int:
+        """The first logical block a window still needs after `length` tokens (block 0 aside)."""
+        held = held_tokens(self.spec, 0, length)  # windows do not depend on the prompt
+        if held >= length:
+            return 0
+        start = length - held + (min(SINKS, held) if self.sink else 0)
+        return start // self.block_size
 
-    def drop_oldest(self, seq: Sequence, tokens: int, pool: BlockPool) -> None:
-        """Keep the blocks covering the newest tokens (and the sink blocks) within the budget;
-        positions that skip whole blocks are counted as dropped without holding them."""
-        block_size = self.block_size
-        total = -(-tokens // block_size)  # blocks this many tokens span
-        skipped = total - len(seq.block_table) - seq.dropped_blocks
-        seq.dropped_blocks += max(0, skipped)
-        self.evicted_slots += max(0, skipped) * block_size
-        while len(seq.block_table) > self.max_blocks:
-            victim = seq.block_table.pop(self.sink_blocks)
-            pool.free([victim])
+    def blocks_needed(self, seq: Sequence, tokens: int) -> int:
+        """New blocks the step bringing the sequence to `tokens` takes (before a decode step's
+        window slides: an upper bound, as admission needs)."""
+        size = self.block_size
+        if self.windowed:
+            return (tokens - 1) // size - (seq.dropped_blocks + len(seq.block_table) - 1)
+        if tokens - seq.num_computed <= 1:
+            peak = held_tokens(self.spec, seq.prompt_len, tokens)
+        else:
+            peak = self.kept(seq) + tokens - seq.num_computed
+        return -(-peak // size) - len(seq.block_table)
+
+    def reservation_tokens(self, seq: Sequence) -> int:
+        """The most tokens the sequence holds at once: a whole prompt read in one chunk on top
+        of what it keeps (a bound: chunks are usually smaller), or its final cache."""
+        final = held_tokens(self.spec, seq.prompt_len, seq.final_len)
+        return min(seq.final_len, max(final, seq.prompt_len) + self.block_size)
+
+    def grow(self, seq: Sequence, tokens: int, pool: BlockPool) -> bool:
+        """Take the blocks the step bringing the sequence to `tokens` needs; False if short."""
+        table = seq.block_table
+        if self.windowed and tokens - seq.num_computed <= 1:
+            self._slide(seq, tokens, pool)
+        needed = self.blocks_needed(seq, tokens)
+        if needed > pool.num_free:
+            return False
+        if needed > 0:
+            table.extend(pool.allocate(needed))
+        elif needed < 0:
+            pool.free([table.pop() for _ in range(-needed)])
+        seq.capacity = tokens
+        return True
+
+    def trim(self, seq: Sequence, pool: BlockPool) -> None:
+        """After the step: prune to what the policy keeps and release the blocks that empties."""
+        length = seq.num_computed
+        written, kept = self.held.get(id(seq), (0, 0))
+        held = held_tokens(self.spec, seq.prompt_len, length)
+        self.evicted_slots += (length - held) - (written - kept)
+        self.held[id(seq)] = (length, held)
+        if self.windowed:
+            self._slide(seq, length, pool)
+            return
+        copies = kept + (length - written) - held  # each evicted token's hole is refilled
+        self.copied_slots += copies
+        self.copied_total += copies
+        target = -(-held // self.block_size)
+        while len(seq.block_table) > target:
+            pool.free([seq.block_table.pop()])
+
+    def _slide(self, seq: Sequence, length: int, pool: BlockPool) -> None:
+        """Release the logical blocks the window has left (the sink block stays)."""
+        first = self._first_logical(length)
+        keep = 1 if self.sink else 0
+        while keep + seq.dropped_blocks < first and len(seq.block_table) > keep:
+            pool.free([seq.block_table.pop(keep)])
             seq.dropped_blocks += 1
-            self.evicted_slots += block_size
+
+    def take_copied_slots(self) -> int:
+        copied, self.copied_slots = self.copied_slots, 0
+        return copied
 
     def release(self, seq: Sequence) -> None:
         """The sequence is freed: its dropped tokens no longer count as evicted-while-live."""
-        self.evicted_slots -= seq.dropped_blocks * self.block_size
+        written, kept = self.held.pop(id(seq), (0, 0))
+        self.evicted_slots -= written - kept

@@ -6,19 +6,24 @@ from __future__ import annotations
 
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.kv.base import NO_HITS, Allocator, PrefixLookup
-from kvplan.core.kv.budget import TokenBudget
+from kvplan.core.kv.budget import PolicyBudget
 from kvplan.core.kv.fork import ForkStats, fork_blocks
 from kvplan.core.kv.prefix_cache import PrefixCache
+from kvplan.core.policies import PolicySpec
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
 
 
 class PagedAllocator(Allocator):
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
-                 prefix_caching: bool = False, token_budget: int | None = None, sink_blocks: int = 0,
-                 tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0) -> None:
-        if token_budget is not None and prefix_caching:
-            raise ValueError("prefix caching cannot be combined with an eviction budget in simulated mode")
+                 prefix_caching: bool = False, policy: PolicySpec | None = None,
+                 tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
+                 copy_s_per_slot: float = 0.0) -> None:
+        if policy is not None and policy.evicts and prefix_caching:
+            # A cached prefix block is shared read-only; a policy that evicts tokens from it
+            # (or compacts it) would change what the next request's hit reads.
+            raise ValueError("prefix caching cannot be combined with an eviction policy: evicting tokens from "
+                             "a shared prefix block would change what later hits read; use one or the other")
         if tiers is not None and not prefix_caching:
             raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
         self.name = "prefix" if prefix_caching else "paged"
@@ -31,9 +36,11 @@ class PagedAllocator(Allocator):
         if self.prefix_cache is not None:
             self.prefix_stats = self.prefix_cache.stats
             self.tiers = tiers
-        self.budget = TokenBudget(token_budget, block_size, sink_blocks) if token_budget else None
+        self.budget = PolicyBudget(policy, block_size) if policy is not None and policy.evicts else None
         if self.budget is not None:
-            self.retained_cap = self.budget.retained_cap
+            self.retained_cap = policy.budget
+            self.trims = True
+        self.copy_s_per_slot = copy_s_per_slot  # compaction copies (simulated: charged as time)
         self.fork_stats = ForkStats()
 
     @property
@@ -56,8 +63,10 @@ class PagedAllocator(Allocator):
             self.prefix_cache.known_hashes = hashes
 
     def blocks_needed(self, seq: Sequence, tokens: int) -> int:
-        """New blocks for the sequence to span `tokens` (blocks a budget dropped still count)."""
-        return max(0, -(-tokens // self.block_size) - len(seq.block_table) - seq.dropped_blocks)
+        """New blocks for the sequence to span `tokens` (an eviction policy's memory model)."""
+        if self.budget is not None:
+            return max(0, self.budget.blocks_needed(seq, tokens))
+        return max(0, -(-tokens // self.block_size) - len(seq.block_table))
 
     def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool:
         if not hits.blocks:
@@ -76,7 +85,17 @@ class PagedAllocator(Allocator):
         return self.prefix_cache.adopt(seq, hits) if self.prefix_cache is not None else 0
 
     def take_transfer_s(self) -> float:
-        return self.prefix_cache.take_transfer_s() if self.prefix_cache is not None else 0.0
+        seconds = self.prefix_cache.take_transfer_s() if self.prefix_cache is not None else 0.0
+        if self.budget is not None:
+            seconds += self.budget.take_copied_slots() * self.copy_s_per_slot
+        return seconds
+
+    def attended(self, seq: Sequence, before: int, count: int) -> tuple[int, int]:
+        return self.budget.attended(seq, before, count) if self.budget is not None else (before + count, before)
+
+    def trim(self, seq: Sequence) -> None:
+        if self.budget is not None:
+            self.budget.trim(seq, self.pool)
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         if self.prefix_cache is not None:
@@ -99,18 +118,15 @@ class PagedAllocator(Allocator):
         return self.pool.num_cached_free * self.block_size
 
     def allocate(self, seq: Sequence, tokens: int) -> bool:
+        if self.budget is not None:
+            return self.budget.grow(seq, tokens, self.pool)
         needed = self.blocks_needed(seq, tokens)
         if needed == 0:
             return True
-        budget = self.budget
-        if budget is not None:
-            needed = budget.new_blocks(seq, needed)
         if needed > self.pool.num_free:
             return False
         seq.block_table.extend(self.pool.allocate(needed))
-        if budget is not None:
-            budget.drop_oldest(seq, tokens, self.pool)
-        seq.capacity = (len(seq.block_table) + seq.dropped_blocks) * self.block_size
+        seq.capacity = len(seq.block_table) * self.block_size
         return True
 
     def free(self, seq: Sequence) -> None:
@@ -123,10 +139,8 @@ class PagedAllocator(Allocator):
         seq.dropped_blocks = 0
 
     def reservation_size(self, seq: Sequence) -> int:
-        blocks = -(-seq.final_len // self.block_size)
-        if self.budget is not None:
-            blocks = self.budget.reservation_blocks(blocks)
-        return blocks * self.block_size
+        tokens = seq.final_len if self.budget is None else self.budget.reservation_tokens(seq)
+        return -(-tokens // self.block_size) * self.block_size
 
     def planned_slots(self, seq: Sequence) -> int:
         return len(seq.block_table) * self.block_size  # nothing is reserved ahead

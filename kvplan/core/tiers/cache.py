@@ -8,7 +8,10 @@ time), whichever the cost model says is cheaper. Simulated mode moves no bytes: 
 them and charges their time at the tier's bandwidth (PCIe / NVLink-C2C for host, NVMe
 for disk, from the GPU profile, overridable).
 
-Eviction inside a tier: LRU (tiers/lru.py) or ARC (tiers/arc.py).
+Eviction inside a tier: LRU (tiers/lru.py) or ARC (tiers/arc.py). An LRU tier is
+exclusive (a hit leaves the tier for the device); an ARC tier keeps a hit block, which
+moves to its frequency list, as ARC is defined over repeated accesses to resident keys; a
+later demotion of that block finds its bytes already there.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class TieredCache:
 
     def demote(self, block_hash: int, block: int | None = None, level: int = 0) -> None:
         """A block leaves the device (level 0, into the first tier) or a tier (cascades down)."""
+        if level < len(self.tiers) and block_hash in self.tiers[level].blocks:
+            return  # an ARC tier kept it on its last hit: the copy there is still current
         if level >= len(self.tiers):
             if self.storage is not None:
                 self.storage.drop(self.tiers[-1].name, block_hash)
@@ -92,13 +97,19 @@ class TieredCache:
         return None
 
     def promote(self, block_hash: int, tier: Tier, block_size: int) -> Any:
-        """Take a block out of its tier for reloading. Returns its bytes in real mode (None if
-        they cannot be read), True in simulated mode."""
-        tier.blocks.remove(block_hash)
+        """Read a block from its tier for reloading (an LRU tier gives it up, an ARC tier keeps
+        it). Returns its bytes in real mode (None if they cannot be read), True in simulated mode."""
+        keep = tier.policy == "arc"
+        if keep:
+            tier.blocks.touch(block_hash)  # seen again: frequent
+        else:
+            tier.blocks.remove(block_hash)
         payload: Any = True
         if self.storage is not None:
-            payload = self.storage.take(tier.name, block_hash)
+            payload = self.storage.take(tier.name, block_hash, keep=keep)
             if payload is None:
+                if keep:
+                    tier.blocks.remove(block_hash)
                 return None
         else:
             self.unbilled_s += self.block_bytes / tier.bandwidth

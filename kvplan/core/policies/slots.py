@@ -1,0 +1,68 @@
+"""How many token slots a sequence holds under each policy, step by step: the memory model
+the simulator charges and the real engine's block tables follow (a closed-loop test pins
+the two together).
+
+Counts are per KV head and layer (every head holds the same number: per-head selection
+keeps `budget` tokens in each). `length` is how many tokens the sequence has written.
+
+Where tokens sit in the paged pool:
+- window policies (sliding-window, streaming*) keep tokens at their own position, so a
+  block frees as the window slides past it; streaming keeps the sink block;
+- paged-eviction drops whole blocks by position;
+- h2o / snapkv / entropy-budget keep different tokens in different heads; the pool holds
+  them compacted (each head's kept tokens moved to the front, a copy per evicted token,
+  charged as time), so ceil(held / block_size) blocks.
+entropy-budget's per-layer budgets are modeled by their average (blocks hold every layer:
+a simplification named in the docs).
+"""
+
+from __future__ import annotations
+
+from kvplan.core.policies.spec import SINKS, PolicySpec
+
+WINDOW_POLICIES = ("sliding-window", "streaming", "streaming-abspos")
+
+
+def held_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
+    """Tokens each head holds once the step that wrote token `length` is done."""
+    budget = spec.budget
+    if not spec.evicts or budget is None or length <= budget:
+        return length
+    if spec.name == "snapkv":  # the prompt is compressed once, later tokens all kept
+        if length < prompt_len:
+            return length
+        return min(prompt_len, budget) + (length - prompt_len)
+    if spec.name == "paged-eviction":
+        dropped_blocks = min(-(-(length - budget) // spec.block), (length - 1) // spec.block)
+        return length - dropped_blocks * spec.block
+    return budget
+
+
+def attended_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
+    """Tokens the step writing token `length` attends to: what it holds after the step
+    (strict budgets prune before attending, so never budget + 1), except that snapkv reads
+    its whole prompt before compressing it."""
+    if spec.name == "snapkv" and length <= prompt_len:
+        return length
+    return held_tokens(spec, prompt_len, length)
+
+
+def held_blocks(spec: PolicySpec, prompt_len: int, length: int, block_size: int) -> int:
+    """Pool blocks the sequence holds after writing token `length`."""
+    if length <= 0:
+        return 0
+    held = held_tokens(spec, prompt_len, length)
+    if spec.name in WINDOW_POLICIES and held < length:
+        first = length - held if spec.name == "sliding-window" else length - (held - min(SINKS, held))
+        window = (length - 1) // block_size - first // block_size + 1
+        if spec.name != "sliding-window" and first // block_size > 0:
+            window += 1  # the sink block
+        return window
+    return -(-held // block_size)  # compacted; paged-eviction: whole old blocks + the newest
+
+
+def peak_held_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
+    """The most tokens held at any point while writing `length` tokens one by one."""
+    if spec.name == "snapkv":
+        return max(min(length, prompt_len), held_tokens(spec, prompt_len, length))
+    return held_tokens(spec, prompt_len, length)

@@ -1,0 +1,43 @@
+"""Which eviction policies exist and how one is configured: pure data, shared by the
+quality evaluator, the real serving engine and the simulator's memory model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# `streaming` re-indexes positions inside the cache as StreamingLLM does (a kept token's
+# position is its slot in the cache); `streaming-abspos` keeps each token's original
+# position, a named variant, not the paper's method.
+POLICIES = ("sliding-window", "streaming", "streaming-abspos", "h2o", "snapkv", "paged-eviction",
+            "entropy-budget")
+SINKS = 4  # StreamingLLM's attention sinks
+# Policies whose kept set depends on attention (per KV head); the rest depend on positions only.
+ATTENTION_POLICIES = ("h2o", "snapkv", "paged-eviction", "entropy-budget")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """`budget`: tokens each KV head of each layer holds at most while attending (strict:
+    the step's own token included). entropy-budget: the average per layer."""
+
+    name: str  # "full" or one of POLICIES
+    budget: int | None = None
+    window: int = 8  # snapkv observation window (prompt queries that vote)
+    kernel: int = 7  # snapkv max-pooling width
+    block: int = 16  # paged-eviction block size
+
+    def __post_init__(self) -> None:
+        if self.name != "full" and self.name not in POLICIES:
+            raise ValueError(f"unknown policy '{self.name}'; use one of: full, {', '.join(POLICIES)}")
+        if self.name != "full" and (self.budget is None or self.budget < SINKS + 1):
+            raise ValueError(f"policy '{self.name}' needs a token budget above {SINKS} (--kv-budget)")
+        if self.name == "snapkv" and self.budget is not None and self.budget <= self.window:
+            raise ValueError(f"snapkv keeps its {self.window}-query observation window: the budget must exceed it")
+
+    @property
+    def evicts(self) -> bool:
+        return self.name != "full"
+
+    @property
+    def reindexes_positions(self) -> bool:
+        return self.name == "streaming"
