@@ -89,8 +89,8 @@ def fit_table(replays: list[Replay], family_of: Callable[[MeasuredRun], str], st
     hardware = {f: {n: start.families.get(f, {}).get(n, interior[n]) for n in HARDWARE_FACTORS} for f in families + ["all"]}
     engines = {g: {n: start.engines.get(g, {}).get(n, interior[n]) for n in ENGINE_FACTORS} for g in generations}
 
-    def factors(replay: Replay, family: str | None = None) -> dict[str, float]:
-        return {**hardware[family or family_of(replay.run)], **engines[generation_of(replay.run)]}
+    def factors(replay: Replay) -> dict[str, float]:
+        return {**hardware[family_of(replay.run)], **engines[generation_of(replay.run)]}
 
     for _ in range(rounds):
         _fit_groups(replays, family_of, HARDWARE_FACTORS, hardware, factors, iterations)

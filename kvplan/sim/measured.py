@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.plan.log_setup import weight_dtype_hint
+from kvplan.sim.factor_table import engine_generation
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "latency_avg_s")
 
@@ -243,11 +244,6 @@ def with_settings(run: MeasuredRun, **changes: Any) -> MeasuredRun:
     return replace(run, **changes)
 
 
-def _version(text: str) -> tuple[int, int]:
-    match = re.search(r"(\d+)\.(\d+)", text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else (99, 0)
-
-
 def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
                    max_model_len: int) -> tuple[int, int, bool]:
     """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with.
@@ -262,7 +258,7 @@ def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
     SGLang runs get the V1 figures (a named simplification: its own defaults differ).
     """
     offline = run.benchmark in ("throughput", "latency")
-    if run.engine == "vllm" and _version(run.engine_version) < (0, 8):
+    if engine_generation(run.engine, run.engine_version) == "vllm-v0":
         chunked = run.chunked_prefill if run.chunked_prefill is not None else max_model_len > 32768
         budget = run.max_num_batched_tokens or (512 if chunked else max(max_model_len, 2048))
         return run.max_num_seqs or 256, budget, chunked
