@@ -1,16 +1,23 @@
 """Vectorized torch attention over paged KV for CPU users: decode and prefill alike.
 
-Every sequence's queries (padded to the longest) attend to the keys they can see, gathered
-from the block pool through the block table in one indexed read per cache and dequantized
-to fp32; GQA groups share a KV head through a reshape (no repeat). Keys start at the
-earliest position any of the sequence's queries may see (window/chunk), so a windowed layer
-gathers only the window. Memory is about sequences x queries x keys x heads fp32 scores,
-fine on CPU; CUDA users get the Triton kernels.
+Every sequence's queries (padded to the longest) attend to the keys they can see. K/V are
+read from the block pool in one `index_select` of whole blocks per cache (a contiguous
+copy per block, far cheaper than indexing token by token) and used through a strided
+[sequences, KV heads, keys, D] view, dequantized to fp32. GQA groups share their KV head
+by becoming extra query rows of it (no repeat). Keys start at the block holding the
+earliest position any of the sequence's queries may see (window/chunk), so a windowed
+layer gathers only the window.
+
+Plain attention, windows and chunks (a mask) run through torch's fused
+`scaled_dot_product_attention`; softcap and sinks change the scores themselves and take
+the explicit matmul + softmax path. Memory is about sequences x queries x keys x heads
+fp32 scores, fine on CPU; CUDA users get the Triton kernels.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .quant import CacheFormat, dequantize
 from .variant import AttentionVariant
@@ -38,35 +45,60 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
     q_pos = (seq_lens - q_lens)[:, None] + qi[None, :]
     lo = _first_key(q_pos, variant)  # [S, Lq]
     base = torch.where(q_valid, lo, seq_lens[:, None]).amin(dim=1)  # first key any query sees
-    max_k = int((seq_lens - base).clamp(min=0).max())
-    ki = torch.arange(max_k, device=device)
-    k_pos = base[:, None] + ki[None, :]  # [S, Lk]
+    # Whole blocks are gathered (one contiguous copy each), from the block holding the first
+    # key any query sees to the sequence's last block; the mask drops the rest.
+    first_block = torch.div(base, block_size, rounding_mode="floor")
+    num_blocks = int((-(-seq_lens // block_size) - first_block).clamp(min=0).max())
+    max_k = num_blocks * block_size
+    table_cols = (first_block[:, None] + torch.arange(num_blocks, device=device)[None, :])
+    blocks = block_tables.to(device).long().gather(1, table_cols.clamp(max=block_tables.shape[1] - 1))
+    blocks = torch.where(table_cols * block_size < seq_lens[:, None], blocks, 0).reshape(-1)
+    k_pos = first_block[:, None] * block_size + torch.arange(max_k, device=device)[None, :]  # [S, Lk]
     k_valid = k_pos < seq_lens[:, None]
-    blocks = torch.where(k_valid, block_tables.to(device).long().gather(1, (k_pos // block_size).clamp(
-        max=block_tables.shape[1] - 1)), 0)
-    offsets = torch.where(k_valid, k_pos % block_size, 0)
 
     def gather(cache: torch.Tensor, s: torch.Tensor | float | None) -> torch.Tensor:
-        token_scales = s[blocks, offsets] if cf.per_token_scales else s
-        return dequantize(cache[blocks, offsets], token_scales, cf, head_dim)  # [S, Lk, Hkv, D] fp32
+        def pick(t: torch.Tensor) -> torch.Tensor:  # [S, KV, Lk, last] as a strided view of the copy
+            return t.index_select(0, blocks).reshape(num_seqs, max_k, num_kv_heads, -1).transpose(1, 2)
+
+        return dequantize(pick(cache), pick(s) if cf.per_token_scales else s, cf, head_dim)  # [S, KV, Lk, D] fp32
 
     k, v = gather(key_cache, k_scale), gather(value_cache, v_scale)
-    rows = (query_start[:-1, None] + qi[None, :]).clamp(max=num_tokens - 1)
-    q = query[rows].float().reshape(num_seqs, max_q, num_kv_heads, group, head_dim)
-    scores = torch.einsum("sqkgd,stkd->skgqt", q, k) * scale
-    if variant.softcap is not None:
-        scores = torch.tanh(scores / variant.softcap) * variant.softcap
+    q_rows = (query_start[:-1, None] + qi[None, :]).clamp(max=num_tokens - 1)  # [S, Lq]
+    # [S, Lq, KV, G, D] -> [S, KV, G * Lq, D]: a group's heads are more query rows of their KV head.
+    q = query[q_rows].float().reshape(num_seqs, max_q, num_kv_heads, group, head_dim)
+    q = q.permute(0, 2, 3, 1, 4).reshape(num_seqs, num_kv_heads, group * max_q, head_dim)
     allowed = (k_valid[:, None, :] & (k_pos[:, None, :] <= q_pos[:, :, None])
                & (k_pos[:, None, :] >= lo[:, :, None]))  # [S, Lq, Lk]
-    scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
+    if max_q == 1:  # decode: every row of a KV head shares the one mask row
+        allowed = allowed[:, None]
+    else:
+        allowed = allowed[:, None, None].expand(-1, 1, group, -1, -1).reshape(num_seqs, 1, group * max_q, max_k)
+    if variant.softcap is None and variant.sinks is None:
+        # Padding query rows see no key and come out NaN; they are never copied to `out`.
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+    else:
+        attended = _scored_attention(q, k, v, allowed, scale, variant, num_kv_heads, group, max_q)
+    attended = attended.reshape(num_seqs, num_kv_heads, group, max_q, head_dim).permute(0, 3, 1, 2, 4)
+    attended = attended.reshape(num_seqs, max_q, num_heads, head_dim)
+    out[q_rows[q_valid]] = attended[q_valid].to(query.dtype)
+    return out
+
+
+def _scored_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float,
+                      variant: AttentionVariant, num_kv_heads: int, group: int, max_q: int) -> torch.Tensor:
+    """Attention with a logit softcap and/or sinks: q [S, KV, G*Lq, D], k/v [S, KV, Lk, D]."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if variant.softcap is not None:
+        scores = torch.tanh(scores / variant.softcap) * variant.softcap
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    max_k = k.shape[2]
     if variant.sinks is not None:
-        sinks = variant.sinks.to(device=device, dtype=torch.float32).reshape(1, num_kv_heads, group, 1, 1)
-        scores = torch.cat([scores, sinks.expand(*scores.shape[:-1], 1)], dim=-1)
+        sinks = variant.sinks.to(device=q.device, dtype=torch.float32).reshape(1, num_kv_heads, group, 1, 1)
+        sinks = sinks.expand(q.shape[0], num_kv_heads, group, max_q, 1).reshape(*scores.shape[:-1], 1)
+        scores = torch.cat([scores, sinks], dim=-1)
     # A query that sees no key has only -inf scores; softmax gives NaN there, and we want zeros.
     probs = torch.softmax(scores, dim=-1)[..., :max_k].nan_to_num(0.0)
-    attended = torch.einsum("skgqt,stkd->sqkgd", probs, v).reshape(num_seqs, max_q, num_heads, head_dim)
-    out[rows[q_valid]] = attended[q_valid].to(query.dtype)
-    return out
+    return torch.matmul(probs, v)
 
 
 def _first_key(position: torch.Tensor, variant: AttentionVariant) -> torch.Tensor:
