@@ -16,6 +16,8 @@ fp32 scores, fine on CPU; CUDA users get the Triton kernels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -26,53 +28,43 @@ from .variant import AttentionVariant
 def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                            block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor,
                            scale: float, cf: CacheFormat, k_scale: torch.Tensor | float | None,
-                           v_scale: torch.Tensor | float | None, variant: AttentionVariant) -> torch.Tensor:
-    """query [num_tokens, H, D] -> same shape and dtype (semantics of `reference.paged_prefill_reference`)."""
+                           v_scale: torch.Tensor | float | None, variant: AttentionVariant,
+                           plan_cache: dict | None = None) -> torch.Tensor:
+    """query [num_tokens, H, D] -> same shape and dtype (semantics of `reference.paged_prefill_reference`).
+
+    plan_cache: a dict the caller keeps for one batch of tables and lengths (one model step):
+    the index work, which depends on them and the variant's window/chunk but not on a
+    layer's K/V, is done by the first layer and reused by the others.
+    """
     num_tokens, num_heads, head_dim = query.shape
     num_seqs = seq_lens.shape[0]
-    out = torch.zeros_like(query)
     if num_tokens == 0 or num_seqs == 0:
-        return out
-    device = query.device
+        return torch.zeros_like(query)
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     group = num_heads // num_kv_heads
-    query_start = query_start.to(device=device, dtype=torch.long)
-    seq_lens = seq_lens.to(device=device, dtype=torch.long)
-    q_lens = query_start[1:] - query_start[:-1]
-    max_q = int(q_lens.max())
-    qi = torch.arange(max_q, device=device)
-    q_valid = qi[None, :] < q_lens[:, None]  # [S, Lq]
-    q_pos = (seq_lens - q_lens)[:, None] + qi[None, :]
-    lo = _first_key(q_pos, variant)  # [S, Lq]
-    base = torch.where(q_valid, lo, seq_lens[:, None]).amin(dim=1)  # first key any query sees
-    # Whole blocks are gathered (one contiguous copy each), from the block holding the first
-    # key any query sees to the sequence's last block; the mask drops the rest.
-    first_block = torch.div(base, block_size, rounding_mode="floor")
-    num_blocks = int((-(-seq_lens // block_size) - first_block).clamp(min=0).max())
-    max_k = num_blocks * block_size
-    table_cols = (first_block[:, None] + torch.arange(num_blocks, device=device)[None, :])
-    blocks = block_tables.to(device).long().gather(1, table_cols.clamp(max=block_tables.shape[1] - 1))
-    blocks = torch.where(table_cols * block_size < seq_lens[:, None], blocks, 0).reshape(-1)
-    k_pos = first_block[:, None] * block_size + torch.arange(max_k, device=device)[None, :]  # [S, Lk]
-    k_valid = k_pos < seq_lens[:, None]
+    key = (block_size, num_tokens, variant.window, variant.chunk)
+    plan = plan_cache.get(key) if plan_cache is not None else None
+    if plan is None:
+        plan = varlen_plan(block_tables, query_start, seq_lens, block_size, num_tokens, variant, query.device)
+        if plan_cache is not None:
+            plan_cache[key] = plan
+    max_q, max_k = plan.max_q, plan.max_k
 
     def gather(cache: torch.Tensor, s: torch.Tensor | float | None) -> torch.Tensor:
         def pick(t: torch.Tensor) -> torch.Tensor:  # [S, KV, Lk, last] as a strided view of the copy
-            return t.index_select(0, blocks).reshape(num_seqs, max_k, num_kv_heads, -1).transpose(1, 2)
+            return t.index_select(0, plan.blocks).reshape(num_seqs, max_k, num_kv_heads, -1).transpose(1, 2)
 
         return dequantize(pick(cache), pick(s) if cf.per_token_scales else s, cf, head_dim)  # [S, KV, Lk, D] fp32
 
     k, v = gather(key_cache, k_scale), gather(value_cache, v_scale)
-    q_rows = (query_start[:-1, None] + qi[None, :]).clamp(max=num_tokens - 1)  # [S, Lq]
     # [S, Lq, KV, G, D] -> [S, KV, G * Lq, D]: a group's heads are more query rows of their KV head.
-    q = query[q_rows].float().reshape(num_seqs, max_q, num_kv_heads, group, head_dim)
-    q = q.permute(0, 2, 3, 1, 4).reshape(num_seqs, num_kv_heads, group * max_q, head_dim)
-    allowed = (k_valid[:, None, :] & (k_pos[:, None, :] <= q_pos[:, :, None])
-               & (k_pos[:, None, :] >= lo[:, :, None]))  # [S, Lq, Lk]
+    q = (query if plan.uniform else query[plan.q_rows]).float()
+    q = q.reshape(num_seqs, max_q, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+    q = q.reshape(num_seqs, num_kv_heads, group * max_q, head_dim)
     if max_q == 1:  # decode: every row of a KV head shares the one mask row
-        allowed = allowed[:, None]
+        allowed = plan.allowed[:, None]
     else:
-        allowed = allowed[:, None, None].expand(-1, 1, group, -1, -1).reshape(num_seqs, 1, group * max_q, max_k)
+        allowed = plan.allowed[:, None, None].expand(-1, 1, group, -1, -1).reshape(num_seqs, 1, group * max_q, max_k)
     if variant.softcap is None and variant.sinks is None:
         # Padding query rows see no key and come out NaN; they are never copied to `out`.
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
@@ -80,7 +72,10 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
         attended = _scored_attention(q, k, v, allowed, scale, variant, num_kv_heads, group, max_q)
     attended = attended.reshape(num_seqs, num_kv_heads, group, max_q, head_dim).permute(0, 3, 1, 2, 4)
     attended = attended.reshape(num_seqs, max_q, num_heads, head_dim)
-    out[q_rows[q_valid]] = attended[q_valid].to(query.dtype)
+    if plan.uniform:
+        return attended.reshape(num_tokens, num_heads, head_dim).to(query.dtype)
+    out = torch.zeros_like(query)
+    out[plan.q_rows[plan.q_valid]] = attended[plan.q_valid].to(query.dtype)
     return out
 
 
@@ -99,6 +94,47 @@ def _scored_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed
     # A query that sees no key has only -inf scores; softmax gives NaN there, and we want zeros.
     probs = torch.softmax(scores, dim=-1)[..., :max_k].nan_to_num(0.0)
     return torch.matmul(probs, v)
+
+
+@dataclass(frozen=True)
+class VarlenPlan:
+    """Which pool blocks a varlen batch reads and which keys each query may see."""
+
+    max_q: int
+    max_k: int
+    uniform: bool  # every sequence has max_q queries (decode: one each): no padding rows
+    blocks: torch.Tensor  # long [S * blocks per sequence]: pool blocks to gather, 0 past the end
+    q_rows: torch.Tensor  # long [S, Lq]: each padded query's row in the packed batch
+    q_valid: torch.Tensor  # bool [S, Lq]
+    allowed: torch.Tensor  # bool [S, Lq, Lk]
+
+
+def varlen_plan(block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+                num_tokens: int, variant: AttentionVariant, device: torch.device) -> VarlenPlan:
+    num_seqs = seq_lens.shape[0]
+    query_start = query_start.to(device=device, dtype=torch.long)
+    seq_lens = seq_lens.to(device=device, dtype=torch.long)
+    q_lens = query_start[1:] - query_start[:-1]
+    max_q = int(q_lens.max())
+    qi = torch.arange(max_q, device=device)
+    q_valid = qi[None, :] < q_lens[:, None]  # [S, Lq]
+    q_pos = (seq_lens - q_lens)[:, None] + qi[None, :]
+    lo = _first_key(q_pos, variant)  # [S, Lq]
+    base = torch.where(q_valid, lo, seq_lens[:, None]).amin(dim=1)  # first key any query sees
+    # Whole blocks are gathered (one contiguous copy each), from the block holding the first
+    # key any query sees to the sequence's last block; the mask drops the rest.
+    first_block = torch.div(base, block_size, rounding_mode="floor")
+    num_blocks = int((-(-seq_lens // block_size) - first_block).clamp(min=0).max())
+    max_k = num_blocks * block_size
+    table_cols = first_block[:, None] + torch.arange(num_blocks, device=device)[None, :]
+    blocks = block_tables.to(device).long().gather(1, table_cols.clamp(max=block_tables.shape[1] - 1))
+    blocks = torch.where(table_cols * block_size < seq_lens[:, None], blocks, 0).reshape(-1)
+    k_pos = first_block[:, None] * block_size + torch.arange(max_k, device=device)[None, :]  # [S, Lk]
+    allowed = ((k_pos < seq_lens[:, None])[:, None, :] & (k_pos[:, None, :] <= q_pos[:, :, None])
+               & (k_pos[:, None, :] >= lo[:, :, None]))  # [S, Lq, Lk]
+    uniform = int(query_start[0]) == 0 and int(query_start[-1]) == num_tokens == num_seqs * max_q
+    q_rows = (query_start[:-1, None] + qi[None, :]).clamp(max=num_tokens - 1)  # [S, Lq]
+    return VarlenPlan(max_q, max_k, uniform, blocks, q_rows, q_valid, allowed)
 
 
 def _first_key(position: torch.Tensor, variant: AttentionVariant) -> torch.Tensor:
