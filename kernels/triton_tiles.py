@@ -101,6 +101,33 @@ def attend_tile(q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, col
 
 
 @triton_helper
+def attend_range(q, start, end, pos, lo, table_row, kv_head, d,
+                 k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+                 stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
+                 ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, SCALE_MODE: tl.constexpr, IS_INT: tl.constexpr, VPB: tl.constexpr,
+                 BITS: tl.constexpr, GROUP_LEN: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr):
+    """Online softmax of the ROWS query rows `q` over keys start .. end - 1 (row r sees lo[r] ..
+    pos[r]); returns (max, sum, accumulator), the per-tensor V scale already applied."""
+    col = d // VPB  # byte holding element d of a packed vector
+    shift = (d % VPB) * BITS
+    scale_col = d // GROUP_LEN
+    m_i = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, HEAD_DIM_PAD], tl.float32)
+    for tile in range(start, end, BLOCK_N):
+        m_i, l_i, acc = attend_tile(
+            q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, col, shift, scale_col,
+            k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+            stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
+            BLOCK_N, BLOCK_SIZE, HEAD_DIM, SCALE_MODE, IS_INT, VPB, BITS, DOT_DTYPE, PRECISION, HAS_SOFTCAP)
+    if SCALE_MODE == 1:
+        acc = acc * tl.load(vs_ptr)
+    return m_i, l_i, acc
+
+
+@triton_helper
 def finish_softmax(m_i, l_i, acc, sink, HAS_SINKS: tl.constexpr):
     """Normalise; a sink logit joins the denominator. Rows that saw no key return zeros."""
     if HAS_SINKS:
