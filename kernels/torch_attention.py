@@ -34,7 +34,8 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
 
     plan_cache: a dict the caller keeps for one batch of tables and lengths (one model step):
     the index work, which depends on them and the variant's window/chunk but not on a
-    layer's K/V, is done by the first layer and reused by the others.
+    layer's K/V, is done by the first layer and reused by the others, and so are the
+    buffers the K/V blocks are gathered into.
     """
     num_tokens, num_heads, head_dim = query.shape
     num_seqs = seq_lens.shape[0]
@@ -50,13 +51,15 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
             plan_cache[key] = plan
     max_q, max_k = plan.max_q, plan.max_k
 
-    def gather(cache: torch.Tensor, s: torch.Tensor | float | None) -> torch.Tensor:
-        def pick(t: torch.Tensor) -> torch.Tensor:  # [S, KV, Lk, last] as a strided view of the copy
-            return t.index_select(0, plan.blocks).reshape(num_seqs, max_k, num_kv_heads, -1).transpose(1, 2)
+    def gather(role: str, cache: torch.Tensor, s: torch.Tensor | float | None) -> torch.Tensor:
+        def pick(name: str, t: torch.Tensor) -> torch.Tensor:  # [S, KV, Lk, last] as a strided view of the copy
+            rows = torch.index_select(t, 0, plan.blocks, out=_scratch(name, t, len(plan.blocks), plan_cache))
+            return rows.reshape(num_seqs, max_k, num_kv_heads, -1).transpose(1, 2)
 
-        return dequantize(pick(cache), pick(s) if cf.per_token_scales else s, cf, head_dim)  # [S, KV, Lk, D] fp32
+        scales = pick(role + " scales", s) if cf.per_token_scales else s
+        return dequantize(pick(role, cache), scales, cf, head_dim)  # [S, KV, Lk, D] fp32
 
-    k, v = gather(key_cache, k_scale), gather(value_cache, v_scale)
+    k, v = gather("k", key_cache, k_scale), gather("v", value_cache, v_scale)
     # [S, Lq, KV, G, D] -> [S, KV, G * Lq, D]: a group's heads are more query rows of their KV head.
     q = (query if plan.uniform else query[plan.q_rows]).float()
     q = q.reshape(num_seqs, max_q, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
@@ -94,6 +97,18 @@ def _scored_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed
     # A query that sees no key has only -inf scores; softmax gives NaN there, and we want zeros.
     probs = torch.softmax(scores, dim=-1)[..., :max_k].nan_to_num(0.0)
     return torch.matmul(probs, v)
+
+
+def _scratch(role: str, cache: torch.Tensor, num_blocks: int, plan_cache: dict | None) -> torch.Tensor:
+    """A buffer for `num_blocks` blocks of `cache`, reused by the step's next layers (a fresh
+    multi-MiB tensor per layer costs page faults); one per role (K, V and their scales)."""
+    shape = (num_blocks, *cache.shape[1:])
+    buffer = None if plan_cache is None else plan_cache.get(("scratch", role))
+    if buffer is None or buffer.shape != shape or buffer.dtype != cache.dtype:
+        buffer = torch.empty(shape, dtype=cache.dtype, device=cache.device)
+        if plan_cache is not None:
+            plan_cache[("scratch", role)] = buffer
+    return buffer
 
 
 @dataclass(frozen=True)
