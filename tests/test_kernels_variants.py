@@ -155,6 +155,27 @@ def test_prefill_formats_match_reference(backend: str, fmt: str, dtype: torch.dt
                                paged_prefill_reference(*args).float(), **TOL[dtype])
 
 
+def test_torch_plan_cache_shared_by_layers() -> None:
+    """One plan_cache for a step's layers: each layer's own K/V (other caches and formats, the
+    gather buffers reused), windowed and full layers apart, decode and prefill apart."""
+    plan_cache: dict = {}
+    for seed, fmt, variant_name in ((0, "fp32", "plain"), (1, "int8", "window"), (2, "fp32", "plain"),
+                                    (3, "int4-g32", "all")):
+        query, cache, tables, query_start, lens, gen = prefill_case(fmt, torch.float32, Q_LENS, SEQ_LENS, seed=0)
+        other = paged_case(fmt, SEQ_LENS, 4, 4, 2, 16, torch.float32, seed=seed + 10).cache  # same shapes, other K/V
+        variant = make_variant(variant_name, 4, gen)
+        args = (query, other.key_cache, other.value_cache, tables, query_start, lens, 0.25, fmt, other.k_scale,
+                other.v_scale)
+        got = paged_prefill(*args, variant=variant, backend="torch", plan_cache=plan_cache)
+        torch.testing.assert_close(got, paged_prefill_reference(*args, variant=variant), **TOL[torch.float32])
+        decode_args = (query[:4], other.key_cache, other.value_cache, tables, lens, 0.25, fmt, other.k_scale,
+                       other.v_scale)
+        got = paged_attention(*decode_args, variant=variant, backend="torch", plan_cache=plan_cache)
+        expected = paged_attention_reference(*decode_args, variant=variant)
+        torch.testing.assert_close(got, expected, **TOL[torch.float32])
+    assert set(plan_cache) == {"decode", "prefill"}
+
+
 def test_decode_is_prefill_of_one_token() -> None:
     query, cache, tables, _, lens, gen = prefill_case("fp32", torch.float32, [1, 1, 1], [3, 17, 8])
     variant = make_variant("all", 4, gen)
