@@ -80,12 +80,23 @@ def jit_on_first_use(fn: Any) -> Any:
     if key not in _JITTED:
         import triton
 
-        for name, value in list(fn.__globals__.items()):
-            plain = _helper_of(value)
-            if plain is not None:
-                fn.__globals__[name] = plain if interpreting() else _jit_helper(plain)
+        _bind_helpers(fn.__globals__, interpreting(), set())
         _JITTED[key] = triton.jit(fn)
     return _JITTED[key]
+
+
+def _bind_helpers(namespace: dict[str, Any], interpret: bool, seen: set[int]) -> None:
+    """Bind every helper a module names, and the helpers those helpers' modules name, for
+    the mode: the compiler needs each helper a helper calls (attend_tile -> load_kv_tile)
+    to be a JITFunction too, the interpreter wants plain functions throughout."""
+    if id(namespace) in seen:
+        return
+    seen.add(id(namespace))
+    for name, value in list(namespace.items()):
+        plain = _helper_of(value)
+        if plain is not None:
+            namespace[name] = plain if interpret else _jit_helper(plain)
+            _bind_helpers(plain.__globals__, interpret, seen)
 
 
 def _helper_of(value: Any) -> Any:

@@ -77,16 +77,28 @@ def _check_write_args(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
 def _write_kv_torch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                     value_cache: torch.Tensor, slot_mapping: torch.Tensor, cf: CacheFormat,
                     k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> None:
-    """Vectorized fallback: quantize every kept token at once, then one indexed store."""
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
-    block_size = key_cache.shape[1]
-    blocks, offsets = slots // block_size, slots % block_size
+    """Vectorized fallback: quantize every kept token at once, then one indexed store per tensor."""
+    slots = slot_mapping.long()
+    if bool((slots < 0).any()):  # padding tokens (slot -1) are dropped
+        keep = slots >= 0
+        slots, key, value = slots[keep], key[keep], value[keep]
     for src, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
-        stored, scales = quantize(src[keep], cf, scale if cf.scale == "tensor" else None)
-        cache[blocks, offsets] = stored
+        stored, scales = quantize(src, cf, scale if cf.scale == "tensor" else None)
+        _store(cache, slots, stored)
         if cf.per_token_scales:
-            scale[blocks, offsets] = scales
+            _store(scale, slots, scales)
+
+
+def _store(cache: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
+    """cache[slot // block_size, slot % block_size] = rows; a contiguous cache is seen as
+    [slots, ...] so the store is one index_copy_ instead of a two-index put."""
+    if cache.is_contiguous():
+        if cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # no index_copy_ for fp8: copy the bytes
+            cache, rows = cache.view(torch.uint8), rows.view(torch.uint8)
+        cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, rows)
+    else:
+        block_size = cache.shape[1]
+        cache[slots // block_size, slots % block_size] = rows
 
 
 def _next_pow2(n: int) -> int:

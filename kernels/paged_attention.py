@@ -30,7 +30,7 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
                     fmt: str | CacheFormat = "none", k_scale: torch.Tensor | float | None = None,
                     v_scale: torch.Tensor | float | None = None, *, variant: AttentionVariant = PLAIN,
                     backend: str | None = None, block_n: int | None = None, num_splits: int | None = None,
-                    max_seq_len: int | None = None) -> torch.Tensor:
+                    max_seq_len: int | None = None, plan_cache: dict | None = None) -> torch.Tensor:
     """Decode attention for query [num_seqs, num_heads, head_dim]; returns the same shape and dtype.
 
     key_cache/value_cache: [num_blocks, block_size, num_kv_heads, packed_dim] in the format's
@@ -43,6 +43,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     block_n: tokens per Triton tile (power of two >= 16; default: autotuned on CUDA).
     num_splits: Triton key splits per sequence (power of two; default: enough programs to
     fill the GPU). max_seq_len: the longest sequence, if the caller knows it (saves a sync).
+    plan_cache: a dict the caller keeps for one step's tables and lengths, so the torch
+    path builds its gather indices and masks once for all layers (see torch_attention).
     """
     cf = get_format(fmt, key_cache.dtype)
     check_attention_args(query, key_cache, value_cache, block_tables, seq_lens, cf, k_scale, v_scale)
@@ -54,7 +56,8 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
     if chosen == "torch":
         query_start = torch.arange(query.shape[0] + 1, device=query.device)
         return paged_attention_varlen(query, key_cache, value_cache, block_tables, query_start, seq_lens, scale,
-                                      cf, k_scale, v_scale, variant)
+                                      cf, k_scale, v_scale, variant,
+                                      None if plan_cache is None else plan_cache.setdefault("decode", {}))
     return _launch_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, cf, k_scale, v_scale,
                           variant, block_n, num_splits, max_seq_len)
 

@@ -24,13 +24,15 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
                   fmt: str | CacheFormat = "none", k_scale: torch.Tensor | float | None = None,
                   v_scale: torch.Tensor | float | None = None, *, variant: AttentionVariant = PLAIN,
                   backend: str | None = None, max_query_len: int | None = None,
-                  block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
+                  block_m: int | None = None, block_n: int | None = None,
+                  plan_cache: dict | None = None) -> torch.Tensor:
     """query [num_tokens, num_heads, head_dim] -> same shape and dtype.
 
     query_start: int [num_seqs + 1], sequence i's queries are rows query_start[i] ..
     query_start[i+1] - 1 (its newest tokens); seq_lens: int [num_seqs], tokens in the cache
     including the new ones. Caches, scales and variant as in `paged_attention`.
     max_query_len: the longest query run, if the caller knows it (saves a host sync).
+    plan_cache: as in `paged_attention` (one dict per step's tables and lengths).
     """
     cf = get_format(fmt, key_cache.dtype)
     check_attention_args(query, key_cache, value_cache, block_tables, seq_lens, cf, k_scale, v_scale)
@@ -43,7 +45,8 @@ def paged_prefill(query: torch.Tensor, key_cache: torch.Tensor, value_cache: tor
                                        cf, k_scale, v_scale, variant)
     if chosen == "torch":
         return paged_attention_varlen(query, key_cache, value_cache, block_tables, query_start, seq_lens, scale,
-                                      cf, k_scale, v_scale, variant)
+                                      cf, k_scale, v_scale, variant,
+                                      None if plan_cache is None else plan_cache.setdefault("prefill", {}))
     return _launch_prefill(query, key_cache, value_cache, block_tables, query_start, seq_lens, scale, cf,
                            k_scale, v_scale, variant, max_query_len, block_m, block_n)
 

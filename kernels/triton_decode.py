@@ -10,7 +10,7 @@ program finishes the softmax itself, otherwise it writes (acc, max, sum) partial
 
 from __future__ import annotations
 
-from .triton_tiles import attend_tile, finish_softmax, first_key
+from .triton_tiles import attend_range, finish_softmax, first_key
 
 try:
     import triton.language as tl
@@ -42,24 +42,15 @@ def decode_kernel(
     qmask = (g[:, None] < GROUP) & (d[None, :] < HEAD_DIM)
     q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :], mask=qmask, other=0.0)
     q = q.to(DOT_DTYPE)
-    col = d // VPB
-    shift = (d % VPB) * BITS
-    scale_col = d // GROUP_LEN
     table_row = table_ptr + seq.to(tl.int64) * stride_table
-
-    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], tl.float32)
     pos = tl.full([GROUP_PAD], 0, tl.int32) + (seq_len - 1)
     lo_rows = tl.full([GROUP_PAD], 0, tl.int32) + lo
-    for tile in range(start, end, BLOCK_N):
-        m_i, l_i, acc = attend_tile(
-            q, m_i, l_i, acc, tile, end, pos, lo_rows, table_row, kv_head, d, col, shift, scale_col,
-            k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-            stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
-            BLOCK_N, BLOCK_SIZE, HEAD_DIM, SCALE_MODE, IS_INT, VPB, BITS, DOT_DTYPE, PRECISION, HAS_SOFTCAP)
-    if SCALE_MODE == 1:
-        acc = acc * tl.load(vs_ptr)
+    m_i, l_i, acc = attend_range(
+        q, start, end, pos, lo_rows, table_row, kv_head, d,
+        k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+        stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
+        GROUP_PAD, HEAD_DIM_PAD, BLOCK_N, BLOCK_SIZE, HEAD_DIM, SCALE_MODE, IS_INT, VPB, BITS, GROUP_LEN,
+        DOT_DTYPE, PRECISION, HAS_SOFTCAP)
 
     if NUM_SPLITS == 1:
         if HAS_SINKS:

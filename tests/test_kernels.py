@@ -25,6 +25,7 @@ from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format, tensor_scale
 from kvplan.kernels.reference import paged_attention_reference, write_kv_reference
+from test_kernels_variants import paged_case
 from test_kv_layouts import FORMATS
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -176,30 +177,13 @@ def _attention_case(fmt: str, head_dim: int, block_size: int, num_heads: int, nu
 
     Table entries past a sequence's last block are -1, so a kernel that reads them fails.
     """
-    gen = torch.Generator().manual_seed(seed)
     seq_lens = seq_lens or [1, 2 * block_size, block_size + 3, 5]
-    max_blocks = max(-(-n // block_size) for n in seq_lens)
-    needed = sum(-(-n // block_size) for n in seq_lens)
-    num_blocks = needed + 3  # spare blocks hold other sequences' (here: random) data
-    order = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.full((len(seq_lens), max_blocks), -1, dtype=torch.int32)
-    for i, n in enumerate(seq_lens):
-        for b in range(-(-n // block_size)):
-            tables[i, b] = order.pop()
-    every_slot = torch.arange(num_blocks * block_size)
-    key = torch.randn(len(every_slot), num_kv_heads, head_dim, generator=gen)
-    value = torch.randn(len(every_slot), num_kv_heads, head_dim, generator=gen)
-    cache = allocate_kv_cache(fmt, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype)
-    if cache.fmt.scale == "tensor":
-        cache.k_scale.copy_(tensor_scale(key, cache.fmt))
-        cache.v_scale.copy_(tensor_scale(value, cache.fmt))
-    write_kv(key.to(dtype), value.to(dtype), cache.key_cache, cache.value_cache, every_slot, cache.fmt,
-             cache.k_scale, cache.v_scale, backend="torch")
-    exact = allocate_kv_cache("fp32", num_blocks, block_size, num_kv_heads, head_dim)
-    write_kv(key, value, exact.key_cache, exact.value_cache, every_slot, "fp32", backend="torch")
+    cache, tables, lens, gen, key, value = paged_case(fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim,
+                                                      dtype, seed)
+    exact = allocate_kv_cache("fp32", *cache.key_cache.shape[:3], head_dim)
+    write_kv(key, value, exact.key_cache, exact.value_cache, torch.arange(len(key)), "fp32", backend="torch")
     query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen).to(dtype)
-    return AttentionCase(query, cache, exact, tables, torch.tensor(seq_lens, dtype=torch.int32),
-                         head_dim ** -0.5)
+    return AttentionCase(query, cache, exact, tables, lens, head_dim ** -0.5)
 
 
 def _tight_tol(dtype: torch.dtype) -> dict:

@@ -9,6 +9,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # ruff: noqa: E402  (imports follow the interpreter switch on purpose)
 import importlib.util
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -32,9 +33,19 @@ def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
+class PagedCase(NamedTuple):
+    cache: Any  # PagedKVCache in the format asked for
+    tables: torch.Tensor
+    lens: torch.Tensor
+    gen: torch.Generator  # continues the case's random stream (queries, sinks)
+    key: torch.Tensor  # the fp32 K/V written to every slot, before quantization
+    value: torch.Tensor
+
+
 def paged_case(fmt: str, seq_lens: list[int], block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
-               dtype: torch.dtype, seed: int = 0):
-    """A cache holding random K/V for every slot and shuffled block tables (-1 past each sequence)."""
+               dtype: torch.dtype, seed: int = 0) -> PagedCase:
+    """A cache holding random K/V for every slot and shuffled block tables (-1 past each sequence,
+    so a kernel that reads them fails); three spare blocks hold other sequences' data."""
     gen = torch.Generator().manual_seed(seed)
     max_blocks = max(-(-n // block_size) for n in seq_lens)
     num_blocks = sum(-(-n // block_size) for n in seq_lens) + 3
@@ -52,7 +63,7 @@ def paged_case(fmt: str, seq_lens: list[int], block_size: int, num_heads: int, n
         cache.v_scale.copy_(tensor_scale(value, cache.fmt))
     write_kv(key.to(dtype), value.to(dtype), cache.key_cache, cache.value_cache, slots, cache.fmt,
              cache.k_scale, cache.v_scale, backend="torch")
-    return cache, tables, torch.tensor(seq_lens, dtype=torch.int32), gen
+    return PagedCase(cache, tables, torch.tensor(seq_lens, dtype=torch.int32), gen, key, value)
 
 
 VARIANTS = {
@@ -78,7 +89,7 @@ def make_variant(name: str, num_heads: int, gen: torch.Generator) -> AttentionVa
 @pytest.mark.parametrize("variant_name", list(VARIANTS))
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
 def test_decode_variants_match_reference(backend: str, variant_name: str) -> None:
-    cache, tables, lens, gen = paged_case("fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32)
+    cache, tables, lens, gen, _, _ = paged_case("fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32)
     variant = make_variant(variant_name, 4, gen)
     query = torch.randn(len(lens), 4, 16, generator=gen)
     args = (query, cache.key_cache, cache.value_cache, tables, lens, 0.25, "fp32")
@@ -94,7 +105,7 @@ def test_decode_variants_match_reference(backend: str, variant_name: str) -> Non
 @pytest.mark.parametrize("num_splits", [4, pytest.param(2, marks=pytest.mark.slow)])
 def test_split_kv_decode_matches_reference(fmt: str, dtype: torch.dtype, variant_name: str, num_splits: int) -> None:
     # Splits are SPLIT_ALIGN (128) keys at least: lengths reach past 3 splits, and one sequence is empty.
-    cache, tables, lens, gen = paged_case(fmt, [300, 1, 129, 0, 520], 16, 8, 2, 64, dtype)
+    cache, tables, lens, gen, _, _ = paged_case(fmt, [300, 1, 129, 0, 520], 16, 8, 2, 64, dtype)
     variant = make_variant(variant_name, 8, gen)
     if variant.sliding_window:
         variant = AttentionVariant(sliding_window=260)
@@ -110,7 +121,8 @@ def test_split_kv_decode_matches_reference(fmt: str, dtype: torch.dtype, variant
 
 def prefill_case(fmt: str, dtype: torch.dtype, q_lens: list[int], seq_lens: list[int], block_size: int = 4,
                  num_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 16, seed: int = 0):
-    cache, tables, lens, gen = paged_case(fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype, seed)
+    cache, tables, lens, gen, _, _ = paged_case(fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype,
+                                                seed)
     query_start = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
     query = torch.randn(sum(q_lens), num_heads, head_dim, generator=gen).to(dtype)
     return query, cache, tables, query_start, lens, gen
@@ -141,6 +153,27 @@ def test_prefill_formats_match_reference(backend: str, fmt: str, dtype: torch.dt
             cache.v_scale)
     torch.testing.assert_close(paged_prefill(*args, backend=backend).float(),
                                paged_prefill_reference(*args).float(), **TOL[dtype])
+
+
+def test_torch_plan_cache_shared_by_layers() -> None:
+    """One plan_cache for a step's layers: each layer's own K/V (other caches and formats, the
+    gather buffers reused), windowed and full layers apart, decode and prefill apart."""
+    plan_cache: dict = {}
+    for seed, fmt, variant_name in ((0, "fp32", "plain"), (1, "int8", "window"), (2, "fp32", "plain"),
+                                    (3, "int4-g32", "all")):
+        query, cache, tables, query_start, lens, gen = prefill_case(fmt, torch.float32, Q_LENS, SEQ_LENS, seed=0)
+        other = paged_case(fmt, SEQ_LENS, 4, 4, 2, 16, torch.float32, seed=seed + 10).cache  # same shapes, other K/V
+        variant = make_variant(variant_name, 4, gen)
+        args = (query, other.key_cache, other.value_cache, tables, query_start, lens, 0.25, fmt, other.k_scale,
+                other.v_scale)
+        got = paged_prefill(*args, variant=variant, backend="torch", plan_cache=plan_cache)
+        torch.testing.assert_close(got, paged_prefill_reference(*args, variant=variant), **TOL[torch.float32])
+        decode_args = (query[:4], other.key_cache, other.value_cache, tables, lens, 0.25, fmt, other.k_scale,
+                       other.v_scale)
+        got = paged_attention(*decode_args, variant=variant, backend="torch", plan_cache=plan_cache)
+        expected = paged_attention_reference(*decode_args, variant=variant)
+        torch.testing.assert_close(got, expected, **TOL[torch.float32])
+    assert set(plan_cache) == {"decode", "prefill"}
 
 
 def test_decode_is_prefill_of_one_token() -> None:
@@ -202,7 +235,7 @@ def _cuda(*tensors):
 def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str,
                              num_splits: int | None) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    cache, tables, lens, gen = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
+    cache, tables, lens, gen, _, _ = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
     variant = make_variant(variant_name, 32, gen)
     if variant.sinks is not None:
         variant = AttentionVariant(1000, 512, 3.0, variant.sinks.cuda())

@@ -12,7 +12,7 @@ would change which keys a query sees is refused up front (`check_supported`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ATTENTION_NAME = "kvplan_paged"
@@ -39,6 +39,8 @@ class StepContext:
     prefill_max_query: int
     backend: str | None = None
     eviction: Any = None  # real/eviction.py's RealEviction: an eviction policy working on the pool
+    # Index work the torch kernels derive from the tables and lengths, shared by every layer.
+    plan_cache: dict = field(default_factory=dict)
 
 
 def check_supported(config: Any) -> None:
@@ -101,7 +103,8 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
              backend=ctx.backend)
-    common = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, variant=variant, backend=ctx.backend)
+    common = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, variant=variant, backend=ctx.backend,
+                  plan_cache=ctx.plan_cache)
     parts = []
     n = ctx.num_decode
     if n:
