@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -222,6 +223,11 @@ def test_shipped_dataset_replays(shared_data):
     ("a100-80gb", "", "latency", 8192, (256, 8192, True)),
     ("h100", "0.6.3.post2", "serving", 91680, (256, 512, True)),  # V0: chunked prefill above 32K
     ("h100", "0.6.0", "serving", 8192, (256, 8192, False)),  # V0 short context: whole prompts
+    # benchmark_throughput/latency before vLLM PR #9529 (0.6.4) passed --enable-chunked-prefill's
+    # store_true default (False) to LLM(): no chunking even above 32K; a 0.6.4 dev build is before 0.6.4
+    ("h100", "0.6.3.post2.dev308+gb489fc3c", "throughput", 91680, (256, 91680, False)),
+    ("h100", "0.6.4.dev4+gc9fc1608", "latency", 131072, (256, 131072, False)),
+    ("h100", "0.6.6", "throughput", 131072, (256, 512, True)),  # scripts take EngineArgs: auto-enabled
 ])
 def test_batch_defaults_follow_vllm(gpu, version, kind, max_model_len, expected):
     from kvplan.sim.measured import batch_defaults
@@ -229,6 +235,54 @@ def test_batch_defaults_follow_vllm(gpu, version, kind, max_model_len, expected)
     spec = load_gpu(gpu)
     run = small_run(engine_version=version, benchmark=kind)
     assert batch_defaults(run, spec.memory_gib, spec.display_name, max_model_len) == expected
+
+
+@pytest.mark.parametrize("text, before", [("0.6.4.dev4+gc9fc1608", True), ("0.6.4rc1", True), ("0.6.3.post2", True),
+                                          ("0.6.4", False), ("v0.6.4.post1", False), ("0.6.4+gab12", False), ("", False)])
+def test_released_before_follows_pep440(text, before):
+    from kvplan.plan.memory_model import released_before
+
+    assert released_before(text, (0, 6, 4)) is before
+
+
+def test_medians_are_compared_as_medians_and_only_without_a_mean(tmp_path):
+    from kvplan.sim.calibration import latency_figures
+    from kvplan.sim.measured import dataset_run
+
+    figures = latency_figures(np.array([0.1, 0.2, 0.9]), np.array([0.01, 0.03]))
+    assert figures["mean_ttft_ms"] == pytest.approx(400.0) and figures["median_ttft_ms"] == pytest.approx(200.0)
+    assert figures["mean_tpot_ms"] == pytest.approx(20.0) and figures["median_tpot_ms"] == pytest.approx(20.0)
+    record = {"record_id": "X", "gpu": "NVIDIA A100 80G", "model": "meta-llama/Llama-3.1-8B-Instruct",
+              "benchmark": "serving", "dataset": "sharegpt", "request_rate": 4, "median_ttft_ms": 100.0,
+              "median_tpot_ms": 14.0}
+    run, _ = dataset_run(record)
+    assert run.measured == {"median_ttft_ms": 100.0, "median_tpot_ms": 14.0}
+    run, _ = dataset_run({**record, "mean_ttft_ms": 120.0})
+    assert run.measured == {"mean_ttft_ms": 120.0, "median_tpot_ms": 14.0}
+
+
+def test_ttft_above_the_saturation_rate_is_queue_dominated():
+    open_loop = {"max_concurrency": None}
+    assert small_run(request_rate=16.0, saturation_rate=10.2, **open_loop).queue_dominated  # served 10.2 req/s at most
+    assert not small_run(request_rate=4.0, saturation_rate=3.9, **open_loop).queue_dominated  # the tail allowance
+    assert not small_run(request_rate=4.0, **open_loop).queue_dominated  # nothing measured: a finite rate counts
+    assert small_run(request_rate=math.inf, **open_loop).queue_dominated
+    assert not small_run(request_rate=16.0, saturation_rate=10.2, max_concurrency=8).queue_dominated
+
+
+def test_a_rate_sweep_takes_its_unthrottled_run_as_saturation(tmp_path):
+    from kvplan.sim.measured import load_dataset
+
+    base = {"gpu": "NVIDIA H100 80GB HBM3", "model": "meta-llama/Llama-3.1-8B-Instruct", "benchmark": "serving",
+            "dataset": "sharegpt", "sweep_id": "S", "mean_ttft_ms": 50.0}
+    lines = [{**base, "record_id": "A", "request_rate": 4, "request_throughput": 3.95},
+             {**base, "record_id": "B", "request_rate": 16, "request_throughput": 9.9},
+             {**base, "record_id": "C", "request_rate": "inf", "request_throughput": 10.2}]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    runs, _ = load_dataset(path)
+    assert [r.saturation_rate for r in runs] == [10.2, 10.2, 10.2]
+    assert [r.queue_dominated for r in runs] == [False, True, True]
 
 
 def test_fidelity_records_draw_the_report_chart(tmp_path):

@@ -185,6 +185,15 @@ def version_on(date: str | None) -> tuple[int, int, int] | None:
     return None
 
 
+def released_before(text: str | None, release: tuple[int, int, int]) -> bool:
+    """Whether version `text` precedes `release` (PEP 440: '0.6.4.dev4' and '0.6.4rc1' come
+    before 0.6.4). False when `text` names no version."""
+    parsed = parse_version(text)
+    if parsed is None:
+        return False
+    return parsed < release or (parsed == release and re.search(r"(dev|rc|a|b)\d", (text or "").split("+")[0]) is not None)
+
+
 def parse_version(text: str | None) -> tuple[int, int, int] | None:
     """'0.10.1.1', 'v0.6.4.post1', '0.9.1.dev705+g01220ce89' -> (major, minor, patch)."""
     match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (text or "").strip())

@@ -362,7 +362,8 @@ def has_fidelity(data: ReportData) -> bool:
 
 
 FIDELITY_METRICS = (("output_throughput", "output tokens/s"), ("mean_tpot_ms", "mean TPOT (ms)"),
-                    ("mean_ttft_ms", "mean TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
+                    ("mean_ttft_ms", "mean TTFT (ms)"), ("median_tpot_ms", "median TPOT (ms)"),
+                    ("median_ttft_ms", "median TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
 
 
 @chart("serving_fidelity", "Simulated vs measured vLLM runs: datasheet roofline and leave-one-sweep-out step model",

@@ -110,12 +110,19 @@ def simulate(run: MeasuredRun, params: StepModelParams, record: bool = False) ->
 def figures(client: ClientRun) -> dict[str, float]:
     done = client.finished
     duration = client.duration_s or 1e-12
-    ttft = [s.first_token_s - s.request.arrival_s for s in done]
-    tpot = [(s.finish_s - s.first_token_s) / (s.request.output_len - 1) for s in done if s.request.output_len > 1]
+    ttft = np.array([s.first_token_s - s.request.arrival_s for s in done])
+    tpot = np.array([(s.finish_s - s.first_token_s) / (s.request.output_len - 1) for s in done if s.request.output_len > 1])
     return {"output_throughput": sum(s.request.output_len for s in done) / duration,
-            "mean_ttft_ms": 1000 * float(np.mean(ttft)) if ttft else math.nan,
-            "mean_tpot_ms": 1000 * float(np.mean(tpot)) if tpot else math.nan,
-            "latency_avg_s": client.duration_s}
+            **latency_figures(ttft, tpot), "latency_avg_s": client.duration_s}
+
+
+def latency_figures(ttft_s: np.ndarray, tpot_s: np.ndarray) -> dict[str, float]:
+    """Mean and median TTFT and TPOT in ms, as `vllm bench serve` reports them (NaN when empty)."""
+    out = {}
+    for name, values in (("ttft", ttft_s), ("tpot", tpot_s)):
+        out[f"mean_{name}_ms"] = 1000 * float(values.mean()) if len(values) else math.nan
+        out[f"median_{name}_ms"] = 1000 * float(np.median(values)) if len(values) else math.nan
+    return out
 
 
 # --- replay: the same schedule under other factors ------------------------------------
@@ -167,14 +174,13 @@ class Replay:
         multi = self.outputs > 1
         tpot = (end[self.last] - end[self.first])[multi] / (self.outputs[multi] - 1)
         duration = float(end[-1]) if len(end) else 1e-12
-        return {"output_throughput": float(self.outputs.sum()) / duration,
-                "mean_ttft_ms": 1000 * float(ttft.mean()), "mean_tpot_ms": 1000 * float(tpot.mean()) if multi.any() else math.nan,
+        return {"output_throughput": float(self.outputs.sum()) / duration, **latency_figures(ttft, tpot),
                 "latency_avg_s": duration}
 
 
 def compared(run: MeasuredRun) -> list[str]:
     """Which measured figures a fit or a fidelity check compares for this run."""
-    return [k for k in run.measured if not (k == "mean_ttft_ms" and run.queue_dominated)]
+    return [k for k in run.measured if not (k.endswith("_ttft_ms") and run.queue_dominated)]
 
 
 def log_errors(run: MeasuredRun, predicted: dict[str, float]) -> list[float]:

@@ -16,23 +16,24 @@ SGLang runs use the V1 overheads (a named simplification: SGLang's own are not f
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from kvplan.plan.memory_model import parse_version
+
 HARDWARE_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
 ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")
 GENERATIONS = ("vllm-v0", "vllm-v1")
 DEFAULT_GENERATION = "vllm-v1"
-V1_FROM = (0, 8)  # vLLM 0.8 made the V1 engine the default
+V1_FROM = (0, 8, 0)  # vLLM 0.8 made the V1 engine the default
 
 
 def engine_generation(engine: str, version: str) -> str:
     """'vllm-v0' for vLLM before 0.8, else 'vllm-v1' (SGLang and unknown versions included)."""
-    match = re.search(r"(\d+)\.(\d+)", version or "")
-    if engine == "vllm" and match and (int(match.group(1)), int(match.group(2))) < V1_FROM:
+    parsed = parse_version(version)
+    if engine == "vllm" and parsed is not None and parsed < V1_FROM:
         return "vllm-v0"
     return DEFAULT_GENERATION
 

@@ -25,9 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.plan.log_setup import weight_dtype_hint
+from kvplan.plan.memory_model import released_before
 from kvplan.sim.factor_table import engine_generation
 
-METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "latency_avg_s")
+METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms", "latency_avg_s")
+# A run served at least this share of its offered rate had not saturated the server: the last
+# requests' own latency keeps the served rate a little under the offered one.
+SATURATION_MARGIN = 1.1
+# vLLM PR #9529 (merged 2024-10-19, first released in 0.6.4) made benchmark_throughput.py and
+# benchmark_latency.py take the engine's own arguments. Before it, each script declared
+# --enable-chunked-prefill as a store_true flag and passed its value to LLM(), so an offline
+# run that did not ask for chunked prefill ran without it even above 32K context.
+OFFLINE_SCRIPTS_USE_ENGINE_ARGS = (0, 6, 4)
 
 # vLLM's printed labels -> its JSON keys (serve.py prints "{:<40} {:<10.2f}").
 BLOCK_LABELS = {
@@ -71,11 +80,19 @@ class MeasuredRun:
     total_output_tokens: int | None = None
     measured: dict[str, float] = field(default_factory=dict)  # METRICS that the source shows
     caveat: str = ""
+    # Requests/s the server completed at its saturation: the highest measured request
+    # throughput of the run's sweep (its own where it stands alone); None when not measured.
+    saturation_rate: float | None = None
 
     @property
     def queue_dominated(self) -> bool:
-        """TTFT mostly measures waiting: everything sent at once (or faster than served) with no cap."""
-        return self.max_concurrency is None and (math.isinf(self.request_rate) or self.request_rate >= 100)
+        """TTFT mostly measures waiting: no concurrency cap, and everything sent at once or an
+        offered rate above what the server completed at saturation."""
+        if self.max_concurrency is not None:
+            return False
+        if math.isinf(self.request_rate) or self.request_rate >= 100:
+            return True
+        return self.saturation_rate is not None and self.request_rate > SATURATION_MARGIN * self.saturation_rate
 
 
 def _float(value: Any) -> float | None:
@@ -90,11 +107,16 @@ def _float(value: Any) -> float | None:
 
 
 def _measured(values: dict[str, Any]) -> dict[str, float]:
+    """The METRICS a source shows; a median only where the source has no mean of that figure
+    (so one figure is not compared twice), and compared as a median."""
     found = {}
     for key in METRICS:
         value = _float(values.get(key))
         if value is not None and value > 0:
             found[key] = value
+    for name in ("ttft", "tpot"):
+        if f"mean_{name}_ms" in found:
+            found.pop(f"median_{name}_ms", None)
     return found
 
 
@@ -152,7 +174,7 @@ def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> 
         max_num_seqs=settings.get("max_num_seqs"), engine_version=settings.get("engine_version") or "",
         max_num_batched_tokens=settings.get("max_num_batched_tokens"), max_model_len=settings.get("max_model_len"),
         total_input_tokens=int(total_in) if total_in else None, total_output_tokens=int(total_out) if total_out else None,
-        measured=_measured(data))
+        measured=_measured(data), saturation_rate=_float(data.get("request_throughput")))
 
 
 def read_result(path: Path, settings: dict[str, Any]) -> MeasuredRun:
@@ -192,10 +214,7 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         out_tps = total_tps * out_len / (in_len + out_len)  # fixed lengths: the output share of the total
     if out_tps:
         measured["output_throughput"] = out_tps
-    for key in ("mean_ttft_ms", "mean_tpot_ms"):
-        value = _float(record.get(key)) or _float(record.get(key.replace("mean", "median")))
-        if value:
-            measured[key] = value
+    measured.update(_measured({k: record.get(k) for k in METRICS if k.endswith("_ms")}))
     if kind == "latency" and record.get("latency_avg_s"):
         measured = {"latency_avg_s": float(record["latency_avg_s"])}
     if dataset == "random" and not (in_len and out_len):
@@ -222,7 +241,15 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         chunked_prefill=record.get("enable_chunked_prefill"),
         max_num_batched_tokens=record.get("max_num_batched_tokens"), max_model_len=record.get("max_model_len"),
         total_input_tokens=record.get("total_input_tokens"), total_output_tokens=record.get("total_output_tokens"),
-        measured=measured, caveat=caveat), ""
+        measured=measured, caveat=caveat, saturation_rate=_served_rate(record)), ""
+
+
+def _served_rate(record: dict[str, Any]) -> float | None:
+    rate = _float(record.get("request_throughput"))
+    done, duration = _float(record.get("successful_requests")), _float(record.get("duration_s"))
+    if rate is None and done and duration:
+        rate = done / duration
+    return rate
 
 
 def load_dataset(path: Path) -> tuple[list[MeasuredRun], list[tuple[str, str]]]:
@@ -237,7 +264,18 @@ def load_dataset(path: Path) -> tuple[list[MeasuredRun], list[tuple[str, str]]]:
             skipped.append((record.get("record_id", "?"), why))
         else:
             runs.append(run)
-    return runs, skipped
+    return _with_sweep_saturation(runs), skipped
+
+
+def _with_sweep_saturation(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Each serving run's saturation rate becomes the highest request throughput its sweep
+    measured: a rate sweep's unthrottled run shows what the lower rates were offered against."""
+    best: dict[str, float] = {}
+    for run in runs:
+        if run.benchmark == "serving" and run.saturation_rate is not None:
+            best[run.sweep] = max(best.get(run.sweep, 0.0), run.saturation_rate)
+    return [replace(run, saturation_rate=best[run.sweep]) if run.sweep in best and run.benchmark == "serving" else run
+            for run in runs]
 
 
 def with_settings(run: MeasuredRun, **changes: Any) -> MeasuredRun:
@@ -255,11 +293,16 @@ def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
       chunked prefill on.
     - V0 (vLLM 0.5-0.7): 256 sequences; chunked prefill only for max_model_len > 32K, then
       with a 512-token budget; otherwise one prompt per step up to max(max_model_len, 2048).
+      The offline scripts before 0.6.4 turned chunked prefill off unless asked
+      (OFFLINE_SCRIPTS_USE_ENGINE_ARGS).
     SGLang runs get the V1 figures (a named simplification: its own defaults differ).
     """
     offline = run.benchmark in ("throughput", "latency")
     if engine_generation(run.engine, run.engine_version) == "vllm-v0":
-        chunked = run.chunked_prefill if run.chunked_prefill is not None else max_model_len > 32768
+        chunked = run.chunked_prefill
+        if chunked is None:
+            old_script = offline and released_before(run.engine_version, OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
+            chunked = max_model_len > 32768 and not old_script
         budget = run.max_num_batched_tokens or (512 if chunked else max(max_model_len, 2048))
         return run.max_num_seqs or 256, budget, chunked
     big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
