@@ -59,6 +59,18 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
         scales = pick(role + " scales", s) if cf.per_token_scales else s
         return dequantize(pick(role, cache), scales, cf, head_dim)  # [S, KV, Lk, D] fp32
 
+    def gather_rows(role: str, cache: torch.Tensor, s: torch.Tensor | float | None) -> torch.Tensor:
+        def pick(name: str, t: torch.Tensor) -> torch.Tensor:  # [S, Lk, KV, last]
+            rows = torch.index_select(t, 0, plan.blocks, out=_scratch(name, t, len(plan.blocks), plan_cache))
+            return rows.reshape(num_seqs, max_k, num_kv_heads, -1)
+
+        scales = pick(role + " scales", s) if cf.per_token_scales else s
+        return dequantize(pick(role, cache), scales, cf, head_dim)  # [S, Lk, KV, D] fp32
+
+    if max_q == 1 and plan.uniform and num_kv_heads * head_dim <= PACKED_HEADS_MAX_WIDTH:
+        k = gather_rows("k", key_cache, k_scale)
+        v = gather_rows("v", value_cache, v_scale)
+        return _packed_heads_decode(query, k, v, plan, scale, variant).to(query.dtype)
     k, v = gather("k", key_cache, k_scale), gather("v", value_cache, v_scale)
     # [S, Lq, KV, G, D] -> [S, KV, G * Lq, D]: a group's heads are more query rows of their KV head.
     q = (query if plan.uniform else query[plan.q_rows]).float()
@@ -80,6 +92,41 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
     out = torch.zeros_like(query)
     out[plan.q_rows[plan.q_valid]] = attended[plan.q_valid].to(query.dtype)
     return out
+
+
+# Decode packs the KV heads into one gemm while KV heads x head_dim is at most this: the
+# extra flops (KV x) cost less than per-head gemms with a short inner dimension.
+PACKED_HEADS_MAX_WIDTH = 128
+
+
+def _packed_heads_decode(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: "VarlenPlan", scale: float,
+                         variant: AttentionVariant) -> torch.Tensor:
+    """Decode with all KV heads in one gemm per sequence: query [S, H, D], k/v [S, Lk, KV, D] fp32.
+
+    At small head_dim a per-(sequence, head) gemm has an inner dimension too short to run
+    well; here each query head becomes a row whose KV*D columns are zero outside its own KV
+    head (block diagonal), so scores are one [H, KV*D] x [KV*D, Lk] product per sequence over
+    the gathered rows as they lie, and the values one [H, Lk] x [Lk, KV*D] product whose
+    diagonal blocks are each head's output. KV times the flops, on contiguous data.
+    """
+    num_seqs, num_heads, head_dim = query.shape
+    max_k, num_kv_heads = k.shape[1], k.shape[2]
+    group = num_heads // num_kv_heads
+    eye = torch.eye(num_kv_heads, dtype=torch.float32, device=query.device).view(1, num_kv_heads, 1, num_kv_heads, 1)
+    q = (query.float().view(num_seqs, num_kv_heads, group, 1, head_dim) * eye).reshape(num_seqs, num_heads, -1)
+    keys = k.reshape(num_seqs, max_k, -1).transpose(1, 2)
+    if variant.softcap is None:
+        scores = torch.baddbmm(plan.bias, q, keys, alpha=scale)
+    else:
+        scores = torch.bmm(q, keys) * scale
+        scores = torch.tanh(scores / variant.softcap) * variant.softcap + plan.bias
+    if variant.sinks is not None:
+        sinks = variant.sinks.to(device=query.device, dtype=torch.float32).view(1, num_heads, 1)
+        scores = torch.cat([scores, sinks.expand(num_seqs, -1, -1)], dim=-1)
+    probs = torch.softmax(scores, dim=-1)[..., :max_k]
+    out = torch.bmm(probs, v.reshape(num_seqs, max_k, -1)).view(num_seqs, num_kv_heads, group, num_kv_heads, head_dim)
+    out = torch.diagonal(out, dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(num_seqs, num_heads, head_dim)
+    return out.nan_to_num_(0.0)  # a sequence that sees no key (empty) has only -inf scores: zeros, as elsewhere
 
 
 def _scored_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float,
@@ -122,6 +169,7 @@ class VarlenPlan:
     q_rows: torch.Tensor  # long [S, Lq]: each padded query's row in the packed batch
     q_valid: torch.Tensor  # bool [S, Lq]
     allowed: torch.Tensor  # bool [S, Lq, Lk]
+    bias: torch.Tensor | None  # fp32 [S, 1, Lk], 0 where allowed else -inf (decode only)
 
 
 def varlen_plan(block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
@@ -149,7 +197,10 @@ def varlen_plan(block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens:
                & (k_pos[:, None, :] >= lo[:, :, None]))  # [S, Lq, Lk]
     uniform = int(query_start[0]) == 0 and int(query_start[-1]) == num_tokens == num_seqs * max_q
     q_rows = (query_start[:-1, None] + qi[None, :]).clamp(max=num_tokens - 1)  # [S, Lq]
-    return VarlenPlan(max_q, max_k, uniform, blocks, q_rows, q_valid, allowed)
+    bias = None
+    if max_q == 1:
+        bias = torch.zeros(allowed.shape, dtype=torch.float32, device=device).masked_fill_(~allowed, float("-inf"))
+    return VarlenPlan(max_q, max_k, uniform, blocks, q_rows, q_valid, allowed, bias)
 
 
 def _first_key(position: torch.Tensor, variant: AttentionVariant) -> torch.Tensor:

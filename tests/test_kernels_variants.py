@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kvplan.kernels import torch_attention
 from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.paged_prefill import paged_prefill
@@ -87,8 +88,11 @@ def make_variant(name: str, num_heads: int, gen: torch.Generator) -> AttentionVa
 
 
 @pytest.mark.parametrize("variant_name", list(VARIANTS))
-@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
-def test_decode_variants_match_reference(backend: str, variant_name: str) -> None:
+@pytest.mark.parametrize("backend", ["torch", "torch-per-head", pytest.param("triton", marks=needs_triton)])
+def test_decode_variants_match_reference(monkeypatch: pytest.MonkeyPatch, backend: str, variant_name: str) -> None:
+    if backend == "torch-per-head":  # the SDPA path wide models take instead of packing KV heads into one gemm
+        monkeypatch.setattr(torch_attention, "PACKED_HEADS_MAX_WIDTH", 0)
+        backend = "torch"
     cache, tables, lens, gen, _, _ = paged_case("fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32)
     variant = make_variant(variant_name, 4, gen)
     query = torch.randn(len(lens), 4, 16, generator=gen)
