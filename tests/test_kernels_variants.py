@@ -34,6 +34,17 @@ def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
+def require_compiled_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled (not interpreted) kernels: kvplan jits at first launch, after this. Fails
+    when triton's standard library was jitted for the interpreter at import: compiled
+    kernels calling it then fail to build with an unrelated-looking error."""
+    import triton.language as tl
+
+    if type(tl.zeros_like).__name__ == "InterpretedFunction":
+        pytest.fail("triton was imported with TRITON_INTERPRET=1: run the GPU tests with TRITON_INTERPRET=0 set")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
 class PagedCase(NamedTuple):
     cache: Any  # PagedKVCache in the format asked for
     tables: torch.Tensor
@@ -238,7 +249,7 @@ def _cuda(*tensors):
 @pytest.mark.parametrize("num_splits", [None, 1, 8])
 def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str,
                              num_splits: int | None) -> None:
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    require_compiled_triton(monkeypatch)
     cache, tables, lens, gen, _, _ = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
     variant = make_variant(variant_name, 32, gen)
     if variant.sinks is not None:
@@ -261,7 +272,7 @@ def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: t
                                        ("int4-g32", torch.float16)])
 @pytest.mark.parametrize("variant_name", ["plain", "all"])
 def test_gpu_prefill_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str) -> None:
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    require_compiled_triton(monkeypatch)
     query, cache, tables, query_start, lens, gen = prefill_case(fmt, dtype, [130, 1, 77], [300, 45, 77], 16, 32, 8,
                                                                 128)
     variant = make_variant(variant_name, 32, gen)

@@ -7,8 +7,14 @@ greedy tokens, through the torch path and through Triton (interpreted on CPU).""
 from __future__ import annotations
 
 import copy
+import os
 
-import pytest
+# Triton's interpreter must be on before triton is first imported, so that this module run
+# alone exercises the Triton path too (test_kernels.py does the same for a whole run).
+_PREVIOUS_INTERPRET = os.environ.get("TRITON_INTERPRET")
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -19,6 +25,17 @@ from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
 from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
 from kvplan.real.runner import RealRunner  # noqa: E402
 from kvplan.workload.request import Request  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_interpret_flag():
+    """Keep TRITON_INTERPRET from leaking into test modules that run after this one."""
+    yield
+    if _PREVIOUS_INTERPRET is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = _PREVIOUS_INTERPRET
+
 
 WINDOW, CHUNK = 8, 8
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
@@ -131,3 +148,13 @@ def test_refuses_what_it_cannot_honour(config: dict, feature: str) -> None:
 
     with pytest.raises(ValueError, match=feature):
         check_supported(SimpleNamespace(**config))
+
+
+@pytest.mark.parametrize("model,feature", [("gemma-4-26b-a4b", "global_head_dim"), ("deepseek-v3", "MLA")])
+def test_refuses_kv_it_cannot_pool(model: str, feature: str) -> None:
+    from kvplan.real.factory import check_real_spec
+    from kvplan.spec.profiles import load_model
+
+    with pytest.raises(ValueError, match=feature):
+        check_real_spec(load_model(model))
+    check_real_spec(load_model("llama-3.1-8b"))  # one shape, plain attention: accepted
