@@ -6,10 +6,9 @@ triton imported in compiled mode instead: run them with TRITON_INTERPRET=0 in th
 environment (benchmarks/gpu_check.sh does), which this module then leaves alone.
 """
 
-import os
+from conftest import triton_interpreter_for_module
 
-_PREVIOUS_INTERPRET = os.environ.get("TRITON_INTERPRET")
-os.environ.setdefault("TRITON_INTERPRET", "1")
+_interpreter = triton_interpreter_for_module()
 
 # ruff: noqa: E402  (imports follow the interpreter switch on purpose)
 import importlib.util
@@ -38,16 +37,6 @@ needs_cuda = pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON), reason="needs CUD
 # 2x the worst seen over several seeds with unit-normal K/V (a loose sanity bound only).
 LOOSE_REL_TOL = {"fp32": 1e-6, "fp16": 2e-3, "bf16": 1e-2, "fp8-e4m3": 0.06, "fp8-e5m2": 0.12, "int8": 0.015,
                  "int8-g16": 0.012, "int4": 0.25, "int4-g32": 0.2, "int4-tensor": 0.4}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _restore_interpret_flag():
-    """Keep TRITON_INTERPRET from leaking into test modules that run after this one."""
-    yield
-    if _PREVIOUS_INTERPRET is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _PREVIOUS_INTERPRET
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -7,12 +7,12 @@ greedy tokens, through the torch path and through Triton (interpreted on CPU).""
 from __future__ import annotations
 
 import copy
-import os
 
-# Triton's interpreter must be on before triton is first imported, so that this module run
-# alone exercises the Triton path too (test_kernels.py does the same for a whole run).
-_PREVIOUS_INTERPRET = os.environ.get("TRITON_INTERPRET")
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# Triton's interpreter on before triton is imported, so that this module run alone
+# exercises the Triton path too.
+from conftest import triton_interpreter_for_module
+
+_interpreter = triton_interpreter_for_module()
 
 import pytest  # noqa: E402
 
@@ -25,16 +25,6 @@ from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
 from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
 from kvplan.real.runner import RealRunner  # noqa: E402
 from kvplan.workload.request import Request  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _restore_interpret_flag():
-    """Keep TRITON_INTERPRET from leaking into test modules that run after this one."""
-    yield
-    if _PREVIOUS_INTERPRET is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _PREVIOUS_INTERPRET
 
 
 WINDOW, CHUNK = 8, 8
