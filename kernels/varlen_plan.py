@@ -90,18 +90,22 @@ def varlen_plan(block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens:
 
 def _bucket_bounds(costs: np.ndarray) -> list[tuple[int, int]]:
     """Cut tiles sorted by descending cost per tile into runs [lo, hi) minimizing
-    sum(run length x cost of its first tile) + BUCKET_OVERHEAD per run (dynamic programming)."""
-    n = len(costs)
-    best = np.zeros(n + 1)
-    cut = np.zeros(n + 1, dtype=np.int64)
-    for end in range(1, n + 1):
-        options = best[:end] + BUCKET_OVERHEAD + (end - np.arange(end)) * costs[:end]
-        cut[end] = int(np.argmin(options))
-        best[end] = options[cut[end]]
-    bounds, end = [], n
-    while end:
-        bounds.append((int(cut[end]), end))
-        end = int(cut[end])
+    sum(run length x cost of its first tile) + BUCKET_OVERHEAD per run (dynamic programming).
+
+    Only the starts of runs of equal cost are candidate cuts (a cut inside such a run can move
+    to the run's start at no loss), so the program runs over the distinct costs: a few dozen
+    at most, since costs are whole blocks."""
+    starts = np.flatnonzero(np.r_[True, costs[1:] != costs[:-1]]).tolist()  # candidate cuts
+    n, cost = len(costs), costs.tolist()
+    points = [*starts, n]
+    best, cut = [0.0] * len(points), [0] * len(points)
+    for i in range(1, len(points)):
+        end = points[i]
+        best[i], cut[i] = min((best[j] + BUCKET_OVERHEAD + (end - points[j]) * cost[points[j]], j) for j in range(i))
+    bounds, i = [], len(points) - 1
+    while i:
+        bounds.append((points[cut[i]], points[i]))
+        i = cut[i]
     return bounds[::-1]
 
 
