@@ -33,7 +33,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
@@ -108,14 +108,13 @@ def rel_err(got: Any, ref: Any) -> float:
     return float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
 
 
-def decode_rows(dry: bool) -> list[dict[str, Any]]:
+def decode_rows(dry: bool) -> Iterator[dict[str, Any]]:
     torch, device, dtype = setup(dry)
     from kvplan.kernels.paged_attention import paged_attention
 
     batches, contexts = ((1, 2), (40,)) if dry else ((1, 8, 64, 256), (1024, 8192, 32768))
     formats = ("fp16", "int4") if dry else FORMATS
     gen = torch.Generator(device=device).manual_seed(0)
-    rows = []
     for context in contexts:
         for batch in batches:
             query = torch.randn(batch, HEADS, HEAD_DIM, generator=gen, device=device).to(dtype)
@@ -139,16 +138,15 @@ def decode_rows(dry: bool) -> list[dict[str, Any]]:
                         max_seq_len=context), warmup=1 if dry else WARMUP, iters=1 if dry else ITERS)
                     moved = kv_bytes(cache, batch, context) + tables.numel() * 4 + 2 * query.numel() * query.element_size()
                     gbps = moved / ms / 1e6
-                    rows.append(dict(kind="decode", batch=batch, context=context, kv=fmt, split_kv=split_label,
-                                     ms=round(ms, 4), gb_per_s=round(gbps, 1),
-                                     hbm_fraction=round(gbps / HBM_GBPS, 3),
-                                     sdpa_ms=round(sdpa_ms, 4), vs_sdpa=round(sdpa_ms / ms, 2),
-                                     rel_err=f"{err:.2e}", ok=err <= TOL))
-                    print(",".join(str(v) for v in rows[-1].values()), flush=True)
+                    row = dict(kind="decode", batch=batch, context=context, kv=fmt, split_kv=split_label,
+                               ms=round(ms, 4), gb_per_s=round(gbps, 1), hbm_fraction=round(gbps / HBM_GBPS, 3),
+                               sdpa_ms=round(sdpa_ms, 4), vs_sdpa=round(sdpa_ms / ms, 2),
+                               rel_err=f"{err:.2e}", ok=err <= TOL)
+                    print(",".join(str(v) for v in row.values()), flush=True)
+                    yield row
                 del cache, tables
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-    return rows
 
 
 def sdpa_decode_ms(torch: Any, device: Any, dtype: Any, batch: int, context: int, gen: Any) -> float:
@@ -163,14 +161,13 @@ def sdpa_decode_ms(torch: Any, device: Any, dtype: Any, batch: int, context: int
     return ms
 
 
-def prefill_rows(dry: bool) -> list[dict[str, Any]]:
+def prefill_rows(dry: bool) -> Iterator[dict[str, Any]]:
     torch, device, dtype = setup(dry)
     from kvplan.kernels.paged_prefill import paged_prefill
 
     shapes = ((2, 24),) if dry else ((8, 4096), (2, 16384))
     formats = ("fp16",) if dry else ("bf16", "fp8-e4m3")
     gen = torch.Generator(device=device).manual_seed(1)
-    rows = []
     for batch, length in shapes:
         flops = 4 * HEADS * HEAD_DIM * batch * length * (length + 1) / 2
         query = torch.randn(batch * length, HEADS, HEAD_DIM, generator=gen, device=device).to(dtype)
@@ -194,12 +191,12 @@ def prefill_rows(dry: bool) -> list[dict[str, Any]]:
             err = rel_err(got[check], ref)
             ms = timer(torch, device, lambda: paged_prefill(*args, **common), warmup=1 if dry else WARMUP,
                        iters=1 if dry else 10)
-            rows.append(dict(kind="prefill", batch=batch, context=length, kv=fmt, ms=round(ms, 3),
-                             tflops=round(flops / ms / 1e9, 1), sdpa_ms=round(sdpa_ms, 3),
-                             sdpa_tflops=round(flops / sdpa_ms / 1e9, 1), rel_err=f"{err:.2e}", ok=err <= TOL))
-            print(",".join(str(v) for v in rows[-1].values()), flush=True)
+            row = dict(kind="prefill", batch=batch, context=length, kv=fmt, ms=round(ms, 3),
+                       tflops=round(flops / ms / 1e9, 1), sdpa_ms=round(sdpa_ms, 3),
+                       sdpa_tflops=round(flops / sdpa_ms / 1e9, 1), rel_err=f"{err:.2e}", ok=err <= TOL)
+            print(",".join(str(v) for v in row.values()), flush=True)
+            yield row
             del cache, tables
-    return rows
 
 
 def main() -> None:
@@ -208,11 +205,17 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--cpu-dry-run", action="store_true")
     args = parser.parse_args()
-    rows = decode_rows(args.cpu_dry_run) if args.what == "decode" else prefill_rows(args.cpu_dry_run)
+    rows = []
+    # Each row is written as soon as it is measured: a stage cut short by its timeout keeps what it has.
     with open(args.out, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+        writer = None
+        for row in decode_rows(args.cpu_dry_run) if args.what == "decode" else prefill_rows(args.cpu_dry_run):
+            if writer is None:
+                writer = csv.DictWriter(handle, fieldnames=list(row))
+                writer.writeheader()
+            writer.writerow(row)
+            handle.flush()
+            rows.append(row)
     bad = [r for r in rows if not r["ok"]]
     print(f"{len(rows)} rows, {len(bad)} failing the accuracy check -> {args.out}")
     sys.exit(1 if bad else 0)

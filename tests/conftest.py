@@ -23,3 +23,22 @@ def require_in_ci(available: bool, what: str, install: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is missing in CI; {install}")
     pytest.skip(f"{what} is not installed ({install})")
+
+
+def triton_interpreter_for_module():
+    """Turn Triton's interpreter on (unless TRITON_INTERPRET is set) before triton is first
+    imported (its standard library is jitted at import); returns a module-scoped autouse
+    fixture that puts the variable back afterwards, so it does not leak into later modules.
+    Call at the top of a test module: `_interpreter = triton_interpreter_for_module()`."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+    @pytest.fixture(scope="module", autouse=True)
+    def restore_interpret_flag():
+        yield
+        if previous is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+    return restore_interpret_flag

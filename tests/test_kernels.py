@@ -1,14 +1,14 @@
 """KV kernels against their naive references: Triton (interpreted on CPU) and the torch fallback.
 
-The interpreter must be on before any kernel is jitted, hence the environment variable
-first. kvplan.kernels jits on first launch, so the GPU tests can switch it back off for
-themselves and get compiled kernels.
+The interpreter must be on before triton is first imported (its standard library is
+jitted at import), hence the environment variable first. The GPU tests (`-m gpu`) need
+triton imported in compiled mode instead: run them with TRITON_INTERPRET=0 in the
+environment (benchmarks/gpu_check.sh does), which this module then leaves alone.
 """
 
-import os
+from conftest import triton_interpreter_for_module
 
-_PREVIOUS_INTERPRET = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
+_interpreter = triton_interpreter_for_module()
 
 # ruff: noqa: E402  (imports follow the interpreter switch on purpose)
 import importlib.util
@@ -25,7 +25,7 @@ from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format, tensor_scale
 from kvplan.kernels.reference import paged_attention_reference, write_kv_reference
-from test_kernels_variants import paged_case
+from test_kernels_variants import paged_case, require_compiled_triton
 from test_kv_layouts import FORMATS
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -37,16 +37,6 @@ needs_cuda = pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON), reason="needs CUD
 # 2x the worst seen over several seeds with unit-normal K/V (a loose sanity bound only).
 LOOSE_REL_TOL = {"fp32": 1e-6, "fp16": 2e-3, "bf16": 1e-2, "fp8-e4m3": 0.06, "fp8-e5m2": 0.12, "int8": 0.015,
                  "int8-g16": 0.012, "int4": 0.25, "int4-g32": 0.2, "int4-tensor": 0.4}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _restore_interpret_flag():
-    """Keep TRITON_INTERPRET from leaking into test modules that run after this one."""
-    yield
-    if _PREVIOUS_INTERPRET is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _PREVIOUS_INTERPRET
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -300,8 +290,7 @@ def test_import_kvplan_kernels_stays_torch_free() -> None:
 
 @pytest.fixture
 def compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compiled (not interpreted) kernels: jitting happens at first launch, after this."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    require_compiled_triton(monkeypatch)
 
 
 def _to_cuda(case: AttentionCase) -> AttentionCase:

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kvplan.kernels import torch_attention
 from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.paged_prefill import paged_prefill
@@ -31,6 +32,17 @@ def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton on CPU tensors through its interpreter (kernels jit at first launch, so per test works);
     the GPU tests switch it back off for themselves."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def require_compiled_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled (not interpreted) kernels: kvplan jits at first launch, after this. Fails
+    when triton's standard library was jitted for the interpreter at import: compiled
+    kernels calling it then fail to build with an unrelated-looking error."""
+    import triton.language as tl
+
+    if type(tl.zeros_like).__name__ == "InterpretedFunction":
+        pytest.fail("triton was imported with TRITON_INTERPRET=1: run the GPU tests with TRITON_INTERPRET=0 set")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
 
 
 class PagedCase(NamedTuple):
@@ -87,8 +99,11 @@ def make_variant(name: str, num_heads: int, gen: torch.Generator) -> AttentionVa
 
 
 @pytest.mark.parametrize("variant_name", list(VARIANTS))
-@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
-def test_decode_variants_match_reference(backend: str, variant_name: str) -> None:
+@pytest.mark.parametrize("backend", ["torch", "torch-per-head", pytest.param("triton", marks=needs_triton)])
+def test_decode_variants_match_reference(monkeypatch: pytest.MonkeyPatch, backend: str, variant_name: str) -> None:
+    if backend == "torch-per-head":  # the SDPA path wide models take instead of packing KV heads into one gemm
+        monkeypatch.setattr(torch_attention, "PACKED_HEADS_MAX_WIDTH", 0)
+        backend = "torch"
     cache, tables, lens, gen, _, _ = paged_case("fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32)
     variant = make_variant(variant_name, 4, gen)
     query = torch.randn(len(lens), 4, 16, generator=gen)
@@ -234,7 +249,7 @@ def _cuda(*tensors):
 @pytest.mark.parametrize("num_splits", [None, 1, 8])
 def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str,
                              num_splits: int | None) -> None:
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    require_compiled_triton(monkeypatch)
     cache, tables, lens, gen, _, _ = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
     variant = make_variant(variant_name, 32, gen)
     if variant.sinks is not None:
@@ -257,7 +272,7 @@ def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: t
                                        ("int4-g32", torch.float16)])
 @pytest.mark.parametrize("variant_name", ["plain", "all"])
 def test_gpu_prefill_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str) -> None:
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    require_compiled_triton(monkeypatch)
     query, cache, tables, query_start, lens, gen = prefill_case(fmt, dtype, [130, 1, 77], [300, 45, 77], 16, 32, 8,
                                                                 128)
     variant = make_variant(variant_name, 32, gen)

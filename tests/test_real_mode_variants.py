@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import copy
 
-import pytest
+# Triton's interpreter on before triton is imported, so that this module run alone
+# exercises the Triton path too.
+from conftest import triton_interpreter_for_module
+
+_interpreter = triton_interpreter_for_module()
+
+import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -19,6 +25,7 @@ from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
 from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
 from kvplan.real.runner import RealRunner  # noqa: E402
 from kvplan.workload.request import Request  # noqa: E402
+
 
 WINDOW, CHUNK = 8, 8
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
@@ -131,3 +138,13 @@ def test_refuses_what_it_cannot_honour(config: dict, feature: str) -> None:
 
     with pytest.raises(ValueError, match=feature):
         check_supported(SimpleNamespace(**config))
+
+
+@pytest.mark.parametrize("model,feature", [("gemma-4-26b-a4b", "global_head_dim"), ("deepseek-v3", "MLA")])
+def test_refuses_kv_it_cannot_pool(model: str, feature: str) -> None:
+    from kvplan.real.factory import check_real_spec
+    from kvplan.spec.profiles import load_model
+
+    with pytest.raises(ValueError, match=feature):
+        check_real_spec(load_model(model))
+    check_real_spec(load_model("llama-3.1-8b"))  # one shape, plain attention: accepted

@@ -46,9 +46,19 @@ def load_model_for_bench(model: str, real: RealConfig, seed: int) -> LoadedModel
     if label == "hf" and real.model_path:
         label = Path(real.model_path).parent.name
     spec = model_spec_from_config(raw, label, real.model_path or model)
+    check_real_spec(spec)
+    return LoadedModel(lm, spec, device, int(raw.get("vocab_size") or spec.vocab_size))
+
+
+def check_real_spec(spec: ModelSpec) -> None:
+    """Refuse, naming the feature, a model whose KV real mode's one pool shape cannot hold."""
     if any(g.kind not in ("full", "sliding") for g in spec.groups):
         raise ValueError(f"real mode supports MHA/GQA/MQA attention models; {spec.name} is {spec.kv_kind}")
-    return LoadedModel(lm, spec, device, int(raw.get("vocab_size") or spec.vocab_size))
+    shapes = sorted({(g.num_kv_heads, g.head_dim) for g in spec.token_groups})
+    if len(shapes) > 1:
+        raise ValueError(f"real mode keeps one KV shape for every layer, but {spec.name}'s layers differ "
+                         f"(KV heads x head_dim: {', '.join(f'{h} x {d}' for h, d in shapes)}; e.g. Gemma-4's "
+                         "global_head_dim): run it in simulated mode")
 
 
 def kv_budget_bytes(kv_cache_gib: float | None, loaded: LoadedModel) -> float:
