@@ -16,7 +16,7 @@ prefill chunk attends to everything kept plus the whole chunk, then is pruned (`
 from __future__ import annotations
 
 from kvplan.core.block_pool import BlockPool
-from kvplan.core.policies import SINKS, PolicySpec, held_tokens
+from kvplan.core.policies import SINKS, PolicySpec, attended_tokens, held_tokens
 from kvplan.core.policies.slots import WINDOW_POLICIES
 from kvplan.core.sequence import Sequence
 
@@ -39,8 +39,8 @@ class PolicyBudget:
 
     def attended(self, seq: Sequence, before: int, count: int) -> tuple[int, int]:
         """(tokens the step's attention reads, of which already cached before the step)."""
-        if count == 1:
-            after = held_tokens(self.spec, seq.prompt_len, before + 1)
+        if count == 1:  # snapkv reads its whole prompt, even the last token alone
+            after = attended_tokens(self.spec, seq.prompt_len, before + 1)
             return after, after - 1
         kept = self.kept(seq)
         return kept + count, kept
@@ -60,7 +60,7 @@ class PolicyBudget:
         if self.windowed:
             return (tokens - 1) // size - (seq.dropped_blocks + len(seq.block_table) - 1)
         if tokens - seq.num_computed <= 1:
-            peak = held_tokens(self.spec, seq.prompt_len, tokens)
+            peak = attended_tokens(self.spec, seq.prompt_len, tokens)
         else:
             peak = self.kept(seq) + tokens - seq.num_computed
         return -(-peak // size) - len(seq.block_table)
