@@ -44,6 +44,8 @@ REFUSED = {
     "streaming": "StreamingLLM attends to its 4 sinks re-indexed next to a window that slides, a key set kvplan's "
                  "paged kernels cannot mask (they know one window per query)",
     "streaming-abspos": "the kernels mask one window per query, not 4 sinks plus a window",
+    "h2o-holes": "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
+                 "report the blocks holes would hold: eviction_hole_blocks_ratio)",
     "entropy-budget": "its layers keep different budgets, but a paged pool's block table is shared by every layer",
 }
 
