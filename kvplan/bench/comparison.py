@@ -70,7 +70,8 @@ ROWS: tuple[Row, ...] = (
     Row("offload tiers", "hit rate, all tiers", "total_hit_rate", "pct", _has("total_hit_rate")),
     Row("eviction policy", "tokens dropped", "tokens_dropped", "int", _has("tokens_dropped")),
     Row("eviction policy", "slots copied", "eviction_copied_slots", "int", _has("eviction_copied_slots"),
-        "slots copied: K/V moved to refill evicted tokens' holes (compaction), charged as time"),
+        "slots copied: K/V moved inside the pool by eviction (holes refilled; streaming: sinks written into "
+        "each window), in slots of every layer; simulated runs charge compaction copies as time"),
     Row("eviction policy", "blocks if holes kept", "eviction_hole_blocks_ratio", "float",
         _has("eviction_hole_blocks_ratio"), "blocks if holes kept: blocks held with holes left in place, per "
         "compacted block (measured on the run)"),

@@ -18,9 +18,10 @@ evaluator uses it):
   prompt's last `window` queries (kept across chunks) vote per KV head over the earlier
   prompt tokens, votes are max-pooled, and each head's top tokens plus the window are
   gathered to the front; later tokens are all kept.
-- sliding-window: tokens stay at their positions; the block manager frees blocks the
-  window has left and the kernels' sliding-window mask (budget keys, the query included)
-  hides the stale slots of the first block kept.
+- sliding-window and streaming: tokens stay at their positions; the block manager frees
+  blocks the window has left (streaming keeps the sink block) and the kernels'
+  sliding-window mask (budget keys, the query included) hides the stale slots;
+  streaming writes its sinks into the window's first 4 slots (real/streaming.py).
 Attention runs in kvplan's paged kernels; the scores the policies need are recomputed
 beside them in torch (the kernels return no probabilities), per KV head, the query heads
 of a GQA group adding their attention.
@@ -35,15 +36,14 @@ import numpy as np
 
 from kvplan.core.kv.budget import PolicyBudget
 from kvplan.core.policies import PolicySpec, held_tokens, keep_h2o, keep_paged, keep_snapkv
+from kvplan.core.policies.slots import WINDOW_POLICIES
 from kvplan.core.sequence import Sequence
 from kvplan.real import pool_slots
+from kvplan.real.streaming import SinkCopies
 
-REAL_POLICIES = ("h2o", "snapkv", "paged-eviction", "sliding-window")
+REAL_POLICIES = ("h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "streaming-abspos")
 # Why the others stay out of the paged pool (one line each, shown as the refusal).
 REFUSED = {
-    "streaming": "StreamingLLM attends to its 4 sinks re-indexed next to a window that slides, a key set kvplan's "
-                 "paged kernels cannot mask (they know one window per query)",
-    "streaming-abspos": "the kernels mask one window per query, not 4 sinks plus a window",
     "h2o-holes": "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
                  "report the blocks holes would hold: eviction_hole_blocks_ratio)",
     "entropy-budget": "its layers keep different budgets, but a paged pool's block table is shared by every layer",
@@ -85,11 +85,12 @@ class RealEviction:
     # keeps a token of it. Summed over sequences and steps, against compacted blocks.
     hole_blocks: int = 0
     compact_blocks: int = 0
+    sinks: SinkCopies | None = None  # streaming: the sinks written into each window
     _live: dict[tuple[int, int], set[int]] = field(default_factory=dict)
 
     @property
     def compacted(self) -> bool:
-        return self.spec.name != "sliding-window"
+        return self.spec.name not in WINDOW_POLICIES
 
     def slot_start(self, seq: Sequence) -> int:
         """Where the step's first new token goes, in the sequence's slot coordinates."""
@@ -107,6 +108,8 @@ class RealEviction:
             if seq.num_computed == 0:  # a fresh or recomputed sequence
                 for table in (self.scores, self.positions, self.measured, self.window_queries):
                     table.pop(key, None)
+                if self.sinks is not None:
+                    self.sinks.forget(key)
             kept = self.budget.kept(seq)
             self.steps.append(SeqStep(key, seq.prompt_len, int(start), count, seq.num_computed + count,
                                       list(seq.block_table), self.compacted and count == 1 and kept > start))
@@ -132,7 +135,19 @@ class RealEviction:
             raise RuntimeError(f"{self.spec.name} kept {keep.shape[1]} slots, the memory model says {held}")
         return keep
 
+    @property
+    def prefill_steps(self) -> list[SeqStep]:
+        return [step for step in self.steps if step.count > 1]
+
     # -- inside each layer's attention ----------------------------------------------------
+
+    def before_attention(self, layer: int, cache: Any, dtype: Any, backend: str | None) -> None:
+        """Streaming: each decode query's window gets the sinks in its first 4 slots."""
+        if self.sinks is None:
+            return
+        for step in self.steps:
+            if step.count == 1:
+                self.sinks.place(layer, cache, step.key, step.table, step.slot_start, step.length - 1, dtype, backend)
 
     def before_write(self, layer: int, cache: Any) -> None:
         """Decode steps at their budget: per head, fill the victims' holes from the tail."""

@@ -18,17 +18,23 @@ def flat_slots(table: list[int], indices: Any, block_size: int) -> Any:
     return blocks * block_size + indices % block_size
 
 
-def read_keys(cache: Any, table: list[int], count: int, block_size: int) -> Any:
-    """The first `count` slots' keys as attention reads them: [count, kv_heads, head_dim] fp32."""
+def read_slots(cache: Any, table: list[int], indices: Any, block_size: int, values: bool = False) -> Any:
+    """Keys (or values) at the sequence's slots `indices`, as attention reads them:
+    [len(indices), kv_heads, head_dim] fp32."""
     from kvplan.kernels.quant import dequantize
 
-    slots = flat_slots(table, np.arange(count), block_size).to(cache.key_cache.device)
-    heads = cache.key_cache.shape[2]
-    stored = cache.key_cache.reshape(-1, heads, cache.key_cache.shape[-1])[slots]
-    scales = cache.k_scale
+    slots = flat_slots(table, indices, block_size).to(cache.key_cache.device)
+    store, scales = (cache.value_cache, cache.v_scale) if values else (cache.key_cache, cache.k_scale)
+    heads = store.shape[2]
+    stored = store.reshape(-1, heads, store.shape[-1])[slots]
     if scales is not None and scales.dim() == 4:
         scales = scales.reshape(-1, heads, scales.shape[-1])[slots]
     return dequantize(stored, scales, cache.fmt, cache.head_dim).float()
+
+
+def read_keys(cache: Any, table: list[int], count: int, block_size: int) -> Any:
+    """The first `count` slots' keys: [count, kv_heads, head_dim] fp32."""
+    return read_slots(cache, table, np.arange(count), block_size)
 
 
 def attention_probs(keys: Any, queries: Any, query_slots: Any, scale: float) -> Any:
