@@ -13,7 +13,8 @@ import pandas as pd
 from kvplan.report.data import ReportData
 
 GIB = 1024 ** 3
-COLUMNS = ("policy", "budget share", "budget (sim)", "KV GiB held", "KV usage", "mean running", "output tok/s",
+COLUMNS = ("policy", "budget share", "budget (sim)", "KV GiB held", "KV MiB / seq", "KV usage", "mean running",
+           "output tok/s",
            "budget (quality)", "KV bytes / seq", "perplexity", "KL", "agreement")
 
 
@@ -41,8 +42,9 @@ def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
         if not policy:
             continue
         held = row.get("kv_cache_usage_mean", 0) * row.get("pool_slots", 0) * row.get("kv_bytes_per_token_per_gpu", 0)
+        running = row.get("running_mean") or 0
         rows.append({"policy": policy, "budget share": share, "budget (sim)": int(row["kv_budget"]),
-                     "KV GiB held": held / GIB, "KV usage": row.get("kv_cache_usage_mean"),
+                     "KV GiB held": held / GIB, "KV MiB / seq": held / running / 2**20 if running else None, "KV usage": row.get("kv_cache_usage_mean"),
                      "mean running": row.get("running_mean"), "output tok/s": row.get("output_tokens_per_s")})
     return pd.DataFrame(rows)
 
@@ -53,7 +55,8 @@ def _quality(quality: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, row in quality.iterrows():
         share = _share(row["kv_budget"], row["text_tokens"])
-        if row["policy"] == "full" or share is None or row.get("kv_format"):
+        fmt = row.get("kv_format")
+        if row["policy"] == "full" or share is None or (isinstance(fmt, str) and fmt):  # a policy on its own
             continue
         rows.append({"policy": row["policy"], "budget share": share, "budget (quality)": int(row["kv_budget"]),
                      "KV bytes / seq": row.get("kv_bytes_per_seq"), "perplexity": row.get("perplexity"),

@@ -36,12 +36,15 @@ def policy_tradeoff_chart(data: ReportData) -> Figure:
     frame = policy_tradeoff(data)
     panels = _panels(frame)
     figure, axes = new_figure(width=3.6 * len(panels), height=3.6, cols=len(panels))
+    palette = [f"C{i}" for i in range(10)]
+    colors = {p: palette[i % len(palette)] for i, p in enumerate(sorted(frame["policy"].unique()))}  # same in every panel
     for ax, (column, label) in zip(axes[0], panels):
         for policy, rows in frame.dropna(subset=[column]).groupby("policy", sort=True):
             rows = rows.sort_values("budget share")
-            ax.plot(100 * rows["budget share"], rows[column], marker="o", label=policy)
+            ax.plot(100 * rows["budget share"], rows[column], marker="o", label=policy, color=colors[policy])
         ax.set_xlabel("budget, % of the full cache")
         ax.set_title(label, fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles = {line.get_label(): line for ax in axes[0] for line in ax.get_lines()}
+    axes[0][0].legend(list(handles.values()), list(handles), fontsize=7)
     return figure

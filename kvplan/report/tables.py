@@ -56,7 +56,7 @@ EXACT: dict[str, Callable[[Any], str]] = {
     "num_blocks": count, "perplexity change": lambda v: f"{100 * v:+.1f}%",
     # eviction policies by budget (report/policies.py)
     "budget share": lambda v: f"{100 * v:.0f}%", "budget (sim)": count, "budget (quality)": count,
-    "KV GiB held": lambda v: f"{v:.2f}", "KV bytes / seq": size, "KL": lambda v: f"{v:.4f}", "agreement": pct,
+    "KV GiB held": lambda v: f"{v:.2f}", "KV MiB / seq": lambda v: f"{v:,.0f}", "KV bytes / seq": size, "KL": lambda v: f"{v:.4f}", "agreement": pct,
 }
 
 
