@@ -113,3 +113,26 @@ def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, n
 def test_real_mode_refuses_policies_it_cannot_evict(real_factory, name: str) -> None:
     with pytest.raises(ValueError, match=f"real mode cannot run '{name}': .*; measure it with --quality-text"):
         real_factory.build(parse_optimization(name))
+
+
+@pytest.mark.parametrize("name", ["paged", "paged+h2o", "paged+snapkv", "paged+streaming", "paged+paged-eviction"])
+def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, shared_data: Path, name: str) -> None:
+    """Teacher-forced through the scheduler, the paged pool, the policy and the kernels that
+    serve, the text's perplexity is the quality evaluator's (float32 sums in another order)."""
+    from kvplan.quality.evaluate import evaluate
+    from kvplan.quality.tokenizer import Llama2cTokenizer
+    from kvplan.real.teacher import served_prompt_len, served_quality
+
+    root = shared_data / "models/stories260K"
+    tokens = Llama2cTokenizer(root / "tok512.bin").encode((root / "tinystories_validation_0.txt").read_text().strip())
+    optimization = parse_optimization(name)
+    spec = PolicySpec(optimization.policy or "full", BUDGET if optimization.policy else None)
+    served = served_quality(real_factory, optimization, tokens)["served_perplexity"]
+    from kvplan.quality.evaluate import run_policy
+
+    logits, _ = run_policy(real_factory.loaded.model, tokens, spec,
+                           prompt_len=served_prompt_len(optimization.policy, len(tokens)))
+    expected = torch.exp(torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(tokens[1:]))).item()
+    assert served == pytest.approx(expected, rel=1e-5)
+    if name == "paged":
+        assert expected == pytest.approx(evaluate(real_factory.loaded.model, tokens, spec).perplexity, rel=1e-6)
