@@ -55,6 +55,7 @@ def test_holes_reachable_from_the_cli(tmp_path) -> None:
 
     result = CliRunner().invoke(app, ["bench", "--workload", "long-reasoning", "--num-requests", "20",
                                       "--max-model-len", "8192", "--kv-budget", "1024", "--optimizations",
-                                      "paged,h2o,h2o-holes", "--out", str(tmp_path / "r.jsonl")], env={"COLUMNS": "200"})
+                                      "paged,h2o,h2o-holes", "--out", str(tmp_path / "r.jsonl")],
+                                env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "h2o-holes" in result.output and "slots copied" in result.output

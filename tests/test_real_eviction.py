@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 
 REQUESTS = [Request(0, 0.0, 20, 40), Request(1, 0.0, 50, 30), Request(2, 0.0, 9, 45), Request(3, 0.0, 70, 12)]
 BUDGET = 32
+SLOW = pytest.mark.slow  # ~15 s each on 2 shared cores: the other cases cover the same paths
 
 
 def config(shared_data: Path, mode: str) -> BenchConfig:
@@ -81,7 +82,7 @@ def test_closed_loop_real_pool_holds_what_the_simulator_charges(real_factory, sh
 
 
 @pytest.mark.parametrize(("name", "prompt"), [("h2o", 20), ("snapkv", 50), ("paged-eviction", 20), ("streaming", 20),
-                                            ("streaming", 50), ("streaming-abspos", 50)])
+                                            ("streaming", 50), pytest.param("streaming-abspos", 50, marks=SLOW)])
 def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, name: str, prompt: int) -> None:
     """The serving engine (paged kernels, per-head holes refilled in the pool) and the
     quality evaluator (a contiguous per-head cache) implement the same policy: teacher-forced
@@ -115,7 +116,8 @@ def test_real_mode_refuses_policies_it_cannot_evict(real_factory, name: str) -> 
         real_factory.build(parse_optimization(name))
 
 
-@pytest.mark.parametrize("name", ["paged", "paged+h2o", "paged+snapkv", "paged+streaming", "paged+paged-eviction"])
+@pytest.mark.parametrize("name", [pytest.param("paged", marks=SLOW), "paged+h2o", "paged+snapkv", "paged+streaming",
+                                  pytest.param("paged+paged-eviction", marks=SLOW)])
 def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, shared_data: Path, name: str) -> None:
     """Teacher-forced through the scheduler, the paged pool, the policy and the kernels that
     serve, the text's perplexity is the quality evaluator's (float32 sums in another order)."""

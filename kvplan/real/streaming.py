@@ -102,7 +102,8 @@ class SinkCopies:
 
         if early_rows:
             index = torch.tensor(early_rows, device=device)
-            out[index] = paged_attention(q[index].contiguous(), cache.key_cache, cache.value_cache, tables(early_tables),
+            out[index] = paged_attention(q[index].contiguous(), cache.key_cache, cache.value_cache,
+                                         tables(early_tables),
                                          torch.tensor(early_lens, dtype=torch.int32, device=device), scale,
                                          max_seq_len=max(early_lens), **common).to(q.dtype)
         for index, step, slot, position in late:  # in order: a row's copies cover only tokens later rows drop

@@ -44,7 +44,8 @@ def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
         held = row.get("kv_cache_usage_mean", 0) * row.get("pool_slots", 0) * row.get("kv_bytes_per_token_per_gpu", 0)
         running = row.get("running_mean") or 0
         rows.append({"policy": policy, "budget share": share, "budget (sim)": int(row["kv_budget"]),
-                     "KV GiB held": held / GIB, "KV MiB / seq": held / running / 2**20 if running else None, "KV usage": row.get("kv_cache_usage_mean"),
+                     "KV GiB held": held / GIB, "KV MiB / seq": held / running / 2**20 if running else None,
+                     "KV usage": row.get("kv_cache_usage_mean"),
                      "mean running": row.get("running_mean"), "output tok/s": row.get("output_tokens_per_s")})
     return pd.DataFrame(rows)
 

@@ -37,7 +37,8 @@ def policy_tradeoff_chart(data: ReportData) -> Figure:
     panels = _panels(frame)
     figure, axes = new_figure(width=3.6 * len(panels), height=3.6, cols=len(panels))
     palette = [f"C{i}" for i in range(10)]
-    colors = {p: palette[i % len(palette)] for i, p in enumerate(sorted(frame["policy"].unique()))}  # same in every panel
+    # one color per policy in every panel (panels lack different policies)
+    colors = {p: palette[i % len(palette)] for i, p in enumerate(sorted(frame["policy"].unique()))}
     for ax, (column, label) in zip(axes[0], panels):
         for policy, rows in frame.dropna(subset=[column]).groupby("policy", sort=True):
             rows = rows.sort_values("budget share")
