@@ -303,7 +303,7 @@ def test_per_tensor_scales_are_calibrated_on_another_text(stories) -> None:
     assert sum(budgets) == 5 * 32 and len(set(budgets)) > 1
 
 
-@pytest.mark.parametrize("policy", ["sliding-window", "streaming", "h2o", "snapkv", "paged-eviction"])
+@pytest.mark.parametrize("policy", ["sliding-window", "streaming", "h2o", "h2o-holes", "snapkv", "paged-eviction"])
 def test_engine_blocks_follow_the_memory_model(policy: str) -> None:
     """After every step the simulated engine holds the blocks kvplan.core.policies says."""
     engine = budget_engine(policy, budget=12, blocks=32, prompt=30, output=40)

@@ -69,6 +69,12 @@ ROWS: tuple[Row, ...] = (
     Row("offload tiers", "reloads / recomputes", "offload", "reloads", _has("offload_reloads")),
     Row("offload tiers", "hit rate, all tiers", "total_hit_rate", "pct", _has("total_hit_rate")),
     Row("eviction policy", "tokens dropped", "tokens_dropped", "int", _has("tokens_dropped")),
+    Row("eviction policy", "slots copied", "eviction_copied_slots", "int", _has("eviction_copied_slots"),
+        "slots copied: K/V moved inside the pool by eviction (holes refilled; streaming: sinks written into "
+        "each window), in slots of every layer; simulated runs charge compaction copies as time"),
+    Row("eviction policy", "blocks if holes kept", "eviction_hole_blocks_ratio", "float",
+        _has("eviction_hole_blocks_ratio"), "blocks if holes kept: blocks held with holes left in place, per "
+        "compacted block (measured on the run)"),
     Row("sharing", "shared token share", "shared_token_share", "pct", _nonzero("shared_token_share")),
     Row("sharing", "parallel forks / CoW copies", "forks", "forks", _has("parallel_forks")),
     Row("scheduling", "running (mean)", "running_mean", "float"),

@@ -16,6 +16,39 @@ GIB = 2**30
 DEFAULT_POOL_GIB = 0.25  # the KV pool max_concurrency is computed against, without --kv-cache-gib
 
 
+def served_columns(rows: list[dict[str, Any]], optimizations: list[Any], tokens: list[int], model: str,
+                   model_path: Path | None, layers: int | None, dtype: str, seed: int, kv_budget: int | None) -> None:
+    """Add served_perplexity / served_kl_mean: the same text teacher-forced through the
+    serving engine (scheduler, paged pool, policy, kernels; kvplan/real/teacher.py), for
+    each optimization real serving runs (others are left without)."""
+    from kvplan.bench.optimizations import parse_optimization
+    from kvplan.core.setup import RealConfig, SizingConfig
+    from kvplan.real.factory import RealEngineFactory
+    from kvplan.real.teacher import served_logits, served_quality
+
+    from dataclasses import replace
+
+    from kvplan.spec import parse_kv_format
+
+    block = 16
+    sizing = SizingConfig(model=str(model_path) if model_path else model, gpu="l4", kv_dtype=dtype,
+                          block_size=block, max_model_len=len(tokens) + block)
+    factory = RealEngineFactory(sizing, RealConfig(device="cpu", model_path=str(model_path) if model_path else None,
+                                                   layers=layers, model_dtype=dtype), seed=seed, kv_budget=kv_budget)
+    # a pool of one text (and a block to spare) in the widest format: the model's own precision
+    slot_bytes = factory.loaded.spec.kv_bytes_per_token(parse_kv_format(dtype, factory.loaded.spec))
+    factory.sizing = replace(sizing, kv_cache_gib=(len(tokens) + 2 * block) * slot_bytes / GIB)
+    reference = None
+    for row, optimization in zip(rows, optimizations):
+        try:
+            factory.check(optimization)  # policy, budget and format as real serving takes them
+        except ValueError:
+            continue  # KIVI, entropy-budget, a budget within one block: measured by the evaluator only
+        if reference is None:
+            reference = served_logits(factory, parse_optimization("paged"), tokens)
+        row.update(served_quality(factory, optimization, tokens, reference))
+
+
 @dataclass(frozen=True)
 class QualityRun:
     rows: list[dict[str, Any]]  # one per optimization, the first the baseline
@@ -42,6 +75,7 @@ def run_quality_table(model: str, model_path: Path | None, layers: int | None, d
     lm, _ = load_causal_lm(model, str(model_path) if model_path else None, layers, dtype, resolved, seed)
     pool = (kv_cache_gib or DEFAULT_POOL_GIB) * GIB
     rows = run_quality(lm, tokens, optimizations, kv_budget, pool)
+    served_columns(rows, optimizations, tokens, model, model_path, layers, dtype, seed, kv_budget)
     label = model_path.parent.name if model_path and model_path.name == "hf" else (model_path.name if model_path else model)
     params = {"model": label, "text": str(text), "text_tokens": len(tokens), "kv_budget": kv_budget, "seed": seed,
               "device": resolved, "kv_pool_bytes": pool}

@@ -35,14 +35,22 @@ def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | No
     table = Table(title=f"{escape(label)}: memory and quality on {tokens} tokens"
                         + (f", eviction budget {budget} tokens per layer" if budget else ""), title_justify="left",
                   header_style="bold")
+    served = any("served_perplexity" in row for row in rows)
     for column in ("optimization", "KV / sequence", "vs base", "max concurrency", "perplexity", "vs base",
-                   "KL(full||opt)", "greedy agree"):
+                   "KL(full||opt)", "greedy agree", *(("served ppl", "served KL") if served else ())):
         table.add_column(column, justify="left" if column == "optimization" else "right")
     for row in rows:
-        table.add_row(escape(row["optimization"]), fmt_bytes(row["kv_bytes_per_seq"]), f"{row['kv_bytes_vs_base']:.2f}x",
-                      f"{row['max_concurrency']:,.0f}", f"{row['perplexity']:.3f}",
-                      f"{100 * row['perplexity_vs_base']:+.1f}%", f"{row['kl_mean']:.4f}",
-                      f"{100 * row['greedy_agreement']:.1f}%")
+        cells = [escape(row["optimization"]), fmt_bytes(row["kv_bytes_per_seq"]), f"{row['kv_bytes_vs_base']:.2f}x",
+                 f"{row['max_concurrency']:,.0f}", f"{row['perplexity']:.3f}",
+                 f"{100 * row['perplexity_vs_base']:+.1f}%", f"{row['kl_mean']:.4f}",
+                 f"{100 * row['greedy_agreement']:.1f}%"]
+        if served:
+            cells += [f"{row['served_perplexity']:.3f}" if "served_perplexity" in row else "-",
+                      f"{row['served_kl_mean']:.4f}" if "served_kl_mean" in row else "-"]
+        table.add_row(*cells)
     console.print(table)
+    if served:
+        console.print("[dim]served: the text teacher-forced through the serving engine (scheduler, paged pool, "
+                      "policy, kernels); '-': not servable in real mode (KIVI, entropy-budget)[/]")
     console.print("[dim]KL and agreement against the full-precision, full-length cache; agreement: share of "
                   "positions where the optimized cache's greedy token matches the full one's[/]")

@@ -25,7 +25,7 @@ import numpy as np
 from kvplan.core.policies import (PolicySpec, held_tokens, keep_h2o, keep_paged, keep_sliding, keep_snapkv,
                                   keep_streaming, split_budget)
 from kvplan.quality.kivi import KiviLayer, kivi_bits
-from kvplan.quality.layer_cache import LayerCache, reindexed_keys
+from kvplan.quality.layer_cache import LayerCache, reindexed_keys, rope_inv_freq
 
 ATTENTION_NAME = "kvplan_policy"
 
@@ -132,11 +132,7 @@ def run_policy(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str |
     state = EvalState(spec, kv_format, layers, prompt_len=prompt_len or len(tokens) // 2,
                       layer_budgets=layer_budgets, tensor_scales=tensor_scales)
     if spec.reindexes_positions:
-        rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-        if rotary is None or getattr(model.config, "rope_parameters", {}).get("rope_type", "default") != "default":
-            raise ValueError("streaming re-indexes RoPE positions and needs a model with default RoPE; "
-                             "use streaming-abspos (original positions)")
-        state.inv_freq = rotary.inv_freq
+        state.inv_freq = rope_inv_freq(model)
     rows = []
     device = next(model.parameters()).device
     threads = torch.get_num_threads()

@@ -74,6 +74,16 @@ def rotate(x: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torc
     return x * emb.cos() + rotated_half * emb.sin()
 
 
+def rope_inv_freq(model: Any) -> torch.Tensor:
+    """The model's RoPE frequencies, for re-rotating cached keys (StreamingLLM re-indexing);
+    only plain RoPE composes as `rotate` assumes."""
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    if rotary is None or getattr(model.config, "rope_parameters", {}).get("rope_type", "default") != "default":
+        raise ValueError("streaming re-indexes RoPE positions and needs a model with default RoPE; "
+                         "use streaming-abspos (original positions)")
+    return rotary.inv_freq
+
+
 def reindexed_keys(cache: LayerCache, keys: torch.Tensor, step: int, inv_freq: torch.Tensor) -> torch.Tensor:
     """StreamingLLM: the token in cache slot i sits at position i and the query at n - 1.
     Only distances matter to RoPE, so keys move by (i - p_i) - (step - (n - 1))."""

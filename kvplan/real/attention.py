@@ -103,6 +103,8 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
              backend=ctx.backend)
+    if eviction is not None:
+        eviction.before_attention(module.layer_idx, cache, k.dtype, ctx.backend)
     common = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, variant=variant, backend=ctx.backend,
                   plan_cache=ctx.plan_cache)
     parts = []
@@ -110,7 +112,9 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     if n:
         parts.append(paged_attention(q[:n].contiguous(), cache.key_cache, cache.value_cache, ctx.decode_tables,
                                      ctx.decode_lens, scale, max_seq_len=ctx.decode_max_len, **common))
-    if q.shape[0] > n:
+    if q.shape[0] > n and eviction is not None and eviction.sinks is not None:  # streaming (real/streaming.py)
+        parts.append(eviction.sinks.prefill(module.layer_idx, cache, eviction.prefill_steps, q[n:], scale, common))
+    elif q.shape[0] > n:
         parts.append(paged_prefill(q[n:].contiguous(), cache.key_cache, cache.value_cache, ctx.prefill_tables,
                                    ctx.prefill_query_start, ctx.prefill_lens, scale,
                                    max_query_len=ctx.prefill_max_query, **common))

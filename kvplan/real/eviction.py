@@ -2,20 +2,29 @@
 
 The block manager (kvplan.core.kv.budget.PolicyBudget, the simulator's memory model) says
 how many slots each sequence holds; this file makes the pool's tensors hold exactly those
-tokens, per layer and per KV head:
-- h2o: each head's kept tokens sit compacted in the sequence's first slots. A decode step
-  at its budget first drops, per head, the token with the least accumulated attention
-  outside the recent half (kvplan.core.policies.keep_h2o) by moving the last slot's K/V
-  into its hole, then writes the new token into the last slot; so no step attends to
-  budget + 1 tokens. A prefill chunk attends to everything kept plus the chunk, then the
-  head's kept tokens are gathered to the front. Attention runs in kvplan's paged kernels;
-  the scores H2O accumulates are recomputed beside them in torch (the kernels return no
-  probabilities), per KV head, the query heads of a GQA group adding their attention.
-- sliding-window: tokens stay at their positions; the block manager frees blocks the
-  window has left and the kernels' sliding-window mask (budget keys, the query included)
-  hides the stale slots of the first block kept.
-Other policies are refused in real mode (snapkv, streaming's in-cache re-indexing,
-paged-eviction and entropy-budget need their own pool operations, not written yet).
+tokens, per layer and per KV head (selection: kvplan.core.policies, as the quality
+evaluator uses it):
+- h2o and paged-eviction: each head's kept tokens sit compacted in the sequence's first
+  slots. A decode step at its budget first selects, per head, what to keep with the new
+  token counted as the newest (h2o: the least accumulated attention outside the recent
+  half goes; paged-eviction: the page of lowest mean attention over the layer's heads,
+  never the newest), moves kept slots from the tail into the holes (one copy per evicted
+  slot), then writes the new token into the last slot; so no step attends to budget + 1
+  tokens. A prefill chunk attends to everything kept plus the chunk, then the head's kept
+  tokens are gathered to the front. paged-eviction picks pages per layer, as the quality
+  evaluator does; a block table is shared by every layer, so a page dropped in one layer
+  is compacted away there rather than unmapped (named simplification).
+- snapkv: nothing is evicted until the step that reads the prompt's last token; then the
+  prompt's last `window` queries (kept across chunks) vote per KV head over the earlier
+  prompt tokens, votes are max-pooled, and each head's top tokens plus the window are
+  gathered to the front; later tokens are all kept.
+- sliding-window and streaming: tokens stay at their positions; the block manager frees
+  blocks the window has left (streaming keeps the sink block) and the kernels'
+  sliding-window mask (budget keys, the query included) hides the stale slots;
+  streaming writes its sinks into the window's first 4 slots (real/streaming.py).
+Attention runs in kvplan's paged kernels; the scores the policies need are recomputed
+beside them in torch (the kernels return no probabilities), per KV head, the query heads
+of a GQA group adding their attention.
 """
 
 from __future__ import annotations
@@ -26,16 +35,25 @@ from typing import Any
 import numpy as np
 
 from kvplan.core.kv.budget import PolicyBudget
-from kvplan.core.policies import PolicySpec, held_tokens, keep_h2o
+from kvplan.core.policies import PolicySpec, held_tokens, keep_h2o, keep_paged, keep_snapkv
+from kvplan.core.policies.slots import WINDOW_POLICIES
 from kvplan.core.sequence import Sequence
+from kvplan.real import pool_slots
+from kvplan.real.streaming import SinkCopies
 
-REAL_POLICIES = ("h2o", "sliding-window")
+REAL_POLICIES = ("h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "streaming-abspos")
+# Why the others stay out of the paged pool (one line each, shown as the refusal).
+REFUSED = {
+    "h2o-holes": "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
+                 "report the blocks holes would hold: eviction_hole_blocks_ratio)",
+    "entropy-budget": "its layers keep different budgets, but a paged pool's block table is shared by every layer",
+}
 
 
 def check_real_policy(spec: PolicySpec) -> None:
     if spec.name not in REAL_POLICIES:
-        raise ValueError(f"real mode evicts from the paged pool for {', '.join(REAL_POLICIES)}; '{spec.name}' is "
-                         "measured with --quality-text or in simulated mode")
+        raise ValueError(f"real mode cannot run '{spec.name}': {REFUSED.get(spec.name, 'not implemented')}; "
+                         "measure it with --quality-text or in simulated mode")
 
 
 @dataclass
@@ -46,7 +64,7 @@ class SeqStep:
     count: int
     length: int  # tokens written once the step is done
     table: list[int]
-    evict_first: bool  # a decode step at its budget drops a token per head before writing
+    evict_first: bool  # a decode step at its budget drops tokens per head before writing
 
 
 @dataclass
@@ -57,6 +75,8 @@ class RealEviction:
     scores: dict[tuple[int, int], list[Any]] = field(default_factory=dict)  # per layer: np [kv_heads, held]
     # per layer: np [kv_heads, held], each slot's token position (hole filling reorders slots)
     positions: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+    # snapkv: per layer, the latest prompt queries [<= window, heads, dim] and their slots
+    window_queries: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
     measured: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)  # (length, slots held)
     copied_slots: int = 0
     steps: list[SeqStep] = field(default_factory=list)
@@ -65,18 +85,19 @@ class RealEviction:
     # keeps a token of it. Summed over sequences and steps, against compacted blocks.
     hole_blocks: int = 0
     compact_blocks: int = 0
+    sinks: SinkCopies | None = None  # streaming: the sinks written into each window
     _live: dict[tuple[int, int], set[int]] = field(default_factory=dict)
 
     @property
     def compacted(self) -> bool:
-        return self.spec.name != "sliding-window"
+        return self.spec.name not in WINDOW_POLICIES
 
     def slot_start(self, seq: Sequence) -> int:
         """Where the step's first new token goes, in the sequence's slot coordinates."""
         if not self.compacted:
             return seq.num_computed - seq.dropped_blocks * self.block_size
         count = seq.prompt_len + seq.num_generated - seq.num_computed
-        if count <= 1:
+        if count <= 1 and self.spec.name != "snapkv":  # may evict before writing
             return held_tokens(self.spec, seq.prompt_len, seq.num_computed + 1) - 1
         return self.budget.kept(seq)
 
@@ -84,13 +105,14 @@ class RealEviction:
         self.steps = []
         for (seq, count), start in zip(order, slot_starts.tolist()):
             key = (seq.request.request_id, seq.sample_index)
-            if seq.num_computed == 0:
-                self.scores.pop(key, None)  # a fresh or recomputed sequence
-                self.positions.pop(key, None)
-                self.measured.pop(key, None)
+            if seq.num_computed == 0:  # a fresh or recomputed sequence
+                for table in (self.scores, self.positions, self.measured, self.window_queries):
+                    table.pop(key, None)
+                if self.sinks is not None:
+                    self.sinks.forget(key)
             kept = self.budget.kept(seq)
             self.steps.append(SeqStep(key, seq.prompt_len, int(start), count, seq.num_computed + count,
-                                      list(seq.block_table), self.compacted and count == 1 and kept + 1 > start + 1))
+                                      list(seq.block_table), self.compacted and count == 1 and kept > start))
         return self
 
     def variant(self, variant: Any) -> Any:
@@ -98,72 +120,137 @@ class RealEviction:
 
         return variant if self.compacted else replace(variant, sliding_window=self.spec.budget)
 
+    def _keep(self, scores: Any, positions: Any, held: int) -> Any:
+        """Kept slot indices per head [heads, held], sorted, for slots in any order."""
+        if self.spec.name == "paged-eviction":
+            order = np.argsort(positions[0], kind="stable")  # every head holds the same tokens
+            kept = keep_paged(scores[:, order], positions[0][order].tolist(), self.spec.budget, self.spec.block)
+            kept = np.sort(order[kept])
+            keep = np.tile(kept, (scores.shape[0], 1))
+        else:  # h2o's recent half is by token position, so slots are ranked by position first
+            order = np.argsort(positions, axis=1, kind="stable")
+            chosen = keep_h2o(np.take_along_axis(scores, order, axis=1), held)
+            keep = np.sort(np.take_along_axis(order, chosen, axis=1), axis=1)
+        if keep.shape[1] != held:
+            raise RuntimeError(f"{self.spec.name} kept {keep.shape[1]} slots, the memory model says {held}")
+        return keep
+
+    @property
+    def prefill_steps(self) -> list[SeqStep]:
+        return [step for step in self.steps if step.count > 1]
+
     # -- inside each layer's attention ----------------------------------------------------
 
+    def before_attention(self, layer: int, cache: Any, dtype: Any, backend: str | None) -> None:
+        """Streaming: each decode query's window gets the sinks in its first 4 slots."""
+        if self.sinks is None:
+            return
+        for step in self.steps:
+            if step.count == 1:
+                self.sinks.place(layer, cache, step.key, step.table, step.slot_start, step.length - 1, dtype, backend)
+
     def before_write(self, layer: int, cache: Any) -> None:
-        """Decode steps at their budget: per head, move the last slot into the victim's hole."""
+        """Decode steps at their budget: per head, fill the victims' holes from the tail."""
         for step in self.steps:
             if not step.evict_first:
                 continue
             scores, positions = self._layer_scores(step, layer), self.positions[step.key][layer]
-            kept = scores.shape[1]
-            extended = np.concatenate([scores, np.zeros((scores.shape[0], 1))], axis=1)  # the new token: recent
-            new_position = np.full((scores.shape[0], 1), step.length - 1)
-            keep = _keep_h2o_by_position(extended, np.concatenate([positions, new_position], axis=1),
-                                         step.slot_start + 1)
-            victims = [int(np.setdiff1d(np.arange(kept), row)[0]) for row in keep]
-            last = kept - 1
-            moves = [(head, victim) for head, victim in enumerate(victims) if victim != last]
-            if moves:
-                heads = np.array([h for h, _ in moves])
-                holes = np.array([v for _, v in moves])
-                self._move(cache, step.table, heads, np.full(len(moves), last), holes)
-                scores[heads, holes] = scores[heads, last]
-                positions[heads, holes] = positions[heads, last]
-            self.copied_slots += len(moves)
-            self.scores[step.key][layer] = scores[:, :last]
-            self.positions[step.key][layer] = positions[:, :last]
+            heads, kept = scores.shape
+            extended = np.concatenate([scores, np.zeros((heads, 1))], axis=1)  # the new token: recent
+            extended_positions = np.concatenate([positions, np.full((heads, 1), step.length - 1)], axis=1)
+            keep = self._keep(extended, extended_positions, step.slot_start + 1)[:, :-1]  # the new token stays last
+            moved_heads, sources, targets = pool_slots.fill_holes(keep, step.slot_start)
+            pool_slots.move_slots(cache, step.table, self.block_size, moved_heads, sources, targets)
+            scores[moved_heads, targets] = scores[moved_heads, sources]
+            positions[moved_heads, targets] = positions[moved_heads, sources]
+            self.copied_slots += len(moved_heads)
+            self.scores[step.key][layer] = scores[:, :step.slot_start]
+            self.positions[step.key][layer] = positions[:, :step.slot_start]
 
     def after_attention(self, layer: int, cache: Any, query: Any, scale: float, num_layers: int) -> None:
-        """Accumulate this step's attention per KV head; compact prefill chunks to the budget."""
+        """Accumulate this step's attention per KV head; compact to what the policy keeps."""
         row = 0
         for step in self.steps:
             q = query[row:row + step.count]
             row += step.count
             lens = step.slot_start + step.count
-            if self.compacted:
-                received = self._received(cache, step, q, scale)
-                old = self._layer_scores(step, layer)
-                heads = received.shape[0]
-                if old.shape[0] == 0:
-                    old = np.zeros((heads, 0))
-                    self.positions[step.key][layer] = np.zeros((heads, 0), dtype=np.int64)
-                scores = np.concatenate([old, np.zeros((heads, step.count))], axis=1) + received
-                new_positions = np.tile(np.arange(step.length - step.count, step.length), (heads, 1))
-                positions = np.concatenate([self.positions[step.key][layer], new_positions], axis=1)
-                held = held_tokens(self.spec, step.prompt_len, step.length)
-                if held < lens:
-                    keep = _keep_h2o_by_position(scores, positions, held)
-                    self._compact(cache, step.table, keep)
-                    scores = np.take_along_axis(scores, keep, axis=1)
-                    positions = np.take_along_axis(positions, keep, axis=1)
-                    self.copied_slots += int(np.sum(keep != np.arange(held)))
-                self.scores[step.key][layer] = scores
-                self.positions[step.key][layer] = positions
-                slots = scores.shape[1]
-                live = self._live.setdefault(step.key, set())
-                if layer == 0:
-                    live.clear()
-                live.update(np.unique(positions // self.block_size).tolist())
-                if layer == num_layers - 1:
-                    self.hole_blocks += len(live)
-                    self.compact_blocks += -(-slots // self.block_size)
-            else:
+            if not self.compacted:
                 slots = min(lens, held_tokens(self.spec, step.prompt_len, step.length))
+            else:
+                slots = self._compact_step(layer, cache, step, q, scale)
+                self._count_holes(step, layer, num_layers, slots)
             if layer == num_layers - 1:
                 self.measured.setdefault(step.key, []).append((step.length, slots))
 
-    # -- tensors ----------------------------------------------------------------------------
+    def _compact_step(self, layer: int, cache: Any, step: SeqStep, q: Any, scale: float) -> int:
+        lens = step.slot_start + step.count
+        scores = self._layer_scores(step, layer)
+        heads = cache.key_cache.shape[2]
+        if scores.shape[0] == 0:
+            scores = np.zeros((heads, 0))
+            self.positions[step.key][layer] = np.zeros((heads, 0), dtype=np.int64)
+        new_positions = np.tile(np.arange(step.length - step.count, step.length), (heads, 1))
+        positions = np.concatenate([self.positions[step.key][layer], new_positions], axis=1)
+        held = held_tokens(self.spec, step.prompt_len, step.length)
+        keep = None
+        if self.spec.name == "snapkv":
+            scores = np.zeros((heads, lens))  # snapkv scores once, from its observation window
+            if step.length - step.count < step.prompt_len <= step.length:
+                keep = self._snapkv_keep(layer, cache, step, q, scale, held)
+            elif step.length < step.prompt_len:
+                self._remember_queries(step, layer, q)
+        else:
+            keys = pool_slots.read_keys(cache, step.table, lens, self.block_size)
+            received = pool_slots.attention_probs(keys, q, step.slot_start + np.arange(step.count), scale).sum(axis=1)
+            scores = np.concatenate([scores, np.zeros((heads, step.count))], axis=1) + received
+            if held < lens:
+                keep = self._keep(scores, positions, held)
+        if keep is not None:
+            self.copied_slots += pool_slots.compact(cache, step.table, self.block_size, keep)
+            scores = np.take_along_axis(scores, keep, axis=1)
+            positions = np.take_along_axis(positions, keep, axis=1)
+        self.scores[step.key][layer] = scores
+        self.positions[step.key][layer] = positions
+        return scores.shape[1]
+
+    def _remember_queries(self, step: SeqStep, layer: int, q: Any) -> None:
+        layers = self.window_queries.setdefault(step.key, [])
+        while len(layers) <= layer:
+            layers.append(None)
+        previous = layers[layer]
+        rows = q.detach().float() if previous is None else _cat(previous, q.detach().float())
+        layers[layer] = rows[-self.spec.window:]
+
+    def _snapkv_keep(self, layer: int, cache: Any, step: SeqStep, q: Any, scale: float, held: int) -> Any | None:
+        """SnapKV's one compression, in the step that reads the prompt's last token: the
+        last `window` prompt queries vote over the earlier prompt tokens, per KV head."""
+        prompt = step.prompt_len
+        if prompt <= self.spec.budget:
+            return None
+        in_step = prompt - (step.length - step.count)  # prompt tokens this step reads
+        earlier = self.window_queries.get(step.key, [None] * (layer + 1))
+        earlier = earlier[layer] if layer < len(earlier) else None
+        rows = q[:in_step].float() if earlier is None else _cat(earlier, q[:in_step].float())
+        window = min(self.spec.window, prompt - 1)
+        queries = rows[-window:]
+        keys = pool_slots.read_keys(cache, step.table, prompt, self.block_size)
+        probs = pool_slots.attention_probs(keys, queries, np.arange(prompt - window, prompt), scale)
+        votes = probs.sum(axis=1)[:, : prompt - window]
+        keep = keep_snapkv(votes, self.spec.budget, window, self.spec.kernel)
+        tail = np.tile(np.arange(prompt, step.slot_start + step.count), (keep.shape[0], 1))  # recomputed outputs
+        keep = np.concatenate([keep, tail], axis=1)
+        if keep.shape[1] != held:
+            raise RuntimeError(f"snapkv kept {keep.shape[1]} slots, the memory model says {held}")
+        return keep
+
+    def _count_holes(self, step: SeqStep, layer: int, num_layers: int, slots: int) -> None:
+        live = self._live.setdefault(step.key, set())
+        if layer == 0:
+            live.clear()
+        live.update(np.unique(self.positions[step.key][layer] // self.block_size).tolist())
+        if layer == num_layers - 1:
+            self.hole_blocks += len(live)
+            self.compact_blocks += -(-slots // self.block_size)
 
     def _layer_scores(self, step: SeqStep, layer: int) -> Any:
         for table in (self.scores, self.positions):
@@ -172,59 +259,8 @@ class RealEviction:
                 layers.append(np.zeros((0, 0)))
         return self.scores[step.key][layer]
 
-    def _flat_slots(self, table: list[int], indices: Any) -> Any:
-        import torch
 
-        blocks = torch.tensor(table, dtype=torch.long)[torch.as_tensor(indices) // self.block_size]
-        return blocks * self.block_size + torch.as_tensor(indices) % self.block_size
+def _cat(first: Any, second: Any) -> Any:
+    import torch
 
-    def _received(self, cache: Any, step: SeqStep, q: Any, scale: float) -> Any:
-        """Attention each held slot received from the step's queries, per KV head [kv_heads, lens]."""
-        import torch
-
-        from kvplan.kernels.quant import dequantize
-
-        lens = step.slot_start + step.count
-        slots = self._flat_slots(step.table, np.arange(lens)).to(cache.key_cache.device)
-        heads = cache.key_cache.shape[2]
-        stored = cache.key_cache.reshape(-1, heads, cache.key_cache.shape[-1])[slots]
-        scales = cache.k_scale
-        if scales is not None and scales.dim() == 4:
-            scales = scales.reshape(-1, heads, scales.shape[-1])[slots]
-        keys = dequantize(stored, scales, cache.fmt, cache.head_dim).float()  # [lens, kv_heads, dim]
-        group = q.shape[1] // heads
-        qg = q.float().reshape(step.count, heads, group, -1)
-        logits = torch.einsum("tkgd,nkd->kgtn", qg, keys) * scale
-        causal = torch.arange(lens)[None, :] > (step.slot_start + torch.arange(step.count))[:, None]
-        probs = logits.masked_fill(causal.to(logits.device), float("-inf")).softmax(dim=-1)
-        return probs.sum(dim=(1, 2)).double().cpu().numpy()
-
-    def _tensors(self, cache: Any) -> list[Any]:
-        heads = cache.key_cache.shape[2]
-        out = [cache.key_cache, cache.value_cache]
-        out += [s for s in (cache.k_scale, cache.v_scale) if s is not None and s.dim() == 4]
-        return [t.reshape(-1, heads, t.shape[-1]) for t in out]
-
-    def _move(self, cache: Any, table: list[int], heads: Any, sources: Any, targets: Any) -> None:
-        import torch
-
-        src, dst = self._flat_slots(table, sources), self._flat_slots(table, targets)
-        head_index = torch.as_tensor(heads, dtype=torch.long)
-        for flat in self._tensors(cache):
-            rows, cols = head_index.to(flat.device), (src.to(flat.device), dst.to(flat.device))
-            flat[cols[1], rows] = flat[cols[0], rows]
-
-    def _compact(self, cache: Any, table: list[int], keep: Any) -> None:
-        """Per head, gather the kept slots to the front (the gather is read whole before the
-        scatter writes)."""
-        heads, held = keep.shape
-        head_index = np.repeat(np.arange(heads), held)
-        self._move(cache, table, head_index, keep.reshape(-1), np.tile(np.arange(held), heads))
-
-
-def _keep_h2o_by_position(scores: Any, positions: Any, budget: int) -> Any:
-    """keep_h2o over slots in any order: its recent half is by token position, so slots are
-    ranked by position first; returns kept slot indices per head."""
-    order = np.argsort(positions, axis=1, kind="stable")
-    kept = keep_h2o(np.take_along_axis(scores, order, axis=1), budget)
-    return np.sort(np.take_along_axis(order, kept, axis=1), axis=1)
+    return torch.cat([first, second])

@@ -16,6 +16,7 @@ from kvplan.core.engine import Engine
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig, make_tiers
 from kvplan.real.eviction import RealEviction, check_real_policy
+from kvplan.real.streaming import SinkCopies
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
 from kvplan.spec.hf_config import model_spec_from_config
@@ -104,6 +105,10 @@ class RealEngineFactory:
             raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block ({block} tokens)")
         policy = PolicySpec(optimization.policy, self.kv_budget, block=block)  # pages are pool blocks
         check_real_policy(policy)
+        if policy.reindexes_positions:
+            from kvplan.quality.layer_cache import rope_inv_freq
+
+            rope_inv_freq(self.loaded.model)  # refuses RoPE variants the re-rotation cannot compose
         return policy
 
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
@@ -145,7 +150,13 @@ class RealEngineFactory:
                                    max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
                                    recompute_s_per_token=recompute_s, policy=policy)
         if policy is not None:  # the pool's tensors follow the block manager's memory model
-            runner.eviction = RealEviction(policy, allocator.budget, config.block_size)
+            from kvplan.quality.layer_cache import rope_inv_freq
+
+            sinks = None
+            if policy.name in ("streaming", "streaming-abspos"):
+                sinks = SinkCopies(policy.budget, config.block_size,
+                                   rope_inv_freq(loaded.model) if policy.reindexes_positions else None)
+            runner.eviction = RealEviction(policy, allocator.budget, config.block_size, sinks=sinks)
         # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
         scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
@@ -176,7 +187,11 @@ class RealEngineFactory:
                                    "device": self.loaded.device}
         eviction = getattr(engine.runner, "eviction", None)
         if eviction is not None:  # slots moved inside the pool by evictions (holes refilled, prefill compaction)
-            metrics["eviction_copied_slots"] = eviction.copied_slots
+            # in the simulator's unit, a slot of every layer and KV head (moves are per head and layer)
+            spec = self.loaded.spec
+            per_slot = spec.num_layers * spec.token_groups[0].num_kv_heads
+            sink_copies = eviction.sinks.copies * spec.token_groups[0].num_kv_heads if eviction.sinks else 0
+            metrics["eviction_copied_slots"] = round((eviction.copied_slots + sink_copies) / per_slot)
             if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
                 metrics["eviction_hole_blocks_ratio"] = eviction.hole_blocks / eviction.compact_blocks
         storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None

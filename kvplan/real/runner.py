@@ -57,6 +57,9 @@ class RealRunner:
         self.block_tokens: dict[int, tuple[int, ...]] = {}  # full paged block -> the tokens written in it
         self.checked: set[tuple[int, int]] = set()  # sequences whose cached prefix was compared
         self.keep_logits = False
+        # Teacher forcing (kvplan/real/teacher.py): a sequence's next tokens come from its text,
+        # not the argmax, and every row's logits are kept, prompt rows included.
+        self.forced: dict[tuple[int, int], list[int]] = {}
         self.eviction: Any = None  # a RealEviction when the engine runs an eviction policy (real/eviction.py)
 
     @property
@@ -147,6 +150,17 @@ class RealRunner:
                                    count=len(order))
         sampled = [seq for (seq, _), last in zip(order, done) if last]
         keep = (first_index + counts - 1)[done]
+        forced_rows: list[tuple[Sequence, int]] = []  # (sequence, rows kept) in `keep` order
+        if self.forced:  # forced sequences' rows first, then one row per sampled sequence
+            rows, sampled_rows, sampled = [], [], []
+            for (seq, count), first, last in zip(order, first_index.tolist(), done):
+                if (seq.request.request_id, seq.sample_index) in self.forced:
+                    rows.extend(range(first, first + count))
+                    forced_rows.append((seq, count))
+                elif last:
+                    sampled_rows.append(first + count - 1)
+                    sampled.append(seq)
+            keep = np.array(rows + sampled_rows, dtype=np.int64)
 
         def tensor(array: Any, dtype: Any) -> Any:
             return torch.from_numpy(np.ascontiguousarray(array)).to(device=self.device, dtype=dtype)
@@ -170,6 +184,8 @@ class RealRunner:
                                 position_ids=tensor(positions[None, :], torch.long),
                                 kvplan_ctx=ctx, logits_to_keep=tensor(keep, torch.long), use_cache=False)
         logits = output.logits[0].float()
+        if forced_rows:
+            logits = self._take_forced(forced_rows, logits)
         next_tokens = logits.argmax(dim=-1).tolist()
         for seq, token, row in zip(sampled, next_tokens, logits):
             self.tokens_of(seq).append(token)
@@ -177,4 +193,18 @@ class RealRunner:
                 self.step_logits.setdefault((seq.request.request_id, seq.sample_index), []).append(row)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - started + plan.transfer_s  # offload copies were timed as they ran
+        return time.perf_counter() - started + plan.transfer_s
+
+    def _take_forced(self, forced_rows: list[tuple[Sequence, int]], logits: Any) -> Any:
+        """Record the forced sequences' rows (they lead `logits` in order) and append their
+        text's next token where their step reached the end of what they know; returns the
+        rows left for sampling."""
+        row = 0
+        for seq, count in forced_rows:
+            key = (seq.request.request_id, seq.sample_index)
+            self.step_logits.setdefault(key, []).extend(logits[row:row + count])
+            row += count
+            tokens = self.tokens_of(seq)
+            if seq.num_computed + count == seq.prompt_len + seq.num_generated:
+                tokens.append(self.forced[key][len(tokens)])
+        return logits[row:]  # offload copies were timed as they ran

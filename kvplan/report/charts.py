@@ -385,3 +385,6 @@ def serving_fidelity(data: ReportData) -> Figure:
         ax.set_ylabel(f"kvplan {label}")
         ax.legend(fontsize=7)
     return figure
+
+
+from kvplan.report import policy_charts  # noqa: E402,F401  (registers the eviction-policy trade-off chart)

@@ -146,6 +146,14 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
                   "greedy agreement with the full cache</p>",
                   _table(data.quality[columns].rename(columns={"kv_bytes_vs_base": "KV bytes vs base",
                                                               "perplexity_vs_base": "perplexity change"}))]
+    from kvplan.report.policies import COLUMNS, policy_tradeoff
+
+    tradeoff = policy_tradeoff(data)
+    if not tradeoff.empty:
+        parts += ["<h2>Eviction policies by budget</h2>",
+                  '<p class="muted">the budget as a share of the full cache: of the workload\'s mean sequence '
+                  "(simulated: KV held, time-averaged, and speed at the target GPU) and of the quality text "
+                  "(real: perplexity, KL(full || policy), greedy agreement)</p>", _table(tradeoff, COLUMNS)]
     if charts:
         parts.append("<h2>Charts</h2>")
         for item, path in charts:

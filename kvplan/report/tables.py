@@ -54,6 +54,9 @@ EXACT: dict[str, Callable[[Any], str]] = {
     "max_batch_at_context": count, "gpu_memory_utilization": pct, "block_size": count, "num_requests": count,
     "max_model_len": count, "kv_cache_gib": number, "kv_bytes_per_token": count, "weight_bytes_per_gpu": size,
     "num_blocks": count, "perplexity change": lambda v: f"{100 * v:+.1f}%",
+    # eviction policies by budget (report/policies.py)
+    "budget share": lambda v: f"{100 * v:.0f}%", "budget (sim)": count, "budget (quality)": count,
+    "KV GiB held": lambda v: f"{v:.2f}", "KV MiB / seq": lambda v: f"{v:,.0f}", "KV bytes / seq": size, "KL": lambda v: f"{v:.4f}", "agreement": pct,
 }
 
 

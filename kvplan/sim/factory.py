@@ -93,7 +93,11 @@ class SimulatedEngineFactory:
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
+        metrics: dict[str, Any] = {}
         runner = getattr(engine.runner, "runner", engine.runner)  # under the bench client's StepObserver
         if isinstance(runner, StepModelRunner):  # which step-model factors timed this run
-            return {"step_model": runner.params.source}
-        return {}
+            metrics["step_model"] = runner.params.source
+        budget = getattr(engine.allocator, "budget", None)
+        if budget is not None and not budget.windowed:  # compaction copies, charged as time
+            metrics["eviction_copied_slots"] = budget.copied_total
+        return metrics

@@ -10,13 +10,16 @@ prefill chunk attends to everything kept plus the whole chunk, then is pruned (`
   block i + dropped_blocks (i >= 1 when StreamingLLM's sink block 0 stays at table[0]);
 - h2o, snapkv, paged-eviction and entropy-budget keep each head's tokens compacted at the
   front: a hole is filled by moving the last slot's token into it, one slot copied per
-  evicted token (`copied_slots`, charged as time), and the tail blocks free.
+  evicted token (`copied_slots`, charged as time), and the tail blocks free;
+- h2o-holes leaves holes in place: nothing is copied and no block frees while the
+  sequence lives (the bound slots.held_blocks names); evicted tokens stay counted as
+  evicted, so the holes show as internal fragmentation.
 """
 
 from __future__ import annotations
 
 from kvplan.core.block_pool import BlockPool
-from kvplan.core.policies import SINKS, PolicySpec, held_tokens
+from kvplan.core.policies import SINKS, PolicySpec, attended_tokens, held_tokens
 from kvplan.core.policies.slots import WINDOW_POLICIES
 from kvplan.core.sequence import Sequence
 
@@ -39,8 +42,8 @@ class PolicyBudget:
 
     def attended(self, seq: Sequence, before: int, count: int) -> tuple[int, int]:
         """(tokens the step's attention reads, of which already cached before the step)."""
-        if count == 1:
-            after = held_tokens(self.spec, seq.prompt_len, before + 1)
+        if count == 1:  # snapkv reads its whole prompt, even the last token alone
+            after = attended_tokens(self.spec, seq.prompt_len, before + 1)
             return after, after - 1
         kept = self.kept(seq)
         return kept + count, kept
@@ -57,10 +60,12 @@ class PolicyBudget:
         """New blocks the step bringing the sequence to `tokens` takes (before a decode step's
         window slides: an upper bound, as admission needs)."""
         size = self.block_size
+        if self.spec.keeps_holes:
+            return -(-tokens // size) - len(seq.block_table)
         if self.windowed:
             return (tokens - 1) // size - (seq.dropped_blocks + len(seq.block_table) - 1)
         if tokens - seq.num_computed <= 1:
-            peak = held_tokens(self.spec, seq.prompt_len, tokens)
+            peak = attended_tokens(self.spec, seq.prompt_len, tokens)
         else:
             peak = self.kept(seq) + tokens - seq.num_computed
         return -(-peak // size) - len(seq.block_table)
@@ -68,6 +73,8 @@ class PolicyBudget:
     def reservation_tokens(self, seq: Sequence) -> int:
         """The most tokens the sequence holds at once: a whole prompt read in one chunk on top
         of what it keeps (a bound: chunks are usually smaller), or its final cache."""
+        if self.spec.keeps_holes:
+            return seq.final_len
         final = held_tokens(self.spec, seq.prompt_len, seq.final_len)
         return min(seq.final_len, max(final, seq.prompt_len) + self.block_size)
 
@@ -95,6 +102,8 @@ class PolicyBudget:
         self.held[id(seq)] = (length, held)
         if self.windowed:
             self._slide(seq, length, pool)
+            return
+        if self.spec.keeps_holes:
             return
         copies = kept + (length - written) - held  # each evicted token's hole is refilled
         self.copied_slots += copies

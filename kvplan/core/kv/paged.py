@@ -14,16 +14,32 @@ from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
 
 
+# Why each eviction policy does not compose with prefix caching (a cached block is shared
+# read-only by every request that hits it).
+_NO_SCORES = ("a request that hits the prefix cache never computes the cached prefix's attention, so {} has no "
+              "scores to choose from")
+PREFIX_CONFLICTS = {
+    "h2o": _NO_SCORES.format("H2O"),
+    "h2o-holes": _NO_SCORES.format("H2O"),
+    "entropy-budget": _NO_SCORES.format("entropy-budget's H2O"),
+    "paged-eviction": _NO_SCORES.format("block-wise eviction"),
+    "snapkv": "SnapKV compresses each prompt in place from its own observation window, so a compressed block no "
+              "longer holds the tokens another request's hit reads",
+    "streaming": "StreamingLLM writes its sinks into the window's first slots, which may sit in a shared block",
+    "streaming-abspos": "StreamingLLM writes its sinks into the window's first slots, which may sit in a shared block",
+    "sliding-window": "not implemented: the window releases a sequence's blocks by position, which the prefix "
+                      "cache's per-block hashes are not yet reconciled with",
+}
+
+
 class PagedAllocator(Allocator):
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
                  prefix_caching: bool = False, policy: PolicySpec | None = None,
                  tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
                  copy_s_per_slot: float = 0.0) -> None:
         if policy is not None and policy.evicts and prefix_caching:
-            # A cached prefix block is shared read-only; a policy that evicts tokens from it
-            # (or compacts it) would change what the next request's hit reads.
-            raise ValueError("prefix caching cannot be combined with an eviction policy: evicting tokens from "
-                             "a shared prefix block would change what later hits read; use one or the other")
+            raise ValueError(f"prefix caching cannot be combined with '{policy.name}': "
+                             f"{PREFIX_CONFLICTS[policy.name]}; use one or the other")
         if tiers is not None and not prefix_caching:
             raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
         self.name = "prefix" if prefix_caching else "paged"

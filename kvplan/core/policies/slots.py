@@ -12,6 +12,11 @@ Where tokens sit in the paged pool:
 - h2o / snapkv / entropy-budget keep different tokens in different heads; the pool holds
   them compacted (each head's kept tokens moved to the front, a copy per evicted token,
   charged as time), so ceil(held / block_size) blocks.
+- h2o-holes leaves each hole where it was: a block frees only once no head of any layer
+  keeps a token of it. Without attention scores the simulator cannot tell when that is, so
+  it charges the bound where heavy hitters can sit in any old block: every written block
+  stays, its holes counted as internal fragmentation (named as a bound; real mode
+  measures the blocks holes would hold on its h2o runs: eviction_hole_blocks_ratio).
 entropy-budget's per-layer budgets are modeled by their average (blocks hold every layer:
 a simplification named in the docs).
 """
@@ -51,6 +56,8 @@ def held_blocks(spec: PolicySpec, prompt_len: int, length: int, block_size: int)
     """Pool blocks the sequence holds after writing token `length`."""
     if length <= 0:
         return 0
+    if spec.keeps_holes:
+        return -(-length // block_size)
     held = held_tokens(spec, prompt_len, length)
     if spec.name in WINDOW_POLICIES and held < length:
         first = length - held if spec.name == "sliding-window" else length - (held - min(SINKS, held))

@@ -7,12 +7,15 @@ from dataclasses import dataclass
 
 # `streaming` re-indexes positions inside the cache as StreamingLLM does (a kept token's
 # position is its slot in the cache); `streaming-abspos` keeps each token's original
-# position, a named variant, not the paper's method.
-POLICIES = ("sliding-window", "streaming", "streaming-abspos", "h2o", "snapkv", "paged-eviction",
+# position, a named variant, not the paper's method. `h2o-holes` selects as h2o does but
+# leaves each evicted token's hole in its block instead of compacting (no copies; a block
+# frees only once it empties in every head of every layer): the other paged layout the
+# issue asks to measure, as internal fragmentation.
+POLICIES = ("sliding-window", "streaming", "streaming-abspos", "h2o", "h2o-holes", "snapkv", "paged-eviction",
             "entropy-budget")
 SINKS = 4  # StreamingLLM's attention sinks
 # Policies whose kept set depends on attention (per KV head); the rest depend on positions only.
-ATTENTION_POLICIES = ("h2o", "snapkv", "paged-eviction", "entropy-budget")
+ATTENTION_POLICIES = ("h2o", "h2o-holes", "snapkv", "paged-eviction", "entropy-budget")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,10 @@ class PolicySpec:
     @property
     def evicts(self) -> bool:
         return self.name != "full"
+
+    @property
+    def keeps_holes(self) -> bool:
+        return self.name == "h2o-holes"
 
     @property
     def reindexes_positions(self) -> bool:

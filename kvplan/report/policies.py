@@ -1,0 +1,80 @@
+"""Eviction policies by budget: memory and speed from simulated bench runs, quality from
+real quality runs, joined per policy at the same share of the full cache.
+
+A bench run's budget is a share of its workload's mean sequence (`mean_sequence_tokens`,
+prompt + output); a quality run's a share of its text. Shares are rounded to 5% so runs
+made at 25/50/75% of each (benchmarks/policy_tradeoff.py) meet in one row.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvplan.report.data import ReportData
+
+GIB = 1024 ** 3
+COLUMNS = ("policy", "budget share", "budget (sim)", "KV GiB held", "KV MiB / seq", "KV usage", "mean running",
+           "output tok/s",
+           "budget (quality)", "KV bytes / seq", "perplexity", "KL", "agreement")
+
+
+def _share(budget: object, full: object) -> float | None:
+    if budget is None or full is None or pd.isna(budget) or pd.isna(full) or not full:
+        return None
+    return round(float(budget) / float(full) * 20) / 20
+
+
+def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
+    from kvplan.bench import parse_optimization
+
+    needed = {"kv_budget", "mean_sequence_tokens", "optimization"}
+    if bench.empty or not needed <= set(bench.columns):
+        return pd.DataFrame()
+    rows = []
+    for _, row in bench[bench["mode"] == "simulated"].iterrows():
+        share = _share(row["kv_budget"], row["mean_sequence_tokens"])
+        if share is None:
+            continue
+        try:
+            policy = parse_optimization(row["optimization"]).policy
+        except ValueError:  # a results file from elsewhere: names kvplan does not know are no policy
+            continue
+        if not policy:
+            continue
+        held = row.get("kv_cache_usage_mean", 0) * row.get("pool_slots", 0) * row.get("kv_bytes_per_token_per_gpu", 0)
+        running = row.get("running_mean") or 0
+        rows.append({"policy": policy, "budget share": share, "budget (sim)": int(row["kv_budget"]),
+                     "KV GiB held": held / GIB, "KV MiB / seq": held / running / 2**20 if running else None,
+                     "KV usage": row.get("kv_cache_usage_mean"),
+                     "mean running": row.get("running_mean"), "output tok/s": row.get("output_tokens_per_s")})
+    return pd.DataFrame(rows)
+
+
+def _quality(quality: pd.DataFrame) -> pd.DataFrame:
+    if quality.empty or not {"policy", "kv_budget", "text_tokens"} <= set(quality.columns):
+        return pd.DataFrame()
+    rows = []
+    for _, row in quality.iterrows():
+        share = _share(row["kv_budget"], row["text_tokens"])
+        fmt = row.get("kv_format")
+        if row["policy"] == "full" or share is None or (isinstance(fmt, str) and fmt):  # a policy on its own
+            continue
+        rows.append({"policy": row["policy"], "budget share": share, "budget (quality)": int(row["kv_budget"]),
+                     "KV bytes / seq": row.get("kv_bytes_per_seq"), "perplexity": row.get("perplexity"),
+                     "KL": row.get("kl_mean"), "agreement": row.get("greedy_agreement")})
+    return pd.DataFrame(rows)
+
+
+def policy_tradeoff(data: ReportData) -> pd.DataFrame:
+    """One row per (policy, budget share); columns a side did not measure stay blank."""
+    simulated, quality = _simulated(data.bench), _quality(data.quality)
+    if simulated.empty and quality.empty:
+        return pd.DataFrame()
+    keys = ["policy", "budget share"]
+    if simulated.empty or quality.empty:
+        frame = simulated if quality.empty else quality
+    else:
+        frame = simulated.drop_duplicates(keys, keep="last").merge(quality.drop_duplicates(keys, keep="last"),
+                                                                   on=keys, how="outer")
+    frame = frame.sort_values(["budget share", "policy"]).reset_index(drop=True)
+    return frame[[c for c in COLUMNS if c in frame]]
