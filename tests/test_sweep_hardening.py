@@ -162,7 +162,7 @@ def _busy_sweep(folder: Path, num_requests: int, options: list[str], processes: 
     study = _study(folder, STUDY.replace("num_requests = 12", f"num_requests = {num_requests}")
                    .replace("[2, 8, 32]", "[2, 4, 8, 16]"))
     proc = subprocess.Popen([sys.executable, "-m", "kvplan", "sweep", str(study), "--out", str(folder / "sw"),
-                             *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 90
     helpers: list[int] = []
     while time.monotonic() < deadline and len(helpers) < processes:
@@ -188,16 +188,20 @@ def test_sigterm_stops_the_pool_workers(tmp_path: Path) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("how", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_a_stopped_ray_sweep_leaves_no_ray_process(tmp_path: Path, how: signal.Signals) -> None:
-    """Ctrl-C returns at once (the Ray driver is a child process, bench/ray_driver.py) and
-    the driver then tears the cluster down; a killed sweep's driver does the same."""
+    """Ctrl-C returns at once (the Ray driver is a child process, bench/ray_driver.py), the
+    driver then tears the cluster down without a traceback; a killed sweep's driver does the same."""
     require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")
     # driver, raylet, GCS, workers...
     proc, ray_processes = _busy_sweep(tmp_path, 20000, ["--executor", "ray"], 4, _descendants)
-    os.kill(proc.pid, how)
+    if how == signal.SIGINT:  # Ctrl-C in a terminal signals the whole foreground process group
+        os.killpg(proc.pid, how)
+    else:
+        os.kill(proc.pid, how)
     _, stderr = proc.communicate(timeout=60)  # the driver holds stderr until its teardown ends
     if how == signal.SIGINT:
         assert proc.returncode == 130, stderr
         assert stderr.decode().strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)")
+    assert "Traceback" not in stderr.decode()
     deadline = time.monotonic() + 30
     while _running(ray_processes) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -135,8 +135,14 @@ def main() -> None:
         items, address = pickle.load(sys.stdin.buffer)
     except _Stop:
         return
-    with os.fdopen(int(sys.argv[1]), "wb") as out:
+    out = os.fdopen(int(sys.argv[1]), "wb")
+    try:
         _drive(items, address, out)
+    finally:
+        try:
+            out.close()
+        except BrokenPipeError:  # the sweep stopped reading: a last buffered message has nowhere to go
+            pass
 
 
 if __name__ == "__main__":
