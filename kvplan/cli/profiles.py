@@ -8,14 +8,15 @@ import typer
 from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
+from kvplan.cli.help_format import Command, Group
 from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 from kvplan.spec.profiles import gpu_profiles, load_gpu, load_model, model_profiles
 from kvplan.spec import parse_kv_format
 
-app = typer.Typer(help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
+app = typer.Typer(cls=Group, help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
 
 
-@app.command("models")
+@app.command("models", cls=Command)
 @cli_errors()
 def models(as_json: JsonOpt = False) -> None:
     """Model profiles: verbatim Hugging Face config.json files with their sources."""
@@ -42,7 +43,7 @@ def models(as_json: JsonOpt = False) -> None:
     console.print(table)
 
 
-@app.command("gpus")
+@app.command("gpus", cls=Command)
 @cli_errors()
 def gpus(as_json: JsonOpt = False) -> None:
     """GPU profiles: dense datasheet figures with their sources."""
@@ -63,7 +64,7 @@ def gpus(as_json: JsonOpt = False) -> None:
     console.print("[dim]sources: kvplan profiles show GPU[/]")
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 @cli_errors()
 def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name.")], as_json: JsonOpt = False) -> None:
     """Details of one model or GPU profile, with its source."""

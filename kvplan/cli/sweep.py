@@ -18,10 +18,10 @@ from kvplan.results import ResultRecord
 @cli_errors()
 def sweep(
     study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices].")],
-    out: Annotated[Path, typer.Option(help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
-    executor: Annotated[str, typer.Option(help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Local executor processes (default: the CPU count).")] = None,
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
+    executor: Annotated[str, typer.Option(metavar="NAME", help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
+    workers: Annotated[Optional[int], typer.Option(metavar="N", help="Local executor processes (default: the CPU count).")] = None,
 ) -> None:
     """Expand the grid, run every point not already in the output, and summarize the study."""
     from kvplan.bench.study import DEFAULT_SLO_S, summarize, varying
