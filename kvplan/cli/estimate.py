@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
                                   smallest_tp_for_weights)
@@ -23,6 +25,10 @@ from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JS
 
 GIB = 2**30
 SWEEP_TABLE_ROWS = 40
+SWEEP_SETTINGS = ("model", "gpu", "tp", "kv_dtype", "context", "batch")  # shown as columns only where they vary
+SWEEP_RESULTS = ("seq_kv_bytes", "kv_cache_tokens", "max_concurrency", "max_batch_at_context", "verdict")
+SWEEP_HEADERS = {"seq_kv_bytes": "KV per sequence", "kv_cache_tokens": "KV pool tokens",
+                 "max_concurrency": "max concurrency", "max_batch_at_context": "max batch"}
 
 
 @cli_errors("csv_path", "out")
@@ -104,20 +110,38 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
         print(strict_json({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
         return
     count = len(columns["model"])
-    records = rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()})
-    table = Table(title=f"{count:,} configurations in {elapsed * 1000:.0f} ms", header_style="bold")
-    shown = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "seq_kv_bytes", "kv_cache_tokens",
-             "max_concurrency", "max_batch_at_context", "verdict")
-    for column in shown:
-        table.add_column(column.replace("_", " "), justify="left" if column in ("model", "gpu", "kv_dtype", "verdict") else "right")
-    for record in records:
-        table.add_row(*(_cell(column, record[column]) for column in shown))
-    console.print(table)
+    console.print(_sweep_table(columns, rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()}),
+                               f"{count:,} configurations in {elapsed * 1000:.0f} ms", console.width))
     if count > SWEEP_TABLE_ROWS:
         where = f"all rows are in {escape(str(csv_path))}" if csv_path else "use --csv FILE or --json for all rows"
         console.print(f"[dim]showing {SWEEP_TABLE_ROWS} of {count:,} rows; {where}[/]")
     elif csv_path:
         console.print(f"[dim]wrote {escape(str(csv_path))}[/]")
+
+
+def _sweep_table(columns: dict[str, Any], records: list[dict[str, Any]], summary: str, width: int) -> Table:
+    """Settings that every configuration shares go to the title, so the table holds only what
+    varies and the results; cells fold rather than being cut when the terminal is narrow."""
+    shared = [c for c in SWEEP_SETTINGS if len({str(v) for v in columns[c]}) == 1]
+    title = ", ".join(f"{c.replace('_', ' ')} {_plain(c, columns[c][0])}" for c in shared)
+    table = Table(title=escape(f"{title}: {summary}" if title else summary), header_style="bold")
+    shown = [c for c in SWEEP_SETTINGS if c not in shared] + list(SWEEP_RESULTS)
+    cells = [[_cell(column, record[column]) for column in shown] for record in records]
+    headers = [SWEEP_HEADERS.get(column, column.replace("_", " ")) for column in shown]
+    # each column as wide as its longest cell and header word, if that fits; else cells fold (never cut)
+    widths = [max(max(len(word) for word in header.split()), *(Text.from_markup(row[i]).cell_len for row in cells))
+              for i, header in enumerate(headers)]
+    fits = sum(widths) + 3 * len(widths) + 1 <= width
+    for column, header, widest in zip(shown, headers, widths):
+        table.add_column(header, overflow="fold", width=widest if fits else None,
+                         justify="left" if column in ("model", "gpu", "kv_dtype", "verdict") else "right")
+    for row in cells:
+        table.add_row(*row)
+    return table
+
+
+def _plain(column: str, value: object) -> str:
+    return fmt_int(value) if isinstance(value, numbers.Real) and column != "tp" else str(value)
 
 
 def _cell(column: str, value: object) -> str:
