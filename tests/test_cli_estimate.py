@@ -176,3 +176,14 @@ def test_gpt_oss_weights_are_labelled_as_sized() -> None:
     record = json.loads(run("estimate", "gpt-oss-120b", "--json").stdout)
     assert record["weight_dtype"] == "mxfp4-experts+bf16"
     assert "mxfp4-experts+bf16" in run("estimate", "gpt-oss-120b").output
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_profiles_table_keeps_every_figure_whole(width: int) -> None:
+    """Issue 18: at 80 columns the max context showed as '131,0…'; names may wrap, figures never."""
+    result = runner.invoke(app, ["profiles", "models"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output and max(len(line) for line in result.output.splitlines()) <= width
+    rows = [line for line in result.output.splitlines() if "131,072" in line]
+    assert len(rows) >= 5 and all(line.count("131,072") >= 1 for line in rows)
+    assert any("405.9B" in line and "516,096" in line for line in rows)  # llama-3.1-405b's figures on one line

@@ -10,11 +10,11 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.panel import Panel
 from rich.table import Table
-from rich.text import Text
 
 from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
                                   smallest_tp_for_weights)
 from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
+from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, escape, fmt_bytes, fmt_int)
 from kvplan.spec.profiles import load_gpu, load_model
@@ -124,20 +124,12 @@ def _sweep_table(columns: dict[str, Any], records: list[dict[str, Any]], summary
     varies and the results; cells fold rather than being cut when the terminal is narrow."""
     shared = [c for c in SWEEP_SETTINGS if len({str(v) for v in columns[c]}) == 1]
     title = ", ".join(f"{c.replace('_', ' ')} {_plain(c, columns[c][0])}" for c in shared)
-    table = Table(title=escape(f"{title}: {summary}" if title else summary), header_style="bold")
     shown = [c for c in SWEEP_SETTINGS if c not in shared] + list(SWEEP_RESULTS)
-    cells = [[_cell(column, record[column]) for column in shown] for record in records]
     headers = [SWEEP_HEADERS.get(column, column.replace("_", " ")) for column in shown]
-    # each column as wide as its longest cell and header word, if that fits; else cells fold (never cut)
-    widths = [max(max(len(word) for word in header.split()), *(Text.from_markup(row[i]).cell_len for row in cells))
-              for i, header in enumerate(headers)]
-    fits = sum(widths) + 3 * len(widths) + 1 <= width
-    for column, header, widest in zip(shown, headers, widths):
-        table.add_column(header, overflow="fold", width=widest if fits else None,
-                         justify="left" if column in ("model", "gpu", "kv_dtype", "verdict") else "right")
-    for row in cells:
-        table.add_row(*row)
-    return table
+    return fitted_table(escape(f"{title}: {summary}" if title else summary), headers,
+                        [[_cell(column, record[column]) for column in shown] for record in records], width,
+                        left=[h for c, h in zip(shown, headers) if c in ("model", "gpu", "kv_dtype", "verdict")],
+                        flexible=[h for c, h in zip(shown, headers) if c in ("model", "gpu", "verdict")])
 
 
 def _plain(column: str, value: object) -> str:
