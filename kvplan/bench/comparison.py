@@ -69,6 +69,8 @@ ROWS: tuple[Row, ...] = (
     Row("offload tiers", "reloads / recomputes", "offload", "reloads", _has("offload_reloads")),
     Row("offload tiers", "hit rate, all tiers", "total_hit_rate", "pct", _has("total_hit_rate")),
     Row("eviction policy", "tokens dropped", "tokens_dropped", "int", _has("tokens_dropped")),
+    Row("eviction policy", "dropped share of tokens", "evicted_token_share", "pct", _nonzero("evicted_token_share"),
+        "dropped share of tokens: of the running sequences' tokens, the share evicted (time-averaged)"),
     Row("sharing", "shared token share", "shared_token_share", "pct", _nonzero("shared_token_share")),
     Row("sharing", "parallel forks / CoW copies", "forks", "forks", _has("parallel_forks")),
     Row("scheduling", "running (mean)", "running_mean", "float"),
