@@ -14,9 +14,9 @@ from rich.table import Table
 from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
                                   smallest_tp_for_weights)
 from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
-from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, escape, fmt_bytes, fmt_int)
+from kvplan.cli.fit_table import fitted_table
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
