@@ -95,3 +95,22 @@ def test_the_default_workload_shares_prefixes_so_prefix_beats_paged(tmp_path: Pa
     assert prefix.metrics["output_tokens_per_s"] > 1.2 * paged.metrics["output_tokens_per_s"]
     page = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "page")])
     assert page.exit_code == 0 and "PrefixCacheHitRateLow" not in page.output
+
+
+def test_eviction_policies_show_tokens_dropped_not_sharing(tmp_path: Path) -> None:
+    """Issue 18: no tokens-dropped row for eviction policies, and their dropped tokens read as
+    'shared token share'. One request, prompt 100, output 50: the engine writes KV for
+    100 + 50 - 1 = 149 positions (the last sampled token is never fed back); a 32-token
+    budget drops 149 - 32 = 117 of them. SnapKV compresses only the prompt (100 -> 32),
+    then grows: 68."""
+    trace = tmp_path / "one.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_len": 100, "output_len": 50}\n')
+    records = _run(tmp_path, "--trace", str(trace), "--kv-budget", "32",
+                   "--optimizations", "paged,sliding-window,streaming,h2o,snapkv")
+    dropped = {r.optimization: r.metrics.get("tokens_dropped") for r in records}
+    assert dropped == {"paged": None, "sliding-window": 117, "streaming": 117, "h2o": 117, "snapkv": 68}
+    for record in records:
+        assert record.metrics["shared_token_share"] == 0.0  # nothing is shared on one request
+        assert (record.metrics["evicted_token_share"] > 0) == (record.optimization != "paged")
+    labels = {row.label for row in comparison(records).rows}
+    assert {"tokens dropped", "dropped share of tokens"} <= labels and "shared token share" not in labels

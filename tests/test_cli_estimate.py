@@ -65,6 +65,23 @@ def test_sweep_writes_csv(tmp_path: Path) -> None:
     assert int(first["context"]) == 1024 and float(first["kv_bytes_per_token"]) == 70_272
 
 
+@pytest.mark.parametrize("width", [80, 120])
+def test_sweep_table_cuts_nothing_and_titles_the_shared_settings(width: int) -> None:
+    """Issue 18: the README's sweep at 80 columns showed 'dee…', '1,0…', '68.…'."""
+    result = runner.invoke(app, ["estimate", "deepseek-v3", "--tp", "8", "--gpu", "h200", "--sweep",
+                                 "context=1k..128k", "--sweep", "kv-dtype=fp16,fp8,int4"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
+    assert "model deepseek-v3, gpu h200, tp 8, batch 1: 24 configurations" in text
+    rows = [line for line in text.splitlines() if "fp8-e4m3" in line]
+    assert len(rows) == 8 and "131,072" in rows[-1] and "4.29 GiB" in rows[-1] and "10.62x" in rows[-1]
+    # settings that vary stay columns; a narrow terminal folds long cells instead of cutting them
+    narrow = runner.invoke(app, ["estimate", "llama-3.1-8b", "--sweep", "gpu=h100,l4", "--sweep",
+                                 "model=llama-3.1-8b,qwen3-32b"], env={"COLUMNS": "60"}).output
+    assert "…" not in narrow and "0.25x" in narrow and "442,1" in narrow  # 442,160 folded over two lines
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["estimate", "llama-3.1-7b"], "did you mean"),
     (["estimate", "llama-3.1-8b", "--gpu", "h900"], "unknown GPU"),
@@ -159,3 +176,14 @@ def test_gpt_oss_weights_are_labelled_as_sized() -> None:
     record = json.loads(run("estimate", "gpt-oss-120b", "--json").stdout)
     assert record["weight_dtype"] == "mxfp4-experts+bf16"
     assert "mxfp4-experts+bf16" in run("estimate", "gpt-oss-120b").output
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_profiles_table_keeps_every_figure_whole(width: int) -> None:
+    """Issue 18: at 80 columns the max context showed as '131,0…'; names may wrap, figures never."""
+    result = runner.invoke(app, ["profiles", "models"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output and max(len(line) for line in result.output.splitlines()) <= width
+    rows = [line for line in result.output.splitlines() if "131,072" in line]
+    assert len(rows) >= 5 and all(line.count("131,072") >= 1 for line in rows)
+    assert any("405.9B" in line and "516,096" in line for line in rows)  # llama-3.1-405b's figures on one line

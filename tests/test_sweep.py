@@ -55,14 +55,9 @@ def test_process_pool_and_sequential_runs_write_the_same_bytes(study: Path, tmp_
 
 def test_ray_gives_the_same_bytes(study: Path, tmp_path: Path) -> None:
     require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")
-    import ray
     spec = load_spec(study)
     run_sweep(spec, tmp_path / "local", workers=2)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        run_sweep(spec, tmp_path / "ray", executor="ray")
-    finally:
-        ray.shutdown()
+    run_sweep(spec, tmp_path / "ray", executor="ray")  # a child process starts and stops the cluster
     assert (tmp_path / "local" / "results.jsonl").read_bytes() == (tmp_path / "ray" / "results.jsonl").read_bytes()
 
 
@@ -149,3 +144,13 @@ def test_a_sweep_over_a_trace_uses_bench_defaults(tmp_path: Path) -> None:
     assert point.metrics["requests_rejected"] == 0 and point.metrics["requests_finished"] == len(lengths)
     assert point.metrics == bench.metrics
     assert point.params["workload"] == bench.params["workload"]
+
+
+def test_study_table_keeps_names_whole_at_80_columns(study: Path, tmp_path: Path) -> None:
+    """Issue 18: the README's study printed 'contiguous-or…' at 80 columns."""
+    result = CliRunner().invoke(app, ["sweep", str(study), "--out", str(tmp_path / "out"), "--workers", "1"],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    rows = [line for line in result.output.splitlines() if "contiguous-oracle" in line]
+    assert {row.split()[1] for row in rows} == {"l4", "a100-80gb"}  # one whole line per GPU's group

@@ -75,6 +75,8 @@ ROWS: tuple[Row, ...] = (
     Row("eviction policy", "blocks if holes kept", "eviction_hole_blocks_ratio", "float",
         _has("eviction_hole_blocks_ratio"), "blocks if holes kept: blocks held with holes left in place, per "
         "compacted block (measured on the run)"),
+    Row("eviction policy", "dropped share of tokens", "evicted_token_share", "pct", _nonzero("evicted_token_share"),
+        "dropped share of tokens: of the running sequences' tokens, the share evicted (time-averaged)"),
     Row("sharing", "shared token share", "shared_token_share", "pct", _nonzero("shared_token_share")),
     Row("sharing", "parallel forks / CoW copies", "forks", "forks", _has("parallel_forks")),
     Row("scheduling", "running (mean)", "running_mean", "float"),

@@ -31,21 +31,20 @@ import json
 import os
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvplan.bench.config import FLAT_NAMES, BenchConfig
+from kvplan.bench.config import FLAT_NAMES
 from kvplan.bench.pool import run_pool
+from kvplan.bench.ray_driver import run_on_ray
 from kvplan.bench.sweep_checks import check_sweep_data
+from kvplan.bench.sweep_point import DEFAULT_GPU, WORKLOAD_KEYS, run_point
 from kvplan.bench.sweep_store import finished_records, rewrite
-from kvplan.bench.workloads import WorkloadSpec
-from kvplan.results import ResultRecord, dumps, error_record
+from kvplan.results import ResultRecord, dumps
 
+__all__ = ["DEFAULT_GPU", "EXECUTORS", "SweepSpec", "load_spec", "point_id", "run_point", "run_sweep"]
 EXECUTORS = ("local", "ray")
-DEFAULT_GPU = "l4"  # the default of `kvplan bench --gpu` (cli/bench.py), so a sweep without gpu matches bench
-# Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
-WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
 
 
 @dataclass(frozen=True)
@@ -88,31 +87,6 @@ def load_spec(path: str | Path) -> SweepSpec:
                      {str(k): float(v) for k, v in (data.get("prices") or {}).items()})
 
 
-def run_point(point: dict[str, Any]) -> ResultRecord:
-    """One grid point -> one result record (or an error record). Runs in a worker.
-
-    The point's workload is made exactly as `kvplan bench` makes it (bench.run.prepare):
-    same defaults, max_model_len from the model for traces."""
-    from kvplan.bench.matrix import run_matrix
-    from kvplan.bench.run import prepare
-
-    settings = {k: v for k, v in point.items() if k != "point_id"}
-    swept = dict(settings)  # issue 13: an error record names every setting of its point
-    settings.setdefault("gpu", DEFAULT_GPU)
-    try:
-        optimization = settings.pop("optimization", "paged")
-        workload = WorkloadSpec(**{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS})
-        config, built = prepare(BenchConfig.from_flat(**settings), workload)
-        (record,) = run_matrix(config, built.requests, [optimization])
-        record.params["point_id"] = point["point_id"]
-        record.params["sweep"] = {k: v for k, v in point.items() if k != "point_id"}
-        return record
-    except Exception as err:  # a failed point is data, not a crash of the sweep
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        return error_record(point["point_id"], str(point.get("optimization")),
-                            {"point_id": point["point_id"], "sweep": swept}, message)
-
-
 def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", workers: int | None = None,
               address: str | None = None, progress: Callable[[int, int], None] | None = None,
               notify: Callable[[str], None] | None = None) -> list[ResultRecord]:
@@ -150,7 +124,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
         if executor == "local":
             _run_local(todo, workers or os.cpu_count() or 1, record)
         else:
-            _run_ray(todo, address, record)
+            run_on_ray(todo, address, record)  # a child process drives Ray (bench/ray_driver.py)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]
     final = [r for r in ordered if r is not None]
     rewrite(results, final + outside)
@@ -164,23 +138,3 @@ def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[Resul
         return
     # issue 13: what finished is on disk; an interrupt terminates the workers (bench/pool.py)
     run_pool(run_point, todo, workers, record)
-
-
-def _run_ray(todo: list[dict[str, Any]], address: str | None, record: Callable[[ResultRecord], None]) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("--executor ray needs Ray: pip install 'kvplan[ray]'") from None
-    if not ray.is_initialized():
-        ray.init(address=None if address in (None, "local") else address, ignore_reinit_error=True,
-                 include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(run_point)
-    pending = [remote.remote(point) for point in todo]
-    try:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            record(ray.get(ready[0]))
-    except BaseException:  # Ctrl-C / SIGTERM: stop the cluster's work on this sweep too
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise

@@ -10,22 +10,24 @@ from kvplan.cli.bench import bench
 from kvplan.cli.calibrate import calibrate
 from kvplan.cli.estimate import estimate
 from kvplan.cli.explain import explain
+from kvplan.cli.help_format import Command, Group
 from kvplan.cli.report import report
 from kvplan.cli.sweep import sweep
 
 app = typer.Typer(
     name="kvplan",
+    cls=Group,
     help="KV-cache capacity planning and benchmarking for LLM inference.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("estimate")(estimate)
-app.command("explain")(explain)
-app.command("bench")(bench)
-app.command("calibrate")(calibrate)
-app.command("report")(report)
-app.command("sweep")(sweep)
+app.command("estimate", cls=Command)(estimate)
+app.command("explain", cls=Command)(explain)
+app.command("bench", cls=Command)(bench)
+app.command("calibrate", cls=Command)(calibrate)
+app.command("report", cls=Command)(report)
+app.command("sweep", cls=Command)(sweep)
 app.add_typer(profiles.app, name="profiles")
 
 

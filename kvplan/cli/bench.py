@@ -22,6 +22,9 @@ from kvplan.cli.bench_table import render_comparison
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
 
+DEFAULT_OPTIMIZATIONS = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix"
+DEFAULT_ROUTERS = "round-robin,least-loaded,sticky,prefix-hash,kv-aware"
+
 
 @cli_errors("out")
 def bench(
@@ -29,17 +32,18 @@ def bench(
     gpu: GpuOpt = "l4",
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
-    optimizations: Annotated[str, typer.Option(rich_help_panel="KV formats and policies", metavar="LIST", help=f"Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8, prefix+offload-cpu, h2o+int4. Names: {names_help()}.")] = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix",
+    # show_default=False: the default list is one word that a narrow help column would cut; the help spells it out
+    optimizations: Annotated[str, typer.Option(rich_help_panel="KV formats and policies", metavar="LIST", show_default=False, help=f"Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8, prefix+offload-cpu, h2o+int4. Names: {names_help()}. Default: {DEFAULT_OPTIMIZATIONS.replace(',', ', ')}.")] = DEFAULT_OPTIMIZATIONS,
     workload: Annotated[str, typer.Option(rich_help_panel="Workload", metavar="NAME", help="Synthetic workload: system-prompt (ShareGPT-like messages after one shared system prompt), sharegpt, alpaca, sharegpt-stats, long-reasoning, rag, chat, few-shot, random.")] = DEFAULT_WORKLOAD,
     workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", rich_help_panel="Workload", metavar="NAME=VALUE", help="Generator setting NAME=VALUE, e.g. doc_len=2048, zipf_s=1.2, turns_per_session=8, system_prompt_len=512.")] = None,
     samples: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="Parallel samples per request (n > 1 shares the prompt's blocks copy-on-write).")] = 1,
     pods: Annotated[int, typer.Option(rich_help_panel="Cluster", metavar="N", help="Engine instances behind a router, each with its own KV pool.")] = 1,
-    router: Annotated[str, typer.Option(rich_help_panel="Cluster", metavar="LIST", help="Comma-separated routers for --pods > 1: round-robin, least-loaded, sticky, prefix-hash, kv-aware.")] = "round-robin,least-loaded,sticky,prefix-hash,kv-aware",
+    router: Annotated[str, typer.Option(rich_help_panel="Cluster", metavar="LIST", show_default=False, help=f"Comma-separated routers for --pods > 1: round-robin, least-loaded, sticky, prefix-hash, kv-aware. Default: {DEFAULT_ROUTERS.replace(',', ', ')}.")] = DEFAULT_ROUTERS,
     w_hit: Annotated[float, typer.Option(rich_help_panel="Cluster", metavar="X", help="kv-aware router: weight of the cached-prefix fraction.")] = 0.8,
     w_load: Annotated[float, typer.Option(rich_help_panel="Cluster", metavar="X", help="kv-aware router: weight of the load.")] = 0.2,
     trace: Annotated[Optional[Path], typer.Option(rich_help_panel="Workload", metavar="FILE", help="Replay a trace instead: Mooncake JSONL, Azure CSV or generic JSONL.")] = None,
     trace_format: Annotated[Optional[str], typer.Option(rich_help_panel="Workload", metavar="NAME", help="mooncake, azure or generic (default: detected).")] = None,
-    skip_bad_lines: Annotated[bool, typer.Option(rich_help_panel="Workload", metavar="", help="Skip malformed trace lines (counted) instead of failing.")] = False,
+    skip_bad_lines: Annotated[bool, typer.Option("--skip-bad-lines", rich_help_panel="Workload", metavar="", help="Skip malformed trace lines (counted) instead of failing.")] = False,
     time_scale: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="Multiply trace arrival times (0.5 = twice the rate).")] = 1.0,
     stats_path: Annotated[Optional[Path], typer.Option(rich_help_panel="Workload", metavar="FILE", help="ShareGPT stats CSV for --workload sharegpt-stats.")] = None,
     rate: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="REQ/S", help="Requests per second (synthetic workloads).")] = 3.0,
@@ -52,7 +56,8 @@ def bench(
     kv_cache_gib: Annotated[Optional[float], typer.Option(rich_help_panel="Engine", metavar="GIB", help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
     max_num_seqs: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Most sequences per step.")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Token budget per step.")] = 8192,
-    chunked_prefill: Annotated[bool, typer.Option(rich_help_panel="Engine", metavar="", help="Split long prefills across steps.")] = True,
+    # one flag, no --chunked-prefill/--no- pair: the pair's second column squeezed the Engine panel's names at 80 columns
+    no_chunked_prefill: Annotated[bool, typer.Option("--no-chunked-prefill", rich_help_panel="Engine", metavar="", help="Run each prefill whole in one step; by default long prefills are split across steps (chunked prefill).")] = False,
     preemption: Annotated[str, typer.Option(rich_help_panel="Engine", metavar="NAME", help="recompute (vLLM v1) or swap to a CPU area.")] = "recompute",
     swap_space_gib: Annotated[float, typer.Option(rich_help_panel="Engine", metavar="GIB", help="CPU swap area per GPU for --preemption swap.")] = 4.0,
     seed: SeedOpt = 0,
@@ -123,7 +128,7 @@ def bench(
                             max_model_len=max_model_len,
                             swap_space_gib=swap_space_gib if preemption == "swap" else 0.0),
         scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                  chunked_prefill=chunked_prefill, preemption=preemption),
+                                  chunked_prefill=not no_chunked_prefill, preemption=preemption),
         cluster=ClusterConfig(pods=pods, routers=tuple(r.strip() for r in router.split(",") if r.strip())
                               if pods > 1 else (), w_hit=w_hit, w_load=w_load),
         tiers=TierConfig(cpu_cache_gb=cpu_cache_gb, disk_cache_gb=disk_cache_gb, tier_policy=tier_policy,

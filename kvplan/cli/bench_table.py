@@ -21,10 +21,11 @@ EDGE = 2
 
 
 def render_comparison(view: Comparison, console: Console) -> None:
+    # the title is a line of its own: as a table title it wrapped at the (often narrow) table's width
+    console.print(f"[bold]{escape(view.title)}[/]")
     if _wide_width(view) <= console.width:
         console.print(_wide(view))
     else:
-        console.print(f"[bold]{escape(view.title)}[/]", soft_wrap=True)
         for table in _narrow(view, console.width):
             console.print(table)
     for note in view.notes:
@@ -39,7 +40,7 @@ def _wide_width(view: Comparison) -> int:
 
 
 def _wide(view: Comparison) -> Table:
-    table = Table(title=escape(view.title), header_style="bold", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD)
     table.add_column("metric", style="cyan", no_wrap=True)
     for name in view.names:
         table.add_column(escape(name), justify="right", no_wrap=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.panel import Panel
@@ -15,6 +16,7 @@ from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_someho
 from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, escape, fmt_bytes, fmt_int)
+from kvplan.cli.fit_table import fitted_table
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
@@ -23,6 +25,10 @@ from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JS
 
 GIB = 2**30
 SWEEP_TABLE_ROWS = 40
+SWEEP_SETTINGS = ("model", "gpu", "tp", "kv_dtype", "context", "batch")  # shown as columns only where they vary
+SWEEP_RESULTS = ("seq_kv_bytes", "kv_cache_tokens", "max_concurrency", "max_batch_at_context", "verdict")
+SWEEP_HEADERS = {"seq_kv_bytes": "KV per sequence", "kv_cache_tokens": "KV pool tokens",
+                 "max_concurrency": "max concurrency", "max_batch_at_context": "max batch"}
 
 
 @cli_errors("csv_path", "out")
@@ -32,22 +38,22 @@ def estimate(
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
     context: Annotated[Optional[str], typer.Option("--context", "-c", metavar="TOKENS", help="Tokens per request (max_model_len), e.g. 32768 or 32k; default: the model's maximum.")] = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Concurrent requests at --context.")] = 1,
+    batch: Annotated[int, typer.Option("--batch", "-b", metavar="N", help="Concurrent requests at --context.")] = 1,
     block_size: BlockSizeOpt = 16,
     gpu_memory_utilization: UtilOpt = 0.9,
-    allocation: Annotated[str, typer.Option(help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
-    weight_dtype: Annotated[Optional[str], typer.Option(help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, attention in BF16); linear layers only, embeddings stay 16-bit. Default: the checkpoint's.")] = None,
-    params_b: Annotated[Optional[float], typer.Option("--params-b", help="Override the parameter count (billions).")] = None,
-    engine: Annotated[str, typer.Option(help=f"Whose startup memory profile to model: {', '.join(ENGINES)} (README: memory model).")] = DEFAULT_ENGINE,
-    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="Tokens in the engine's profiling batch; default: the engine's.")] = None,
-    max_num_seqs: Annotated[Optional[int], typer.Option(help="Sequences the engine samples for; default: the engine's.")] = None,
-    reserve_gib: Annotated[Optional[float], typer.Option(help="Memory per GPU held for activations and runtime; default: the engine's memory model.")] = None,
-    kv_cache_gib: Annotated[Optional[float], typer.Option(help="Fix the KV budget per GPU instead of deriving it (vLLM's kv_cache_memory_bytes).")] = None,
-    gpu_mem_gib: Annotated[Optional[float], typer.Option(help="Override the GPU's memory capacity (GiB).")] = None,
+    allocation: Annotated[str, typer.Option(metavar="NAME", help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
+    weight_dtype: Annotated[Optional[str], typer.Option(metavar="DTYPE", help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, attention in BF16); linear layers only, embeddings stay 16-bit. Default: the checkpoint's.")] = None,
+    params_b: Annotated[Optional[float], typer.Option("--params-b", metavar="BILLIONS", help="Override the parameter count (billions).")] = None,
+    engine: Annotated[str, typer.Option(metavar="NAME", help=f"Whose startup memory profile to model: {', '.join(ENGINES)} (README: memory model).")] = DEFAULT_ENGINE,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(metavar="N", help="Tokens in the engine's profiling batch; default: the engine's.")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(metavar="N", help="Sequences the engine samples for; default: the engine's.")] = None,
+    reserve_gib: Annotated[Optional[float], typer.Option(metavar="GIB", help="Memory per GPU held for activations and runtime; default: the engine's memory model.")] = None,
+    kv_cache_gib: Annotated[Optional[float], typer.Option(metavar="GIB", help="Fix the KV budget per GPU instead of deriving it (vLLM's kv_cache_memory_bytes).")] = None,
+    gpu_mem_gib: Annotated[Optional[float], typer.Option(metavar="GIB", help="Override the GPU's memory capacity (GiB).")] = None,
     kv_budget: Annotated[Optional[str], typer.Option(metavar="TOKENS", help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer per sequence, e.g. 2048 or 2k.")] = None,
-    sweep_axes: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.")] = None,
-    csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write the sweep (or the single estimate) as CSV.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write kvplan.result/1 records (JSONL) for `kvplan report`.")] = None,
+    sweep_axes: Annotated[Optional[list[str]], typer.Option("--sweep", metavar="AXIS=VALUES", help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.")] = None,
+    csv_path: Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="Write the sweep (or the single estimate) as CSV.")] = None,
+    out: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write kvplan.result/1 records (JSONL) for `kvplan report`.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
@@ -104,20 +110,30 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
         print(strict_json({"schema": "kvplan.estimate-sweep/1", "columns": list(COLUMNS), "rows": records}))
         return
     count = len(columns["model"])
-    records = rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()})
-    table = Table(title=f"{count:,} configurations in {elapsed * 1000:.0f} ms", header_style="bold")
-    shown = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "seq_kv_bytes", "kv_cache_tokens",
-             "max_concurrency", "max_batch_at_context", "verdict")
-    for column in shown:
-        table.add_column(column.replace("_", " "), justify="left" if column in ("model", "gpu", "kv_dtype", "verdict") else "right")
-    for record in records:
-        table.add_row(*(_cell(column, record[column]) for column in shown))
-    console.print(table)
+    console.print(_sweep_table(columns, rows({name: column[:SWEEP_TABLE_ROWS] for name, column in columns.items()}),
+                               f"{count:,} configurations in {elapsed * 1000:.0f} ms", console.width))
     if count > SWEEP_TABLE_ROWS:
         where = f"all rows are in {escape(str(csv_path))}" if csv_path else "use --csv FILE or --json for all rows"
         console.print(f"[dim]showing {SWEEP_TABLE_ROWS} of {count:,} rows; {where}[/]")
     elif csv_path:
         console.print(f"[dim]wrote {escape(str(csv_path))}[/]")
+
+
+def _sweep_table(columns: dict[str, Any], records: list[dict[str, Any]], summary: str, width: int) -> Table:
+    """Settings that every configuration shares go to the title, so the table holds only what
+    varies and the results; cells fold rather than being cut when the terminal is narrow."""
+    shared = [c for c in SWEEP_SETTINGS if len({str(v) for v in columns[c]}) == 1]
+    title = ", ".join(f"{c.replace('_', ' ')} {_plain(c, columns[c][0])}" for c in shared)
+    shown = [c for c in SWEEP_SETTINGS if c not in shared] + list(SWEEP_RESULTS)
+    headers = [SWEEP_HEADERS.get(column, column.replace("_", " ")) for column in shown]
+    return fitted_table(escape(f"{title}: {summary}" if title else summary), headers,
+                        [[_cell(column, record[column]) for column in shown] for record in records], width,
+                        left=[h for c, h in zip(shown, headers) if c in ("model", "gpu", "kv_dtype", "verdict")],
+                        flexible=[h for c, h in zip(shown, headers) if c in ("model", "gpu", "verdict")])
+
+
+def _plain(column: str, value: object) -> str:
+    return fmt_int(value) if isinstance(value, numbers.Real) and column != "tp" else str(value)
 
 
 def _cell(column: str, value: object) -> str:

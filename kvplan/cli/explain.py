@@ -23,8 +23,8 @@ _MEMORY_ROWS = (("total", "total GPU memory"), ("usable", "usable (total x utili
 @cli_errors()
 def explain(
     log: Annotated[str, typer.Argument(help="A vLLM or SGLang startup log file, or - for stdin.")],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model profile, when the log does not name it.")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", help="GPU profile or name, when the log does not show it.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="NAME", help="Model profile, when the log does not name it.")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", metavar="NAME", help="GPU profile or name, when the log does not show it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Where a server's memory went, what its KV figures imply, and what-ifs in its own flags."""

@@ -8,14 +8,16 @@ import typer
 from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
+from kvplan.cli.fit_table import fitted_table
+from kvplan.cli.help_format import Command, Group
 from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 from kvplan.spec.profiles import gpu_profiles, load_gpu, load_model, model_profiles
 from kvplan.spec import parse_kv_format
 
-app = typer.Typer(help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
+app = typer.Typer(cls=Group, help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
 
 
-@app.command("models")
+@app.command("models", cls=Command)
 @cli_errors()
 def models(as_json: JsonOpt = False) -> None:
     """Model profiles: verbatim Hugging Face config.json files with their sources."""
@@ -31,18 +33,18 @@ def models(as_json: JsonOpt = False) -> None:
     if as_json:
         print(strict_json(records, indent=2))
         return
-    table = Table(title="Model profiles (kvplan profiles show NAME for details)", header_style="bold")
-    for column, justify in (("name", "left"), ("KV", "left"), ("layers", "right"), ("params", "right"),
-                            ("active", "right"), ("B/token bf16", "right"), ("max ctx", "right")):
-        table.add_column(column, justify=justify, no_wrap=column == "name")
+    headers = ("name", "KV", "layers", "params", "active", "B/token bf16", "max ctx")
+    rows = []
     for r in records:
         active = f"{r['active_params_b']:.1f}B" if r["active_params_b"] < r["params_b"] * 0.9 else ""
-        table.add_row(r["name"], r["kv_kind"], str(r["layers"]), f"{r['params_b']:.1f}B", active,
-                      f"{r['kv_bytes_per_token_bf16']:,.0f}", f"{r['max_context']:,}")
+        rows.append([escape(r["name"]), escape(r["kv_kind"]), str(r["layers"]), f"{r['params_b']:.1f}B", active,
+                     f"{r['kv_bytes_per_token_bf16']:,.0f}", f"{r['max_context']:,}"])
+    table = fitted_table("Model profiles (kvplan profiles show NAME for details)", headers, rows, console.width,
+                         left=("name", "KV"), flexible=("name", "KV"))
     console.print(table)
 
 
-@app.command("gpus")
+@app.command("gpus", cls=Command)
 @cli_errors()
 def gpus(as_json: JsonOpt = False) -> None:
     """GPU profiles: dense datasheet figures with their sources."""
@@ -63,7 +65,7 @@ def gpus(as_json: JsonOpt = False) -> None:
     console.print("[dim]sources: kvplan profiles show GPU[/]")
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 @cli_errors()
 def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name.")], as_json: JsonOpt = False) -> None:
     """Details of one model or GPU profile, with its source."""

@@ -14,7 +14,7 @@ from kvplan.results.latest import read_latest
 @cli_errors()
 def report(
     results: Annotated[Optional[list[Path]], typer.Argument(help="Results files written by kvplan bench or estimate --out; default: the newest bench run (reports/latest).", show_default=False)] = None,
-    out: Annotated[Path, typer.Option(help="Output folder for index.html, PNGs, CSV and metrics.prom.")] = Path("reports/report"),
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Output folder for index.html, PNGs, CSV and metrics.prom.")] = Path("reports/report"),
 ) -> None:
     """Turn results files into PNG charts and one self-contained HTML page."""
     with console.status("rendering report"):

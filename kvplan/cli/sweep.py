@@ -9,19 +9,19 @@ from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from kvplan.cli.common import cli_errors, console, error_console, escape
+from kvplan.cli.fit_table import fitted_table
 from kvplan.results import ResultRecord
 
 
 @cli_errors()
 def sweep(
     study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices].")],
-    out: Annotated[Path, typer.Option(help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
-    executor: Annotated[str, typer.Option(help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Local executor processes (default: the CPU count).")] = None,
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
+    executor: Annotated[str, typer.Option(metavar="NAME", help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
+    workers: Annotated[Optional[int], typer.Option(metavar="N", help="Local executor processes (default: the CPU count).")] = None,
 ) -> None:
     """Expand the grid, run every point not already in the output, and summarize the study."""
     from kvplan.bench.study import DEFAULT_SLO_S, summarize, varying
@@ -46,14 +46,12 @@ def sweep(
         writer.writerows(rows)
         write_text(out / "study.csv", text.getvalue())  # issue 13: atomic
         slo = spec.slo_ttft_p90_s or DEFAULT_SLO_S
-        table = Table(title=f"{total} points; sustained: p90 TTFT <= {slo:g} s (modeled in simulated mode)",
-                      header_style="bold", title_justify="left")
         shown = varying(rows)
-        for column in shown:
-            table.add_column(column.replace("_", " "))
-        for row in rows:
-            table.add_row(*(_cell(row.get(c)) for c in shown))
-        console.print(table)
+        headers = [column.replace("_", " ") for column in shown]
+        console.print(f"[bold]{total} points; sustained: p90 TTFT <= {slo:g} s (modeled in simulated mode)[/]")
+        # names whole at any width (at 80 columns rich cut 'contiguous-or…')
+        console.print(fitted_table("", headers, [[_cell(row.get(c)) for c in shown] for row in rows], console.width,
+                                   left=headers))
     for record in failed:  # name the point by its axis values (the fixed settings are the same for all)
         console.print(f"[red]failed[/] {escape(_point_label(record, spec.axes))}: "
                       f"{escape(str(record.metrics['error']))}")

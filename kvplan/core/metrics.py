@@ -29,7 +29,7 @@ class StepMetrics:
     steps: int = 0
     sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         (*SPLIT, "used", "logical", "reserved", "running", "waiting", "kv_cache_usage",
-         "shared_refs", "block_refs"), 0.0))
+         "shared_refs", "block_refs", "evicted"), 0.0))
     peak_running: int = 0
     peak_kv_cache_usage: float = 0.0
     trace_t: array = field(default_factory=lambda: array("d"))
@@ -52,7 +52,7 @@ class StepMetrics:
         for key, value in (("token_states", used), ("reservation", reservation),
                            ("internal_fragmentation", internal), ("external_fragmentation", external),
                            ("cached", cached), ("free", free), ("used", used), ("logical", logical),
-                           ("reserved", reserved)):
+                           ("reserved", reserved), ("evicted", allocator.evicted_slots)):
             sums[key] += dt * value / capacity
         pool = allocator.pool
         if pool is not None:  # the vLLM paper's sharing saving, in blocks

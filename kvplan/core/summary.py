@@ -28,6 +28,7 @@ def run_summary(allocator: Allocator, scheduler: Scheduler, step_metrics: StepMe
         **prefix_summary(allocator),
         **tier_summary(allocator),
         **fork_summary(allocator),
+        **eviction_summary(allocator),
     }
 
 
@@ -35,19 +36,33 @@ def pool_summary(step_metrics: StepMetrics) -> dict[str, float]:
     """The time-averaged pool split, waste, sharing, usage and batch sizes."""
     averages = step_metrics.averages()
     used, reserved, logical = averages["used"], averages["reserved"], averages["logical"]
+    evicted = averages["evicted"]  # tokens the sequences have that an eviction policy dropped
     return {
         **{f"{key}_share": averages[key] for key in SPLIT},
         "waste": 1.0 - used / reserved if reserved else 0.0,
         "token_states_of_reserved": used / reserved if reserved else 0.0,
         # Blocks a sequence-by-sequence count would need but sharing avoids (vLLM paper §6.3).
         "sharing_savings": averages["shared_refs"] / averages["block_refs"] if averages["block_refs"] else 0.0,
-        "shared_token_share": 1.0 - used / logical if logical else 0.0,
+        # Tokens held once for several sequences (shared blocks); evicted tokens are held by none
+        "shared_token_share": _share(logical - used - evicted, logical),
+        "evicted_token_share": evicted / logical if logical else 0.0,
         "kv_cache_usage_mean": averages["kv_cache_usage"],
         "kv_cache_usage_peak": step_metrics.peak_kv_cache_usage,
         "running_mean": averages["running"],
         "running_peak": step_metrics.peak_running,
         "waiting_mean": averages["waiting"],
     }
+
+
+def _share(part: float, whole: float) -> float:
+    """part / whole, with the rounding residue of time-weighted sums (|x| < 1e-9) read as 0."""
+    share = part / whole if whole else 0.0
+    return share if abs(share) >= 1e-9 else 0.0
+
+
+def eviction_summary(allocator: Allocator) -> dict[str, int]:
+    """Tokens an eviction policy dropped over the run (only runs with a policy report it)."""
+    return {} if allocator.retained_cap is None else {"tokens_dropped": allocator.evicted_tokens_total}
 
 
 def preemption_summary(scheduler: Scheduler) -> dict[str, int]:

@@ -98,6 +98,16 @@ class Allocator(ABC):
         return False
 
     @property
+    def evicted_slots(self) -> int:
+        """Tokens of live sequences an eviction budget dropped (part of shared_slots)."""
+        return 0
+
+    @property
+    def evicted_tokens_total(self) -> int:
+        """Every token an eviction budget dropped so far."""
+        return 0
+
+    @property
     def shared_slots(self) -> int:
         """Slots in the per-sequence token sum that hold no distinct KV: shared blocks beyond
         their first holder, and tokens an eviction budget dropped."""

@@ -33,6 +33,7 @@ class PolicyBudget:
         self.windowed = spec.name in WINDOW_POLICIES
         self.sink = self.windowed and spec.name != "sliding-window"  # StreamingLLM keeps block 0
         self.evicted_slots = 0  # tokens of live sequences the policy dropped
+        self.evicted_total = 0  # every token the policy dropped over the run
         self.copied_slots = 0  # compaction copies not yet charged
         self.copied_total = 0
         self.held: dict[int, tuple[int, int]] = {}  # id(seq) -> (tokens written, held per head) at its last step
@@ -98,7 +99,9 @@ class PolicyBudget:
         length = seq.num_computed
         written, kept = self.held.get(id(seq), (0, 0))
         held = held_tokens(self.spec, seq.prompt_len, length)
-        self.evicted_slots += (length - held) - (written - kept)
+        newly = (length - held) - (written - kept)
+        self.evicted_slots += newly
+        self.evicted_total += newly
         self.held[id(seq)] = (length, held)
         if self.windowed:
             self._slide(seq, length, pool)

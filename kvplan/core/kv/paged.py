@@ -70,9 +70,13 @@ class PagedAllocator(Allocator):
         return (self.pool.num_blocks - self.watermark_blocks) * self.block_size
 
     @property
-    def evicted_slots(self) -> int:
+    def evicted_slots(self) -> int:  # type: ignore[override]
         """Tokens of live sequences an eviction budget dropped."""
         return self.budget.evicted_slots if self.budget is not None else 0
+
+    @property
+    def evicted_tokens_total(self) -> int:  # type: ignore[override]
+        return self.budget.evicted_total if self.budget is not None else 0
 
     def use_known_hashes(self, hashes: dict[int, list[int]]) -> None:
         if self.prefix_cache is not None:

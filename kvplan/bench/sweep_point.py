@@ -1,0 +1,40 @@
+"""One point of a `kvplan sweep`: its settings -> one result record, run in a worker
+(a process of the local pool, or a Ray task started by bench/ray_driver.py)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from kvplan.bench.config import BenchConfig
+from kvplan.bench.workloads import WorkloadSpec
+from kvplan.results import ResultRecord, error_record
+
+DEFAULT_GPU = "l4"  # the default of `kvplan bench --gpu` (cli/bench.py), so a sweep without gpu matches bench
+# Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
+WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
+
+
+def run_point(point: dict[str, Any]) -> ResultRecord:
+    """One grid point -> one result record (or an error record). Runs in a worker.
+
+    The point's workload is made exactly as `kvplan bench` makes it (bench.run.prepare):
+    same defaults, max_model_len from the model for traces."""
+    from kvplan.bench.matrix import run_matrix
+    from kvplan.bench.run import prepare
+
+    settings = {k: v for k, v in point.items() if k != "point_id"}
+    swept = dict(settings)  # issue 13: an error record names every setting of its point
+    settings.setdefault("gpu", DEFAULT_GPU)
+    try:
+        optimization = settings.pop("optimization", "paged")
+        workload = WorkloadSpec(**{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS})
+        config, built = prepare(BenchConfig.from_flat(**settings), workload)
+        (record,) = run_matrix(config, built.requests, [optimization])
+        record.params["point_id"] = point["point_id"]
+        record.params["sweep"] = {k: v for k, v in point.items() if k != "point_id"}
+        return record
+    except Exception as err:  # a failed point is data, not a crash of the sweep
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return error_record(point["point_id"], str(point.get("optimization")),
+                            {"point_id": point["point_id"], "sweep": swept}, message)
