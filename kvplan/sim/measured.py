@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.plan.log_setup import weight_dtype_hint
-from kvplan.plan.memory_model import released_before
+from kvplan.plan.memory_model import LONG_CONTEXT, released_before
 from kvplan.sim.factor_table import engine_generation
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms", "latency_avg_s")
-# A run served at least this share of its offered rate had not saturated the server: the last
-# requests' own latency keeps the served rate a little under the offered one.
+# An offered rate up to this multiple of the saturation rate is not counted as saturating:
+# the last requests' own latency keeps a run's served rate a little under its offered one.
 SATURATION_MARGIN = 1.1
 # vLLM PR #9529 (merged 2024-10-19, first released in 0.6.4) made benchmark_throughput.py and
 # benchmark_latency.py take the engine's own arguments. Before it, each script declared
@@ -302,7 +302,7 @@ def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
         chunked = run.chunked_prefill
         if chunked is None:
             old_script = offline and released_before(run.engine_version, OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
-            chunked = max_model_len > 32768 and not old_script
+            chunked = max_model_len > LONG_CONTEXT and not old_script
         budget = run.max_num_batched_tokens or (512 if chunked else max(max_model_len, 2048))
         return run.max_num_seqs or 256, budget, chunked
     big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
