@@ -61,6 +61,94 @@ def test_each_term_by_hand():
     assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(expected, rel=1e-9)
 
 
+def test_compute_bound_gemms_and_memory_bound_attention_add():
+    """A large decode batch: the GEMMs are compute-bound, the attention kernel still streams
+    the KV from HBM; separate kernels, so the two times add (no max() hides the attention)."""
+    roof = roofline("llama-3.1-8b", "h100")
+    model, gpu = roof.model, roof.gpu
+    params = StepModelParams(bandwidth_factor=0.5, attention_bandwidth_factor=0.25, flops_factor=0.05,
+                             overhead_s=0.0, overhead_per_seq_s=0.0)
+    batch, context = 512, 4096
+    plan = decode_plan(context, batch)
+    gemm_flops = 2 * model.params.matmul_active * batch
+    gemm = gemm_flops / (gpu.peak_flops(False) * 0.05)
+    assert gemm > model.weight_bytes() / (gpu.hbm_tbps * 1e12 * 0.5)  # compute-bound, checked
+    kv = batch * context * model.kv_bytes_per_token(roof.kv_format, 1) / (gpu.hbm_tbps * 1e12 * 0.25)
+    attention_flops = 4 * model.num_layers * model.num_heads * model.head_dim * context * batch
+    assert kv > attention_flops / (gpu.peak_flops(False) * 0.05)  # memory-bound, checked
+    assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(gemm + kv, rel=1e-9)
+
+
+def test_a_faster_replay_never_starts_a_step_before_its_arrivals():
+    """Open loop at a finite rate, recorded at slow factors and replayed at fast ones: the step
+    that admits a request starts no earlier than its send, so no TTFT comes out negative."""
+    run = small_run(max_concurrency=None, request_rate=4.0, num_prompts=30)
+    slow = StepModelParams(0.1, 0.05, 0.1, 0.02, 1e-4)
+    replay = Replay.record(run, slow)
+    fast = replay.predict({n: getattr(StepModelParams(1.0, 1.0, 1.0, 1e-5, 1e-8), n) for n in FACTOR_NAMES})
+    assert fast["mean_ttft_ms"] > 0 and fast["median_ttft_ms"] > 0
+    # The replay at the recorded factors is the simulation itself.
+    again = replay.predict({n: getattr(slow, n) for n in FACTOR_NAMES})
+    simulated, _ = simulate(run, slow)
+    for key in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms"):
+        assert again[key] == pytest.approx(simulated[key], rel=1e-9)
+
+
+def test_multi_step_scheduling_pays_the_engine_overhead_once_per_decision():
+    """vLLM V0 --num-scheduler-steps 4: one scheduling decision runs 4 decode steps, so the
+    CPU overheads are charged on the decided step and not on the 3 that follow."""
+    from kvplan.core.engine import Engine
+    from kvplan.core.kv.paged import PagedAllocator
+    from kvplan.core.scheduler import SchedulerConfig
+
+    roof = roofline()
+    params = StepModelParams(0.5, 0.5, 0.5, overhead_s=0.01, overhead_per_seq_s=1e-3)
+    plain = StepModelParams(0.5, 0.5, 0.5, overhead_s=0.0, overhead_per_seq_s=0.0)
+    plan = decode_plan(1000, 2)
+    charged = StepModelRunner(roof, params).step_time(plan) - StepModelRunner(roof, plain).step_time(plan)
+    assert charged == pytest.approx(0.01 + 2 * 1e-3, rel=1e-9)
+    plan.decision = False
+    assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(StepModelRunner(roof, plain).step_time(plan))
+
+    seen = []
+
+    class Recorder:
+        mode = "simulated"
+
+        def step_time(self, step_plan: StepPlan) -> float:
+            seen.append((step_plan.num_tokens, step_plan.decision))
+            return 0.01
+
+    engine = Engine(PagedAllocator(num_blocks=64, block_size=16), Recorder(),
+                    SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, scheduler_steps=4), max_model_len=64)
+    for i in range(2):
+        engine.submit(Request(request_id=i, arrival_s=0.0, prompt_len=16, output_len=9))
+    while engine.busy:
+        engine.step()
+    # one prefill step (decided), then decode steps decided every 4th
+    assert [d for _, d in seen] == [True, False, False, False, True, False, False, False, True]
+    assert seen[0][0] == 32
+
+
+@pytest.mark.parametrize("family, weights, engine, version, key", [
+    ("cdna3", "fp8-meta", "vllm", "0.6.3.dev109+gcb3b2b9b", "cdna3/fp8-unfused"),  # dstack's vanilla ROCm build
+    ("cdna3", "fp8-meta", "vllm", "0.9.0", "cdna3"),  # rowwise scaled_mm (torch 2.7)
+    ("cdna3", "fp8", "vllm", "0.6.4.dev4", "cdna3"),  # AMD's per-tensor checkpoint: fused path
+    ("hopper", "fp8-meta", "vllm", "0.6.3", "hopper"),  # CUTLASS takes per-channel scales
+    ("cdna3", "fp8-meta", "sglang", "0.3.0", "cdna3"),
+    ("cdna3", "fp8-meta", "vllm", "", "cdna3"),  # unknown version = current
+])
+def test_per_channel_fp8_on_rocm_before_rowwise_gemm_has_its_own_factors(family, weights, engine, version, key):
+    from kvplan.sim.factor_table import FactorTable, factor_key
+
+    assert factor_key(family, weights, engine, version) == key
+    table = FactorTable({"cdna3": {"bandwidth_factor": 0.3, "attention_bandwidth_factor": 0.5, "flops_factor": 0.2},
+                         "all": {"bandwidth_factor": 0.5, "attention_bandwidth_factor": 0.5, "flops_factor": 0.5}}, {})
+    # A path with no factors of its own falls back to its family's, then to the pooled ones.
+    assert table.factors("cdna3/fp8-unfused", "vllm-v0")["flops_factor"] == 0.2
+    assert table.factors("hopper", "vllm-v0")["flops_factor"] == 0.5
+
+
 def test_moe_reads_only_routed_experts_at_small_batch():
     roof = roofline("gpt-oss-20b", "h100")
     step = StepModelRunner(roof, DATASHEET)

@@ -36,18 +36,23 @@ class StepObserver:
         self.record_costs = costs and hasattr(runner, "costs")
         self.emitters: list[Sequence] = []
         self.steps = 0
-        self.release: float | None = None  # set by the client when an idle engine's clock jumps
+        # The earliest the next step may start: an idle engine's clock jump or the latest send it admits.
+        self.release: float | None = None
         self.cost_rows: list[tuple[float, ...]] = []
+        self.admitted: dict[int, int] = {}  # request id -> the first step that scheduled it
 
     def step_time(self, plan: StepPlan) -> float:
         dt = self.runner.step_time(plan)
         if self.token_times:
             self.emitters = [seq for seq, count in plan.scheduled if count == seq.pending_tokens]
         if self.record_costs:
+            for seq, _ in plan.scheduled:
+                self.admitted.setdefault(seq.request.request_id, self.steps)
             c = self.runner.costs(plan)
             extra = dt - self.runner.step_time_from(c) if hasattr(self.runner, "step_time_from") else 0.0
             release = -math.inf if self.release is None else self.release
-            self.cost_rows.append((c.weight_bytes, c.kv_bytes, c.flops, c.sequences, c.all_reduce_s, extra, release))
+            self.cost_rows.append((c.weight_bytes, c.kv_bytes, c.linear_flops, c.attention_flops, c.sequences,
+                                   c.all_reduce_s, extra, release, c.decisions))
             self.release = None
         self.steps += 1
         return dt
@@ -68,6 +73,7 @@ class ClientRun:
     scheduled_s: dict[int, float] = field(default_factory=dict)
     first_step: dict[int, int] = field(default_factory=dict)
     last_step: dict[int, int] = field(default_factory=dict)
+    admit_step: dict[int, int] = field(default_factory=dict)  # first step that scheduled it
     step_costs: list[tuple[float, ...]] = field(default_factory=list)
 
 
@@ -115,6 +121,9 @@ def run_client(engine: Engine, requests: list[Request], max_concurrency: int | N
         if pending and room and pending[0].arrival_s <= engine.now:
             request = pending.popleft()
             send = request.arrival_s
+            # A replay under other factors must not start the step that admits this request
+            # before its scheduled send (a faster step would otherwise see it early).
+            observer.release = send if observer.release is None else max(observer.release, send)
             run.scheduled_s[request.request_id] = send
             run.send_step[request.request_id] = -1
             if max_concurrency is not None and freed_at > send:
@@ -141,5 +150,6 @@ def run_client(engine: Engine, requests: list[Request], max_concurrency: int | N
     run.rejected = list(engine.rejected)
     run.duration_s = engine.now
     run.step_costs = observer.cost_rows
+    run.admit_step = observer.admitted
     engine.runner = observer.runner
     return run

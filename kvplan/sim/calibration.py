@@ -36,8 +36,8 @@ from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.measured import MeasuredRun, batch_defaults
 from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.factory import SimulatedEngineFactory
-from kvplan.sim.step_model import (CALIBRATION_FORMAT, DATASHEET, FACTOR_NAMES, StepModelParams,
-                                 load_calibration)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
+from kvplan.sim.step_model import (CALIBRATION_FORMAT, DATASHEET, FACTOR_NAMES, StepCosts, StepModelParams,
+                                 load_calibration, step_seconds)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.workload.request import Request
@@ -132,14 +132,13 @@ class Replay:
     run: MeasuredRun
     peak_bandwidth: float
     peak_flops: float
-    weight_bytes: np.ndarray
-    kv_bytes: np.ndarray
-    flops: np.ndarray
-    sequences: np.ndarray
-    fixed_s: np.ndarray  # all-reduce + swap/transfer seconds, not scaled by any factor
+    costs: StepCosts  # every step's raw costs, one array per field; all_reduce_s also holds
+    #                   the swap/transfer seconds, which no factor scales
+    recorded_dt: np.ndarray  # each step's seconds in the recorded simulation
     release: np.ndarray
     scheduled: np.ndarray
     send_step: np.ndarray
+    admit: np.ndarray
     first: np.ndarray
     last: np.ndarray
     outputs: np.ndarray
@@ -147,35 +146,74 @@ class Replay:
     @classmethod
     def record(cls, run: MeasuredRun, params: StepModelParams) -> Replay:
         _, client = simulate(run, params, record=True)
-        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, 7)
+        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, 9)
         ids = sorted(client.first_step)
         runner_roof = load_gpu(run.gpu)
         model = load_model(run.model)
         roof = Roofline(model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype)
         lengths = {s.request.request_id: s.request.output_len for s in client.finished}
-        return cls(run, roof.bandwidth, roof.peak_flops, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                   rows[:, 4] + rows[:, 5], rows[:, 6], np.array([client.scheduled_s[i] for i in ids]),
-                   np.array([client.send_step[i] for i in ids], dtype=np.int64),
-                   np.array([client.first_step[i] for i in ids], dtype=np.int64),
-                   np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
-                   np.array([lengths[i] for i in ids], dtype=float))
+        costs = StepCosts(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5] + rows[:, 6], rows[:, 8])
+        replay = cls(run, roof.bandwidth, roof.peak_flops, costs, np.zeros(len(rows)), rows[:, 7],
+                     np.array([client.scheduled_s[i] for i in ids]),
+                     np.array([client.send_step[i] for i in ids], dtype=np.int64),
+                     np.array([client.admit_step[i] for i in ids], dtype=np.int64),
+                     np.array([client.first_step[i] for i in ids], dtype=np.int64),
+                     np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
+                     np.array([lengths[i] for i in ids], dtype=float))
+        replay.recorded_dt[:] = replay.step_times({n: getattr(params, n) for n in FACTOR_NAMES})
+        return replay
+
+    @property
+    def timing_dependent(self) -> bool:
+        """An open loop at a finite rate: which requests share a step depends on step times."""
+        return self.run.benchmark == "serving" and math.isfinite(self.run.request_rate) and self.run.max_concurrency is None
+
+    def step_times(self, factors: dict[str, float]) -> np.ndarray:
+        return step_seconds(self.costs, self.peak_bandwidth * factors["bandwidth_factor"],
+                            self.peak_bandwidth * factors["attention_bandwidth_factor"],
+                            self.peak_flops * factors["flops_factor"], factors["overhead_s"], factors["overhead_per_seq_s"])
+
+    def _ends(self, dt: np.ndarray) -> np.ndarray:
+        """Each step's end on one clock: steps run back to back, none before its release."""
+        total = np.cumsum(dt)
+        return total + np.maximum(0.0, np.maximum.accumulate(self.release - (total - dt)))
 
     def predict(self, factors: dict[str, float]) -> dict[str, float]:
-        dt = (factors["overhead_s"] + factors["overhead_per_seq_s"] * self.sequences + self.fixed_s
-              + np.maximum(self.weight_bytes / (self.peak_bandwidth * factors["bandwidth_factor"])
-                           + self.kv_bytes / (self.peak_bandwidth * factors["attention_bandwidth_factor"]),
-                           self.flops / (self.peak_flops * factors["flops_factor"])))
-        total = np.cumsum(dt)
-        before = total - dt
-        end = total + np.maximum(0.0, np.maximum.accumulate(self.release - before))
-        send = np.where(self.send_step >= 0, np.maximum(self.scheduled, end[np.maximum(self.send_step, 0)]),
-                        self.scheduled)
-        ttft = end[self.first] - send
+        dt = self.step_times(factors)
         multi = self.outputs > 1
-        tpot = (end[self.last] - end[self.first])[multi] / (self.outputs[multi] - 1)
-        duration = float(end[-1]) if len(end) else 1e-12
+        if self.timing_dependent:
+            ttft, finish, tpot = self._local_timeline(dt)
+            duration = float(finish.max()) if len(finish) else 1e-12
+        else:
+            end = self._ends(dt)
+            send = np.where(self.send_step >= 0, np.maximum(self.scheduled, end[np.maximum(self.send_step, 0)]),
+                            self.scheduled)
+            ttft = end[self.first] - send
+            tpot = (end[self.last] - end[self.first])[multi] / (self.outputs[multi] - 1)
+            duration = float(end[-1]) if len(end) else 1e-12
         return {"output_throughput": float(self.outputs.sum()) / duration, **latency_figures(ttft, tpot),
                 "latency_avg_s": duration}
+
+    def _local_timeline(self, dt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """TTFT, finish time and TPOT per request when the schedule depends on timing.
+
+        One clock for the whole recorded schedule would carry every step's slowdown into all
+        later arrivals: at slower factors a queue builds that the real server, batching more,
+        never has (and at faster ones steps would wait for arrivals). So each request is timed
+        along its own steps only, from the step that admitted it: its wait before that step
+        (recorded, scaled as the step it waited on) plus the steps it ran in, each at the new
+        factors. At the recorded factors this is the simulation itself.
+        """
+        cum = np.cumsum(dt)
+        start = cum - dt
+        recorded_end = self._ends(self.recorded_dt)
+        waited = np.maximum(0.0, recorded_end[self.admit] - self.recorded_dt[self.admit] - self.scheduled)
+        before = np.maximum(self.admit - 1, 0)
+        scale = np.where(self.admit > 0, dt[before] / np.maximum(self.recorded_dt[before], 1e-15), 1.0)
+        began = self.scheduled + waited * scale - start[self.admit]
+        multi = self.outputs > 1
+        tpot = (cum[self.last] - cum[self.first])[multi] / (self.outputs[multi] - 1)
+        return began + cum[self.first] - self.scheduled, began + cum[self.last], tpot
 
 
 def compared(run: MeasuredRun) -> list[str]:

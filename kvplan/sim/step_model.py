@@ -5,24 +5,31 @@ tensor peak). Real engines pay more, and this model adds each cost as a mechanis
 few parameters, so a fit on published runs carries over to other models and loads:
 
     t = overhead_s + overhead_per_seq_s x sequences
-        + max(weight bytes / (bandwidth_factor x HBM peak)
-              + KV bytes / (attention_bandwidth_factor x HBM peak),
-              FLOPs / (flops_factor x tensor peak))
+        + max(weight bytes / (bandwidth_factor x HBM peak), linear FLOPs / (flops_factor x tensor peak))
+        + max(KV bytes / (attention_bandwidth_factor x HBM peak), attention FLOPs / (flops_factor x tensor peak))
         + all_reduce
 
 - weight bytes: what one forward pass reads (every dense weight; for MoE only the experts
   the batch's tokens route to, uniform routing: E(1 - (1 - k/E)^tokens)); KV bytes: what
   each scheduled sequence's attention reads at its own context (sliding windows read only
   the window). They get separate factors because paged-attention kernels reach a lower
-  share of HBM bandwidth than the weight GEMMs do. A chunked-prefill step mixing prefill chunks and decodes reads the weights once
-  for all of them and pays each sequence's attention separately.
-- FLOPs: 2 x active parameters per token, plus attention QK^T and PV per (query, key) pair.
+  share of HBM bandwidth than the weight GEMMs do. A chunked-prefill step mixing prefill
+  chunks and decodes reads the weights once for all of them and pays each sequence's
+  attention separately.
+- linear FLOPs: 2 x active parameters per token; attention FLOPs: QK^T and PV per (query,
+  key) pair.
+- The GEMMs and the attention are separate kernels, each bound by its own resource: a large
+  decode batch is compute-bound in the GEMMs while its attention still streams the KV from
+  HBM, so the two terms add rather than hide behind one max().
 - all_reduce (tensor parallel only): 2 per layer (after attention and after the MLP), each
   of tokens x hidden x 2 bytes (bf16 activations), ring algorithm: latency +
   2 (tp - 1) / tp x message / link bandwidth, with the link's bandwidth and latency from the
   GPU profile (NVLink, Infinity Fabric or PCIe).
 - overhead_s: fixed per-step cost (scheduling, input preparation, kernel launches and
   sampling the GPU does not hide); overhead_per_seq_s: the part that grows with the batch.
+  Under vLLM V0's multi-step scheduling (--num-scheduler-steps N) the CPU work of one
+  scheduling decision serves N steps (vLLM RFC #6854), so both are charged on the steps the
+  scheduler decided and not on the N - 1 steps that follow.
 
 bandwidth_factor and flops_factor are achieved / datasheet peak. Defaults per GPU family are
 fitted on the published runs in ../shared/data/serving (benchmarks/serving_fidelity.py) and
@@ -38,6 +45,8 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from kvplan.core.scheduler import StepPlan
 from kvplan.plan.roofline import Roofline
@@ -84,9 +93,22 @@ class StepCosts:
 
     weight_bytes: float
     kv_bytes: float
-    flops: float
+    linear_flops: float
+    attention_flops: float
     sequences: int
     all_reduce_s: float
+    decisions: float = 1.0  # 1 on a step the scheduler decided, 0 inside a multi-step run
+
+
+def step_seconds(costs: StepCosts | Any, bandwidth: float, attention_bandwidth: float, flops_rate: float,
+                 overhead_s: float, overhead_per_seq_s: float) -> Any:
+    """The step time formula (module docstring) for one step's costs, or for arrays of many
+    steps' costs (kvplan.sim.calibration's replays): the one home of the formula."""
+    top = np.maximum if isinstance(costs.weight_bytes, np.ndarray) else max
+    return ((overhead_s + overhead_per_seq_s * costs.sequences) * costs.decisions
+            + top(costs.weight_bytes / bandwidth, costs.linear_flops / flops_rate)
+            + top(costs.kv_bytes / attention_bandwidth, costs.attention_flops / flops_rate)
+            + costs.all_reduce_s)
 
 
 class StepModelRunner(SimulatedRunner):
@@ -127,13 +149,13 @@ class StepModelRunner(SimulatedRunner):
     def costs(self, plan: StepPlan) -> StepCosts:
         kv_bytes, attention = self.attention_costs(plan)
         tokens = plan.num_tokens
-        return StepCosts(self.weight_bytes(tokens), kv_bytes, self.linear_flops_per_token * tokens + attention,
-                         len(plan.scheduled), self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens)
+        return StepCosts(self.weight_bytes(tokens), kv_bytes, self.linear_flops_per_token * tokens, attention,
+                         len(plan.scheduled), self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens,
+                         1.0 if plan.decision else 0.0)
 
     def step_time_from(self, c: StepCosts) -> float:
-        return (self.overhead_s + self.overhead_per_seq_s * c.sequences
-                + max(c.weight_bytes / self.bandwidth + c.kv_bytes / self.attention_bandwidth, c.flops / self.flops_rate)
-                + c.all_reduce_s)
+        return step_seconds(c, self.bandwidth, self.attention_bandwidth, self.flops_rate, self.overhead_s,
+                            self.overhead_per_seq_s)
 
     def step_time(self, plan: StepPlan) -> float:
         seconds = self.step_time_from(self.costs(plan))
