@@ -60,6 +60,9 @@ class StepPlan:
     transfer_s: float = 0.0  # offload tiers: time to bring reloaded prefix blocks back
     swapped_in_slots: int = 0
     swapped_out_slots: int = 0
+    # Whether the scheduler decided this step. Under V0 multi-step scheduling one decision
+    # (scheduling, input preparation, output processing on the CPU) runs N steps.
+    decision: bool = True
 
 
 def _arrival_order(seq: Sequence) -> tuple[float, int, int]:
@@ -114,6 +117,7 @@ class Scheduler:
         may_admit = steps == 1 or not self.running or self.steps_since_admission >= steps
         if may_admit:
             self.steps_since_admission = 0
+        plan.decision = may_admit
         self.steps_since_admission += 1
         if self.config.prefill_first and may_admit and self.waiting:
             budget = self._admit(plan, budget)

@@ -12,6 +12,14 @@ they are fitted and shipped apart:
 A run on an H100 under vLLM 0.6 and one under vLLM 0.11 then share the H100's efficiency
 but not the engine's overhead, which a single factor set per GPU family cannot express.
 SGLang runs use the V1 overheads (a named simplification: SGLang's own are not fitted).
+
+One GEMM path gets hardware factors of its own: per-channel FP8 weights (Meta's fbgemm_fp8
+checkpoints) on ROCm. torch._scaled_mm on ROCm took only per-tensor scales, so vLLM ran
+these through its unfused fallback (the GEMM at unit scales with an fp32 output, then both
+scales applied elementwise) until the rowwise path of vLLM PR #12501, which the AMD authors
+measured at least 2x faster and which needs torch >= 2.7 (vLLM 0.9.0 is the first release
+built on it). Such runs use the factors keyed '<family>/fp8-unfused' when the table has them,
+else their family's.
 """
 
 from __future__ import annotations
@@ -28,6 +36,10 @@ ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")
 GENERATIONS = ("vllm-v0", "vllm-v1")
 DEFAULT_GENERATION = "vllm-v1"
 V1_FROM = (0, 8, 0)  # vLLM 0.8 made the V1 engine the default
+ROCM_FAMILIES = ("cdna3",)
+PER_CHANNEL_FP8 = ("fp8-meta",)  # kvplan.spec.weight_quant recipes with per-channel FP8 scales
+ROCM_ROWWISE_FP8_FROM = (0, 9, 0)
+UNFUSED_FP8 = "fp8-unfused"
 
 
 def engine_generation(engine: str, version: str) -> str:
@@ -36,6 +48,16 @@ def engine_generation(engine: str, version: str) -> str:
     if engine == "vllm" and parsed is not None and parsed < V1_FROM:
         return "vllm-v0"
     return DEFAULT_GENERATION
+
+
+def factor_key(family: str, weight_dtype: str | None, engine: str, version: str) -> str:
+    """The hardware-factor key of a run: its GPU family, or '<family>/fp8-unfused' for
+    per-channel FP8 weights on ROCm under a vLLM without the rowwise GEMM (module docstring)."""
+    parsed = parse_version(version)
+    if (family in ROCM_FAMILIES and (weight_dtype or "").lower() in PER_CHANNEL_FP8 and engine == "vllm"
+            and parsed is not None and parsed < ROCM_ROWWISE_FP8_FROM):
+        return f"{family}/{UNFUSED_FP8}"
+    return family
 
 
 @dataclass(frozen=True)
@@ -47,12 +69,15 @@ class FactorTable:
     notes: dict[str, str] = field(default_factory=dict)  # where each entry was fitted
 
     def factors(self, family: str, generation: str) -> dict[str, float]:
-        hardware = self.families.get(family) or self.families.get("all") or {}
+        hardware = (self.families.get(family) or self.families.get(family.split("/")[0]) or self.families.get("all")
+                    or {})
         engine = self.engines.get(generation) or self.engines.get(DEFAULT_GENERATION) or {}
         return {**{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS}, **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS}}
 
     def describe(self, family: str, generation: str) -> str:
-        pooled = "" if family in self.families else " (all-family fit: no runs of this family)"
+        base = family.split("/")[0]
+        pooled = ("" if family in self.families else f" (the '{base}' factors: no runs of this GEMM path)"
+                  if base in self.families else " (all-family fit: no runs of this family)")
         return f"default for GPU family '{family}'{pooled} and engine {generation}"
 
     def to_toml(self, header: list[str], residuals: dict[str, list[str]]) -> str:

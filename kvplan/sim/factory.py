@@ -17,6 +17,7 @@ from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.memory_model import parse_version
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
+from kvplan.sim.factor_table import engine_generation, factor_key
 from kvplan.sim.step_model import StepModelParams, StepModelRunner, step_model_params
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
@@ -89,7 +90,10 @@ class SimulatedEngineFactory:
             runner = StepModelRunner(roofline, self.step_model)
         elif self.step_model is not None:
             calibration = None if self.step_model == "fitted" else self.step_model
-            runner = StepModelRunner(roofline, step_model_params(calibration, roofline.gpu.family))
+            engine = config.engine or "vllm"
+            key = factor_key(roofline.gpu.family, config.weight_dtype, engine, config.engine_version or "")
+            generation = engine_generation(engine, config.engine_version or "")
+            runner = StepModelRunner(roofline, step_model_params(calibration, key, generation))
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
