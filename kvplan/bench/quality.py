@@ -46,7 +46,7 @@ def served_columns(rows: list[dict[str, Any]], optimizations: list[Any], tokens:
         try:
             factory.check(optimization)  # policy, budget and format as real serving takes them
         except ValueError:
-            continue  # entropy-budget, a budget within one block: measured by the evaluator only
+            continue  # entropy-budget, h2o-holes, a budget within one block: the evaluator only
         if reference is None:
             reference = served_logits(factory, parse_optimization("paged"), tokens)
         row.update(served_quality(factory, optimization, tokens, reference))
