@@ -137,7 +137,9 @@ def test_long_prompts_in_a_batch_quantize_after_prefill(factory) -> None:
         assert written == request.prompt_len + request.output_len - 1
         assert measured == LAYERS * KV_HEADS * fmt.kivi_sequence_bytes(written, HEAD_DIM, FP32)
     assert not engine.runner.kivi.residual  # finished sequences give their residual back
-    assert factory.run_metrics(engine)["kv_bytes_allocated"] > engine.runner.kivi.peak_residual_bytes > 0
+    metrics = factory.run_metrics(engine)
+    assert metrics["kv_bytes_allocated"] > engine.runner.kivi.peak_residual_bytes > 0
+    assert metrics["kivi_bytes_per_seq_measured"] == metrics["kivi_bytes_per_seq_estimated"] > 0
 
 
 @pytest.mark.parametrize(("block_size", "name", "message"), [

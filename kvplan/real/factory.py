@@ -147,7 +147,7 @@ class RealEngineFactory:
         runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
                             backend=self.real.kernel_backend, seed=self.seed)
         if kv_format.scale == "kivi":
-            runner.kivi = KiviServing(pool, config.block_size)
+            runner.kivi = KiviServing(pool, config.block_size, kv_format.name)
         sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
         tiers = make_tiers(config, self.tiers, optimization, sizing)
         recompute_s = 0.0
@@ -204,6 +204,16 @@ class RealEngineFactory:
             metrics["eviction_copied_slots"] = round((eviction.copied_slots + sink_copies) / per_slot)
             if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
                 metrics["eviction_hole_blocks_ratio"] = eviction.hole_blocks / eviction.compact_blocks
+        kivi = getattr(engine.runner, "kivi", None)
+        if kivi is not None and kivi.measured:  # at each sequence's last step: the pool's tensors vs the estimator
+            spec, group = self.loaded.spec, self.loaded.spec.token_groups[0]
+            full = next(self.loaded.model.parameters()).element_size()
+            fmt = parse_kv_format(kivi.format_name, spec)
+            finished = list(kivi.measured.values())
+            metrics["kivi_bytes_per_seq_measured"] = sum(b for _, b in finished) / len(finished)
+            metrics["kivi_bytes_per_seq_estimated"] = sum(
+                spec.num_layers * group.num_kv_heads * fmt.kivi_sequence_bytes(tokens, group.head_dim, full)
+                for tokens, _ in finished) / len(finished)
         storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None
         for direction, moved in (storage.stats.items() if storage is not None else ()):
             metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s

@@ -55,6 +55,7 @@ class _SeqPlan:
 class KiviServing:
     pool: list[Any]  # one KiviPagedCache per layer
     block_size: int
+    format_name: str  # kivi-int2 / kivi-int4
     residual: dict[tuple[int, int], list[list[Any]]] = field(default_factory=dict)  # per layer [keys, values]
     done: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (keys, values) quantized
     measured: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (tokens, bytes) at finish
