@@ -21,29 +21,32 @@ def served_columns(rows: list[dict[str, Any]], optimizations: list[Any], tokens:
     """Add served_perplexity / served_kl_mean: the same text teacher-forced through the
     serving engine (scheduler, paged pool, policy, kernels; kvplan/real/teacher.py), for
     each optimization real serving runs (others are left without)."""
-    from kvplan.bench.optimizations import parse_optimization
-    from kvplan.core.setup import RealConfig, SizingConfig
-    from kvplan.real.factory import RealEngineFactory
-    from kvplan.real.teacher import served_logits, served_quality
-
     from dataclasses import replace
 
+    from kvplan.bench.optimizations import parse_optimization
+    from kvplan.core.setup import RealConfig, SizingConfig
+    from kvplan.kernels.kivi import KIVI_GROUP
+    from kvplan.real.factory import RealEngineFactory
+    from kvplan.real.teacher import served_logits, served_quality
     from kvplan.spec import parse_kv_format
 
     block = 16
     sizing = SizingConfig(model=str(model_path) if model_path else model, gpu="l4", kv_dtype=dtype,
-                          block_size=block, max_model_len=len(tokens) + block)
+                          block_size=block, max_model_len=len(tokens) + KIVI_GROUP)
     factory = RealEngineFactory(sizing, RealConfig(device="cpu", model_path=str(model_path) if model_path else None,
                                                    layers=layers, model_dtype=dtype), seed=seed, kv_budget=kv_budget)
-    # a pool of one text (and a block to spare) in the widest format: the model's own precision
+    # a pool of one text (and a block or two to spare) in the widest format: the model's own precision
     slot_bytes = factory.loaded.spec.kv_bytes_per_token(parse_kv_format(dtype, factory.loaded.spec))
-    factory.sizing = replace(sizing, kv_cache_gib=(len(tokens) + 2 * block) * slot_bytes / GIB)
+    pooled = replace(sizing, kv_cache_gib=(len(tokens) + 2 * KIVI_GROUP) * slot_bytes / GIB)
     reference = None
     for row, optimization in zip(rows, optimizations):
+        kivi = parse_kv_format(optimization.kv_dtype or dtype, factory.loaded.spec).scale == "kivi"
+        # KIVI's pool keeps one key group per block, so its engine runs 32-token blocks
+        factory.sizing = replace(pooled, block_size=KIVI_GROUP) if kivi else replace(pooled, block_size=block)
         try:
             factory.check(optimization)  # policy, budget and format as real serving takes them
         except ValueError:
-            continue  # KIVI, entropy-budget, a budget within one block: measured by the evaluator only
+            continue  # entropy-budget, h2o-holes, a budget within one block: the evaluator only
         if reference is None:
             reference = served_logits(factory, parse_optimization("paged"), tokens)
         row.update(served_quality(factory, optimization, tokens, reference))

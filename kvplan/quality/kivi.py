@@ -1,13 +1,12 @@
-"""KIVI (Liu et al. 2024) storage for one layer, as the reference code keeps it: asymmetric
-min/max quantization with a zero point; keys per channel over groups of `group` tokens,
-values per token over groups of channels; a full-precision residual of recent tokens.
+"""KIVI (Liu et al. 2024) storage for one layer in the quality evaluator, as the reference
+code keeps it; the quantizer, the residual rule and the value/key grouping are
+kvplan.kernels.kivi's, shared with real serving's paged pool (kvplan/real/kivi_pool.py).
 
 Keys gather in a full-precision buffer until it holds `residual` tokens, then the whole
 buffer is quantized (per channel, `group` tokens per scale) and emptied; values keep the
 `residual` newest tokens in full precision and quantize the oldest one as each new token
 arrives. Quantized data is packed in uint8 (2 or 4 values per byte) beside fp32 scales and
-minima (KIVI keeps them in the model's dtype: kvplan sizes every scale as fp32), and the
-bytes are measured from these tensors.
+minima, and the bytes are measured from these tensors.
 """
 
 from __future__ import annotations
@@ -17,36 +16,10 @@ from typing import Any
 
 import torch
 
-from kvplan.kernels.quant import pack_bits, unpack_bits
+from kvplan.kernels.kivi import (KIVI_GROUP, KIVI_RESIDUAL, dequantize_keys, dequantize_values, kivi_bits,
+                                 quantize_keys, quantize_values, settle_counts)
 
-KIVI_GROUP = 32  # tokens per key scale, channels per value scale (the paper's G)
-KIVI_RESIDUAL = 32  # recent tokens kept in full precision (the paper's R, a multiple of G)
-
-
-def kivi_bits(fmt: str | None) -> int:
-    """2 or 4 for 'kivi-int2' / 'kivi-int4', else 0."""
-    if fmt and fmt.startswith("kivi-int") and fmt[8:] in ("2", "4"):
-        return int(fmt[8:])
-    if fmt and fmt.startswith("kivi"):
-        raise ValueError(f"unknown KIVI format '{fmt}'; use kivi-int2 or kivi-int4")
-    return 0
-
-
-def quantize_asymmetric(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Quantize along the last dim, one (scale, min) per row: q = round((x - min) / scale)
-    in [0, 2**bits - 1]; returns (packed uint8, scale, min)."""
-    levels = 2**bits - 1
-    low = x.amin(-1, keepdim=True)
-    scale = (x.amax(-1, keepdim=True) - low) / levels
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round((x - low) / safe).clamp(0, levels)
-    return pack_bits(q - 2 ** (bits - 1), bits), scale[..., 0], low[..., 0]
-
-
-def dequantize_asymmetric(packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bits: int,
-                          n: int) -> torch.Tensor:
-    q = unpack_bits(packed, bits, n).float() + 2 ** (bits - 1)
-    return q * scale[..., None] + low[..., None]
+__all__ = ["KIVI_GROUP", "KIVI_RESIDUAL", "KiviLayer", "kivi_bits"]
 
 
 @dataclass
@@ -54,7 +27,7 @@ class KiviLayer:
     bits: int
     group: int = KIVI_GROUP
     residual: int = KIVI_RESIDUAL
-    # keys: [kv_heads, head_dim, groups, packed group] + scale/min [kv_heads, head_dim, groups]
+    # keys: per quantized run [kv_heads, groups, head_dim, packed group] + scale/min [kv_heads, groups, head_dim]
     key_packed: list[Any] = field(default_factory=list)
     key_scale: list[Any] = field(default_factory=list)
     key_min: list[Any] = field(default_factory=list)
@@ -74,29 +47,32 @@ class KiviLayer:
         self.value_full = value if self.value_full is None else torch.cat([self.value_full, value], dim=1)
 
     def settle(self) -> None:
-        """After the step's attention (as the reference): a full key buffer is quantized, and
+        """After the step's attention (as the reference): full key groups are quantized, and
         values beyond the residual window leave it oldest first."""
-        if self.key_full is not None and self.key_full.shape[1] == self.residual:
-            heads, tokens, dim = self.key_full.shape
-            grouped = self.key_full.float().transpose(1, 2).reshape(heads, dim, tokens // self.group, self.group)
-            packed, scale, low = quantize_asymmetric(grouped, self.bits)
+        keys, values = settle_counts(self._count(self.key_full), self._count(self.value_full), self.residual)
+        if keys:
+            heads, _, dim = self.key_full.shape
+            grouped = self.key_full[:, :keys].float().reshape(heads, keys // self.group, self.group, dim)
+            packed, scale, low = quantize_keys(grouped, self.bits)
             self.key_packed.append(packed)
             self.key_scale.append(scale)
             self.key_min.append(low)
-            read = dequantize_asymmetric(packed, scale, low, self.bits, self.group).reshape(heads, dim, -1)
-            self.key_read = _extend(self.key_read, read.transpose(1, 2))
-            self.key_full = None
-        while self.value_full is not None and self.value_full.shape[1] > self.residual:
-            oldest = self.value_full[:, :1].float()
-            heads, _, dim = oldest.shape
-            width = min(self.group, dim)
-            packed, scale, low = quantize_asymmetric(oldest.reshape(heads, 1, -(-dim // width), width), self.bits)
+            read = dequantize_keys(packed, scale, low, self.bits, self.group).reshape(heads, keys, dim)
+            self.key_read = _extend(self.key_read, read)
+            self.key_full = self.key_full[:, keys:] if keys < self.key_full.shape[1] else None
+        if values:
+            oldest = self.value_full[:, :values]
+            packed, scale, low = quantize_values(oldest, self.bits, self.group)
             self.value_packed.append(packed)
             self.value_scale.append(scale)
             self.value_min.append(low)
-            read = dequantize_asymmetric(packed, scale, low, self.bits, width).reshape(heads, 1, -1)[..., :dim]
-            self.value_read = _extend(self.value_read, read)
-            self.value_full = self.value_full[:, 1:]
+            self.value_read = _extend(self.value_read, dequantize_values(packed, scale, low, self.bits,
+                                                                         oldest.shape[-1], self.group))
+            self.value_full = self.value_full[:, values:]
+
+    @staticmethod
+    def _count(buffer: Any) -> int:
+        return 0 if buffer is None else buffer.shape[1]
 
     def keys(self) -> torch.Tensor:
         """All keys as attention reads them, [kv_heads, n, head_dim]."""
@@ -109,7 +85,7 @@ class KiviLayer:
 
     @property
     def tokens(self) -> int:
-        return len(self.value_packed) + (self.value_full.shape[1] if self.value_full is not None else 0)
+        return sum(t.shape[1] for t in self.value_packed) + self._count(self.value_full)
 
     def nbytes(self) -> int:
         """Bytes the layer's K and V occupy, measured from its tensors."""

@@ -39,6 +39,7 @@ class StepContext:
     prefill_max_query: int
     backend: str | None = None
     eviction: Any = None  # real/eviction.py's RealEviction: an eviction policy working on the pool
+    kivi: Any = None  # real/kivi_pool.py's KiviServing: a KIVI pool and its full-precision residuals
     # Index work the torch kernels derive from the tables and lengths, shared by every layer.
     plan_cache: dict = field(default_factory=dict)
 
@@ -101,12 +102,14 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     k = key[0].transpose(0, 1).contiguous()
     v = value[0].transpose(0, 1).contiguous()
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    common = dict(variant=variant, backend=ctx.backend, plan_cache=ctx.plan_cache)
+    if ctx.kivi is not None:  # quantized blocks + residual, stored and read as KIVI does
+        return ctx.kivi.attend(module.layer_idx, q, k, v, scale, ctx, common).to(q.dtype).unsqueeze(0), None
     write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
              backend=ctx.backend)
     if eviction is not None:
         eviction.before_attention(module.layer_idx, cache, k.dtype, ctx.backend)
-    common = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, variant=variant, backend=ctx.backend,
-                  plan_cache=ctx.plan_cache)
+    common.update(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale)
     parts = []
     n = ctx.num_decode
     if n:

@@ -16,6 +16,7 @@ from kvplan.core.engine import Engine
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig, make_tiers
 from kvplan.real.eviction import RealEviction, check_real_policy
+from kvplan.real.kivi_pool import KiviServing, check_kivi_serving
 from kvplan.real.streaming import SinkCopies
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
@@ -93,9 +94,10 @@ class RealEngineFactory:
         """What real mode refuses, said before any work (the warm-up, the progress bars); the
         pool size itself depends on the device's free memory and is checked on building."""
         self._policy(optimization)
-        if parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec).scale == "kivi":
-            raise ValueError("KIVI formats are measured with --quality-text only (the serving kernels store "
-                             "per-token or group scales)")
+        kv_format = parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec)
+        if kv_format.scale == "kivi":
+            check_kivi_serving(self.sizing.block_size, optimization.allocator, optimization.prefix_caching,
+                               optimization.offload, optimization.policy, kv_format.name)
 
     def _policy(self, optimization: Optimization) -> PolicySpec | None:
         if not optimization.policy:
@@ -130,14 +132,22 @@ class RealEngineFactory:
                              "raise --kv-cache-gib")
         group = spec.token_groups[0]
         store_dtype = next(p.dtype for p in loaded.model.parameters())
-        pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
-                                  dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
+        if kv_format.scale == "kivi":  # quantized blocks; the residual lives beside them (real/kivi_pool.py)
+            from kvplan.kernels.kivi import allocate_kivi_cache
+
+            pool = [allocate_kivi_cache(kv_format.bits, blocks, group.num_kv_heads, group.head_dim,
+                                        device=loaded.device) for _ in range(spec.num_layers)]
+        else:
+            pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
+                                      dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
         if kv_format.scale == "tensor":  # fp8 / intB-tensor: scales calibrated, not vLLM's default 1.0
             for cache, (k_scale, v_scale) in zip(pool, self._tensor_scales(kv_format.name)):
                 cache.k_scale.fill_(k_scale)
                 cache.v_scale.fill_(v_scale)
         runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
                             backend=self.real.kernel_backend, seed=self.seed)
+        if kv_format.scale == "kivi":
+            runner.kivi = KiviServing(pool, config.block_size, kv_format.name)
         sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
         tiers = make_tiers(config, self.tiers, optimization, sizing)
         recompute_s = 0.0
@@ -194,6 +204,16 @@ class RealEngineFactory:
             metrics["eviction_copied_slots"] = round((eviction.copied_slots + sink_copies) / per_slot)
             if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
                 metrics["eviction_hole_blocks_ratio"] = eviction.hole_blocks / eviction.compact_blocks
+        kivi = getattr(engine.runner, "kivi", None)
+        if kivi is not None and kivi.measured:  # at each sequence's last step: the pool's tensors vs the estimator
+            spec, group = self.loaded.spec, self.loaded.spec.token_groups[0]
+            full = next(self.loaded.model.parameters()).element_size()
+            fmt = parse_kv_format(kivi.format_name, spec)
+            finished = list(kivi.measured.values())
+            metrics["kivi_bytes_per_seq_measured"] = sum(b for _, b in finished) / len(finished)
+            metrics["kivi_bytes_per_seq_estimated"] = sum(
+                spec.num_layers * group.num_kv_heads * fmt.kivi_sequence_bytes(tokens, group.head_dim, full)
+                for tokens, _ in finished) / len(finished)
         storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None
         for direction, moved in (storage.stats.items() if storage is not None else ()):
             metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s

@@ -21,6 +21,9 @@ from kvplan.real.attention import ATTENTION_NAME, StepContext, check_supported, 
 def _as_slots(cache: Any) -> Any:
     from dataclasses import replace
 
+    if not hasattr(cache, "key_cache"):
+        return cache  # a KIVI pool (kvplan.kernels.kivi): paged only, never seen as one-slot blocks
+
     def view(tensor: Any) -> Any:
         if tensor is None or tensor.dim() < 4:
             return tensor  # per-tensor scales
@@ -61,12 +64,16 @@ class RealRunner:
         # not the argmax, and every row's logits are kept, prompt rows included.
         self.forced: dict[tuple[int, int], list[int]] = {}
         self.eviction: Any = None  # a RealEviction when the engine runs an eviction policy (real/eviction.py)
+        self.kivi: Any = None  # a KiviServing when the pool stores KIVI (real/kivi_pool.py)
 
     @property
     def kv_bytes(self) -> int:
-        total = 0
+        """Bytes of the pool's tensors (KIVI: plus the peak its residuals held between steps)."""
+        total = 0 if self.kivi is None else self.kivi.peak_residual_bytes
         for cache in self.pool:
-            for tensor in (cache.key_cache, cache.value_cache, cache.k_scale, cache.v_scale):
+            tensors = getattr(cache, "tensors", None) or (cache.key_cache, cache.value_cache, cache.k_scale,
+                                                          cache.v_scale)
+            for tensor in tensors:
                 if tensor is not None:
                     total += tensor.numel() * tensor.element_size()
         return total
@@ -178,7 +185,8 @@ class RealRunner:
             prefill_lens=tensor(slot_ends[num_decode:], torch.int32),
             prefill_max_query=int(prefill_counts.max()) if len(prefill_counts) else 0,
             backend=self.backend,
-            eviction=None if eviction is None else eviction.begin_step(order, slot_starts))
+            eviction=None if eviction is None else eviction.begin_step(order, slot_starts),
+            kivi=None if self.kivi is None else self.kivi.begin_step(order, num_decode, self.device))
         with torch.inference_mode():
             output = self.model(input_ids=torch.tensor([ids], device=self.device),
                                 position_ids=tensor(positions[None, :], torch.long),
