@@ -40,10 +40,12 @@ def served_columns(rows: list[dict[str, Any]], optimizations: list[Any], tokens:
     factory.sizing = replace(sizing, kv_cache_gib=(len(tokens) + 2 * block) * slot_bytes / GIB)
     reference = None
     for row, optimization in zip(rows, optimizations):
+        if "layer_budgets" in row:  # entropy-budget: the evaluator's split, calibrated on the same text
+            factory.layer_budgets = tuple(row["layer_budgets"])
         try:
             factory.check(optimization)  # policy, budget and format as real serving takes them
         except ValueError:
-            continue  # KIVI, entropy-budget, a budget within one block: measured by the evaluator only
+            continue  # KIVI, a budget within one block: measured by the evaluator only
         if reference is None:
             reference = served_logits(factory, parse_optimization("paged"), tokens)
         row.update(served_quality(factory, optimization, tokens, reference))

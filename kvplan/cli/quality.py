@@ -51,6 +51,6 @@ def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | No
     console.print(table)
     if served:
         console.print("[dim]served: the text teacher-forced through the serving engine (scheduler, paged pool, "
-                      "policy, kernels); '-': not servable in real mode (KIVI, entropy-budget)[/]")
+                      "policy, kernels); '-': not servable in real mode (KIVI)[/]")
     console.print("[dim]KL and agreement against the full-precision, full-length cache; agreement: share of "
                   "positions where the optimized cache's greedy token matches the full one's[/]")

@@ -162,6 +162,7 @@ class QualityResult:
     kv_bytes_per_seq: int  # retained at the end of the text
     peak_kv_bytes_per_seq: int
     retained_tokens: list[int]  # per layer (per KV head), at the end
+    layer_budgets: list[int] | None = None  # entropy-budget's calibrated split
 
 
 def bytes_per_token_layer(model: Any, kv_format: str | None) -> int:
@@ -226,7 +227,7 @@ def evaluate(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | N
     if kivi_bits(kv_format):  # measured from the packed tensors
         total = sum(layer.kivi.nbytes() for layer in state.layers)
         return QualityResult(name, nll, math.exp(nll), kl, agreement, total, total,
-                             [layer.kivi.tokens for layer in state.layers])
+                             [layer.kivi.tokens for layer in state.layers], budgets)
     per_token = bytes_per_token_layer(model, kv_format)
     retained = [layer.count for layer in state.layers]
     peak = [layer.peak_tokens for layer in state.layers]
@@ -235,4 +236,4 @@ def evaluate(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | N
         if any(count != expected for count in retained):
             raise RuntimeError(f"{spec.name}: layers hold {retained} tokens, the memory model says {expected}")
     return QualityResult(name, nll, math.exp(nll), kl, agreement, sum(retained) * per_token, sum(peak) * per_token,
-                         retained)
+                         retained, budgets)

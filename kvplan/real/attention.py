@@ -96,6 +96,7 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     eviction = ctx.eviction
     if eviction is not None:
         variant = eviction.variant(variant)
+        ctx = eviction.layer_context(module.layer_idx, ctx)  # entropy-budget: the layer's own slots
         eviction.before_write(module.layer_idx, cache)
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1).contiguous()
