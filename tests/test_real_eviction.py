@@ -171,3 +171,19 @@ def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, s
     assert served == pytest.approx(expected, rel=1e-5)
     if name == "paged":
         assert expected == pytest.approx(evaluate(real_factory.loaded.model, tokens, spec).perplexity, rel=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["int8", pytest.param("int4", marks=SLOW)])
+def test_streaming_on_a_quantized_pool_rounds_its_sinks_once(real_factory, fmt: str) -> None:
+    """A quantized pool stores a re-indexed sink rounded once, from the key as the model
+    computed it (the quality evaluator rounds it so too). Rotating the stored, already rounded
+    sink and storing it again (the earlier engine) served 2 of these 100 tokens differently
+    at int8 (20 at int4)."""
+    from kvplan.quality.evaluate import run_policy
+
+    engine, _ = real_factory.build(parse_optimization(f"paged+streaming+{fmt}"))
+    engine.run([Request(0, 0.0, 20, 100)])
+    tokens = engine.runner.tokens[(0, 0)]
+    assert engine.runner.eviction.sinks.copies == 4 * 5 * (20 + 99 - BUDGET)
+    logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec("streaming", BUDGET), fmt, prompt_len=20)
+    assert logits[19:-1].argmax(-1).tolist() == tokens[20:]

@@ -52,19 +52,22 @@ def policy_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     layer = module.layer_idx
     cache = state.layers[layer]
     k, v = key[0], value[0]  # [kv_heads, 1, head_dim]
+    scales = state.tensor_scales[layer] if state.tensor_scales else (None, None)
     if cache.kivi is not None:
         cache.kivi.append(k, v)
         cache.append(k, v, state.step)  # positions and attention scores only
         keys, values = cache.kivi.keys(), cache.kivi.values()
     else:
+        raw = k if state.kv_format and state.spec.reindexes_positions else None
         if state.kv_format:
-            scales = state.tensor_scales[layer] if state.tensor_scales else (None, None)
             k, v = _round_trip(k, state.kv_format, scales[0]), _round_trip(v, state.kv_format, scales[1])
-        cache.append(k, v, state.step)
+        cache.append(k, v, state.step, raw_key=raw)
         _prune(state, layer, cache)
         keys, values = cache.keys, cache.values
     if state.spec.reindexes_positions:
-        keys = reindexed_keys(cache, keys, state.step, state.inv_freq)
+        # a quantized cache stores a re-indexed key rounded once, from the key as computed
+        store = (lambda x: _round_trip(x, state.kv_format, scales[0])) if state.kv_format else None
+        keys = reindexed_keys(cache, keys, state.step, state.inv_freq, store)
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads = keys.shape[0]
     q = query[0, :, 0].float().reshape(kv_heads, heads // kv_heads, dim)  # query heads grouped by KV head

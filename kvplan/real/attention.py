@@ -105,7 +105,7 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
              backend=ctx.backend)
     if eviction is not None:
-        eviction.before_attention(module.layer_idx, cache, k.dtype, ctx.backend)
+        eviction.before_attention(module.layer_idx, cache, k, v, ctx.backend)
     common = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, variant=variant, backend=ctx.backend,
                   plan_cache=ctx.plan_cache)
     parts = []

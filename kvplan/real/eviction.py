@@ -193,10 +193,13 @@ class RealEviction:
 
     # -- inside each layer's attention ----------------------------------------------------
 
-    def before_attention(self, layer: int, cache: Any, dtype: Any, backend: str | None) -> None:
-        """Streaming: each decode query's window gets the sinks in its first 4 slots."""
+    def before_attention(self, layer: int, cache: Any, key: Any, value: Any, backend: str | None) -> None:
+        """Streaming: each decode query's window gets the sinks in its first 4 slots (`key`,
+        `value`: the step's new K/V as the model computed them, before the pool stored them)."""
         if self.sinks is None:
             return
+        self.sinks.remember(layer, self.steps, key, value)
+        dtype = key.dtype
         for step in self.steps:
             if step.count == 1:
                 self.sinks.place(layer, cache, step.key, step.table, step.slot_start, step.length - 1, dtype, backend)
