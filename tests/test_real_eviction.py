@@ -27,12 +27,16 @@ def config(shared_data: Path, mode: str) -> BenchConfig:
     return BenchConfig(sizing, real=RealConfig(device="cpu", model_path=hf), mode=mode, kv_budget=BUDGET)
 
 
-def simulated_slots(shared_data: Path, name: str) -> dict[int, list[tuple[int, int]]]:
+def simulated_slots(shared_data: Path, name: str, layer_budgets: tuple[int, ...] | None = None
+                    ) -> dict[int, list[tuple[int, int]]]:
     """(tokens written, slots held per head) after each step of each request, from the
-    simulator's memory model."""
+    simulator's memory model (entropy-budget: given the real engine's probed split)."""
+    from dataclasses import replace
+
     from kvplan.bench.matrix import engine_factory
 
-    engine, _ = engine_factory(config(shared_data, "simulated")).build(parse_optimization(name))
+    factory = replace(engine_factory(config(shared_data, "simulated")), layer_budgets=layer_budgets)
+    engine, _ = factory.build(parse_optimization(name))
     budget = engine.allocator.budget
     history: dict[int, list[tuple[int, int]]] = {}
     trim = budget.trim
@@ -54,15 +58,37 @@ def real_factory(shared_data: Path):
     return engine_factory(config(shared_data, "real"))
 
 
-@pytest.mark.parametrize("name", ["h2o", "snapkv", "paged-eviction", "sliding-window", "streaming"])
+def test_entropy_budget_split_is_probed_on_the_models_own_text(real_factory) -> None:
+    """Real serving splits layers x --kv-budget by attention entropy measured on the model's
+    greedy text from BOS (the quality evaluator's calibrate), never on the requests."""
+    from kvplan.quality.evaluate import calibrate
+    from kvplan.real.factory import ENTROPY_PROBE_TOKENS
+
+    split = real_factory.entropy_split()
+    text = real_factory.greedy_text(ENTROPY_PROBE_TOKENS)
+    assert len(text) == ENTROPY_PROBE_TOKENS + 1 and text[0] == 1
+    assert list(split) == calibrate(real_factory.loaded.model, text, PolicySpec("entropy-budget", BUDGET), None)[0]
+    assert sum(split) == 5 * BUDGET and max(split) > BUDGET > min(split)
+
+
+@pytest.mark.parametrize("name", ["h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "entropy-budget"])
 def test_closed_loop_real_pool_holds_what_the_simulator_charges(real_factory, shared_data: Path, name: str) -> None:
     engine, _ = real_factory.build(parse_optimization(name))
     result = engine.run(list(REQUESTS))
     assert result.metrics["requests_finished"] == 4
-    measured = {key[0]: slots for key, slots in engine.runner.eviction.measured.items()}
+    eviction = engine.runner.eviction
+    measured = {key[0]: slots for key, slots in eviction.measured.items()}
     # Slots the pool's tensors really hold (h2o: each head's kept K/V after the moves),
     # step by step, equal the simulator's: exactly, these policies being deterministic in count.
-    assert measured == simulated_slots(shared_data, name)
+    split = real_factory.entropy_split() if name == "entropy-budget" else None
+    assert measured == simulated_slots(shared_data, name, split)
+    if name == "entropy-budget":
+        # each layer holds its own budget (the sequence's blocks the largest: measured above)
+        for key, steps in eviction.layer_measured.items():
+            assert all(layers == tuple(min(length, b) for b in split) for length, layers in steps)
+        assert [slots[-1][1] for slots in measured.values()] == [max(split)] * 4
+        assert measured[3][0] == (70, max(split))
+        return
     # The 70-token prompt is read whole, then pruned to the budget (paged-eviction: 3 whole pages go)
     assert measured[3][0] == (70, 70 - 3 * 16 if name == "paged-eviction" else BUDGET)
     if name == "snapkv":  # the prompt compressed once, then every generated token kept
@@ -82,7 +108,8 @@ def test_closed_loop_real_pool_holds_what_the_simulator_charges(real_factory, sh
 
 
 @pytest.mark.parametrize(("name", "prompt"), [("h2o", 20), ("snapkv", 50), ("paged-eviction", 20), ("streaming", 20),
-                                            ("streaming", 50), pytest.param("streaming-abspos", 50, marks=SLOW)])
+                                            ("streaming", 50), pytest.param("streaming-abspos", 50, marks=SLOW),
+                                            ("entropy-budget", 20)])
 def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, name: str, prompt: int) -> None:
     """The serving engine (paged kernels, per-head holes refilled in the pool) and the
     quality evaluator (a contiguous per-head cache) implement the same policy: teacher-forced
@@ -99,25 +126,30 @@ def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, n
         assert eviction.sinks.copies == 4 * 5 * (prompt + 59 - BUDGET)  # each query at position >= the budget, 5 layers
     else:
         assert eviction.copied_slots > 0 or name == "paged-eviction"
-    held = {"snapkv": BUDGET + 59, "paged-eviction": 79 - 48}.get(name, BUDGET)
+    split = real_factory.entropy_split() if name == "entropy-budget" else None
+    held = {"snapkv": BUDGET + 59, "paged-eviction": 79 - 48, "entropy-budget": max(split or [0])}.get(name, BUDGET)
     assert eviction.measured[(0, 0)][-1] == (prompt + 59, held)
     if name == "h2o":
         # Holes left in place would keep more blocks than compaction does (every layer and
         # head must drop a block's tokens before it frees): measured on the same run.
         metrics = real_factory.run_metrics(engine)
         assert metrics["eviction_hole_blocks_ratio"] > 1.0
-    logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec(name, BUDGET), prompt_len=prompt)
+    logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec(name, BUDGET), prompt_len=prompt,
+                           layer_budgets=list(split) if split else None)
     assert logits[prompt - 1:-1].argmax(-1).tolist() == tokens[prompt:]
+    if name == "entropy-budget":  # the split matters: an even one predicts other tokens here
+        even, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec(name, BUDGET), prompt_len=prompt)
+        assert even[prompt - 1:-1].argmax(-1).tolist() != tokens[prompt:]
 
 
-@pytest.mark.parametrize("name", ["h2o-holes", "entropy-budget"])
+@pytest.mark.parametrize("name", ["h2o-holes"])
 def test_real_mode_refuses_policies_it_cannot_evict(real_factory, name: str) -> None:
     with pytest.raises(ValueError, match=f"real mode cannot run '{name}': .*; measure it with --quality-text"):
         real_factory.build(parse_optimization(name))
 
 
 @pytest.mark.parametrize("name", [pytest.param("paged", marks=SLOW), "paged+h2o", "paged+snapkv", "paged+streaming",
-                                  pytest.param("paged+paged-eviction", marks=SLOW)])
+                                  pytest.param("paged+paged-eviction", marks=SLOW), "paged+entropy-budget"])
 def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, shared_data: Path, name: str) -> None:
     """Teacher-forced through the scheduler, the paged pool, the policy and the kernels that
     serve, the text's perplexity is the quality evaluator's (float32 sums in another order)."""
@@ -132,9 +164,26 @@ def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, s
     served = served_quality(real_factory, optimization, tokens)["served_perplexity"]
     from kvplan.quality.evaluate import run_policy
 
-    logits, _ = run_policy(real_factory.loaded.model, tokens, spec,
+    split = real_factory.entropy_split() if optimization.policy == "entropy-budget" else None
+    logits, _ = run_policy(real_factory.loaded.model, tokens, spec, layer_budgets=list(split) if split else None,
                            prompt_len=served_prompt_len(optimization.policy, len(tokens)))
     expected = torch.exp(torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(tokens[1:]))).item()
     assert served == pytest.approx(expected, rel=1e-5)
     if name == "paged":
         assert expected == pytest.approx(evaluate(real_factory.loaded.model, tokens, spec).perplexity, rel=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["int8", pytest.param("int4", marks=SLOW)])
+def test_streaming_on_a_quantized_pool_rounds_its_sinks_once(real_factory, fmt: str) -> None:
+    """A quantized pool stores a re-indexed sink rounded once, from the key as the model
+    computed it (the quality evaluator rounds it so too). Rotating the stored, already rounded
+    sink and storing it again (the earlier engine) served 2 of these 100 tokens differently
+    at int8 (20 at int4)."""
+    from kvplan.quality.evaluate import run_policy
+
+    engine, _ = real_factory.build(parse_optimization(f"paged+streaming+{fmt}"))
+    engine.run([Request(0, 0.0, 20, 100)])
+    tokens = engine.runner.tokens[(0, 0)]
+    assert engine.runner.eviction.sinks.copies == 4 * 5 * (20 + 99 - BUDGET)
+    logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec("streaming", BUDGET), fmt, prompt_len=20)
+    assert logits[19:-1].argmax(-1).tolist() == tokens[20:]

@@ -157,7 +157,7 @@ def test_random_weights_from_a_config(tmp_path: Path) -> None:
     (["--device", "cuda"], "no CUDA GPU"),
     (["--model-path", "/nonexistent/model"], "no config.json"),
     (["--kv-cache-gib", "0.0000001"], "too small for one request"),
-    (["--optimizations", "entropy-budget", "--kv-budget", "64"], "--quality-text"),
+    (["--optimizations", "h2o-holes", "--kv-budget", "64"], "--quality-text"),
 ])
 def test_real_mode_errors(args: list[str], message: str, shared_data: Path, tmp_path: Path) -> None:
     if torch.cuda.is_available() and "cuda" in args:

@@ -75,6 +75,12 @@ ROWS: tuple[Row, ...] = (
     Row("eviction policy", "blocks if holes kept", "eviction_hole_blocks_ratio", "float",
         _has("eviction_hole_blocks_ratio"), "blocks if holes kept: blocks held with holes left in place, per "
         "compacted block (measured on the run)"),
+    Row("eviction policy", "budget per layer", "layer_budgets", "pod_ints", _has("layer_budgets"),
+        "budget per layer: entropy-budget's split of layers x --kv-budget by attention entropy (real mode: probed "
+        "on the model's own 200-token greedy text from BOS, never the requests); one block table serves every "
+        "layer, so each sequence holds the largest layer budget in every layer and the smaller layers' unused "
+        "tail slots are internal fragmentation (a simplification: per-layer block tables, vLLM v1's KV-cache "
+        "groups, would hold each layer's own); simulated runs without a split charge every layer --kv-budget"),
     Row("eviction policy", "dropped share of tokens", "evicted_token_share", "pct", _nonzero("evicted_token_share"),
         "dropped share of tokens: of the running sequences' tokens, the share evicted (time-averaged)"),
     Row("sharing", "shared token share", "shared_token_share", "pct", _nonzero("shared_token_share")),

@@ -43,10 +43,12 @@ def served_columns(rows: list[dict[str, Any]], optimizations: list[Any], tokens:
         kivi = parse_kv_format(optimization.kv_dtype or dtype, factory.loaded.spec).scale == "kivi"
         # KIVI's pool keeps one key group per block, so its engine runs 32-token blocks
         factory.sizing = replace(pooled, block_size=KIVI_GROUP) if kivi else replace(pooled, block_size=block)
+        if "layer_budgets" in row:  # entropy-budget: the evaluator's split, calibrated on the same text
+            factory.layer_budgets = tuple(row["layer_budgets"])
         try:
             factory.check(optimization)  # policy, budget and format as real serving takes them
         except ValueError:
-            continue  # entropy-budget, h2o-holes, a budget within one block: the evaluator only
+            continue  # h2o-holes, a budget within one block: the evaluator only
         if reference is None:
             reference = served_logits(factory, parse_optimization("paged"), tokens)
         row.update(served_quality(factory, optimization, tokens, reference))

@@ -52,6 +52,6 @@ def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | No
     if served:
         console.print("[dim]served: the text teacher-forced through the serving engine (scheduler, paged pool, "
                       "policy, kernels; KIVI in 32-token blocks, one key group each); '-': refused by real serving "
-                      "(entropy-budget, h2o-holes, a budget within one block)[/]")
+                      "(h2o-holes, a budget within one block)[/]")
     console.print("[dim]KL and agreement against the full-precision, full-length cache; agreement: share of "
                   "positions where the optimized cache's greedy token matches the full one's[/]")

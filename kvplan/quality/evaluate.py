@@ -52,19 +52,22 @@ def policy_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     layer = module.layer_idx
     cache = state.layers[layer]
     k, v = key[0], value[0]  # [kv_heads, 1, head_dim]
+    scales = state.tensor_scales[layer] if state.tensor_scales else (None, None)
     if cache.kivi is not None:
         cache.kivi.append(k, v)
         cache.append(k, v, state.step)  # positions and attention scores only
         keys, values = cache.kivi.keys(), cache.kivi.values()
     else:
+        raw = k if state.kv_format and state.spec.reindexes_positions else None
         if state.kv_format:
-            scales = state.tensor_scales[layer] if state.tensor_scales else (None, None)
             k, v = _round_trip(k, state.kv_format, scales[0]), _round_trip(v, state.kv_format, scales[1])
-        cache.append(k, v, state.step)
+        cache.append(k, v, state.step, raw_key=raw)
         _prune(state, layer, cache)
         keys, values = cache.keys, cache.values
     if state.spec.reindexes_positions:
-        keys = reindexed_keys(cache, keys, state.step, state.inv_freq)
+        # a quantized cache stores a re-indexed key rounded once, from the key as computed
+        store = (lambda x: _round_trip(x, state.kv_format, scales[0])) if state.kv_format else None
+        keys = reindexed_keys(cache, keys, state.step, state.inv_freq, store)
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads = keys.shape[0]
     q = query[0, :, 0].float().reshape(kv_heads, heads // kv_heads, dim)  # query heads grouped by KV head
@@ -162,6 +165,7 @@ class QualityResult:
     kv_bytes_per_seq: int  # retained at the end of the text
     peak_kv_bytes_per_seq: int
     retained_tokens: list[int]  # per layer (per KV head), at the end
+    layer_budgets: list[int] | None = None  # entropy-budget's calibrated split
 
 
 def bytes_per_token_layer(model: Any, kv_format: str | None) -> int:
@@ -226,7 +230,7 @@ def evaluate(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | N
     if kivi_bits(kv_format):  # measured from the packed tensors
         total = sum(layer.kivi.nbytes() for layer in state.layers)
         return QualityResult(name, nll, math.exp(nll), kl, agreement, total, total,
-                             [layer.kivi.tokens for layer in state.layers])
+                             [layer.kivi.tokens for layer in state.layers], budgets)
     per_token = bytes_per_token_layer(model, kv_format)
     retained = [layer.count for layer in state.layers]
     peak = [layer.peak_tokens for layer in state.layers]
@@ -235,4 +239,4 @@ def evaluate(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | N
         if any(count != expected for count in retained):
             raise RuntimeError(f"{spec.name}: layers hold {retained} tokens, the memory model says {expected}")
     return QualityResult(name, nll, math.exp(nll), kl, agreement, sum(retained) * per_token, sum(peak) * per_token,
-                         retained)
+                         retained, budgets)

@@ -25,13 +25,17 @@ class LayerCache:
     key_absmax: float = 0.0  # of every K/V written (per-tensor scale calibration)
     value_absmax: float = 0.0
     kivi: Any = None  # a KiviLayer when the format is KIVI
+    raw_keys: Any = None  # [kv_heads, n, head_dim] as computed, before rounding (quantized streaming)
 
     @property
     def count(self) -> int:
         return 0 if self.positions is None else self.positions.shape[1]
 
-    def append(self, key: torch.Tensor, value: torch.Tensor, position: int) -> None:
-        """key, value [kv_heads, 1, head_dim]."""
+    def append(self, key: torch.Tensor, value: torch.Tensor, position: int, raw_key: torch.Tensor | None = None
+               ) -> None:
+        """key, value [kv_heads, 1, head_dim]; raw_key: the key before the format rounded it."""
+        if raw_key is not None:
+            self.raw_keys = raw_key if self.raw_keys is None else torch.cat([self.raw_keys, raw_key], dim=1)
         heads = key.shape[0]
         self.key_absmax = max(self.key_absmax, float(key.abs().max()))
         self.value_absmax = max(self.value_absmax, float(value.abs().max()))
@@ -52,6 +56,8 @@ class LayerCache:
         index = torch.from_numpy(kept).long()[..., None].expand(-1, -1, self.keys.shape[-1])
         self.keys = torch.gather(self.keys, 1, index)
         self.values = torch.gather(self.values, 1, index)
+        if self.raw_keys is not None:
+            self.raw_keys = torch.gather(self.raw_keys, 1, index)
         self.positions = np.take_along_axis(self.positions, kept, axis=1)
         self.scores = np.take_along_axis(self.scores, kept, axis=1)
         self.window_rows = []
@@ -84,10 +90,17 @@ def rope_inv_freq(model: Any) -> torch.Tensor:
     return rotary.inv_freq
 
 
-def reindexed_keys(cache: LayerCache, keys: torch.Tensor, step: int, inv_freq: torch.Tensor) -> torch.Tensor:
+def reindexed_keys(cache: LayerCache, keys: torch.Tensor, step: int, inv_freq: torch.Tensor,
+                   store: Any = None) -> torch.Tensor:
     """StreamingLLM: the token in cache slot i sits at position i and the query at n - 1.
-    Only distances matter to RoPE, so keys move by (i - p_i) - (step - (n - 1))."""
+    Only distances matter to RoPE, so keys move by (i - p_i) - (step - (n - 1)).
+    `store` (quantized formats): how the cache stores a key; a moved key is then rotated from
+    the key as computed (`raw_keys`) and stored once, as writing the token at its in-cache
+    position would, not rotated off the rounding grid (the serving engine's sinks match)."""
     n = keys.shape[1]
     slots = torch.arange(n)[None, :]
     delta = slots - torch.from_numpy(cache.positions) + (step - (n - 1))
-    return rotate(keys.float(), delta, inv_freq)
+    if store is None or cache.raw_keys is None:
+        return rotate(keys.float(), delta, inv_freq)
+    moved = store(rotate(cache.raw_keys.float(), delta, inv_freq))
+    return torch.where((delta != 0)[..., None], moved.float(), keys.float())

@@ -69,6 +69,8 @@ def run_quality(model: torch.nn.Module, tokens: list[int], optimizations: list[O
                      "kv_bytes_per_seq": result.kv_bytes_per_seq, "peak_kv_bytes_per_seq": result.peak_kv_bytes_per_seq,
                      "retained_tokens_per_layer": result.retained_tokens,
                      "max_concurrency": pool_bytes / result.kv_bytes_per_seq if result.kv_bytes_per_seq else 0.0})
+        if result.layer_budgets:  # entropy-budget's split, which serving the text must use too
+            rows[-1]["layer_budgets"] = result.layer_budgets
     base = rows[0]
     for row in rows:
         row["perplexity_vs_base"] = row["perplexity"] / base["perplexity"] - 1.0

@@ -97,6 +97,7 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     eviction = ctx.eviction
     if eviction is not None:
         variant = eviction.variant(variant)
+        ctx = eviction.layer_context(module.layer_idx, ctx)  # entropy-budget: the layer's own slots
         eviction.before_write(module.layer_idx, cache)
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1).contiguous()
@@ -108,7 +109,7 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
              backend=ctx.backend)
     if eviction is not None:
-        eviction.before_attention(module.layer_idx, cache, k.dtype, ctx.backend)
+        eviction.before_attention(module.layer_idx, cache, k, v, ctx.backend)
     common.update(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale)
     parts = []
     n = ctx.num_decode

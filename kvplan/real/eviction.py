@@ -14,6 +14,11 @@ evaluator uses it):
   tokens are gathered to the front. paged-eviction picks pages per layer, as the quality
   evaluator does; a block table is shared by every layer, so a page dropped in one layer
   is compacted away there rather than unmapped (named simplification).
+- entropy-budget: h2o per KV head within each layer, at the layer's own budget (probed:
+  real/factory.py). One block table serves every layer, so the sequence's blocks hold the
+  largest layer budget; a layer keeps its tokens compacted in its first slots and writes,
+  reads and scores only those (per-layer slot mappings and lengths: `layer_context`), its
+  tail slots unused (the simulator's internal fragmentation: slots.used_tokens).
 - snapkv: nothing is evicted until the step that reads the prompt's last token; then the
   prompt's last `window` queries (kept across chunks) vote per KV head over the earlier
   prompt tokens, votes are max-pooled, and each head's top tokens plus the window are
@@ -41,12 +46,12 @@ from kvplan.core.sequence import Sequence
 from kvplan.real import pool_slots
 from kvplan.real.streaming import SinkCopies
 
-REAL_POLICIES = ("h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "streaming-abspos")
+REAL_POLICIES = ("h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "streaming-abspos",
+                 "entropy-budget")
 # Why the others stay out of the paged pool (one line each, shown as the refusal).
 REFUSED = {
     "h2o-holes": "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
                  "report the blocks holes would hold: eviction_hole_blocks_ratio)",
-    "entropy-budget": "its layers keep different budgets, but a paged pool's block table is shared by every layer",
 }
 
 
@@ -86,7 +91,11 @@ class RealEviction:
     hole_blocks: int = 0
     compact_blocks: int = 0
     sinks: SinkCopies | None = None  # streaming: the sinks written into each window
+    # per step: (tokens written, slots each layer holds); `measured` keeps the largest
+    layer_measured: dict[tuple[int, int], list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)
     _live: dict[tuple[int, int], set[int]] = field(default_factory=dict)
+    _layer_slots: list[int] = field(default_factory=list)
+    _contexts: dict[int, Any] = field(default_factory=dict)  # entropy-budget: per layer budget, this step's context
 
     @property
     def compacted(self) -> bool:
@@ -103,10 +112,12 @@ class RealEviction:
 
     def begin_step(self, order: list[tuple[Sequence, int]], slot_starts: Any) -> RealEviction:
         self.steps = []
+        self._contexts = {}
+        self._layer_slots = []
         for (seq, count), start in zip(order, slot_starts.tolist()):
             key = (seq.request.request_id, seq.sample_index)
             if seq.num_computed == 0:  # a fresh or recomputed sequence
-                for table in (self.scores, self.positions, self.measured, self.window_queries):
+                for table in (self.scores, self.positions, self.measured, self.window_queries, self.layer_measured):
                     table.pop(key, None)
                 if self.sinks is not None:
                     self.sinks.forget(key)
@@ -114,6 +125,47 @@ class RealEviction:
             self.steps.append(SeqStep(key, seq.prompt_len, int(start), count, seq.num_computed + count,
                                       list(seq.block_table), self.compacted and count == 1 and kept > start))
         return self
+
+    def layer_held(self, step: SeqStep, layer: int, length: int) -> int:
+        """Tokens per head the layer holds once `length` tokens are written."""
+        budgets = self.spec.layer_budgets
+        return held_tokens(self.spec, step.prompt_len, length) if budgets is None else min(length, budgets[layer])
+
+    def layer_start(self, step: SeqStep, layer: int) -> int:
+        """The layer's slot for the step's first new token (entropy-budget: per layer)."""
+        if self.spec.layer_budgets is None:
+            return step.slot_start
+        if step.count == 1:  # evicts before writing, at the layer's budget
+            return self.layer_held(step, layer, step.length) - 1
+        return self.layer_held(step, layer, step.length - step.count)
+
+    def _evicts_first(self, step: SeqStep, layer: int) -> bool:
+        if self.spec.layer_budgets is None:
+            return step.evict_first
+        return step.count == 1 and self.layer_held(step, layer, step.length - 1) > self.layer_start(step, layer)
+
+    def layer_context(self, layer: int, ctx: Any) -> Any:
+        """The step context a layer's attention uses: entropy-budget's layers write their new
+        tokens after, and read, only their own kept slots (layers of one budget share it)."""
+        budgets = self.spec.layer_budgets
+        if budgets is None:
+            return ctx
+        if budgets[layer] not in self._contexts:
+            import torch
+            from dataclasses import replace
+
+            starts = np.array([self.layer_start(step, layer) for step in self.steps], dtype=np.int64)
+            counts = np.array([step.count for step in self.steps], dtype=np.int64)
+            slots = [pool_slots.flat_slots(step.table, start + np.arange(step.count), self.block_size)
+                     for step, start in zip(self.steps, starts.tolist())]
+            device = ctx.slot_mapping.device
+            lens = torch.from_numpy(starts + counts).to(device=device, dtype=torch.int32)
+            decode = ctx.num_decode
+            self._contexts[budgets[layer]] = replace(
+                ctx, slot_mapping=torch.cat(slots).to(device) if slots else ctx.slot_mapping,
+                decode_lens=lens[:decode], decode_max_len=int(lens[:decode].max()) if decode else 0,
+                prefill_lens=lens[decode:], plan_cache={})
+        return self._contexts[budgets[layer]]
 
     def variant(self, variant: Any) -> Any:
         from dataclasses import replace
@@ -141,10 +193,13 @@ class RealEviction:
 
     # -- inside each layer's attention ----------------------------------------------------
 
-    def before_attention(self, layer: int, cache: Any, dtype: Any, backend: str | None) -> None:
-        """Streaming: each decode query's window gets the sinks in its first 4 slots."""
+    def before_attention(self, layer: int, cache: Any, key: Any, value: Any, backend: str | None) -> None:
+        """Streaming: each decode query's window gets the sinks in its first 4 slots (`key`,
+        `value`: the step's new K/V as the model computed them, before the pool stored them)."""
         if self.sinks is None:
             return
+        self.sinks.remember(layer, self.steps, key, value)
+        dtype = key.dtype
         for step in self.steps:
             if step.count == 1:
                 self.sinks.place(layer, cache, step.key, step.table, step.slot_start, step.length - 1, dtype, backend)
@@ -152,25 +207,26 @@ class RealEviction:
     def before_write(self, layer: int, cache: Any) -> None:
         """Decode steps at their budget: per head, fill the victims' holes from the tail."""
         for step in self.steps:
-            if not step.evict_first:
+            if not self._evicts_first(step, layer):
                 continue
+            start = self.layer_start(step, layer)
             scores, positions = self._layer_scores(step, layer), self.positions[step.key][layer]
             heads, kept = scores.shape
             extended = np.concatenate([scores, np.zeros((heads, 1))], axis=1)  # the new token: recent
             extended_positions = np.concatenate([positions, np.full((heads, 1), step.length - 1)], axis=1)
-            keep = self._keep(extended, extended_positions, step.slot_start + 1)[:, :-1]  # the new token stays last
-            moved_heads, sources, targets = pool_slots.fill_holes(keep, step.slot_start)
+            keep = self._keep(extended, extended_positions, start + 1)[:, :-1]  # the new token stays last
+            moved_heads, sources, targets = pool_slots.fill_holes(keep, start)
             pool_slots.move_slots(cache, step.table, self.block_size, moved_heads, sources, targets)
             scores[moved_heads, targets] = scores[moved_heads, sources]
             positions[moved_heads, targets] = positions[moved_heads, sources]
             self.copied_slots += len(moved_heads)
-            self.scores[step.key][layer] = scores[:, :step.slot_start]
-            self.positions[step.key][layer] = positions[:, :step.slot_start]
+            self.scores[step.key][layer] = scores[:, :start]
+            self.positions[step.key][layer] = positions[:, :start]
 
     def after_attention(self, layer: int, cache: Any, query: Any, scale: float, num_layers: int) -> None:
         """Accumulate this step's attention per KV head; compact to what the policy keeps."""
         row = 0
-        for step in self.steps:
+        for index, step in enumerate(self.steps):
             q = query[row:row + step.count]
             row += step.count
             lens = step.slot_start + step.count
@@ -178,12 +234,19 @@ class RealEviction:
                 slots = min(lens, held_tokens(self.spec, step.prompt_len, step.length))
             else:
                 slots = self._compact_step(layer, cache, step, q, scale)
-                self._count_holes(step, layer, num_layers, slots)
-            if layer == num_layers - 1:
-                self.measured.setdefault(step.key, []).append((step.length, slots))
+            self._layer_slots.append(slots)  # layer-major: each layer's steps in order
+            per_layer = self._layer_slots[index::len(self.steps)]
+            if self.compacted:
+                self._count_holes(step, layer, num_layers, max(per_layer))
+            if layer == num_layers - 1:  # the slots the sequence's blocks must hold: its largest layer's
+                self.measured.setdefault(step.key, []).append((step.length, max(per_layer)))
+                self.layer_measured.setdefault(step.key, []).append((step.length, tuple(per_layer)))
+        if layer == num_layers - 1:
+            self._layer_slots = []
 
     def _compact_step(self, layer: int, cache: Any, step: SeqStep, q: Any, scale: float) -> int:
-        lens = step.slot_start + step.count
+        start = self.layer_start(step, layer)
+        lens = start + step.count
         scores = self._layer_scores(step, layer)
         heads = cache.key_cache.shape[2]
         if scores.shape[0] == 0:
@@ -191,7 +254,7 @@ class RealEviction:
             self.positions[step.key][layer] = np.zeros((heads, 0), dtype=np.int64)
         new_positions = np.tile(np.arange(step.length - step.count, step.length), (heads, 1))
         positions = np.concatenate([self.positions[step.key][layer], new_positions], axis=1)
-        held = held_tokens(self.spec, step.prompt_len, step.length)
+        held = self.layer_held(step, layer, step.length)
         keep = None
         if self.spec.name == "snapkv":
             scores = np.zeros((heads, lens))  # snapkv scores once, from its observation window
@@ -201,7 +264,7 @@ class RealEviction:
                 self._remember_queries(step, layer, q)
         else:
             keys = pool_slots.read_keys(cache, step.table, lens, self.block_size)
-            received = pool_slots.attention_probs(keys, q, step.slot_start + np.arange(step.count), scale).sum(axis=1)
+            received = pool_slots.attention_probs(keys, q, start + np.arange(step.count), scale).sum(axis=1)
             scores = np.concatenate([scores, np.zeros((heads, step.count))], axis=1) + received
             if held < lens:
                 keep = self._keep(scores, positions, held)

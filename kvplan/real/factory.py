@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: 40% of the memory free after loading
 CUDA_FREE_SHARE = 0.4
 CALIBRATION_TOKENS = 64  # greedy tokens whose K/V calibrate per-tensor scales
+ENTROPY_PROBE_TOKENS = 200  # greedy tokens whose attention entropy splits entropy-budget (the quality table's)
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
 
 
@@ -85,10 +86,13 @@ class RealEngineFactory:
     tiers: TierConfig = field(default_factory=TierConfig)
     seed: int = 0
     kv_budget: int | None = None  # tokens per KV head an eviction policy keeps (real/eviction.py)
+    # entropy-budget's split of layers x kv_budget; None: probed on the model's own greedy text
+    layer_budgets: tuple[int, ...] | None = None
     mode: str = "real"
 
     def __post_init__(self) -> None:
         self.loaded = load_model_for_bench(self.sizing.model, self.real, self.seed)
+        self._greedy: dict[int, list[int]] = {}
 
     def check(self, optimization: Optimization) -> None:
         """What real mode refuses, said before any work (the warm-up, the progress bars); the
@@ -105,7 +109,8 @@ class RealEngineFactory:
         block = self.sizing.block_size
         if self.kv_budget is None or self.kv_budget <= block:
             raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block ({block} tokens)")
-        policy = PolicySpec(optimization.policy, self.kv_budget, block=block)  # pages are pool blocks
+        split = self.entropy_split() if optimization.policy == "entropy-budget" else None
+        policy = PolicySpec(optimization.policy, self.kv_budget, block=block, layer_budgets=split)  # pages: pool blocks
         check_real_policy(policy)
         if policy.reindexes_positions:
             from kvplan.quality.layer_cache import rope_inv_freq
@@ -171,25 +176,47 @@ class RealEngineFactory:
         scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
 
+    def greedy_text(self, tokens: int) -> list[int]:
+        """The model's own greedy text from BOS (`tokens` generated): what real mode calibrates
+        on, never the workload's prompts."""
+        import torch
+
+        if tokens not in self._greedy:
+            model = self.loaded.model
+            bos = getattr(model.config, "bos_token_id", None) or 1
+            previous = model.config._attn_implementation  # kvplan's paged attention needs a step context
+            model.set_attn_implementation("eager")
+            try:
+                with torch.inference_mode():
+                    self._greedy[tokens] = model.generate(torch.tensor([[bos]], device=model.device),
+                                                          max_new_tokens=tokens, min_new_tokens=tokens,
+                                                          do_sample=False)[0].tolist()
+            finally:
+                model.set_attn_implementation(previous)
+        return self._greedy[tokens]
+
     def _tensor_scales(self, fmt: str) -> list[tuple[float, float]]:
         """Per layer (K, V) scales: absmax / the format's largest value over K/V the model
         writes for its own greedy text from BOS (as vLLM's calculated scales take the first
-        batch's), never the workload's prompts."""
-        import torch
-
+        batch's)."""
         from kvplan.quality.evaluate import calibrate
 
-        model = self.loaded.model
-        bos = getattr(model.config, "bos_token_id", None) or 1
-        previous = model.config._attn_implementation  # kvplan's paged attention needs a step context
-        model.set_attn_implementation("eager")
-        try:
-            with torch.inference_mode():
-                text = model.generate(torch.tensor([[bos]], device=model.device), max_new_tokens=CALIBRATION_TOKENS,
-                                      min_new_tokens=CALIBRATION_TOKENS, do_sample=False)[0].tolist()
-        finally:
-            model.set_attn_implementation(previous)
-        return calibrate(model, text, PolicySpec("full"), fmt)[1]
+        return calibrate(self.loaded.model, self.greedy_text(CALIBRATION_TOKENS), PolicySpec("full"), fmt)[1]
+
+    def entropy_split(self) -> tuple[int, ...]:
+        """entropy-budget's per-layer budgets: layers x kv_budget split by each layer's mean
+        attention entropy over the model's own greedy text from BOS (the quality evaluator's
+        calibrate), unless given (`layer_budgets`)."""
+        from kvplan.quality.evaluate import calibrate
+
+        layers = self.loaded.spec.num_layers
+        if self.layer_budgets is None:
+            budgets, _ = calibrate(self.loaded.model, self.greedy_text(ENTROPY_PROBE_TOKENS),
+                                   PolicySpec("entropy-budget", self.kv_budget), None)
+            self.layer_budgets = tuple(budgets or ())
+        if len(self.layer_budgets) != layers:
+            raise ValueError(f"entropy-budget needs one budget per layer ({layers}), got {len(self.layer_budgets)}")
+        return self.layer_budgets
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
         """Bytes the pool holds, the device, and the measured tier copies (bandwidth, bytes)."""
@@ -202,6 +229,8 @@ class RealEngineFactory:
             per_slot = spec.num_layers * spec.token_groups[0].num_kv_heads
             sink_copies = eviction.sinks.copies * spec.token_groups[0].num_kv_heads if eviction.sinks else 0
             metrics["eviction_copied_slots"] = round((eviction.copied_slots + sink_copies) / per_slot)
+            if eviction.spec.layer_budgets:
+                metrics["layer_budgets"] = list(eviction.spec.layer_budgets)
             if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
                 metrics["eviction_hole_blocks_ratio"] = eviction.hole_blocks / eviction.compact_blocks
         kivi = getattr(engine.runner, "kivi", None)

@@ -12,10 +12,12 @@ matter, so the window keeps its own positions and the sinks, rotated by t - budg
 more positions, sit right before it, as in the paper's cache. `streaming-abspos` writes
 them unrotated (original positions, the named variant).
 
-The sinks' K/V are read once, before the first copy can overwrite them (the first three
-evictions' copies land on slots 1-3), and kept beside the pool as the copies' source: 4
-tokens per layer (quantized pools: the copy is rounded again when written, a named
-simplification). Each decode step writes its 4 copies before attention. A prefill chunk
+The sinks' K/V are kept beside the pool as the copies' source, as the model computed them
+(before the pool stored them: 4 tokens per layer per sequence, in the model's dtype), so
+the first copies cannot overwrite them (they land on slots 1-3) and a quantized pool rounds
+a rotated sink once, as writing the token at its in-cache position would, never its stored
+(already rounded) value a second time; the quality evaluator rounds it the same way. Each
+decode step writes its 4 copies before attention. A prefill chunk
 reads its rows one query at a time once they pass the budget (each needs its own sink
 rotation, and a row's copies only cover tokens no later row of the chunk sees), in the
 decode kernel; the rows before the budget go in one call.
@@ -37,12 +39,30 @@ class SinkCopies:
     budget: int
     block_size: int
     inv_freq: Any = None  # RoPE frequencies; None: sinks keep their original positions
-    stash: dict[tuple[tuple[int, int], int], tuple[Any, Any]] = field(default_factory=dict)  # (seq, layer) -> K, V
+    # (seq, layer) -> the sinks' K, V [<= 4, kv_heads, head_dim] as the model computed them
+    stash: dict[tuple[tuple[int, int], int], tuple[Any, Any]] = field(default_factory=dict)
     copies: int = 0  # sink slots written
 
     def forget(self, key: tuple[int, int]) -> None:
         for stashed in [k for k in self.stash if k[0] == key]:
             del self.stash[stashed]
+
+    def remember(self, layer: int, steps: list[Any], key: Any, value: Any) -> None:
+        """Keep the full-precision K/V of each sequence's first 4 tokens written this step
+        (`key`, `value`: the step's packed rows [tokens, kv_heads, head_dim], in step order)."""
+        import torch
+
+        row = 0
+        for step in steps:
+            first = step.length - step.count  # position of the step's first token
+            if first < SINKS:
+                rows = slice(row, row + min(step.count, SINKS - first))
+                known = self.stash.get((step.key, layer))
+                k, v = key[rows].detach().clone(), value[rows].detach().clone()
+                if known is not None and first > 0:  # a prompt shorter than the sinks: decode steps add them
+                    k, v = torch.cat([known[0], k]), torch.cat([known[1], v])
+                self.stash[(step.key, layer)] = (k, v)
+            row += step.count
 
     def place(self, layer: int, cache: Any, key: tuple[int, int], table: list[int], query_slot: int,
               query_position: int, dtype: Any, backend: str | None) -> None:
@@ -57,12 +77,9 @@ class SinkCopies:
         if shift <= 0:
             return
         stashed = self.stash.get((key, layer))
-        if stashed is None:
-            sinks = np.arange(SINKS)
-            stashed = (pool_slots.read_slots(cache, table, sinks, self.block_size),
-                       pool_slots.read_slots(cache, table, sinks, self.block_size, values=True))
-            self.stash[(key, layer)] = stashed
-        keys, values = stashed
+        if stashed is None or stashed[0].shape[0] < SINKS:
+            raise RuntimeError(f"streaming: sequence {key} has no 4 sinks kept for layer {layer}")
+        keys, values = stashed[0].float(), stashed[1]
         if self.inv_freq is not None:
             heads = keys.shape[1]
             delta = torch.full((heads, SINKS), shift)

@@ -57,6 +57,8 @@ class SimulatedEngineFactory:
     scheduler: SchedulerConfig = SchedulerConfig()
     tiers: TierConfig = TierConfig()
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
+    # entropy-budget's per-layer split (e.g. a real run's probe); None: every layer the budget
+    layer_budgets: tuple[int, ...] | None = None
     mode: str = "simulated"
     # Issue 15, opt-in: None times steps by the bare roofline; "fitted" by the calibrated step
     # model with the GPU family's committed factors; any other text is a `kvplan calibrate` file;
@@ -74,7 +76,9 @@ class SimulatedEngineFactory:
             if self.kv_budget is None or self.kv_budget <= config.block_size:
                 raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
                                  f"({config.block_size} tokens)")
-            policy = PolicySpec(optimization.policy, self.kv_budget, block=config.block_size)  # pages are pool blocks
+            split = self.layer_budgets if optimization.policy == "entropy-budget" else None
+            policy = PolicySpec(optimization.policy, self.kv_budget, block=config.block_size,  # pages are pool blocks
+                                layer_budgets=split)
         roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
         # The policy's memory model (kvplan.core.policies) decides the blocks each sequence
         # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM.
@@ -103,5 +107,7 @@ class SimulatedEngineFactory:
             metrics["step_model"] = runner.params.source
         budget = getattr(engine.allocator, "budget", None)
         if budget is not None and not budget.windowed:  # compaction copies, charged as time
-            metrics["eviction_copied_slots"] = budget.copied_total
+            metrics["eviction_copied_slots"] = round(budget.copied_total)  # entropy-budget: a mean over layers
+        if budget is not None and budget.spec.layer_budgets:
+            metrics["layer_budgets"] = list(budget.spec.layer_budgets)
         return metrics

@@ -11,6 +11,8 @@ prefill chunk attends to everything kept plus the whole chunk, then is pruned (`
 - h2o, snapkv, paged-eviction and entropy-budget keep each head's tokens compacted at the
   front: a hole is filled by moving the last slot's token into it, one slot copied per
   evicted token (`copied_slots`, charged as time), and the tail blocks free;
+  entropy-budget's blocks hold its largest layer budget (one table serves every layer),
+  the smaller layers' tail slots counted as internal fragmentation (slots.used_tokens);
 - h2o-holes leaves holes in place: nothing is copied and no block frees while the
   sequence lives (the bound slots.held_blocks names); evicted tokens stay counted as
   evicted, so the holes show as internal fragmentation.
@@ -19,7 +21,7 @@ prefill chunk attends to everything kept plus the whole chunk, then is pruned (`
 from __future__ import annotations
 
 from kvplan.core.block_pool import BlockPool
-from kvplan.core.policies import SINKS, PolicySpec, attended_tokens, held_tokens
+from kvplan.core.policies import SINKS, PolicySpec, attended_tokens, held_tokens, used_tokens
 from kvplan.core.policies.slots import WINDOW_POLICIES
 from kvplan.core.sequence import Sequence
 
@@ -97,9 +99,12 @@ class PolicyBudget:
     def trim(self, seq: Sequence, pool: BlockPool) -> None:
         """After the step: prune to what the policy keeps and release the blocks that empties."""
         length = seq.num_computed
-        written, kept = self.held.get(id(seq), (0, 0))
+        written = self.held.get(id(seq), (0, 0))[0]
         held = held_tokens(self.spec, seq.prompt_len, length)
-        newly = (length - held) - (written - kept)
+        # Token states per slot of every layer: entropy-budget's smaller layers hold fewer
+        # than `held`, their unused tail slots being internal fragmentation.
+        used, used_before = (used_tokens(self.spec, seq.prompt_len, n) for n in (length, written))
+        newly = (length - used) - (written - used_before)
         self.evicted_slots += newly
         self.evicted_total += newly
         self.held[id(seq)] = (length, held)
@@ -108,7 +113,7 @@ class PolicyBudget:
             return
         if self.spec.keeps_holes:
             return
-        copies = kept + (length - written) - held  # each evicted token's hole is refilled
+        copies = used_before + (length - written) - used  # each evicted token's hole is refilled
         self.copied_slots += copies
         self.copied_total += copies
         target = -(-held // self.block_size)
@@ -129,5 +134,5 @@ class PolicyBudget:
 
     def release(self, seq: Sequence) -> None:
         """The sequence is freed: its dropped tokens no longer count as evicted-while-live."""
-        written, kept = self.held.pop(id(seq), (0, 0))
-        self.evicted_slots -= written - kept
+        written, _ = self.held.pop(id(seq), (0, 0))
+        self.evicted_slots -= written - used_tokens(self.spec, seq.prompt_len, written)

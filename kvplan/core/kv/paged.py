@@ -76,7 +76,8 @@ class PagedAllocator(Allocator):
 
     @property
     def evicted_tokens_total(self) -> int:  # type: ignore[override]
-        return self.budget.evicted_total if self.budget is not None else 0
+        # entropy-budget drops a mean over layers (a fraction of a slot of every layer)
+        return round(self.budget.evicted_total) if self.budget is not None else 0
 
     def use_known_hashes(self, hashes: dict[int, list[int]]) -> None:
         if self.prefix_cache is not None:

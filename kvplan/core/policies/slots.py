@@ -17,8 +17,12 @@ Where tokens sit in the paged pool:
   it charges the bound where heavy hitters can sit in any old block: every written block
   stays, its holes counted as internal fragmentation (named as a bound; real mode
   measures the blocks holes would hold on its h2o runs: eviction_hole_blocks_ratio).
-entropy-budget's per-layer budgets are modeled by their average (blocks hold every layer:
-a simplification named in the docs).
+entropy-budget keeps a different budget in each layer, but a block (and a slot) spans every
+layer and one block table serves them all, so a sequence holds its largest layer budget in
+every layer; layers with smaller budgets leave their tail slots unused: held, counted as
+internal fragmentation, not token states (`used_tokens`). A simplification against
+per-layer block tables (vLLM v1's KV-cache groups), which would hold each layer's own.
+Without a probed split (simulated runs: no weights) every layer is charged the budget.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ WINDOW_POLICIES = ("sliding-window", "streaming", "streaming-abspos")
 
 def held_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
     """Tokens each head holds once the step that wrote token `length` is done."""
-    budget = spec.budget
+    budget = spec.held_budget
     if not spec.evicts or budget is None or length <= budget:
         return length
     if spec.name == "snapkv":  # the prompt is compressed once, later tokens all kept
@@ -41,6 +45,14 @@ def held_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
         dropped_blocks = min(-(-(length - budget) // spec.block), (length - 1) // spec.block)
         return length - dropped_blocks * spec.block
     return budget
+
+
+def used_tokens(spec: PolicySpec, prompt_len: int, length: int) -> float:
+    """Token states the sequence's held slots carry, per slot of every layer: the mean over
+    layers of what each layer keeps (entropy-budget's smaller layers leave slots unused)."""
+    if spec.layer_budgets is None or not spec.evicts:
+        return held_tokens(spec, prompt_len, length)
+    return sum(min(length, budget) for budget in spec.layer_budgets) / len(spec.layer_budgets)
 
 
 def attended_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:

@@ -21,13 +21,16 @@ ATTENTION_POLICIES = ("h2o", "h2o-holes", "snapkv", "paged-eviction", "entropy-b
 @dataclass(frozen=True)
 class PolicySpec:
     """`budget`: tokens each KV head of each layer holds at most while attending (strict:
-    the step's own token included). entropy-budget: the average per layer."""
+    the step's own token included). entropy-budget: the average per layer, and
+    `layer_budgets` its split (probed; sums to budget x layers); without one, every layer
+    is charged `budget` (an even split: the simulator has no weights to probe)."""
 
     name: str  # "full" or one of POLICIES
     budget: int | None = None
     window: int = 8  # snapkv observation window (prompt queries that vote)
     kernel: int = 7  # snapkv max-pooling width
     block: int = 16  # paged-eviction block size
+    layer_budgets: tuple[int, ...] | None = None  # entropy-budget: tokens per head in each layer
 
     def __post_init__(self) -> None:
         if self.name != "full" and self.name not in POLICIES:
@@ -36,10 +39,23 @@ class PolicySpec:
             raise ValueError(f"policy '{self.name}' needs a token budget above {SINKS} (--kv-budget)")
         if self.name == "snapkv" and self.budget is not None and self.budget <= self.window:
             raise ValueError(f"snapkv keeps its {self.window}-query observation window: the budget must exceed it")
+        if self.layer_budgets is not None:
+            if self.name != "entropy-budget":
+                raise ValueError(f"per-layer budgets belong to entropy-budget, not '{self.name}'")
+            if self.budget is None or sum(self.layer_budgets) != self.budget * len(self.layer_budgets) \
+                    or min(self.layer_budgets) < 1:
+                raise ValueError(f"entropy-budget's layer budgets {list(self.layer_budgets)} must be positive and sum "
+                                 f"to --kv-budget x layers")
 
     @property
     def evicts(self) -> bool:
         return self.name != "full"
+
+    @property
+    def held_budget(self) -> int | None:
+        """Tokens per head a sequence's slots must hold in every layer: one block table
+        serves all layers, so entropy-budget's largest layer budget sets it."""
+        return max(self.layer_budgets) if self.layer_budgets else self.budget
 
     @property
     def keeps_holes(self) -> bool:
