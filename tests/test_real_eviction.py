@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvplan.bench import BenchConfig, SizingConfig, parse_optimization
@@ -138,3 +139,23 @@ def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, s
     assert served == pytest.approx(expected, rel=1e-5)
     if name == "paged":
         assert expected == pytest.approx(evaluate(real_factory.loaded.model, tokens, spec).perplexity, rel=1e-6)
+
+
+def test_real_sliding_window_shares_cached_blocks_exactly(real_factory) -> None:
+    """prefix+sliding-window in the real pool: the second request hits the run of 2 blocks
+    (window 32, blocks of 16) before token 64, skips blocks 0-1 (vLLM's null blocks), and
+    decodes what it decodes computing its whole prompt itself, logits included."""
+    rng = np.random.default_rng(1)
+    a = tuple(int(x) for x in rng.integers(3, 512, 80))
+    b = a[:64] + tuple(int(x) for x in rng.integers(3, 512, 12))
+    runs = {}
+    for name in ("sliding-window", "prefix+sliding-window"):
+        engine, _ = real_factory.build(parse_optimization(name))
+        engine.runner.keep_logits = True
+        result = engine.run([Request(0, 0.0, 80, 20, prompt_tokens=a), Request(1, 5.0, 76, 20, prompt_tokens=b)])
+        runs[name] = engine.runner
+        hits = {seq.request_id: seq.hit_tokens for seq in result.finished}
+        assert hits == ({0: 0, 1: 64} if "prefix" in name else {0: 0, 1: 0})
+    plain, shared = runs["sliding-window"], runs["prefix+sliding-window"]
+    assert shared.tokens == plain.tokens and (1, 0) in shared.checked  # the hit's tokens were compared too
+    torch.testing.assert_close(torch.stack(shared.step_logits[(1, 0)]), torch.stack(plain.step_logits[(1, 0)]))
