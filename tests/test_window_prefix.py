@@ -6,11 +6,17 @@ size 4 and window 8 (a hit needs 2 contiguous blocks), an 8-block pool, no water
 
 from __future__ import annotations
 
+import os
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import block_hashes
 from kvplan.core.kv import PrefixCache, make_allocator
 from kvplan.core.policies import PolicySpec
-from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.scheduler import SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
@@ -21,10 +27,12 @@ from kvplan.workload.request import Request
 A_PROMPT = tuple(range(1, 21))  # 20 tokens: 5 full blocks, hashes h0..h4
 
 
+ROOFLINE = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
+
+
 def engine(policy: PolicySpec | None = PolicySpec("sliding-window", 8)) -> Engine:
-    roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
     allocator = make_allocator("paged", 8 * 4, 4, 64, watermark=0.0, prefix_caching=True, policy=policy)
-    return Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
+    return Engine(allocator, SimulatedRunner(ROOFLINE), SchedulerConfig(), 64)
 
 
 def req(rid: int, prompt: tuple[int, ...], output: int = 2) -> Request:
@@ -117,3 +125,63 @@ def test_a_second_request_runs_on_its_hit_and_caches_its_own_blocks() -> None:
     # cached before the window frees block 1; freed tail first at the end: 7, 6, 2
     assert len(pool.block_to_hash) == 6 and pool.block_to_hash[6] == block_hashes(b, 4)[3]
     assert list(pool.free_queue) == [0, 5, 4, 3, 1, 7, 6, 2] and e.allocator.evicted_slots == 0
+
+
+# --- properties: random shared-prefix workloads through prefix+sliding-window --------------
+
+PREFIXES = [tuple(range(100, 100 + n)) for n in (0, 13, 29, 40)]  # shared heads of different lengths
+
+
+class CheckingRunner(SimulatedRunner):
+    """Before every step: block references, the window each scheduled query needs, and the
+    hash of every cached block a sequence holds against the tokens it holds there."""
+
+    engine: Engine
+    window = 0
+
+    def step_time(self, plan: StepPlan) -> float:
+        allocator, scheduler = self.engine.allocator, self.engine.scheduler
+        pool, size = allocator.pool, allocator.block_size
+        refs = Counter(block for seq in scheduler.running for block in seq.block_table)
+        assert all(pool.ref_counts[block] == refs.get(block, 0) for block in range(pool.num_blocks))
+        assert pool.num_allocated == len(refs)
+        for seq in scheduler.running:
+            dropped = seq.dropped_blocks
+            assert dropped + len(seq.block_table) == -(-seq.capacity // size)
+            for index, block in enumerate(seq.block_table):
+                logical = dropped + index
+                if block in pool.block_to_hash:  # a cached block holds this sequence's tokens there
+                    assert (logical + 1) * size <= seq.num_computed
+                    assert pool.block_to_hash[block] == seq.hashes[logical]
+        for seq, _ in plan.scheduled:  # the first query's window (window - 1 keys before it) is held
+            assert seq.dropped_blocks * size <= max(0, seq.num_computed - self.window + 1)
+        full = PrefixCache(pool, size)
+        for seq in scheduler.waiting:
+            if seq.num_computed == 0:  # a window hit is never shorter than full attention's
+                assert allocator.hit_tokens(allocator.lookup(seq)) >= full.hit_tokens(full.lookup(seq))
+        return super().step_time(plan)
+
+
+@settings(max_examples=int(os.environ.get("KVPLAN_PROPERTY_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=st.sampled_from([4, 8]), window=st.integers(5, 40), blocks=st.integers(12, 40),
+       batched=st.sampled_from([8, 16, 64, 512]),
+       specs=st.lists(st.tuples(st.floats(0.0, 0.3), st.integers(0, 3), st.integers(1, 30), st.integers(1, 20),
+                                st.sampled_from([1, 1, 2])), min_size=1, max_size=16))
+def test_random_shared_prefix_runs_keep_the_window_and_the_hashes_consistent(
+        block: int, window: int, blocks: int, batched: int, specs: list[tuple[float, int, int, int, int]]) -> None:
+    requests = []
+    for rid, (arrival, head, tail, output, samples) in enumerate(sorted(specs)):
+        prompt = PREFIXES[head] + tuple(1000 * (rid + 1) + i for i in range(tail))
+        requests.append(Request(rid, arrival, len(prompt), output, prompt_tokens=prompt, n=samples))
+    allocator = make_allocator("paged", blocks * block, block, 128, watermark=0.0, prefix_caching=True,
+                               policy=PolicySpec("sliding-window", window))
+    runner = CheckingRunner(ROOFLINE)
+    e = Engine(allocator, runner, SchedulerConfig(max_num_batched_tokens=batched), 128)
+    runner.engine, runner.window = e, window
+    result = e.run(requests)
+    assert {seq.request_id for seq in (*result.finished, *result.rejected)} == set(range(len(requests)))
+    assert not e.scheduler.running and not e.scheduler.waiting
+    pool = allocator.pool
+    assert pool.num_free == pool.num_blocks and allocator.evicted_slots == 0 and allocator.reserved_slots == 0
+    stats = allocator.prefix_stats
+    assert 0 <= stats.hits <= stats.queries and stats.hits % block == 0

@@ -56,8 +56,8 @@ class PrefixCache:
                 seq.hashes = block_hashes(request, self.block_size)
         # At least one token is computed, so a fully cached prompt recomputes its last block.
         limit = (seq.known_tokens - 1) // self.block_size
-        if self.window_blocks:
-            return self._window_lookup(seq.hashes, limit)
+        if self.window_blocks:  # hashes may stop short of the limit (a preempted request's generated tokens)
+            return self._window_lookup(seq.hashes, min(limit, len(seq.hashes)))
         found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
         hits = []
         free_cached = 0
