@@ -6,7 +6,6 @@ size 4 and window 8 (a hit needs 2 contiguous blocks), an 8-block pool, no water
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +22,7 @@ from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.workload.request import Request
+from test_engine_properties import EXAMPLES
 
 A_PROMPT = tuple(range(1, 21))  # 20 tokens: 5 full blocks, hashes h0..h4
 
@@ -162,7 +162,7 @@ class CheckingRunner(SimulatedRunner):
         return super().step_time(plan)
 
 
-@settings(max_examples=int(os.environ.get("KVPLAN_PROPERTY_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(block=st.sampled_from([4, 8]), window=st.integers(5, 40), blocks=st.integers(12, 40),
        batched=st.sampled_from([8, 16, 64, 512]),
        specs=st.lists(st.tuples(st.floats(0.0, 0.3), st.integers(0, 3), st.integers(1, 30), st.integers(1, 20),
