@@ -53,12 +53,21 @@ def test_real_runner_refuses_a_hit_with_other_tokens() -> None:
 
     runner = RealRunner.__new__(RealRunner)
     runner.block_size, runner.block_tokens, runner.checked = 4, {}, set()
-    writer = SimpleNamespace(request=SimpleNamespace(request_id=0), sample_index=0, block_table=[7, 3])
+    writer = SimpleNamespace(request=SimpleNamespace(request_id=0), sample_index=0, dropped_blocks=0,
+                             block_table=[7, 3])
     runner._check_and_record(writer, [1, 2, 3, 4, 5, 6, 7, 8], 0, 8)
     assert runner.block_tokens == {7: (1, 2, 3, 4), 3: (5, 6, 7, 8)}
-    same = SimpleNamespace(request=SimpleNamespace(request_id=1), sample_index=0, block_table=[7, 9])
+    same = SimpleNamespace(request=SimpleNamespace(request_id=1), sample_index=0, dropped_blocks=0, block_table=[7, 9])
     runner._check_and_record(same, [1, 2, 3, 4, 0, 0], 4, 6)  # a true hit on block 7 passes
-    other = SimpleNamespace(request=SimpleNamespace(request_id=2), sample_index=0, block_table=[7, 9])
+    other = SimpleNamespace(request=SimpleNamespace(request_id=2), sample_index=0, dropped_blocks=0, block_table=[7, 9])
     with pytest.raises(RuntimeError, match="hash collision"):
         runner._check_and_record(other, [1, 2, 3, 5, 0, 0], 4, 6)
+    # a sliding window's hit skips logical block 0: its table starts at logical block 1 (block 3)
+    window = SimpleNamespace(request=SimpleNamespace(request_id=3), sample_index=0, dropped_blocks=1,
+                             block_table=[3, 9])
+    runner._check_and_record(window, [0, 0, 0, 0, 5, 6, 7, 8, 0, 0], 8, 10)
+    shifted = SimpleNamespace(request=SimpleNamespace(request_id=4), sample_index=0, dropped_blocks=1,
+                              block_table=[3, 9])
+    with pytest.raises(RuntimeError, match="block 3 matched request 4"):
+        runner._check_and_record(shifted, [5, 6, 7, 8, 1, 2, 3, 4, 0, 0], 8, 10)
     del torch

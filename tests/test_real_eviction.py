@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvplan.bench import BenchConfig, SizingConfig, parse_optimization
@@ -187,3 +188,23 @@ def test_streaming_on_a_quantized_pool_rounds_its_sinks_once(real_factory, fmt: 
     assert engine.runner.eviction.sinks.copies == 4 * 5 * (20 + 99 - BUDGET)
     logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec("streaming", BUDGET), fmt, prompt_len=20)
     assert logits[19:-1].argmax(-1).tolist() == tokens[20:]
+
+
+def test_real_sliding_window_shares_cached_blocks_exactly(real_factory) -> None:
+    """prefix+sliding-window in the real pool: the second request hits the run of 2 blocks
+    (window 32, blocks of 16) before token 64, skips blocks 0-1 (vLLM's null blocks), and
+    decodes what it decodes computing its whole prompt itself, logits included."""
+    rng = np.random.default_rng(1)
+    a = tuple(int(x) for x in rng.integers(3, 512, 80))
+    b = a[:64] + tuple(int(x) for x in rng.integers(3, 512, 12))
+    runs = {}
+    for name in ("sliding-window", "prefix+sliding-window"):
+        engine, _ = real_factory.build(parse_optimization(name))
+        engine.runner.keep_logits = True
+        result = engine.run([Request(0, 0.0, 80, 20, prompt_tokens=a), Request(1, 5.0, 76, 20, prompt_tokens=b)])
+        runs[name] = engine.runner
+        hits = {seq.request_id: seq.hit_tokens for seq in result.finished}
+        assert hits == ({0: 0, 1: 64} if "prefix" in name else {0: 0, 1: 0})
+    plain, shared = runs["sliding-window"], runs["prefix+sliding-window"]
+    assert shared.tokens == plain.tokens and (1, 0) in shared.checked  # the hit's tokens were compared too
+    torch.testing.assert_close(torch.stack(shared.step_logits[(1, 0)]), torch.stack(plain.step_logits[(1, 0)]))

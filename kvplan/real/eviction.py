@@ -101,6 +101,11 @@ class RealEviction:
     def compacted(self) -> bool:
         return self.spec.name not in WINDOW_POLICIES
 
+    @property
+    def positional(self) -> bool:
+        """Every held slot keeps its own token (no moves, no sink copies): blocks may be shared."""
+        return self.spec.name == "sliding-window"
+
     def slot_start(self, seq: Sequence) -> int:
         """Where the step's first new token goes, in the sequence's slot coordinates."""
         if not self.compacted:

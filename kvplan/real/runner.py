@@ -103,16 +103,17 @@ class RealRunner:
         prompt's block would silently attend to the wrong KV. Blocks restored from an offload
         tier into a fresh block are not known here and are taken as they come."""
         size, table = self.block_size, seq.block_table
+        dropped = seq.dropped_blocks  # a sliding window's table starts at logical block `dropped`
         key = (seq.request.request_id, seq.sample_index)
         if start and key not in self.checked:
-            for j in range(start // size):
-                cached = self.block_tokens.get(table[j])
+            for j in range(dropped, start // size):
+                cached = self.block_tokens.get(table[j - dropped])
                 if cached is not None and cached != tuple(tokens[j * size:(j + 1) * size]):
-                    raise RuntimeError(f"prefix cache: block {table[j]} matched request {key[0]} by hash but holds "
-                                       "other tokens (a hash collision); rerun without 'prefix'")
+                    raise RuntimeError(f"prefix cache: block {table[j - dropped]} matched request {key[0]} by hash "
+                                       "but holds other tokens (a hash collision); rerun without 'prefix'")
         self.checked.add(key)
         for j in range(start // size, end // size):  # blocks this step fills
-            self.block_tokens[table[j]] = tuple(tokens[j * size:(j + 1) * size])
+            self.block_tokens[table[j - dropped]] = tuple(tokens[j * size:(j + 1) * size])
 
     def step_time(self, plan: StepPlan) -> float:
         import numpy as np
@@ -137,7 +138,7 @@ class RealRunner:
             start = seq.num_computed
             tokens = self.tokens_of(seq)
             ids.extend(tokens[start:start + count])
-            if not contiguous and eviction is None:
+            if not contiguous and (eviction is None or eviction.positional):
                 self._check_and_record(seq, tokens, start, start + count)
         if contiguous:  # one-slot "blocks": the table is the extent's slot range
             firsts = np.fromiter((seq.extent[0] for seq, _ in order), dtype=np.int64, count=len(order))

@@ -30,6 +30,9 @@ class PrefixLookup:
     blocks: list[int]  # device blocks holding the longest cached prefix, in order
     free_cached: int  # of those, blocks no sequence holds (adopting takes them off the free queue)
     tier_run: list[tuple[int, Tier]]  # (hash, tier) of the lower-tier blocks to reload after them
+    # Sliding window: leading blocks the hit covers without holding them (vLLM's null
+    # blocks), as the window has no use for them; `blocks` follow them.
+    skipped: int = 0
 
 
 NO_HITS = PrefixLookup([], 0, [])

@@ -81,6 +81,14 @@ class PolicyBudget:
         final = held_tokens(self.spec, seq.prompt_len, seq.final_len)
         return min(seq.final_len, max(final, seq.prompt_len) + self.block_size)
 
+    def adopt(self, seq: Sequence, tokens: int) -> None:
+        """A prefix-cache hit of `tokens` (sliding-window only): the sequence holds the window
+        from its first adopted block on; the tokens before it count as dropped."""
+        held = min(held_tokens(self.spec, seq.prompt_len, tokens), tokens - seq.dropped_blocks * self.block_size)
+        self.held[id(seq)] = (tokens, held)
+        self.evicted_slots += tokens - held
+        self.evicted_total += tokens - held
+
     def grow(self, seq: Sequence, tokens: int, pool: BlockPool) -> bool:
         """Take the blocks the step bringing the sequence to `tokens` needs; False if short."""
         table = seq.block_table
@@ -124,9 +132,13 @@ class PolicyBudget:
         """Release the logical blocks the window has left (the sink block stays)."""
         first = self._first_logical(length)
         keep = 1 if self.sink else 0
+        released = []
         while keep + seq.dropped_blocks < first and len(seq.block_table) > keep:
-            pool.free([seq.block_table.pop(keep)])
+            released.append(seq.block_table.pop(keep))
             seq.dropped_blocks += 1
+        # vLLM's remove_skipped_blocks frees the newest first, so the oldest (still cached
+        # under prefix caching) is reclaimed last.
+        pool.free(reversed(released))
 
     def take_copied_slots(self) -> int:
         copied, self.copied_slots = self.copied_slots, 0

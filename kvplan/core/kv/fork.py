@@ -19,7 +19,8 @@ def fork_blocks(pool: BlockPool, block_size: int, parent: Sequence, child: Seque
     """The child shares every full block; a partial last block is copied now (eager
     copy-on-write: the next decode step would write into it anyway). False if no block
     is free for the copy."""
-    full = parent.num_computed // block_size
+    dropped = parent.dropped_blocks  # a window's table starts at logical block `dropped`
+    full = parent.num_computed // block_size - dropped
     partial = len(parent.block_table) > full
     if partial and pool.num_free < 1:
         return False
@@ -29,7 +30,8 @@ def fork_blocks(pool: BlockPool, block_size: int, parent: Sequence, child: Seque
     if partial:
         child.block_table += pool.allocate(1)
         stats.cow_copies += 1
-    child.capacity = len(child.block_table) * block_size
-    child.hashes, child.cached_blocks = parent.hashes, min(parent.cached_blocks, full)
+    child.capacity = (dropped + len(child.block_table)) * block_size
+    child.dropped_blocks = dropped
+    child.hashes, child.cached_blocks = parent.hashes, min(parent.cached_blocks, full + dropped)
     stats.forks += 1
     return True

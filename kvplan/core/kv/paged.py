@@ -14,10 +14,13 @@ from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
 
 
-# Why each eviction policy does not compose with prefix caching (a cached block is shared
-# read-only by every request that hits it).
+# Why each eviction policy but sliding-window does not compose with prefix caching (a cached
+# block is shared read-only by every request that hits it). sliding-window composes as
+# vLLM's SlidingWindowManager does (prefix_cache.py, budget.py).
 _NO_SCORES = ("a request that hits the prefix cache never computes the cached prefix's attention, so {} has no "
               "scores to choose from")
+_SINKS = ("StreamingLLM writes the 4 sinks over the first slots of each query's window, so its blocks stop "
+          "holding the tokens their hashes name and cannot be shared")
 PREFIX_CONFLICTS = {
     "h2o": _NO_SCORES.format("H2O"),
     "h2o-holes": _NO_SCORES.format("H2O"),
@@ -25,10 +28,8 @@ PREFIX_CONFLICTS = {
     "paged-eviction": _NO_SCORES.format("block-wise eviction"),
     "snapkv": "SnapKV compresses each prompt in place from its own observation window, so a compressed block no "
               "longer holds the tokens another request's hit reads",
-    "streaming": "StreamingLLM writes its sinks into the window's first slots, which may sit in a shared block",
-    "streaming-abspos": "StreamingLLM writes its sinks into the window's first slots, which may sit in a shared block",
-    "sliding-window": "not implemented: the window releases a sequence's blocks by position, which the prefix "
-                      "cache's per-block hashes are not yet reconciled with",
+    "streaming": _SINKS,
+    "streaming-abspos": _SINKS,
 }
 
 
@@ -37,18 +38,25 @@ class PagedAllocator(Allocator):
                  prefix_caching: bool = False, policy: PolicySpec | None = None,
                  tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
                  copy_s_per_slot: float = 0.0) -> None:
-        if policy is not None and policy.evicts and prefix_caching:
+        evicts = policy is not None and policy.evicts
+        if evicts and prefix_caching and policy.name in PREFIX_CONFLICTS:
             raise ValueError(f"prefix caching cannot be combined with '{policy.name}': "
                              f"{PREFIX_CONFLICTS[policy.name]}; use one or the other")
         if tiers is not None and not prefix_caching:
             raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
+        if tiers is not None and evicts:
+            raise ValueError(f"offload tiers cannot be combined with '{policy.name}': a tier reload continues a "
+                             "prefix hit block by block from its start, while a window's hit is the run of blocks "
+                             "before the hit point; use one or the other")
+        window = policy.budget if evicts and prefix_caching else None  # only sliding-window gets here
         self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
         self.capacity_slots = num_blocks * block_size
         self.watermark_blocks = int(watermark * num_blocks)
         self.prefix_caching = prefix_caching
-        self.prefix_cache = PrefixCache(self.pool, block_size, tiers, recompute_s_per_token) if prefix_caching else None
+        self.prefix_cache = PrefixCache(self.pool, block_size, tiers, recompute_s_per_token,
+                                        window) if prefix_caching else None
         if self.prefix_cache is not None:
             self.prefix_stats = self.prefix_cache.stats
             self.tiers = tiers
@@ -92,8 +100,8 @@ class PagedAllocator(Allocator):
     def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool:
         if not hits.blocks:
             return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
-        # Hits on free cached blocks leave the free queue too.
-        new = -(-tokens // self.block_size) - len(hits.blocks)
+        # Hits on free cached blocks leave the free queue too; a window's skipped blocks are not held.
+        new = -(-tokens // self.block_size) - hits.skipped - len(hits.blocks)
         return self.pool.num_free - hits.free_cached - new >= self.watermark_blocks
 
     def lookup(self, seq: Sequence) -> PrefixLookup:
@@ -103,7 +111,12 @@ class PagedAllocator(Allocator):
         return self.prefix_cache.hit_tokens(hits) if self.prefix_cache is not None else 0
 
     def adopt(self, seq: Sequence, hits: PrefixLookup) -> int:
-        return self.prefix_cache.adopt(seq, hits) if self.prefix_cache is not None else 0
+        if self.prefix_cache is None:
+            return 0
+        tokens = self.prefix_cache.adopt(seq, hits)
+        if self.budget is not None:
+            self.budget.adopt(seq, tokens)
+        return tokens
 
     def take_transfer_s(self) -> float:
         seconds = self.prefix_cache.take_transfer_s() if self.prefix_cache is not None else 0.0
@@ -116,6 +129,8 @@ class PagedAllocator(Allocator):
 
     def trim(self, seq: Sequence) -> None:
         if self.budget is not None:
+            if self.prefix_cache is not None:  # register full blocks before the window frees them (vLLM order)
+                self.prefix_cache.cache_full_blocks(seq)
             self.budget.trim(seq, self.pool)
 
     def cache_full_blocks(self, seq: Sequence) -> None:

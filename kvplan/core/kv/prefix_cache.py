@@ -35,9 +35,12 @@ class PrefixStats:
 
 class PrefixCache:
     def __init__(self, pool: BlockPool, block_size: int, tiers: TieredCache | None = None,
-                 recompute_s_per_token: float = 0.0) -> None:
+                 recompute_s_per_token: float = 0.0, sliding_window: int | None = None) -> None:
         self.pool = pool
         self.block_size = block_size
+        # Sliding window (tokens a query attends to, itself included): a hit needs the blocks
+        # holding the window's other sliding_window - 1 tokens (vLLM's SlidingWindowManager).
+        self.window_blocks = -(-(sliding_window - 1) // block_size) if sliding_window else 0
         self.stats = PrefixStats()
         self.known_hashes: dict[int, list[int]] = {}  # request id -> block hashes, computed once per run
         self.tiers = tiers
@@ -53,6 +56,8 @@ class PrefixCache:
                 seq.hashes = block_hashes(request, self.block_size)
         # At least one token is computed, so a fully cached prompt recomputes its last block.
         limit = (seq.known_tokens - 1) // self.block_size
+        if self.window_blocks:  # hashes may stop short of the limit (a preempted request's generated tokens)
+            return self._window_lookup(seq.hashes, min(limit, len(seq.hashes)))
         found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
         hits = []
         free_cached = 0
@@ -65,6 +70,25 @@ class PrefixCache:
                 free_cached += 1
         tier_run = self._tier_run(seq.hashes[len(hits):limit]) if self.tiers else []
         return PrefixLookup(hits, free_cached, tier_run)
+
+    def _window_lookup(self, hashes: list[int], limit: int) -> PrefixLookup:
+        """vLLM's sliding-window hit: scanning leftwards from the limit, the first run of
+        `window_blocks` contiguous cached blocks ends the hit, and the blocks before the run
+        are skipped (no query after the hit reads them), whether cached or not. Without such a
+        run, the run from block 0 is the hit, however short (nothing precedes it)."""
+        found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
+        need, run, start = self.window_blocks, 0, 0
+        for index in range(limit - 1, -1, -1):
+            if hashes[index] not in found:
+                run = 0
+                continue
+            run += 1
+            if run == need:
+                start = index
+                break
+        blocks = [found[block_hash] for block_hash in hashes[start:start + run]]
+        free_cached = sum(1 for block in blocks if not ref_counts[block])
+        return PrefixLookup(blocks, free_cached, [], skipped=start)
 
     def _tier_run(self, hashes: list[int]) -> list[tuple[int, Tier]]:
         """The prefix continues in the CPU / disk tiers: reload it if moving the blocks costs
@@ -88,7 +112,7 @@ class PrefixCache:
 
     def hit_tokens(self, hits: PrefixLookup) -> int:
         """Tokens the lookup serves: device hits plus the lower-tier run it will reload."""
-        return (len(hits.blocks) + len(hits.tier_run)) * self.block_size
+        return (hits.skipped + len(hits.blocks) + len(hits.tier_run)) * self.block_size
 
     def take_transfer_s(self) -> float:
         if self.tiers is None:
@@ -106,7 +130,7 @@ class PrefixCache:
             if payload is None:
                 break
             payloads.append((block_hash, payload))
-        queried, device_tokens = seq.known_tokens, len(hits.blocks) * block_size
+        queried, device_tokens = seq.known_tokens, (hits.skipped + len(hits.blocks)) * block_size
         hit_tokens = device_tokens + len(payloads) * block_size  # tier hits are counted per tier
         if seq.preemptions:
             self.stats.preempted_queries += queried
@@ -123,8 +147,9 @@ class PrefixCache:
                 tiers.restore(block, payload)  # type: ignore[union-attr]
                 pool.cache(block, block_hash)
             seq.block_table += promoted
-        seq.capacity = len(seq.block_table) * block_size
-        seq.cached_blocks = len(seq.block_table)
+        seq.dropped_blocks = hits.skipped  # the window's null blocks: table[i] holds logical block i + skipped
+        seq.capacity = (hits.skipped + len(seq.block_table)) * block_size
+        seq.cached_blocks = hits.skipped + len(seq.block_table)
         seq.hit_tokens += hit_tokens
         return hit_tokens
 
@@ -132,9 +157,11 @@ class PrefixCache:
         hashes = seq.hashes or ()
         full = min(seq.num_computed // self.block_size, len(hashes))
         # Inlined BlockPool.cache: the blocks are live (ref >= 1), so no free-queue change.
+        # A sliding window's table starts at logical block `dropped` (0 without a window).
         hash_to_block, block_to_hash, table = self.pool.hash_to_block, self.pool.block_to_hash, seq.block_table
-        for index in range(seq.cached_blocks, full):
-            block_hash, block = hashes[index], table[index]
+        dropped = seq.dropped_blocks
+        for index in range(max(seq.cached_blocks, dropped), full):
+            block_hash, block = hashes[index], table[index - dropped]
             if block_hash not in hash_to_block and block not in block_to_hash:
                 hash_to_block[block_hash] = block
                 block_to_hash[block] = block_hash
