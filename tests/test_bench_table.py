@@ -114,3 +114,14 @@ def test_eviction_policies_show_tokens_dropped_not_sharing(tmp_path: Path) -> No
         assert (record.metrics["evicted_token_share"] > 0) == (record.optimization != "paged")
     labels = {row.label for row in comparison(records).rows}
     assert {"tokens dropped", "dropped share of tokens"} <= labels and "shared token share" not in labels
+
+
+def test_a_simulated_entropy_budget_names_its_unprobed_split(tmp_path: Path) -> None:
+    """Simulated mode has no weights to probe entropy-budget's layer split: the table says
+    every layer is charged the budget (as h2o), and only for that optimization."""
+    trace = tmp_path / "one.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_len": 100, "output_len": 50}\n')
+    records = _run(tmp_path, "--trace", str(trace), "--kv-budget", "32", "--optimizations", "paged,h2o,entropy-budget")
+    notes = [n for n in comparison(records).notes if "per-layer split" in n]
+    assert len(notes) == 1 and notes[0].startswith("entropy-budget: simulated without weights")
+    assert not [n for n in comparison(records[:2]).notes if "per-layer split" in n]
