@@ -86,8 +86,11 @@ class PolicyBudget:
         from its first adopted block on; the tokens before it count as dropped."""
         held = min(held_tokens(self.spec, seq.prompt_len, tokens), tokens - seq.dropped_blocks * self.block_size)
         self.held[id(seq)] = (tokens, held)
-        self.evicted_slots += tokens - held
-        self.evicted_total += tokens - held
+        # Dropped as trim() and release() count them (the window's tokens), even when the hit
+        # run holds one block-rounded token fewer: the three must add up to zero at release.
+        dropped = tokens - used_tokens(self.spec, seq.prompt_len, tokens)
+        self.evicted_slots += dropped
+        self.evicted_total += dropped
 
     def grow(self, seq: Sequence, tokens: int, pool: BlockPool) -> bool:
         """Take the blocks the step bringing the sequence to `tokens` needs; False if short."""
