@@ -25,20 +25,39 @@ def require_in_ci(available: bool, what: str, install: str) -> None:
     pytest.skip(f"{what} is not installed ({install})")
 
 
+# The caller's setting, before any test module is imported (e.g. TRITON_INTERPRET=0 on a GPU).
+_CALLER_INTERPRET = os.environ.get("TRITON_INTERPRET")
+
+
+def _set_interpret(value: str | None) -> None:
+    if value is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = value
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Kernel test modules turn the interpreter on when imported (triton must see it then),
+    and collection imports every module first: put the caller's setting back, so modules
+    that run before them (real mode's CPU runs) keep the torch path instead of interpreting
+    Triton (4 minutes for one 3-request real bench)."""
+    _set_interpret(_CALLER_INTERPRET)
+
+
 def triton_interpreter_for_module():
     """Turn Triton's interpreter on (unless TRITON_INTERPRET is set) before triton is first
     imported (its standard library is jitted at import); returns a module-scoped autouse
-    fixture that puts the variable back afterwards, so it does not leak into later modules.
+    fixture that turns it on for the module's own tests and puts the variable back
+    afterwards, so it leaks into no other module (kvplan's kernels jit per mode at first
+    launch, so switching between modules is safe).
     Call at the top of a test module: `_interpreter = triton_interpreter_for_module()`."""
-    previous = os.environ.get("TRITON_INTERPRET")
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
     @pytest.fixture(scope="module", autouse=True)
     def restore_interpret_flag():
+        before = os.environ.get("TRITON_INTERPRET")
+        _set_interpret(_CALLER_INTERPRET if _CALLER_INTERPRET is not None else "1")
         yield
-        if previous is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
+        _set_interpret(before)
 
     return restore_interpret_flag
