@@ -153,15 +153,14 @@ class Replay:
         roof = Roofline(model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype)
         lengths = {s.request.request_id: s.request.output_len for s in client.finished}
         costs = StepCosts(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5] + rows[:, 6], rows[:, 8])
-        replay = cls(run, roof.bandwidth, roof.peak_flops, costs, np.zeros(len(rows)), rows[:, 7],
-                     np.array([client.scheduled_s[i] for i in ids]),
-                     np.array([client.send_step[i] for i in ids], dtype=np.int64),
-                     np.array([client.admit_step[i] for i in ids], dtype=np.int64),
-                     np.array([client.first_step[i] for i in ids], dtype=np.int64),
-                     np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
-                     np.array([lengths[i] for i in ids], dtype=float))
-        replay.recorded_dt[:] = replay.step_times({n: getattr(params, n) for n in FACTOR_NAMES})
-        return replay
+        recorded_dt = _step_times(costs, roof.bandwidth, roof.peak_flops, {n: getattr(params, n) for n in FACTOR_NAMES})
+        return cls(run, roof.bandwidth, roof.peak_flops, costs, recorded_dt, rows[:, 7],
+                   np.array([client.scheduled_s[i] for i in ids]),
+                   np.array([client.send_step[i] for i in ids], dtype=np.int64),
+                   np.array([client.admit_step[i] for i in ids], dtype=np.int64),
+                   np.array([client.first_step[i] for i in ids], dtype=np.int64),
+                   np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
+                   np.array([lengths[i] for i in ids], dtype=float))
 
     @property
     def timing_dependent(self) -> bool:
@@ -169,9 +168,7 @@ class Replay:
         return self.run.benchmark == "serving" and math.isfinite(self.run.request_rate) and self.run.max_concurrency is None
 
     def step_times(self, factors: dict[str, float]) -> np.ndarray:
-        return step_seconds(self.costs, self.peak_bandwidth * factors["bandwidth_factor"],
-                            self.peak_bandwidth * factors["attention_bandwidth_factor"],
-                            self.peak_flops * factors["flops_factor"], factors["overhead_s"], factors["overhead_per_seq_s"])
+        return _step_times(self.costs, self.peak_bandwidth, self.peak_flops, factors)
 
     def _ends(self, dt: np.ndarray) -> np.ndarray:
         """Each step's end on one clock: steps run back to back, none before its release."""
@@ -205,15 +202,21 @@ class Replay:
         factors. At the recorded factors this is the simulation itself.
         """
         cum = np.cumsum(dt)
-        start = cum - dt
-        recorded_end = self._ends(self.recorded_dt)
-        waited = np.maximum(0.0, recorded_end[self.admit] - self.recorded_dt[self.admit] - self.scheduled)
+        admitted_at = cum[self.admit] - dt[self.admit]  # on the request's own clock
+        recorded_start = self._ends(self.recorded_dt)[self.admit] - self.recorded_dt[self.admit]
         before = np.maximum(self.admit - 1, 0)
         scale = np.where(self.admit > 0, dt[before] / np.maximum(self.recorded_dt[before], 1e-15), 1.0)
-        began = self.scheduled + waited * scale - start[self.admit]
+        wait = np.maximum(0.0, recorded_start - self.scheduled) * scale
         multi = self.outputs > 1
         tpot = (cum[self.last] - cum[self.first])[multi] / (self.outputs[multi] - 1)
-        return began + cum[self.first] - self.scheduled, began + cum[self.last], tpot
+        return (wait + cum[self.first] - admitted_at, self.scheduled + wait + cum[self.last] - admitted_at, tpot)
+
+
+def _step_times(costs: StepCosts, peak_bandwidth: float, peak_flops: float, factors: dict[str, float]) -> np.ndarray:
+    """Every step's seconds under `factors` (step_seconds over the recorded cost arrays)."""
+    return step_seconds(costs, peak_bandwidth * factors["bandwidth_factor"],
+                        peak_bandwidth * factors["attention_bandwidth_factor"], peak_flops * factors["flops_factor"],
+                        factors["overhead_s"], factors["overhead_per_seq_s"])
 
 
 def compared(run: MeasuredRun) -> list[str]:
