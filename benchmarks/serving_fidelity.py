@@ -32,11 +32,11 @@ from pathlib import Path
 
 from kvplan.results import make_record, write_jsonl
 from kvplan.sim.calibration import Replay, compared, simulate
-from kvplan.sim.factor_table import FactorTable, factor_key
+from kvplan.sim.factor_table import MOE_KEY, FactorTable, factor_key
 from kvplan.sim.joint_fit import fit_table, generation_of
 from kvplan.sim.measured import MeasuredRun, load_dataset
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
-from kvplan.spec.profiles import load_gpu, profiles_dir
+from kvplan.spec.profiles import load_gpu, load_model, profiles_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "serving" / "serving_benchmarks.jsonl"
@@ -99,7 +99,7 @@ def main() -> int:
             measured = run.measured[metric]
             shown = metric if metric in scored else "queued_ttft_ms"
             rows.append({"record": run.run_id, "sweep": run.sweep, "engine": run.engine, "family": family(run),
-                         "generation": generation_of(run),
+                         "generation": generation_of(run), "moe": load_model(run.model).params.is_moe,
                          "setup": f"{run.model} {run.tp}x{run.gpu}", "benchmark": run.benchmark, "metric": shown,
                          "measured": measured, "datasheet": datasheet[run.run_id][metric],
                          "in_sample": in_sample[run.run_id][metric], "loso": loso[run.run_id][metric]})
@@ -115,14 +115,15 @@ def main() -> int:
 
 def write_defaults(table: FactorTable, rows: list[dict]) -> None:
     header = ["# Default step-model factors (kvplan/sim/step_model.py, kvplan/sim/factor_table.py): hardware",
-              "# factors per GPU family, overheads per engine generation, fitted jointly by",
+              "# factors per GPU family, overheads per engine generation, one MoE factor, fitted jointly by",
               "# benchmarks/serving_fidelity.py on the vLLM runs of ../shared/data/serving/serving_benchmarks.jsonl.",
               "# Regenerate with that script; do not edit by hand. residual_* = in-sample relative errors",
               "# (predicted / measured - 1) on the runs of that family or engine: median absolute and worst."]
     residuals: dict[str, list[str]] = {}
-    keys = set(table.families) | set(table.engines)
+    keys = set(table.families) | set(table.engines) | ({MOE_KEY} if table.moe else set())
     for key in keys:
-        mine = [r for r in rows if r["engine"] == "vllm" and key in ("all", r["family"], r["generation"])]
+        mine = [r for r in rows if r["engine"] == "vllm"
+                and key in ("all", r["family"], r["generation"], MOE_KEY if r["moe"] else None)]
         lines = []
         for metric in [*TARGETS, *MEDIANS, "latency_avg_s"]:
             errors = [abs(r["in_sample_error"]) for r in mine if r["metric"] == metric]

@@ -52,6 +52,7 @@ def calibrate(
     params = result.params
     console.print(f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
                   f"FLOP/s x{params.flops_factor:.3f}, overhead {1000 * params.overhead_s:.3f} ms/step "
-                  f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence")
+                  f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence, MoE expert GEMMs x{params.moe_flops_factor:.3f} "
+                  "of the dense FLOP/s")
     error_console.print(f"[dim]calibration: {out}; use it with kvplan bench --calibration {out} "
                         f"(or calibration = \"{out}\" in a sweep file)[/]")

@@ -61,6 +61,10 @@ class Roofline:
     def linear_flops(self, tokens: int) -> float:
         return 2.0 * self.model.params.matmul_active * tokens / self.tp
 
+    def expert_flops(self, tokens: int) -> float:
+        """The part of linear_flops that runs in the routed experts' GEMMs (0 for dense models)."""
+        return 2.0 * self.model.params.experts_active * tokens / self.tp
+
     def attention_flops(self, query_tokens: int, context: int) -> float:
         """QK^T and PV for `query_tokens` new tokens that each see up to `context` tokens."""
         heads_per_gpu = self.model.num_heads / self.tp

@@ -52,7 +52,7 @@ class StepObserver:
             extra = dt - self.runner.step_time_from(c) if hasattr(self.runner, "step_time_from") else 0.0
             release = -math.inf if self.release is None else self.release
             self.cost_rows.append((c.weight_bytes, c.kv_bytes, c.linear_flops, c.attention_flops, c.sequences,
-                                   c.all_reduce_s, extra, release, c.decisions))
+                                   c.all_reduce_s, extra, release, c.decisions, c.expert_flops))
             self.release = None
         self.steps += 1
         return dt

@@ -47,8 +47,8 @@ GIB = 2**30
 VLLM_BLOCK_SIZE = 16
 # Search space, log-scaled: (low, high) per factor.
 BOUNDS = {"bandwidth_factor": (0.05, 1.0), "attention_bandwidth_factor": (0.02, 1.0), "flops_factor": (0.05, 1.0),
-          "overhead_s": (1e-5, 0.05), "overhead_per_seq_s": (1e-8, 1e-3)}
-INTERIOR = StepModelParams(0.6, 0.3, 0.5, 2e-3, 1e-5, source="typical interior start")
+          "overhead_s": (1e-5, 0.05), "overhead_per_seq_s": (1e-8, 1e-3), "moe_flops_factor": (0.05, 1.0)}
+INTERIOR = StepModelParams(0.6, 0.3, 0.5, 2e-3, 1e-5, 0.7, source="typical interior start")
 
 
 # --- one run through the simulator ------------------------------------------------------
@@ -146,13 +146,14 @@ class Replay:
     @classmethod
     def record(cls, run: MeasuredRun, params: StepModelParams) -> Replay:
         _, client = simulate(run, params, record=True)
-        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, 9)
+        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, 10)
         ids = sorted(client.first_step)
         runner_roof = load_gpu(run.gpu)
         model = load_model(run.model)
         roof = Roofline(model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype)
         lengths = {s.request.request_id: s.request.output_len for s in client.finished}
-        costs = StepCosts(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5] + rows[:, 6], rows[:, 8])
+        costs = StepCosts(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5] + rows[:, 6], rows[:, 8],
+                          rows[:, 9])
         recorded_dt = _step_times(costs, roof.bandwidth, roof.peak_flops, {n: getattr(params, n) for n in FACTOR_NAMES})
         return cls(run, roof.bandwidth, roof.peak_flops, costs, recorded_dt, rows[:, 7],
                    np.array([client.scheduled_s[i] for i in ids]),
@@ -214,9 +215,10 @@ class Replay:
 
 def _step_times(costs: StepCosts, peak_bandwidth: float, peak_flops: float, factors: dict[str, float]) -> np.ndarray:
     """Every step's seconds under `factors` (step_seconds over the recorded cost arrays)."""
+    flops_rate = peak_flops * factors["flops_factor"]
     return step_seconds(costs, peak_bandwidth * factors["bandwidth_factor"],
-                        peak_bandwidth * factors["attention_bandwidth_factor"], peak_flops * factors["flops_factor"],
-                        factors["overhead_s"], factors["overhead_per_seq_s"])
+                        peak_bandwidth * factors["attention_bandwidth_factor"], flops_rate,
+                        factors["overhead_s"], factors["overhead_per_seq_s"], flops_rate * factors["moe_flops_factor"])
 
 
 def compared(run: MeasuredRun) -> list[str]:
@@ -231,9 +233,16 @@ def log_errors(run: MeasuredRun, predicted: dict[str, float]) -> list[float]:
 
 # --- the fit ------------------------------------------------------------------------------
 
-def _to_factors(x: np.ndarray) -> dict[str, float]:
-    out = {}
-    for value, name in zip(x, FACTOR_NAMES):
+def fitted_names(replays: list[Replay]) -> tuple[str, ...]:
+    """The factors these runs can tell: the MoE factor only where a run has expert GEMMs."""
+    if any(np.any(r.costs.expert_flops > 0) for r in replays):
+        return FACTOR_NAMES
+    return tuple(n for n in FACTOR_NAMES if n != "moe_flops_factor")
+
+
+def _to_factors(x: np.ndarray, names: tuple[str, ...], held: StepModelParams) -> dict[str, float]:
+    out = {n: getattr(held, n) for n in FACTOR_NAMES}
+    for value, name in zip(x, names):
         low, high = BOUNDS[name]
         out[name] = float(math.exp(min(max(value, math.log(low)), math.log(high))))
     return out
@@ -278,17 +287,19 @@ def fit_replays(replays: list[Replay], start: StepModelParams = DATASHEET) -> di
     for replay in replays:
         per_sweep[replay.run.sweep] = per_sweep.get(replay.run.sweep, 0) + 1
 
+    names = fitted_names(replays)
+
     def loss(x: np.ndarray) -> float:
-        factors = _to_factors(x)
+        factors = _to_factors(x, names, start)
         return sum(e * e / per_sweep[r.run.sweep] for r in replays for e in log_errors(r.run, r.predict(factors)))
 
     # Start inside the box (a corner start collapses the simplex on the clipped faces), from
     # the given factors and from a typical interior point; keep the better, then polish.
     starts = []
     for origin in (start, INTERIOR):
-        starts.append(np.log([min(max(getattr(origin, n), BOUNDS[n][0] * 2), BOUNDS[n][1] * 0.9) for n in FACTOR_NAMES]))
+        starts.append(np.log([min(max(getattr(origin, n), BOUNDS[n][0] * 2), BOUNDS[n][1] * 0.9) for n in names]))
     best = min((nelder_mead(loss, x) for x in starts), key=loss)
-    return _to_factors(nelder_mead(loss, best, iterations=120, step=0.2))
+    return _to_factors(nelder_mead(loss, best, iterations=120, step=0.2), names, start)
 
 
 def fit(runs: list[MeasuredRun], label: str, rounds: int = 2,

@@ -1,7 +1,7 @@
 """The shipped step-model defaults: hardware factors per GPU family, overheads per engine.
 
-The five step-model factors (kvplan/sim/step_model.py) describe two different things, so
-they are fitted and shipped apart:
+The step-model factors (kvplan/sim/step_model.py) describe different things, so they are
+fitted and shipped apart:
 
 - how much of the datasheet a GPU family achieves (bandwidth_factor,
   attention_bandwidth_factor, flops_factor): a property of the hardware and its kernels;
@@ -12,6 +12,10 @@ they are fitted and shipped apart:
 A run on an H100 under vLLM 0.6 and one under vLLM 0.11 then share the H100's efficiency
 but not the engine's overhead, which a single factor set per GPU family cannot express.
 SGLang runs use the V1 overheads (a named simplification: SGLang's own are not fitted).
+
+A third kind holds one factor, moe_flops_factor: the fused-MoE grouped GEMM's share of the
+dense GEMMs' FLOP/s. It is fitted on every MoE run pooled (few published runs are MoE, so
+one factor for all families; a named simplification) and is 1.0 where nothing was fitted.
 
 One GEMM path gets hardware factors of its own: per-channel FP8 weights (Meta's fbgemm_fp8
 checkpoints) on ROCm. torch._scaled_mm on ROCm took only per-tensor scales, so vLLM ran
@@ -33,6 +37,8 @@ from kvplan.plan.memory_model import parse_version
 
 HARDWARE_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
 ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")
+MOE_FACTORS = ("moe_flops_factor",)
+MOE_KEY = "moe"
 GENERATIONS = ("vllm-v0", "vllm-v1")
 DEFAULT_GENERATION = "vllm-v1"
 V1_FROM = (0, 8, 0)  # vLLM 0.8 made the V1 engine the default
@@ -67,12 +73,14 @@ class FactorTable:
     families: dict[str, dict[str, float]]
     engines: dict[str, dict[str, float]]
     notes: dict[str, str] = field(default_factory=dict)  # where each entry was fitted
+    moe: dict[str, float] = field(default_factory=dict)
 
     def factors(self, family: str, generation: str) -> dict[str, float]:
         hardware = (self.families.get(family) or self.families.get(family.split("/")[0]) or self.families.get("all")
                     or {})
         engine = self.engines.get(generation) or self.engines.get(DEFAULT_GENERATION) or {}
-        return {**{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS}, **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS}}
+        return {**{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS}, **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS},
+                **{n: self.moe.get(n, 1.0) for n in MOE_FACTORS}}
 
     def describe(self, family: str, generation: str) -> str:
         base = family.split("/")[0]
@@ -81,15 +89,20 @@ class FactorTable:
         return f"default for GPU family '{family}'{pooled} and engine {generation}"
 
     def to_toml(self, header: list[str], residuals: dict[str, list[str]]) -> str:
+        sections = [(f'{kind}."{key}"', key, table[key], names)
+                    for kind, table, names in (("family", self.families, HARDWARE_FACTORS),
+                                               ("engine", self.engines, ENGINE_FACTORS))
+                    for key in sorted(table, key=lambda k: (k == "all", k))]
+        if self.moe:
+            sections.append((MOE_KEY, MOE_KEY, self.moe, MOE_FACTORS))
         lines = [*header, ""]
-        for kind, table, names in (("family", self.families, HARDWARE_FACTORS), ("engine", self.engines, ENGINE_FACTORS)):
-            for key in sorted(table, key=lambda k: (k == "all", k)):
-                lines.append(f'[{kind}."{key}"]')
-                lines += [f"{name} = {table[key][name]:.6g}" for name in names]
-                if key in self.notes:
-                    lines.append(f'fitted_on = "{self.notes[key]}"')
-                lines += residuals.get(key, [])
-                lines.append("")
+        for title, key, values, names in sections:
+            lines.append(f"[{title}]")
+            lines += [f"{name} = {values[name]:.6g}" for name in names]
+            if key in self.notes:
+                lines.append(f'fitted_on = "{self.notes[key]}"')
+            lines += residuals.get(key, [])
+            lines.append("")
         return "\n".join(lines)
 
     @classmethod
@@ -98,7 +111,11 @@ class FactorTable:
         engines = {k: {n: float(v[n]) for n in ENGINE_FACTORS} for k, v in data.get("engine", {}).items()}
         notes = {k: str(v["fitted_on"]) for part in ("family", "engine") for k, v in data.get(part, {}).items()
                  if "fitted_on" in v}
-        return cls(families, engines, notes)
+        moe_part = data.get(MOE_KEY, {})
+        moe = {n: float(moe_part[n]) for n in MOE_FACTORS if n in moe_part}
+        if "fitted_on" in moe_part:
+            notes[MOE_KEY] = str(moe_part["fitted_on"])
+        return cls(families, engines, notes, moe)
 
 
 @cache

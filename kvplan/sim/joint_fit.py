@@ -3,8 +3,8 @@ jointly on many measured runs, by coordinate descent over the two kinds of facto
 
 Each round fits every family's three hardware factors on that family's runs (engine
 overheads held), then the pooled 'all' hardware factors on every run (for GPU families with
-no runs), then each engine generation's two overheads on that generation's runs (hardware
-held). The loss is the per-sweep-weighted sum of absolute log errors: every sweep counts
+no runs), then the one MoE factor on every MoE run, then each engine generation's two
+overheads on that generation's runs (hardware held). The loss is the per-sweep-weighted sum of absolute log errors: every sweep counts
 the same however many loads it measured, and an absolute (not squared) error keeps one
 sweep that no factor set explains from dragging the factors of all the others.
 """
@@ -17,8 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from kvplan.sim.calibration import BOUNDS, INTERIOR, Replay, log_errors, nelder_mead
-from kvplan.sim.factor_table import ENGINE_FACTORS, HARDWARE_FACTORS, FactorTable, engine_generation
+from kvplan.sim.calibration import BOUNDS, INTERIOR, Replay, fitted_names, log_errors, nelder_mead
+from kvplan.sim.factor_table import (ENGINE_FACTORS, HARDWARE_FACTORS, MOE_FACTORS, MOE_KEY, FactorTable,
+                                     engine_generation)
 from kvplan.sim.measured import MeasuredRun
 
 
@@ -82,22 +83,28 @@ def fit_table(replays: list[Replay], family_of: Callable[[MeasuredRun], str], st
     """The factor table that best explains `replays` (see the module docstring)."""
     if not replays:
         raise ValueError("no measured run to fit")
-    interior = {n: getattr(INTERIOR, n) for n in HARDWARE_FACTORS + ENGINE_FACTORS}
+    interior = {n: getattr(INTERIOR, n) for n in HARDWARE_FACTORS + ENGINE_FACTORS + MOE_FACTORS}
     families = sorted({family_of(r.run) for r in replays})
     generations = sorted({generation_of(r.run) for r in replays})
     start = start or FactorTable({}, {})
     hardware = {f: {n: start.families.get(f, {}).get(n, interior[n]) for n in HARDWARE_FACTORS} for f in families + ["all"]}
     engines = {g: {n: start.engines.get(g, {}).get(n, interior[n]) for n in ENGINE_FACTORS} for g in generations}
+    moe_runs = [r for r in replays if "moe_flops_factor" in fitted_names([r])]
+    moe = {n: start.moe.get(n, interior[n]) for n in MOE_FACTORS} if moe_runs else {}
 
     def factors(replay: Replay) -> dict[str, float]:
-        return {**hardware[family_of(replay.run)], **engines[generation_of(replay.run)]}
+        return {**hardware[family_of(replay.run)], **engines[generation_of(replay.run)], "moe_flops_factor": 1.0, **moe}
 
     for _ in range(rounds):
         _fit_groups(replays, family_of, HARDWARE_FACTORS, hardware, factors, iterations)
         hardware["all"] = _fit_block(HARDWARE_FACTORS, hardware["all"],
-                                     lambda values: sweep_loss(replays, lambda r: {**values, **engines[generation_of(r.run)]}),
-                                     iterations)
+                                     lambda values: sweep_loss(replays, lambda r: {**factors(r), **values}), iterations)
+        if moe_runs:
+            moe = _fit_block(MOE_FACTORS, moe, lambda values: sweep_loss(moe_runs, lambda r: {**factors(r), **values}),
+                             iterations)
         _fit_groups(replays, generation_of, ENGINE_FACTORS, engines, factors, iterations)
     notes = {**_counts(replays, family_of), **_counts(replays, generation_of)}
     notes["all"] = f"{len(replays)} runs from {len({r.run.sweep for r in replays})} sweeps, every family pooled"
-    return FactorTable(hardware, engines, notes)
+    if moe_runs:
+        notes[MOE_KEY] = f"{len(moe_runs)} MoE runs from {len({r.run.sweep for r in moe_runs})} sweeps, every family pooled"
+    return FactorTable(hardware, engines, notes, moe)

@@ -5,7 +5,9 @@ tensor peak). Real engines pay more, and this model adds each cost as a mechanis
 few parameters, so a fit on published runs carries over to other models and loads:
 
     t = overhead_s + overhead_per_seq_s x sequences
-        + max(weight bytes / (bandwidth_factor x HBM peak), linear FLOPs / (flops_factor x tensor peak))
+        + max(weight bytes / (bandwidth_factor x HBM peak),
+              dense linear FLOPs / (flops_factor x tensor peak)
+              + expert FLOPs / (moe_flops_factor x flops_factor x tensor peak))
         + max(KV bytes / (attention_bandwidth_factor x HBM peak), attention FLOPs / (flops_factor x tensor peak))
         + all_reduce
 
@@ -18,6 +20,12 @@ few parameters, so a fit on published runs carries over to other models and load
   attention separately.
 - linear FLOPs: 2 x active parameters per token; attention FLOPs: QK^T and PV per (query,
   key) pair.
+- expert FLOPs (MoE only): the part of the linear FLOPs in the routed experts. Engines run
+  them as a grouped GEMM over tokens sorted by expert (vLLM's fused_moe: each expert's rows
+  padded to the kernel's tile, weight-only formats such as MXFP4 dequantized in the loop),
+  which reaches a smaller share of the tensor peak than the dense GEMMs do. One factor,
+  moe_flops_factor, scales the dense GEMMs' achieved FLOP/s for them; it is fitted on every
+  MoE run pooled, and dense models never read it.
 - The GEMMs and the attention are separate kernels, each bound by its own resource: a large
   decode batch is compute-bound in the GEMMs while its attention still streams the KV from
   HBM, so the two terms add rather than hide behind one max().
@@ -31,10 +39,10 @@ few parameters, so a fit on published runs carries over to other models and load
   scheduling decision serves N steps (vLLM RFC #6854), so both are charged on the steps the
   scheduler decided and not on the N - 1 steps that follow.
 
-bandwidth_factor and flops_factor are achieved / datasheet peak. Defaults per GPU family are
-fitted on the published runs in ../shared/data/serving (benchmarks/serving_fidelity.py) and
-ship in profiles/step_model_defaults.toml with the fit's residuals; `kvplan calibrate`
-fits them to a user's own measured runs. Named simplifications: uniform MoE routing, no
+bandwidth_factor and flops_factor are achieved / datasheet peak. Defaults per GPU family, per
+engine generation and for MoE are fitted on the published runs in ../shared/data/serving
+(benchmarks/serving_fidelity.py) and ship in profiles/step_model_defaults.toml with the
+fit's residuals; `kvplan calibrate` fits them to a user's own measured runs. Named simplifications: uniform MoE routing, no
 pipeline parallelism, no speculative decoding, no CPU-GPU overlap beyond what the fitted
 overhead absorbs, one all-reduce algorithm (ring) for every message size.
 """
@@ -55,7 +63,9 @@ from kvplan.sim.runner import SimulatedRunner
 
 ACTIVATION_BYTES = 2.0  # bf16 activations cross the all-reduce even with FP8 weights
 ALL_REDUCES_PER_LAYER = 2
-FACTOR_NAMES = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor", "overhead_s", "overhead_per_seq_s")
+FACTOR_NAMES = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor", "overhead_s", "overhead_per_seq_s",
+                "moe_flops_factor")
+RATIO_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor", "moe_flops_factor")
 
 
 @dataclass(frozen=True)
@@ -67,10 +77,11 @@ class StepModelParams:
     flops_factor: float = 1.0
     overhead_s: float = 0.0
     overhead_per_seq_s: float = 0.0
+    moe_flops_factor: float = 1.0
     source: str = "datasheet only (roofline at peak, no overhead)"
 
     def __post_init__(self) -> None:
-        for name in ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor"):
+        for name in RATIO_FACTORS:
             if not 0 < getattr(self, name) <= 2:
                 raise ValueError(f"step model factor {name} must be in (0, 2], got {getattr(self, name)}; "
                                  "fix the calibration file")
@@ -98,15 +109,16 @@ class StepCosts:
     sequences: int
     all_reduce_s: float
     decisions: float = 1.0  # 1 on a step the scheduler decided, 0 inside a multi-step run
+    expert_flops: float = 0.0  # the routed experts' GEMMs, apart from linear_flops (the dense ones)
 
 
 def step_seconds(costs: StepCosts | Any, bandwidth: float, attention_bandwidth: float, flops_rate: float,
-                 overhead_s: float, overhead_per_seq_s: float) -> Any:
+                 overhead_s: float, overhead_per_seq_s: float, expert_flops_rate: float) -> Any:
     """The step time formula (module docstring) for one step's costs, or for arrays of many
     steps' costs (kvplan.sim.calibration's replays): the one home of the formula."""
     top = np.maximum if isinstance(costs.weight_bytes, np.ndarray) else max
     return ((overhead_s + overhead_per_seq_s * costs.sequences) * costs.decisions
-            + top(costs.weight_bytes / bandwidth, costs.linear_flops / flops_rate)
+            + top(costs.weight_bytes / bandwidth, costs.linear_flops / flops_rate + costs.expert_flops / expert_flops_rate)
             + top(costs.kv_bytes / attention_bandwidth, costs.attention_flops / flops_rate)
             + costs.all_reduce_s)
 
@@ -122,9 +134,11 @@ class StepModelRunner(SimulatedRunner):
         self.bandwidth = roofline.bandwidth * params.bandwidth_factor
         self.attention_bandwidth = roofline.bandwidth * params.attention_bandwidth_factor
         self.flops_rate = roofline.peak_flops * params.flops_factor
+        self.expert_flops_rate = self.flops_rate * params.moe_flops_factor
         self.overhead_s = params.overhead_s
         self.overhead_per_seq_s = params.overhead_per_seq_s
-        self.linear_flops_per_token = roofline.linear_flops(1)
+        self.expert_flops_per_token = roofline.expert_flops(1)
+        self.linear_flops_per_token = roofline.linear_flops(1) - self.expert_flops_per_token
         # All-reduce per step: a fixed latency part and a part per token of activations.
         if tp > 1:
             calls = ALL_REDUCES_PER_LAYER * model.num_layers
@@ -151,11 +165,11 @@ class StepModelRunner(SimulatedRunner):
         tokens = plan.num_tokens
         return StepCosts(self.weight_bytes(tokens), kv_bytes, self.linear_flops_per_token * tokens, attention,
                          len(plan.scheduled), self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens,
-                         1.0 if plan.decision else 0.0)
+                         1.0 if plan.decision else 0.0, self.expert_flops_per_token * tokens)
 
     def step_time_from(self, c: StepCosts) -> float:
         return step_seconds(c, self.bandwidth, self.attention_bandwidth, self.flops_rate, self.overhead_s,
-                            self.overhead_per_seq_s)
+                            self.overhead_per_seq_s, self.expert_flops_rate)
 
     def step_time(self, plan: StepPlan) -> float:
         seconds = self.step_time_from(self.costs(plan))
@@ -189,9 +203,11 @@ def load_calibration(path: str | Path) -> StepModelParams:
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise ValueError(f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`")
     try:
-        return StepModelParams(**{n: float(data["params"][n]) for n in FACTOR_NAMES},
-                               source=f"calibration {path.name} ({data.get('source', '')})")
-    except (KeyError, TypeError) as err:
+        # Files written before the MoE factor existed were fitted without it: 1.0 is what they meant.
+        values = {n: float(data["params"][n]) for n in FACTOR_NAMES if n != "moe_flops_factor"}
+        values["moe_flops_factor"] = float(data["params"].get("moe_flops_factor", 1.0))
+        return StepModelParams(**values, source=f"calibration {path.name} ({data.get('source', '')})")
+    except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
 
 
