@@ -31,7 +31,7 @@ def calibrate(
     engine_version: Annotated[str, typer.Option(metavar="VERSION", help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: current.")] = "",
     out: Annotated[Path, typer.Option(metavar="FILE", help="Calibration file to write (JSON), for `kvplan bench --calibration`.")] = Path("calibration.json"),
 ) -> None:
-    """Fit bandwidth / attention / FLOP/s factors and per-step overheads to measured runs; print the fit error per run."""
+    """Fit bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert GEMMs' factor to measured runs; print the fit error per run."""
     from kvplan.sim.calibration import calibrate_results
     from kvplan.spec.profiles import load_gpu, load_model
 
