@@ -1,12 +1,13 @@
-"""Fit the shipped factor table (hardware per GPU family, overheads per engine generation)
-jointly on many measured runs, by coordinate descent over the two kinds of factors.
+"""Fit the shipped factor table (hardware per GPU family, overheads per engine generation,
+one MoE factor) jointly on many measured runs, by coordinate descent over the kinds of factors.
 
 Each round fits every family's three hardware factors on that family's runs (engine
 overheads held), then the pooled 'all' hardware factors on every run (for GPU families with
 no runs), then the one MoE factor on every MoE run, then each engine generation's two
-overheads on that generation's runs (hardware held). The loss is the per-sweep-weighted sum of absolute log errors: every sweep counts
-the same however many loads it measured, and an absolute (not squared) error keeps one
-sweep that no factor set explains from dragging the factors of all the others.
+overheads on that generation's runs (hardware held). The loss is the per-sweep-weighted sum
+of absolute log errors: every sweep counts the same however many loads it measured, and an
+absolute (not squared) error keeps one sweep that no factor set explains from dragging the
+factors of all the others.
 """
 
 from __future__ import annotations
