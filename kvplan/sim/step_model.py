@@ -42,9 +42,10 @@ few parameters, so a fit on published runs carries over to other models and load
 bandwidth_factor and flops_factor are achieved / datasheet peak. Defaults per GPU family, per
 engine generation and for MoE are fitted on the published runs in ../shared/data/serving
 (benchmarks/serving_fidelity.py) and ship in profiles/step_model_defaults.toml with the
-fit's residuals; `kvplan calibrate` fits them to a user's own measured runs. Named simplifications: uniform MoE routing, no
-pipeline parallelism, no speculative decoding, no CPU-GPU overlap beyond what the fitted
-overhead absorbs, one all-reduce algorithm (ring) for every message size.
+fit's residuals; `kvplan calibrate` fits them to a user's own measured runs. Named
+simplifications: uniform MoE routing, one MoE factor for every GPU family, no pipeline
+parallelism, no speculative decoding, no CPU-GPU overlap beyond what the fitted overhead
+absorbs, one all-reduce algorithm (ring) for every message size.
 """
 
 from __future__ import annotations
@@ -104,12 +105,12 @@ class StepCosts:
 
     weight_bytes: float
     kv_bytes: float
-    linear_flops: float
+    linear_flops: float  # the dense GEMMs (the routed experts are expert_flops)
     attention_flops: float
     sequences: int
     all_reduce_s: float
     decisions: float = 1.0  # 1 on a step the scheduler decided, 0 inside a multi-step run
-    expert_flops: float = 0.0  # the routed experts' GEMMs, apart from linear_flops (the dense ones)
+    expert_flops: float = 0.0  # the routed experts' GEMMs (MoE only)
 
 
 def step_seconds(costs: StepCosts | Any, bandwidth: float, attention_bandwidth: float, flops_rate: float,
@@ -138,7 +139,7 @@ class StepModelRunner(SimulatedRunner):
         self.overhead_s = params.overhead_s
         self.overhead_per_seq_s = params.overhead_per_seq_s
         self.expert_flops_per_token = roofline.expert_flops(1)
-        self.linear_flops_per_token = roofline.linear_flops(1) - self.expert_flops_per_token
+        self.dense_flops_per_token = roofline.linear_flops(1) - self.expert_flops_per_token
         # All-reduce per step: a fixed latency part and a part per token of activations.
         if tp > 1:
             calls = ALL_REDUCES_PER_LAYER * model.num_layers
@@ -163,7 +164,7 @@ class StepModelRunner(SimulatedRunner):
     def costs(self, plan: StepPlan) -> StepCosts:
         kv_bytes, attention = self.attention_costs(plan)
         tokens = plan.num_tokens
-        return StepCosts(self.weight_bytes(tokens), kv_bytes, self.linear_flops_per_token * tokens, attention,
+        return StepCosts(self.weight_bytes(tokens), kv_bytes, self.dense_flops_per_token * tokens, attention,
                          len(plan.scheduled), self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens,
                          1.0 if plan.decision else 0.0, self.expert_flops_per_token * tokens)
 
