@@ -23,6 +23,7 @@ from typing import Any
 from kvplan.core.engine import Engine
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
+from kvplan.sim.step_model import COST_FIELDS
 from kvplan.workload.request import Request
 
 
@@ -51,8 +52,7 @@ class StepObserver:
             c = self.runner.costs(plan)
             extra = dt - self.runner.step_time_from(c) if hasattr(self.runner, "step_time_from") else 0.0
             release = -math.inf if self.release is None else self.release
-            self.cost_rows.append((c.weight_bytes, c.kv_bytes, c.linear_flops, c.attention_flops, c.sequences,
-                                   c.all_reduce_s, extra, release, c.decisions, c.expert_flops))
+            self.cost_rows.append((*(getattr(c, name) for name in COST_FIELDS), extra, release))
             self.release = None
         self.steps += 1
         return dt

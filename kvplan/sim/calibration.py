@@ -36,8 +36,8 @@ from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.measured import MeasuredRun, batch_defaults
 from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.factory import SimulatedEngineFactory
-from kvplan.sim.step_model import (CALIBRATION_FORMAT, DATASHEET, FACTOR_NAMES, StepCosts, StepModelParams,
-                                 load_calibration, step_seconds)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
+from kvplan.sim.step_model import (CALIBRATION_FORMAT, COST_FIELDS, DATASHEET, FACTOR_NAMES, StepCosts,
+                                 StepModelParams, load_calibration, step_seconds)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import load_gpu, load_model
 from kvplan.workload.request import Request
@@ -146,16 +146,18 @@ class Replay:
     @classmethod
     def record(cls, run: MeasuredRun, params: StepModelParams) -> Replay:
         _, client = simulate(run, params, record=True)
-        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, 10)
+        width = len(COST_FIELDS)  # each row: the StepCosts fields, then the unscaled extra seconds and the release
+        rows = np.asarray(client.step_costs, dtype=float).reshape(-1, width + 2)
         ids = sorted(client.first_step)
         runner_roof = load_gpu(run.gpu)
         model = load_model(run.model)
         roof = Roofline(model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype)
         lengths = {s.request.request_id: s.request.output_len for s in client.finished}
-        costs = StepCosts(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5] + rows[:, 6], rows[:, 8],
-                          rows[:, 9])
+        columns = dict(zip(COST_FIELDS, rows[:, :width].T))
+        columns["all_reduce_s"] = columns["all_reduce_s"] + rows[:, width]  # swaps and transfers: no factor scales them
+        costs = StepCosts(**columns)
         recorded_dt = _step_times(costs, roof.bandwidth, roof.peak_flops, {n: getattr(params, n) for n in FACTOR_NAMES})
-        return cls(run, roof.bandwidth, roof.peak_flops, costs, recorded_dt, rows[:, 7],
+        return cls(run, roof.bandwidth, roof.peak_flops, costs, recorded_dt, rows[:, width + 1],
                    np.array([client.scheduled_s[i] for i in ids]),
                    np.array([client.send_step[i] for i in ids], dtype=np.int64),
                    np.array([client.admit_step[i] for i in ids], dtype=np.int64),

@@ -51,7 +51,7 @@ absorbs, one all-reduce algorithm (ring) for every message size.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,9 @@ class StepCosts:
     all_reduce_s: float
     decisions: float = 1.0  # 1 on a step the scheduler decided, 0 inside a multi-step run
     expert_flops: float = 0.0  # the routed experts' GEMMs (MoE only)
+
+
+COST_FIELDS = tuple(f.name for f in fields(StepCosts))  # the order a recorded step's row keeps them in
 
 
 def step_seconds(costs: StepCosts | Any, bandwidth: float, attention_bandwidth: float, flops_rate: float,
