@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 
 # Driver/datasheet share for HBM GPUs observed in real logs (A100-40GB 39.50/40 = 0.988,
-# H100 79.22/80 = 0.990); GDDR cards whose "GB" is decimal (L4: 22.49/24) need their own figure.
+# H100 79.22/80 = 0.990). GDDR cards with ECC on lose more (L4: 22.49/24) and need their own
+# figure; GeForce cards without ECC report about 0.98 (RTX 3090 23.58/24; profiles/gpus.toml).
 DRIVER_SHARE_UNOBSERVED = 0.99
 
 
@@ -35,6 +36,14 @@ class GpuSpec:
     # less than the datasheet's capacity (ECC, driver reservations). None: not observed.
     driver_memory_gib: float | None = None
     driver_memory_source: str | None = None
+    # How names are read (kvplan/spec/gpu_names.py): the product as vendors write it ("a100",
+    # "rtx 4090"), the package ("sxm", "pcie", "nvl", ...), whether this is the variant assumed
+    # when a name gives no size or form, and for a MIG slice its profile ("1g.10gb") and parent.
+    product: str | None = None
+    form: str | None = None
+    product_default: bool = False
+    mig: str | None = None
+    mig_parent: str | None = None
 
     @property
     def memory_bytes(self) -> float:
