@@ -69,10 +69,11 @@ def _dims(*names: str, low: int = 1, high: int = DIM_MAX) -> dict[str, FieldRule
 FIELD_RULES: dict[str, FieldRule] = {
     # shape of the transformer (every alias hf_config.get_field accepts)
     **_dims("hidden_size", "n_embd", "d_model", "dim", "head_dim", "intermediate_size", "ffn_dim",
-            "moe_intermediate_size", "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
+            "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
             "v_head_dim", "linear_key_head_dim", "linear_value_head_dim", "index_head_dim", "intermediate_size_mlp",
             "global_head_dim"),
-    **_dims("qk_rope_head_dim", "qk_nope_head_dim", low=0),
+    # 0 is a real value: Qwen3-Coder (qwen3_moe) ships shared_expert_intermediate_size 0, "no shared expert"
+    **_dims("qk_rope_head_dim", "qk_nope_head_dim", "shared_expert_intermediate_size", low=0),
     **_dims("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_attention_heads", "n_head",
             "num_heads", "n_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
             "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim",

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvplan.spec.checkpoint_quant import CheckpointQuant, checkpoint_quant
 from kvplan.spec.config_checks import check_config
 from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape, window_size
 from kvplan.spec.params import count_params
+from kvplan.spec.vision import vision_params
 from kvplan.spec import AttentionGroup, ModelSpec, dtype_bytes
 
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -101,21 +103,19 @@ def native_dtype(cfg: dict[str, Any]) -> str:
     return native if native in ("fp32", "fp16", "bf16") else "bf16"
 
 
-def weight_format(cfg: dict[str, Any]) -> tuple[str, float | None]:
-    """(dtype of dense weights, bits of expert weights when the checkpoint quantizes them)."""
-    quant = cfg.get("quantization_config") or {}
-    method = str(quant.get("quant_method", "")).lower()
-    native = native_dtype(cfg)
-    if method == "fp8":
-        return "fp8", None
-    if method == "mxfp4":
-        return native, 4.25  # 4-bit elements plus one 8-bit scale per 32
-    return native, None
+def weight_format(cfg: dict[str, Any], num_layers: int) -> tuple[str, CheckpointQuant | None]:
+    """(element dtype of the quantized weights, or the native dtype; the checkpoint's format
+    as its quantization_config states it, None when unquantized)."""
+    quant = checkpoint_quant(cfg, num_layers)
+    if quant is None or quant.experts_only:
+        return native_dtype(cfg), quant
+    return quant.dtype, quant
 
 
 def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ValueError(f"config of '{name}' must be a JSON object")
+    outer = cfg
     cfg = text_config(cfg)
     check_config(cfg, name, source)  # issue 13: every field's type, range and consistency, before any int()
     hidden = _positive_int(cfg, "hidden_size", name)
@@ -124,8 +124,9 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
     vocab = _positive_int(cfg, "vocab_size", name)
     max_len = int(get_field(cfg, "max_position_embeddings", 0) or 0)
     groups = attention_groups(cfg, num_layers, num_heads, hidden)
-    weight_dtype, expert_bits = weight_format(cfg)
-    params, experts, per_token = count_params(cfg, hidden, num_layers, num_heads, vocab, groups)
+    weight_dtype, quant = weight_format(cfg, num_layers)
+    params, experts, per_token = count_params(cfg, hidden, num_layers, num_heads, vocab, groups,
+                                              vision=vision_params(outer, hidden))
     return ModelSpec(
         name=name,
         source=source,
@@ -140,7 +141,8 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
         params=params,
         weight_dtype=weight_dtype,
         dtype=native_dtype(cfg),
-        expert_weight_bits=expert_bits,
+        expert_weight_bits=quant.bits_per_weight(hidden) if quant is not None and quant.experts_only else None,
         num_experts=experts,
         experts_per_token=per_token,
+        checkpoint_quant=quant,
     )

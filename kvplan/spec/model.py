@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvplan.spec.kv_format import KVFormat, dtype_bytes
+from kvplan.spec.checkpoint_quant import CheckpointQuant
 from kvplan.spec.weight_quant import SIXTEEN_BIT, WeightQuant, weight_quant
 
 AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state"]
@@ -115,6 +116,11 @@ class ParamCount:
     cards leave it out). `matmul_active` is what one token's forward pass multiplies with:
     the input embedding is a row gather, not a matmul; a tied LM head is the embedding
     table, so it stays in.
+
+    `vision` is a multimodal checkpoint's vision tower and projector (spec/vision.py): in
+    `total` and in the weight bytes, never in the per-token figures (`text_total` leaves it
+    out). `routers` is not a role of its own but the part of `dense_mlp` that is MoE router
+    weights, which quantized checkpoints keep in 16 bit.
     """
 
     embedding: int
@@ -125,9 +131,15 @@ class ParamCount:
     experts_active: int
     other: int
     embedding_in_active: bool = True
+    vision: int = 0
+    routers: int = 0  # included in dense_mlp
 
     @property
     def total(self) -> int:
+        return self.text_total + self.vision
+
+    @property
+    def text_total(self) -> int:
         return (self.embedding + self.lm_head + self.attention + self.dense_mlp
                 + self.experts_total + self.other)
 
@@ -164,6 +176,9 @@ class ModelSpec:
     expert_weight_bits: float | None = None
     num_experts: int = 0
     experts_per_token: int = 0
+    # The checkpoint's own format, from its quantization_config (spec/checkpoint_quant.py);
+    # None for an unquantized checkpoint. weight_dtype then names its element dtype.
+    checkpoint_quant: CheckpointQuant | None = None
 
     @property
     def token_groups(self) -> tuple[AttentionGroup, ...]:
@@ -214,19 +229,26 @@ class ModelSpec:
         return 2 * self.num_layers * self.hidden_size * fmt.bits / 8
 
     def weight_format_name(self, override: str | None = None) -> str:
-        """The weight format weight_bytes() sizes: an override, or the checkpoint's, naming
-        quantized experts (gpt-oss: 'mxfp4-experts+bf16') so the label matches the bytes."""
+        """The weight format weight_bytes() sizes: an override, or the checkpoint's as its
+        quantization_config states it ('gptq-int4-g128', 'fp8-block128', 'nvfp4'; gpt-oss:
+        'mxfp4-experts+bf16'), so the label matches the bytes."""
         if override is not None:
             return override
+        quant = self.checkpoint_quant
+        if quant is not None:
+            return f"{quant.label}+{self.dtype}" if quant.experts_only else quant.label
         if self.expert_weight_bits is not None:
             return f"mxfp4-experts+{self.weight_dtype}" if self.expert_weight_bits == 4.25 else \
                 f"{self.expert_weight_bits:g}-bit-experts+{self.weight_dtype}"
         return self.weight_dtype
 
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
-        """Weight bytes for the whole model; quantized expert weights where the config says so."""
+        """Weight bytes for the whole model (vision tower included): as an override dtype or
+        recipe says, else as the checkpoint ships (its quantization_config, scales included)."""
         if weight_dtype is not None:
             return self._quantized_weight_bytes(weight_quant(weight_dtype))
+        if self.checkpoint_quant is not None:
+            return self._checkpoint_weight_bytes(self.checkpoint_quant)
         base = dtype_bytes(self.weight_dtype)
         embeddings = self.params.embedding + self.params.lm_head
         embed_bytes = embeddings * max(base, 2.0)  # checkpoints keep embeddings in 16 bit
@@ -236,13 +258,43 @@ class ModelSpec:
             return embed_bytes + experts + rest
         return embed_bytes + (self.params.total - embeddings) * base
 
+    def quantized_params(self, quant: CheckpointQuant) -> tuple[float, float]:
+        """(parameters `quant` stores quantized, parameters it keeps in 16 bit) of this model."""
+        p = self.params
+        experts = p.experts_total * (1.0 - quant.experts_kept)
+        if quant.experts_only:
+            quantized = experts
+        else:
+            dense = (p.dense_mlp - p.routers) * (1.0 - quant.dense_kept)
+            quantized = p.attention * (1.0 - quant.attention_kept) + dense + experts
+            quantized += p.lm_head if quant.lm_head_quantized else 0
+            quantized += p.vision if quant.vision_quantized else 0
+        return quantized, p.total - quantized
+
+    def _checkpoint_weight_bytes(self, quant: CheckpointQuant) -> float:
+        """Quantized roles at the format's bits per weight, scales and zero points included
+        (per-channel scales sized with hidden_size as the input width); the rest at the
+        16 bit (vLLM loads a float32 config's unquantized weights in a 16-bit dtype too)."""
+        quantized, kept = self.quantized_params(quant)
+        return quantized * quant.bits_per_weight(self.hidden_size) / 8 + kept * SIXTEEN_BIT
+
+    def vision_weight_bytes(self, weight_dtype: str | None = None) -> float:
+        """The vision tower's share of weight_bytes(): loaded, but read by no decode step."""
+        p = self.params
+        quant = self.checkpoint_quant
+        if weight_dtype is None and quant is not None and quant.vision_quantized and not quant.experts_only:
+            return p.vision * quant.bits_per_weight(self.hidden_size) / 8
+        if weight_dtype is not None and weight_quant(weight_dtype).element_bytes >= SIXTEEN_BIT:
+            return p.vision * weight_quant(weight_dtype).element_bytes
+        return p.vision * SIXTEEN_BIT
+
     def _quantized_weight_bytes(self, quant: WeightQuant) -> float:
         """Weights stored as `quant` says: a 16-bit-or-wider dtype applies to every weight; a
         narrower one only to the linear layers the recipe quantizes (see spec/weight_quant.py)."""
         p = self.params
         if quant.element_bytes >= SIXTEEN_BIT:
             return p.total * quant.element_bytes
-        kept = p.embedding + p.lm_head + p.other
+        kept = p.embedding + p.lm_head + p.other + p.vision  # an override quantizes the language model
         if not quant.attention_quantized:
             kept += p.attention
         kept += p.dense_mlp * min(quant.edge_mlp_layers_kept, self.num_layers) / self.num_layers
@@ -255,5 +307,6 @@ class ModelSpec:
         scale = total / self.params.total
         p = self.params
         counts = replace(p, **{role: round(getattr(p, role) * scale) for role in (
-            "embedding", "lm_head", "attention", "dense_mlp", "experts_total", "experts_active", "other")})
+            "embedding", "lm_head", "attention", "dense_mlp", "experts_total", "experts_active", "other",
+            "vision", "routers")})
         return replace(self, params=counts)

@@ -2,8 +2,9 @@
 
 Counted the way the published sizes are (Mixtral-8x7B 46.7B / 12.9B active, DeepSeek-V3
 671B / 37B): embeddings and the LM head included, DeepSeek's multi-token-prediction
-module excluded, vision / audio encoders of multimodal checkpoints excluded (the text
-model is what kvplan plans for).
+module excluded. A multimodal checkpoint's vision tower is counted apart (ParamCount.vision,
+from spec/vision.py: in the total and the weight bytes, not in the per-token figures); audio
+encoders are not counted.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape
 _UNGATED_MLP = {"opt", "gpt2", "gpt_bigcode", "falcon", "gpt_neox", "phi", "bloom"}
 _TIED_BY_DEFAULT = {"opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "bloom",
                     "gpt_bigcode"}
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "gemma4",
-            "gemma4_text", "olmo2"}
-_QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl"}
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
+            "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"}
+_QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
 _ROUTER_BIAS = {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2"}  # gpt-oss bias, DeepSeek's correction bias
 # Families whose model cards leave the input embedding out of "active": OpenAI's gpt-oss
@@ -118,12 +119,20 @@ def _moe_layout(cfg: dict[str, Any], num_layers: int) -> tuple[int, int, int]:
     return experts, per_token, len(_moe_layers(cfg, num_layers))
 
 
-def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, expert_width: int) -> int:
-    """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the experts."""
+def _router_params(cfg: dict[str, Any], hidden: int, experts: int) -> int:
+    """One MoE layer's router: the gate matrix (and gpt-oss's bias, DeepSeek's correction bias,
+    Gemma-4's scales), which quantized checkpoints keep in 16 bit."""
     model_type = str(cfg.get("model_type", ""))
     router = hidden * experts + (experts if model_type in _ROUTER_BIAS else 0)
     if model_type.startswith("gemma4"):
         router += hidden + experts  # Gemma4TextRouter: scale and per_expert_scale
+    return router
+
+
+def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, expert_width: int) -> int:
+    """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the experts."""
+    model_type = str(cfg.get("model_type", ""))
+    router = _router_params(cfg, hidden, experts)
     shared = int(cfg.get("n_shared_experts") or 0) * 3 * hidden * expert_width  # DeepSeek
     if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: a gated shared expert
         shared += 3 * hidden * int(cfg["shared_expert_intermediate_size"]) + hidden
@@ -137,9 +146,10 @@ def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, exp
 
 def count_params(
     cfg: dict[str, Any], hidden: int, num_layers: int, num_heads: int, vocab: int,
-    groups: tuple[AttentionGroup, ...],
+    groups: tuple[AttentionGroup, ...], vision: int = 0,
 ) -> tuple[ParamCount, int, int]:
-    """Returns (ParamCount, experts per MoE layer, experts per token)."""
+    """Returns (ParamCount, experts per MoE layer, experts per token). `vision`: the vision
+    tower's parameters (spec/vision.py), counted apart."""
     if cfg.get("num_parameters"):  # a profile may state the count outright
         total = int(cfg["num_parameters"])
         return ParamCount(0, 0, 0, total, 0, 0, 0), 0, 0
@@ -162,7 +172,7 @@ def count_params(
     dense_width = int(cfg.get("intermediate_size_mlp") or intermediate)
     experts, per_token, moe_layers = _moe_layout(cfg, num_layers)
     dense_mlp = (num_layers - moe_layers) * _mlp_params(cfg, hidden, dense_width)
-    experts_total = experts_active = 0
+    experts_total = experts_active = routers = 0
     if experts:
         expert_width = int(cfg.get("moe_intermediate_size") or intermediate)
         one_expert = 3 * hidden * expert_width
@@ -171,6 +181,7 @@ def count_params(
         experts_total = moe_layers * experts * one_expert
         experts_active = moe_layers * per_token * one_expert
         dense_mlp += moe_layers * _always_on_per_moe_layer(cfg, hidden, experts, expert_width)
+        routers = moe_layers * _router_params(cfg, hidden, experts)
 
     tied = cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
     embedding = vocab * hidden
@@ -181,5 +192,6 @@ def count_params(
     norm_width = 2 * hidden if model_type == "opt" else hidden  # LayerNorm has a bias
     other = (num_layers * norms_per_layer + 1) * norm_width
     counts = ParamCount(embedding, lm_head, attention, dense_mlp, experts_total, experts_active, other,
-                        embedding_in_active=model_type not in _ACTIVE_WITHOUT_EMBEDDING)
+                        embedding_in_active=model_type not in _ACTIVE_WITHOUT_EMBEDDING, vision=vision,
+                        routers=routers)
     return counts, experts, per_token

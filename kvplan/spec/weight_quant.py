@@ -1,4 +1,7 @@
-"""Which weights a quantized checkpoint actually quantizes.
+"""Which weights a `--weight-dtype` override quantizes (the recipes: 'fp8', 'int4', 'fp8-meta').
+
+A checkpoint's own format, read from its quantization_config with scales and zero points, is
+spec/checkpoint_quant.py's CheckpointQuant; these recipes size what a flag asks for instead.
 
 Serving engines quantize the linear layers only: FP8, INT8 (W8A8), AWQ/GPTQ INT4 and NVFP4
 checkpoints keep the input embedding, the LM head, norms and MoE routers in 16 bit (vLLM's
