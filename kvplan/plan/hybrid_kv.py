@@ -1,0 +1,371 @@
+"""vLLM's hybrid KV cache manager arithmetic (and SGLang's pools), from a ModelSpec.
+
+What vLLM v1 prints at startup for a model whose layers keep different amounts of KV
+(sliding-window + full attention, linear attention / Mamba state + full attention) is not
+"available bytes / bytes per token". It is the outcome of these steps (sources, vLLM
+repository, in kvplan's own words):
+
+1. Each layer gets a spec with a page size: bytes of one block of `block_size` tokens of
+   that layer (vllm/v1/kv_cache_interface.py: FullAttentionSpec / SlidingWindowSpec /
+   ChunkedLocalAttentionSpec / MLAAttentionSpec `page_size_bytes`; a MambaSpec page is the
+   whole per-sequence state, whatever the block size).
+2. Hybrid attention + Mamba models first raise the attention block size until one attention
+   page holds at least one Mamba state, rounded up to a kernel alignment (16 tokens; newer
+   builds also 64), then pad the Mamba page up to the attention page
+   (vllm/model_executor/models/config.py: HybridAttentionMambaModelConfig
+   .verify_and_update_config; later moved to the platform interface).
+3. `--disable-hybrid-kv-cache-manager` (and vLLM before the hybrid allocator, ~v0.9.2 /
+   mid-2025) turn sliding-window and chunked layers into full-attention specs
+   (kv_cache_utils.py: unify_hybrid_kv_cache_specs): every layer in one block table.
+4. If every layer is full-length but page sizes differ, one group holds all layers and a
+   block costs the sum of their pages (UniformTypeKVCacheSpecs).
+5. Otherwise page sizes are unified to the largest: smaller attention pages get a larger
+   block size (ratio must divide), Mamba pages are padded (unify_kv_cache_spec_page_size).
+6. Layers are bucketed by spec; the group size is the smallest bucket, or the largest when
+   the largest is under 1.5x the smallest; each bucket is split into ceil(n / size)
+   groups, short groups padded (_get_kv_cache_groups_uniform_page_size).
+7. num_blocks = available // page // group_size: group_size tensors, each shared by one
+   layer of every group (get_kv_cache_config_from_groups, get_num_blocks).
+8. A max_model_len request needs, per group, ceil(bytes / page) blocks: full ceil(L / bs);
+   sliding ceil(min(W - 1 + max_num_batched_tokens, L) / bs) + 1; chunked
+   ceil(min(W + max_num_batched_tokens, L) / bs); Mamba 1 (+1 with prefix caching's
+   "align" mode, + the speculative tokens); concurrency = num_blocks / their sum
+   (get_max_concurrency_for_kv_cache_config, `max_memory_usage_bytes` of each spec).
+9. "GPU KV cache size: N tokens" was num_blocks // num_groups * min block size up to
+   v0.19 (_report_kv_cache_config); from ~v0.20 (vLLM PR #40694 / #38364, issue #40691)
+   it is int(concurrency * max_model_len) (get_kv_cache_capacity).
+
+`true_concurrency` is kvplan's figure, not vLLM's: what a request at max_model_len holds once
+its prefill is done (sliding layers keep their window, not window + a prefill chunk).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvplan.spec.kv_format import KVFormat
+from kvplan.spec.model import ModelSpec
+
+FULL_LENGTH_KINDS = ("full", "mla", "indexer")
+TOKENS_FROM_CONCURRENCY_SINCE = (0, 20)  # after v0.19.0 (issue #40691 shows the old formula there)
+HYBRID_ALLOCATOR_SINCE = (0, 9, 2)  # before it, windowed layers were sized at full length
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _version(value: str | tuple[int, ...] | None) -> tuple[int, ...] | None:
+    if value is None or isinstance(value, tuple):
+        return value
+    parts = []
+    for piece in value.lstrip("v").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts) or None
+
+
+@dataclass(frozen=True)
+class KVCacheGroupSpec:
+    """One vLLM KV cache group: layers sharing one block table.
+
+    `num_layers` are the model's layers in the group, `group_size` the layers every group is
+    padded to; `page_size_bytes` is one layer's page after unification (what num_blocks is
+    counted in), `real_page_size_bytes` what the layer's data needs of it.
+    """
+
+    kind: str  # full / sliding / chunked / mla / indexer / state
+    num_layers: int
+    group_size: int
+    block_size: int
+    page_size_bytes: int
+    real_page_size_bytes: int
+    window: int | None = None
+    # a single all-layers group with per-layer page sizes (UniformTypeKVCacheSpecs): a block
+    # then costs the sum of the layers' pages
+    uniform_type_pages: tuple[int, ...] = ()
+
+    @property
+    def padding_layers(self) -> int:
+        return self.group_size - self.num_layers if not self.uniform_type_pages else 0
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block of this group across the shared tensors (padding included)."""
+        if self.uniform_type_pages:
+            return sum(self.uniform_type_pages)
+        return self.page_size_bytes * self.group_size
+
+    @property
+    def wasted_bytes_per_block(self) -> int:
+        """Bytes of one block that hold no data: padding layers and padded (Mamba) pages."""
+        if self.uniform_type_pages:
+            return 0
+        return (self.padding_layers * self.page_size_bytes
+                + self.num_layers * (self.page_size_bytes - self.real_page_size_bytes))
+
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int,
+                           state_blocks: int = 1) -> int:
+        """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
+        if self.kind == "sliding":
+            return _cdiv(min(self.window - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
+        if self.kind == "chunked":
+            return _cdiv(min(self.window + max_num_batched_tokens, max_model_len), self.block_size)
+        if self.kind == "state":
+            return state_blocks
+        return _cdiv(max_model_len, self.block_size)
+
+    def blocks_held(self, max_model_len: int, state_blocks: int = 1) -> int:
+        """Blocks a max_model_len request still holds after its prefill (windows respected)."""
+        full = _cdiv(max_model_len, self.block_size)
+        if self.kind == "sliding":
+            return min(full, _cdiv(self.window - 1, self.block_size) + 1)
+        if self.kind == "chunked":
+            return min(full, _cdiv(self.window, self.block_size))
+        if self.kind == "state":
+            return state_blocks
+        return full
+
+
+@dataclass(frozen=True)
+class _LayerType:
+    kind: str
+    num_layers: int
+    bytes_per_token: int  # per layer; 0 for state
+    state_bytes: int  # per layer, state kinds only
+    window: int | None
+
+
+def _layer_types(model: ModelSpec, fmt: KVFormat, tp: int, hybrid_manager: bool,
+                 draft_layers: int = 0) -> list[_LayerType]:
+    types = []
+    for g in model.groups:
+        if g.kind == "state":
+            types.append(_LayerType("state", g.num_layers, 0, g.state_bytes_per_layer // tp, None))
+            continue
+        kind, window = g.kind, g.window
+        if not hybrid_manager and kind in ("sliding", "chunked"):
+            kind, window = "full", None  # a FullAttentionSpec that remembers its window
+        per_token = int(math.ceil(g.bytes_per_token_layer(fmt, tp)))
+        types.append(_LayerType(kind, g.num_layers, per_token, 0, window))
+    if draft_layers:
+        # an MTP / EAGLE drafter's layers: full attention with the model's full-attention shape
+        base = next(t for t in types if t.kind == "full")
+        types.append(_LayerType("full", draft_layers, base.bytes_per_token, 0, None))
+    # the same spec in two ModelSpec groups is one vLLM bucket
+    merged: dict[tuple, _LayerType] = {}
+    for t in types:
+        key = (t.kind, t.bytes_per_token, t.state_bytes, t.window)
+        if key in merged:
+            old = merged[key]
+            merged[key] = _LayerType(t.kind, old.num_layers + t.num_layers, t.bytes_per_token, t.state_bytes, t.window)
+        else:
+            merged[key] = t
+    return list(merged.values())
+
+
+def mamba_block_size(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16,
+                     alignment: int = 16) -> int:
+    """The attention block size vLLM uses for an attention + Mamba/linear-attention model.
+
+    The smallest multiple of `alignment` tokens whose attention page (the full-attention layer's
+    bytes per token) holds one layer's state; kept if the user's block size is already larger
+    (HybridAttentionMambaModelConfig.verify_and_update_config). Other models: block_size.
+    """
+    states = [g for g in model.groups if g.kind == "state"]
+    attention = [g for g in model.groups if g.kind in ("full", "sliding", "chunked", "mla")]
+    if not states or not attention:
+        return block_size
+    per_token = int(math.ceil(next((g for g in attention if g.kind == "full"), attention[0])
+                              .bytes_per_token_layer(fmt, tp)))
+    state = max(g.state_bytes_per_layer // tp for g in states)
+    needed = alignment * _cdiv(state, alignment * per_token)
+    return max(block_size, needed)
+
+
+def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16, *,
+                    hybrid_manager: bool = True, mamba_alignment: int = 16,
+                    draft_layers: int = 0) -> tuple[KVCacheGroupSpec, ...]:
+    """vLLM's KV cache groups for a model on one GPU (kv_cache_utils.get_kv_cache_groups).
+
+    One group per layer type (or several per type, each padded to the common group size), every
+    group's page unified to the largest page. draft_layers adds an MTP / EAGLE drafter's
+    full-attention layers (they join the target model's groups).
+    """
+    if tp <= 0 or block_size <= 0:
+        raise ValueError("tp and block_size must be positive")
+    types = _layer_types(model, fmt, tp, hybrid_manager, draft_layers)
+    if any(t.kind == "state" for t in types) and not hybrid_manager:
+        raise ValueError("vLLM cannot disable the hybrid KV cache manager for a model with "
+                         "linear-attention / Mamba state layers")
+    attn_block = mamba_block_size(model, fmt, tp, block_size, mamba_alignment)
+    pages = {id(t): (t.bytes_per_token * attn_block if t.kind != "state" else t.state_bytes) for t in types}
+
+    if len(types) == 1 or (all(t.kind in FULL_LENGTH_KINDS for t in types)
+                           and len({pages[id(t)] for t in types}) > 1):
+        # One group: a uniform spec, or full-length layers with per-layer page sizes.
+        total = sum(t.num_layers for t in types)
+        kind = types[0].kind if len({t.kind for t in types}) == 1 else "full"
+        if len(types) == 1:
+            t = types[0]
+            return (KVCacheGroupSpec(kind, total, total, attn_block, pages[id(t)], pages[id(t)], t.window),)
+        per_layer = tuple(pages[id(t)] for t in types for _ in range(t.num_layers))
+        return (KVCacheGroupSpec(kind, total, total, attn_block, max(per_layer), max(per_layer), None, per_layer),)
+
+    # unify_kv_cache_spec_page_size: the largest page wins.
+    max_page = max(pages.values())
+    unified = []
+    for t in types:
+        page = pages[id(t)]
+        block = attn_block
+        if t.kind != "state" and page != max_page:
+            if max_page % page:
+                raise ValueError(f"{t.kind} layers' page ({page:,} B) does not divide the largest page "
+                                 f"({max_page:,} B): vLLM cannot unify them by block size")
+            block = attn_block * (max_page // page)
+            page = max_page  # a larger block fills the page: nothing is padded
+        unified.append((t, block, page))
+
+    sizes = [t.num_layers for t, _, _ in unified]
+    group_size = min(sizes)
+    if max(sizes) < 1.5 * min(sizes):
+        group_size = max(sizes)
+    groups = []
+    for t, block, page in unified:
+        count = _cdiv(t.num_layers, group_size)
+        for i in range(count):  # layers[i::count], as vLLM assigns them
+            members = len(range(i, t.num_layers, count))
+            groups.append(KVCacheGroupSpec(t.kind, members, group_size, block, max_page, page, t.window))
+    return tuple(groups)
+
+
+@dataclass(frozen=True)
+class VllmKVCache:
+    """What vLLM sizes and prints for one model, GPU budget and max_model_len."""
+
+    groups: tuple[KVCacheGroupSpec, ...]
+    available_bytes: float
+    max_model_len: int
+    max_num_batched_tokens: int
+    state_blocks: int  # blocks per request of each Mamba group
+    tokens_from_concurrency: bool
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the full-attention groups (after any Mamba-driven raise)."""
+        return min(g.block_size for g in self.groups if g.kind != "state")
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.groups[0].page_size_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        """What one block id costs across the shared tensors."""
+        return self.groups[0].block_bytes
+
+    @property
+    def num_blocks(self) -> int:
+        g = self.groups[0]
+        if g.uniform_type_pages:
+            return max(0, int(self.available_bytes // g.block_bytes))
+        return max(0, int(self.available_bytes // g.page_size_bytes // g.group_size))
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+    @property
+    def blocks_per_request(self) -> int:
+        return sum(g.blocks_per_request(self.max_model_len, self.max_num_batched_tokens, self.state_blocks)
+                   for g in self.groups)
+
+    @property
+    def reported_concurrency(self) -> float:
+        """'Maximum concurrency for M tokens per request: X' (printed to 2 decimals)."""
+        return self.num_blocks / self.blocks_per_request
+
+    @property
+    def reported_tokens(self) -> int:
+        """'GPU KV cache size: N tokens'."""
+        if self.tokens_from_concurrency:
+            return int(self.reported_concurrency * self.max_model_len)
+        return self.num_blocks // len(self.groups) * min(g.block_size for g in self.groups)
+
+    @property
+    def true_concurrency(self) -> float:
+        """max_model_len requests that fit once prefilled (sliding layers hold their window only)."""
+        held = sum(g.blocks_held(self.max_model_len, self.state_blocks) for g in self.groups)
+        return self.num_blocks / held
+
+    @property
+    def fits_one_request(self) -> bool:
+        """vLLM refuses to start when one max_model_len request's blocks exceed the memory
+        (kv_cache_utils._check_enough_kv_cache_memory)."""
+        return self.available_bytes > 0 and self._needed_bytes(self.max_model_len) <= self.available_bytes
+
+    @property
+    def estimated_max_model_len(self) -> int:
+        """The length vLLM's refusal suggests: the longest request whose blocks fit (binary search)."""
+        lo, hi, best = 1, self.max_model_len, 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._needed_bytes(mid) <= self.available_bytes:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def _needed_bytes(self, length: int) -> int:
+        blocks = sum(g.blocks_per_request(length, self.max_num_batched_tokens, self.state_blocks)
+                     for g in self.groups)
+        return blocks * self.block_bytes
+
+    @property
+    def padding_bytes(self) -> float:
+        """Pool bytes that hold no data when it is filled with max_model_len requests: padding
+        layers of short groups and Mamba pages padded up to the attention page."""
+        blocks = [(g.blocks_per_request(self.max_model_len, self.max_num_batched_tokens, self.state_blocks), g)
+                  for g in self.groups]
+        per_request = sum(n * g.block_bytes for n, g in blocks)
+        wasted = sum(n * g.wasted_bytes_per_block for n, g in blocks)
+        return self.pool_bytes * wasted / per_request if per_request else 0.0
+
+
+def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_gpu: float, max_model_len: int,
+                  block_size: int = 16, hybrid_manager: bool = True, *, max_num_batched_tokens: int = 2048,
+                  vllm_version: str | tuple[int, ...] | None = None, mamba_cache_mode: str = "none",
+                  num_speculative_tokens: int = 0, mamba_alignment: int = 16,
+                  draft_layers: int = 0) -> VllmKVCache:
+    """vLLM v1's KV cache sizing for a model on one GPU, given the "Available KV cache memory".
+
+    max_num_batched_tokens: the scheduler's token budget (vLLM's API-server default is 2048,
+    8192 on >= 70 GiB GPUs other than A100); sliding-window groups reserve window - 1 + it.
+    vllm_version: None means the newest behaviour; before ~0.9.2 windowed layers are sized at
+    full length, up to 0.19 the token figure is num_blocks // groups * block size.
+    mamba_cache_mode: "none" (1 state block per request), "align" (prefix caching on a hybrid
+    model: 2), "all" (one per block of tokens); num_speculative_tokens adds blocks to Mamba
+    groups. mamba_alignment: the token multiple the attention block is raised to (16; some
+    newer builds 64). draft_layers: an MTP / EAGLE drafter's full-attention layers.
+    """
+    if max_model_len <= 0:
+        raise ValueError("max_model_len must be positive")
+    version = _version(vllm_version)
+    if version is not None and version < HYBRID_ALLOCATOR_SINCE and not any(g.kind == "state" for g in model.groups):
+        hybrid_manager = False
+    groups = kv_cache_groups(model, fmt, tp, block_size, hybrid_manager=hybrid_manager,
+                             mamba_alignment=mamba_alignment, draft_layers=draft_layers)
+    mode = mamba_cache_mode.lower()
+    if mode not in ("none", "align", "all"):
+        raise ValueError(f"mamba_cache_mode must be none, align or all, got {mamba_cache_mode!r}")
+    state_block_size = min(g.block_size for g in groups)
+    state_blocks = (_cdiv(max_model_len, state_block_size) if mode == "all"
+                    else (2 if mode == "align" else 1) + num_speculative_tokens)
+    from_concurrency = version is None or version >= TOKENS_FROM_CONCURRENCY_SINCE
+    return VllmKVCache(groups, float(available_bytes_per_gpu), max_model_len, max_num_batched_tokens,
+                       state_blocks, from_concurrency)
