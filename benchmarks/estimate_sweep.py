@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.capacity_sweep import parse_axis, sweep
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec import parse_kv_format
 
 SCALAR_SAMPLE = 2_000

@@ -40,7 +40,7 @@ NO_GPU = "no CUDA GPU: this benchmark needs one; nothing measured"
 
 def gpu_peak_tbps(device_name: str) -> tuple[str, float] | None:
     """(kvplan profile, HBM TB/s) for a CUDA device name, or None when no profile matches exactly."""
-    from kvplan.spec.profiles import load_gpu
+    from kvplan.spec.resolve import load_gpu
 
     key = device_name.lower().replace("nvidia", "").strip().replace(" ", "-")
     if "h100" in key and ("hbm3" in key or "sxm" in key):  # "NVIDIA H100 80GB HBM3" is the SXM part

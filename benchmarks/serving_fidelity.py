@@ -40,7 +40,8 @@ from kvplan.sim.factor_table import MOE_KEY, FactorTable, factor_key
 from kvplan.sim.joint_fit import fit_table, generation_of
 from kvplan.sim.measured import MeasuredRun, load_dataset
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
-from kvplan.spec.profiles import load_gpu, load_model, profiles_dir
+from kvplan.spec.profiles import profiles_dir
+from kvplan.spec.resolve import load_gpu, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "serving" / "serving_benchmarks.jsonl"

@@ -7,6 +7,12 @@ import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+# No test reaches the Hugging Face Hub, whatever the user's shell holds: the resolver's Hub
+# step is tested against a mocked huggingface_hub (tests/test_resolver.py), and a user's own
+# cache must not change what a name resolves to.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = str(Path(__file__).resolve().parent / "data" / "empty-hf-cache")
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from kvplan.cli import app
 from kvplan.spec import parse_kv_format
 from kvplan.spec.hf_config import model_spec_from_config
-from kvplan.spec.profiles import load_model
+from kvplan.spec.resolve import load_model
 
 BF16, FP8 = parse_kv_format("bf16"), parse_kv_format("fp8")
 

@@ -8,7 +8,7 @@ import pytest
 
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.capacity_sweep import parse_axis, rows, sweep
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec import parse_kv_format
 
 

@@ -12,7 +12,7 @@ from kvplan.core.metrics import pool_split
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.workload.request import Request

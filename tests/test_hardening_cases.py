@@ -305,7 +305,7 @@ def test_real_mode_refuses_a_model_larger_than_memory(ws: Path, monkeypatch: pyt
 
 def test_real_mode_footprint_counts_kept_layers() -> None:
     from kvplan.real.footprint import model_footprint
-    from kvplan.spec.profiles import load_model
+    from kvplan.spec.resolve import load_model
 
     spec = load_model("llama-3.1-8b")
     full = model_footprint(spec, None, "fp32").weight_bytes

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvplan.spec.hf_config import model_spec_from_config
-from kvplan.spec.profiles import load_model, model_profiles
+from kvplan.spec.profiles import model_profiles
+from kvplan.spec.resolve import load_model
 
 
 def kinds(name: str) -> list[tuple[str, int, int | None]]:

@@ -16,7 +16,7 @@ from kvplan.sim.factor_table import FactorTable
 from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.step_model import CALIBRATION_FORMAT, DATASHEET, StepModelParams, StepModelRunner
 from kvplan.spec import parse_kv_format
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 
 

@@ -31,7 +31,7 @@ def test_unused_tail_slots_are_internal_fragmentation() -> None:
     from kvplan.plan.roofline import Roofline
     from kvplan.sim.runner import SimulatedRunner
     from kvplan.spec import parse_kv_format
-    from kvplan.spec.profiles import load_gpu, load_model
+    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload.request import Request
 
     roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))

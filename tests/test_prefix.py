@@ -14,7 +14,7 @@ from kvplan.core.hashing import block_hashes, infinite_cache_hit_tokens, trace_b
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.workload import load_trace, make_workload

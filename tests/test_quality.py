@@ -150,7 +150,7 @@ def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -
 
 def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
     from kvplan.plan.capacity import PlanInputs, plan
-    from kvplan.spec.profiles import load_gpu, load_model
+    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.quality.evaluate import evaluate
     from kvplan.spec import parse_kv_format
 
@@ -168,7 +168,7 @@ def budget_engine(policy: str, budget: int, blocks: int = 16, prompt: int = 3, o
     from kvplan.core.engine import Engine
     from kvplan.sim.runner import SimulatedRunner
     from kvplan.core.scheduler import SchedulerConfig
-    from kvplan.spec.profiles import load_gpu, load_model
+    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.plan.roofline import Roofline
     from kvplan.spec import parse_kv_format
     from kvplan.workload.request import Request
@@ -226,7 +226,7 @@ def test_snapkv_compresses_the_prompt_once_then_grows() -> None:
 def test_budget_concurrency_matches_the_estimator() -> None:
     from kvplan.bench import BenchConfig, SizingConfig, run_matrix
     from kvplan.plan.capacity import PlanInputs, plan
-    from kvplan.spec.profiles import load_gpu, load_model
+    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.spec import parse_kv_format
     from kvplan.workload import make_workload
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.spec.profiles import load_model
+from kvplan.spec.resolve import load_model
 from kvplan.spec import AttentionGroup, parse_kv_format
 
 BF16 = parse_kv_format("bf16")

@@ -19,7 +19,7 @@ from kvplan.sim.measured import MeasuredRun, read_result
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams, StepModelRunner, default_params
 from kvplan.spec import parse_kv_format
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 
 runner = CliRunner()

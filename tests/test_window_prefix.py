@@ -20,7 +20,7 @@ from kvplan.core.sequence import Sequence
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 from test_engine_properties import EXAMPLES
 

@@ -17,7 +17,7 @@ from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import check_folder_target, restore_on_failure
 from kvplan.results.latest import DEFAULT_FOLDER, POINTER_NAME, timestamped_path, write_latest
-from kvplan.spec.profiles import load_model
+from kvplan.spec.resolve import load_model
 
 # Given the variant names and the request count, a context that yields progress(variant, n).
 Track = Callable[[list[str], int], AbstractContextManager[Callable[[str, int], None]]]

@@ -184,7 +184,7 @@ def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, devic
     """Say (or refuse, above the memory there is) what building the model costs, before minutes of it."""
     from kvplan.real.footprint import check_real_model_memory
     from kvplan.real.model import resolve_device
-    from kvplan.spec.profiles import load_model
+    from kvplan.spec.resolve import load_model
 
     resolved = resolve_device(device)
     dtype = model_dtype if model_dtype != "auto" else ("fp32" if resolved == "cpu" else "bf16")

@@ -33,7 +33,7 @@ def calibrate(
 ) -> None:
     """Fit bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert GEMMs' factor to measured runs; print the fit error per run."""
     from kvplan.sim.calibration import calibrate_results
-    from kvplan.spec.profiles import load_gpu, load_model
+    from kvplan.spec.resolve import load_gpu, load_model
 
     settings = {"model": load_model(model).name, "gpu": load_gpu(gpu).name, "tp": tp, "kv_dtype": kv_dtype,
                 "weight_dtype": weight_dtype, "engine": engine, "dataset": dataset, "input_len": input_len,

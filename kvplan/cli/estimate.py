@@ -17,7 +17,9 @@ from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINE
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, escape, fmt_bytes, fmt_int)
 from kvplan.cli.fit_table import fitted_table
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.cli.resolution import render_resolution, resolution_record
+from kvplan.spec.resolve import load_gpu
+from kvplan.spec.resolve import resolve_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import check_numbers, parse_optional_count
@@ -33,7 +35,7 @@ SWEEP_HEADERS = {"seq_kv_bytes": "KV per sequence", "kv_cache_tokens": "KV pool 
 
 @cli_errors("csv_path", "out")
 def estimate(
-    model: Annotated[str, typer.Argument(help="Profile name (kvplan profiles models), or a config.json / model dir.")],
+    model: Annotated[str, typer.Argument(help="A profile name (kvplan profiles models), a Hugging Face id (org/name, from the local HF cache or the Hub), or a config.json / model dir.")],
     gpu: GpuOpt = "h100-80gb",
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
@@ -63,7 +65,9 @@ def estimate(
                    "kv-cache-gib": kv_cache_gib, "gpu-mem-gib": gpu_mem_gib})
     if allocation not in ("full", "ideal"):
         raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
-    spec = load_model(model)
+    resolved = resolve_model(model)
+    spec = resolved.spec
+    weight_dtype = weight_dtype or resolved.weight_hint
     if params_b is not None:
         spec = spec.with_param_count(params_b * 1e9)
     inputs = PlanInputs(
@@ -82,8 +86,9 @@ def estimate(
         return
     result = plan(inputs)
     if as_json:
-        print(strict_json(result.to_dict(), indent=2))
+        print(strict_json({**result.to_dict(), "model_resolution": resolution_record(resolved)}, indent=2))
         return
+    render_resolution(resolved)
     render_plan(result)
 
 
@@ -203,9 +208,21 @@ def render_plan(result: CapacityPlan) -> None:
         memory.add_row("CUDA graphs", fmt_bytes(profile.cuda_graph_bytes),
                        "counted before KV sizing" if profile.cuda_graph_bytes else "captured after KV sizing")
     memory.add_row("KV budget", fmt_bytes(result.kv_budget_bytes), f"{result.num_blocks:,} blocks of {fmt_bytes(result.block_bytes)}")
-    memory.add_row("GPU KV cache size", f"{result.kv_cache_tokens:,} tokens", "as vLLM logs it")
+    report = result.engine_report()
     budget_note = f"each request keeps {i.kv_budget:,} tokens per layer (--kv-budget)" if i.kv_budget else ""
-    memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{result.max_concurrency:.2f}x", budget_note)
+    if report is not None and i.kv_budget is None:
+        groups = f"{report['kv_cache_groups']} KV cache groups, block {report['block_size']}" \
+            if "kv_cache_groups" in report else "SGLang's token pool"
+        memory.add_row("GPU KV cache size", f"{report['reported_tokens']:,} tokens", f"as the engine logs it ({groups})")
+        memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{report['reported_concurrency']:.2f}x",
+                       "as the engine logs it")
+        if "true_concurrency" in report and abs(report["true_concurrency"] - report["reported_concurrency"]) > 0.005:
+            memory.add_row("  concurrency once prefilled", f"{report['true_concurrency']:.2f}x",
+                           "sliding-window layers then hold only their window (kvplan)")
+    else:
+        memory.add_row("GPU KV cache size", f"{result.kv_cache_tokens:,} tokens", "blocks x block size")
+        memory.add_row(f"Maximum concurrency for {ctx:,} tokens per request", f"{result.max_concurrency:.2f}x",
+                       budget_note)
     memory.add_row(f"largest batch at {ctx:,} tokens", fmt_int(result.max_batch), "")
     limit_note = "the model's maximum context" if result.max_context >= result.context_limit else ""
     memory.add_row(f"largest context at batch {i.batch}", fmt_int(result.max_context), limit_note)

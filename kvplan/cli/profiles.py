@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
-from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.help_format import Command, Group
 from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
-from kvplan.spec.profiles import gpu_profiles, load_gpu, load_model, model_profiles
+from kvplan.spec.profiles import gpu_profiles, model_profiles
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec import parse_kv_format
 
 app = typer.Typer(cls=Group, help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
@@ -33,15 +34,34 @@ def models(as_json: JsonOpt = False) -> None:
     if as_json:
         print(strict_json(records, indent=2))
         return
-    headers = ("name", "KV", "layers", "params", "active", "B/token bf16", "max ctx")
-    rows = []
-    for r in records:
-        active = f"{r['active_params_b']:.1f}B" if r["active_params_b"] < r["params_b"] * 0.9 else ""
-        rows.append([escape(r["name"]), escape(r["kv_kind"]), str(r["layers"]), f"{r['params_b']:.1f}B", active,
-                     f"{r['kv_bytes_per_token_bf16']:,.0f}", f"{r['max_context']:,}"])
-    table = fitted_table("Model profiles (kvplan profiles show NAME for details)", headers, rows, console.width,
-                         left=("name", "KV"), flexible=("name", "KV"))
-    console.print(table)
+    console.print(compact_table("Model profiles (kvplan profiles show NAME for details)",
+                                ("name", "KV", "layers", "params", "active", "KiB/tok bf16", "max ctx"),
+                                [[escape(r["name"]), escape(r["kv_kind"]), str(r["layers"]), _billions(r["params_b"]),
+                                  _billions(r["active_params_b"]) if r["active_params_b"] < r["params_b"] * 0.9 else "",
+                                  f"{r['kv_bytes_per_token_bf16'] / 1024:,.1f}", _tokens(r["max_context"])]
+                                 for r in records]))
+
+
+def _billions(value: float) -> str:
+    return f"{value:,.0f}B" if value >= 100 else f"{value:.1f}B"
+
+
+def _tokens(count: int) -> str:
+    return f"{count // 1024}k" if count >= 1024 and count % 1024 == 0 else f"{count / 1000:.0f}k" if count >= 1000 else str(count)
+
+
+def compact_table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
+    """A catalog listing: one header rule, columns one space apart, and the first column
+    (names) never broken, so 80 columns hold a name whole (longer cells in later columns
+    fold instead)."""
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True, padding=(0, 1))
+    for index, header in enumerate(headers):
+        table.add_column(header, no_wrap=index == 0, overflow="fold",
+                         justify="left" if index < 2 or header == "GPU" else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 @app.command("gpus", cls=Command)
@@ -54,14 +74,11 @@ def gpus(as_json: JsonOpt = False) -> None:
     if as_json:
         print(strict_json(records, indent=2))
         return
-    table = Table(title="GPU profiles (dense, no sparsity)", header_style="bold")
-    for column, justify in (("name", "left"), ("GPU", "left"), ("memory", "right"), ("HBM TB/s", "right"),
-                            ("BF16 TFLOP/s", "right"), ("FP8 TFLOP/s", "right")):
-        table.add_column(column, justify=justify)
-    for r in records:
-        table.add_row(r["name"], r["display_name"], f"{r['memory_gib']:g} GiB", f"{r['hbm_tbps']:g}",
-                      f"{r['bf16_tflops']:,.1f}", f"{r['fp8_tflops']:,.1f}" if r["fp8_support"] else "no FP8")
-    console.print(table)
+    console.print(compact_table("GPU profiles (dense, no sparsity)",
+                                ("name", "GPU", "memory", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s"),
+                                [[escape(r["name"]), escape(r["display_name"]), f"{r['memory_gib']:g} GiB",
+                                  f"{r['hbm_tbps']:g}", f"{r['bf16_tflops']:,.1f}",
+                                  f"{r['fp8_tflops']:,.1f}" if r["fp8_support"] else "no FP8"] for r in records]))
     console.print("[dim]sources: kvplan profiles show GPU[/]")
 
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from kvplan.core.engine import Engine
 from kvplan.core.tiers import Tier, TieredCache
 from kvplan.spec import KVFormat, ModelSpec
-from kvplan.spec.profiles import load_gpu
+from kvplan.spec.resolve import load_gpu
 
 GIB = 2**30
 

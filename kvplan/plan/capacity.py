@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from kvplan.plan.hybrid_kv import vllm_kv_cache
+from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings, MemoryProfile, predict_memory
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
@@ -129,6 +131,27 @@ class CapacityPlan:
         """vLLM's 'Maximum concurrency for M tokens per request'."""
         return self.pool_bytes / self.seq_bytes if self.seq_bytes else math.inf
 
+    def engine_report(self) -> dict[str, float | int] | None:
+        """What the engine itself prints for this budget: vLLM v1's KV cache groups (hybrid
+        models get one group per layer type, pages unified) or SGLang's token pool, beside
+        kvplan's own figures; None for vLLM V0, which prints blocks of one full-length table."""
+        i = self.inputs
+        budget = max(0.0, self.kv_budget_bytes)
+        if i.engine == "vllm-v1":
+            batched = engine_memory(i).batched_tokens
+            cache = vllm_kv_cache(i.model, i.kv_format, i.tp, budget, i.max_model_len, i.block_size,
+                                  max_num_batched_tokens=batched)
+            return {"reported_tokens": cache.reported_tokens, "reported_concurrency": cache.reported_concurrency,
+                    "true_concurrency": cache.true_concurrency, "kv_cache_groups": len(cache.groups),
+                    "block_size": cache.block_size, "page_size_bytes": cache.page_size_bytes,
+                    "padding_bytes": cache.padding_bytes}
+        if i.engine == "sglang":
+            pool = sglang_kv_tokens(i.model, i.kv_format, i.tp, budget)
+            return {"reported_tokens": pool.max_total_num_tokens,
+                    "reported_concurrency": pool.max_total_num_tokens / i.max_model_len,
+                    "swa_tokens": pool.swa_tokens or 0}
+        return None
+
     @property
     def context_limit(self) -> int:
         """The longest context the model takes: its max_position_embeddings (or the context
@@ -165,9 +188,14 @@ class CapacityPlan:
             "block_bytes_per_gpu": round(self.block_bytes), "num_blocks": self.num_blocks,
             "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 4),
             "max_batch_at_context": self.max_batch, "max_context_at_batch": self.max_context,
+            "engine_reports": _rounded(self.engine_report()),
             "smallest_tp_for_weights": smallest_tp_for_weights(i),
             "verdict": self.verdict, "reasons": list(self.reasons), "suggestions": list(self.suggestions),
         }
+
+
+def _rounded(report: dict[str, float | int] | None) -> dict[str, float | int] | None:
+    return None if report is None else {k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}
 
 
 def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool, budgeted: bool = True) -> float:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvplan.plan.capacity import PlanInputs, engine_memory
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count

@@ -1,8 +1,8 @@
 """From a parsed server log to kvplan's inputs, and kvplan's prediction of what it reported.
 
-Model names in logs are HF ids, local paths or prose; they are matched to shipped profiles
-by their last path component. A few logged models have no profile of their own but share
-every shape kvplan uses with one that does (ARCHITECTURE_TWINS, each with its reason).
+Model and GPU names in logs are HF ids, local paths or prose; they go through the same
+resolvers a user's typed names do (kvplan/spec/resolve.py for models, the GPU catalog's
+name reader for GPUs), so a log is sizeable exactly when a user could have typed what it shows.
 """
 
 from __future__ import annotations
@@ -12,60 +12,48 @@ import re
 from dataclasses import dataclass, replace
 
 from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, parse_version, predict_memory, version_on
+from kvplan.plan.hybrid_kv import vllm_kv_cache
+from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
-from kvplan.spec.profiles import gpu_profiles, load_model, model_profiles
 from kvplan.spec.server_log import ServerLog
+from kvplan.spec.profiles import gpu_profiles
+from kvplan.spec.resolve import load_gpu
+from kvplan.spec.resolve import resolve_model as resolve_name
 
-# log name (normalized) -> (profile, why the shapes agree, max_model_len default if different)
-ARCHITECTURE_TWINS: dict[str, tuple[str, str, int | None]] = {
-    "meta-llama-3-8b": ("llama-3.1-8b", "Llama-3-8B has Llama-3.1-8B's shapes; its max length is 8,192", 8192),
-    "llama-3-8b": ("llama-3.1-8b", "Llama-3-8B has Llama-3.1-8B's shapes; its max length is 8,192", 8192),
-    "qwen2-7b": ("qwen2.5-7b-instruct", "Qwen2-7B has Qwen2.5-7B's shapes (28 layers, 3584 hidden, 4 KV heads, "
-                 "18944 MLP, 152064 vocab); its max length is 32,768", 32768),
-}
-_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base")
 _WEIGHT_HINTS = (("-fp8", "fp8"), ("w8a8", "int8"), ("-int8", "int8"), ("-awq", "int4"), ("-gptq", "int4"),
                  ("bnb-4bit", "int4"), ("int4", "int4"), ("nvfp4", "fp4"))
-# GPU names as logs and people write them -> profile (checked in order: first match wins)
-_GPU_NAMES = (("h100", "h100-80gb"), ("h200", "h200"), ("a100 80", "a100-80gb"), ("a100-80", "a100-80gb"),
-              ("a100 40", "a100-40gb"), ("a100-40", "a100-40gb"), ("a10040", "a100-40gb"), ("l40s", "l40s"),
-              ("l4", "l4"), ("b200", "b200"), ("mi300x", "mi300x"), ("mi325x", "mi325x"))
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[\s_]+", "-", name.strip().rstrip("/").split("/")[-1].lower())
+@dataclass(frozen=True)
+class LoggedModel:
+    """A logged model name as the resolver read it: the spec, the catalog profile it matched,
+    the note that says why a catalog entry stands in, or why nothing could be sized."""
+
+    spec: ModelSpec | None
+    match: str | None
+    note: str | None
+    weight_hint: str | None = None
+    failure: str | None = None
 
 
-def resolve_model(logged: str | None) -> tuple[ModelSpec | None, str | None, str | None, int | None]:
-    """(spec, profile name, twin note, max_model_len default) for a logged model name, or Nones."""
+def resolve_model(logged: str | None) -> LoggedModel:
     if not logged:
-        return None, None, None, None
-    name = _normalize(logged.split(" (")[0])
-    stripped = re.sub(r"-(fp8|awq|gptq|bnb-4bit|quantized\.w8a8|w8a8|int8|int4|nvfp4)([.-].*)?$", "", name)
-    for _ in range(2):
-        for suffix in _SUFFIXES:
-            stripped = stripped.removesuffix(suffix)
-    for key in (name, stripped):
-        if key in ARCHITECTURE_TWINS:
-            profile, why, max_len = ARCHITECTURE_TWINS[key]
-            return load_model(profile), profile, why, max_len
-        for profile in model_profiles().values():
-            names = {profile.name, _normalize(profile.hf_repo), *(_normalize(a) for a in profile.aliases)}
-            names |= {n.removesuffix(s) for n in set(names) for s in _SUFFIXES}
-            if key in names:
-                return load_model(profile.name), profile.name, None, None
-    return None, None, None, None
+        return LoggedModel(None, None, None, failure="the log names no model")
+    try:
+        resolved = resolve_name(logged)
+    except ValueError as err:
+        return LoggedModel(None, None, None, failure=str(err))
+    return LoggedModel(resolved.spec, resolved.spec.name, resolved.note, resolved.weight_hint)
 
 
 def resolve_gpu(logged: str | None) -> GpuSpec | None:
     if not logged:
         return None
-    text = logged.lower().replace("_", " ")
-    for needle, profile in _GPU_NAMES:
-        if re.search(rf"(?<![a-z0-9]){re.escape(needle)}(?![0-9])", text):
-            return gpu_profiles()[profile]
-    return None
+    try:
+        return load_gpu(logged)
+    except ValueError:
+        return None
 
 
 # Meta published one FP8 checkpoint of its own (the 405B, fbgemm_fp8 with attention in BF16);
@@ -100,6 +88,7 @@ class ServerSetup:
     weight_dtype: str | None
     settings: EngineSettings
     logged_total_bytes: float | None
+    model_failure: str | None = None  # why the logged model could not be sized (what the resolver tried)
 
     @property
     def known(self) -> bool:
@@ -110,7 +99,8 @@ def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | 
                  version: str | None = None, date: str | None = None) -> ServerSetup:
     """The setup behind a log; model_name / gpu_name / version fill in what the log does not
     show, and a log's date (YYYY-MM-DD) stands in for a version where neither is known."""
-    model, match, note, default_len = resolve_model(model_name or log.model)
+    logged = resolve_model(model_name or log.model)
+    model, match, note = logged.spec, logged.match, logged.note
     gpu = resolve_gpu(gpu_name or log.gpu_name)
     engine = "sglang" if log.engine == "sglang" else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
     release = parse_version(log.version) or parse_version(version) or version_on(date)
@@ -118,13 +108,13 @@ def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | 
     settings = EngineSettings(engine=engine, max_num_batched_tokens=log.max_num_batched_tokens,
                               max_num_seqs=log.max_num_seqs, enforce_eager=bool(log.enforce_eager),
                               cuda_graph_in_budget=graphs_in_budget, version=release)
-    max_len = log.max_model_len or default_len or (model.max_position_embeddings if model else None)
+    max_len = log.max_model_len or (model.max_position_embeddings if model else None)
     kv_dtype = log.kv_cache_dtype or "auto"
     return ServerSetup(model, match, note, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,
                        log.gpu_memory_utilization or (0.88 if engine == "sglang" else 0.9),
                        log.gpu_memory_utilization is not None, max_len, kv_dtype, log.block_size or 16,
                        weight_dtype_hint(model_name or log.model, log.quantization), settings,
-                       log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None)
+                       log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None, logged.failure)
 
 
 @dataclass(frozen=True)
@@ -144,17 +134,22 @@ def stage_layers_share(model: ModelSpec, pp: int) -> float:
     return math.ceil(model.num_layers / pp) / model.num_layers
 
 
-def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, **overrides) -> CapacityPrediction:
-    """Predict KV memory, blocks and tokens for a setup (fields in overrides replace the setup's)."""
+def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes: float | None = None,
+                     **overrides) -> CapacityPrediction:
+    """Predict KV memory, blocks and tokens for a setup (fields in overrides replace the setup's).
+    kv_bytes fixes the KV budget per GPU (a log's "Available KV cache memory"): then only the
+    engine's KV arithmetic is predicted, and no GPU needs to be known."""
     setup = replace(setup, **overrides) if overrides else setup
     if setup.model is None:
-        raise ValueError("the log does not name a model kvplan has a profile for; pass --model PROFILE")
+        raise ValueError(f"{setup.model_failure or 'the log names no model'}; pass --model NAME")
     model = setup.model
     gpu = setup.gpu or gpu_profiles()["h100-80gb"]
     if setup.gpu is not None:
         total, source = gpu.usable_memory_bytes, f"{gpu.name} profile"
     elif setup.logged_total_bytes:
         total, source = setup.logged_total_bytes, "the log's total_gpu_memory"
+    elif kv_bytes is not None:
+        total, source = gpu.usable_memory_bytes, "the log's available KV memory"
     else:
         raise ValueError("the log does not name a GPU kvplan knows; pass --gpu PROFILE")
     share = stage_layers_share(model, setup.pp)
@@ -163,12 +158,24 @@ def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, **overrid
     memory = predict_memory(model, gpu, tp=setup.tp, utilization=setup.utilization,
                             max_model_len=setup.max_model_len or 4096, weight_bytes=weights,
                             settings=setup.settings, total_bytes=total, fit=fit)
-    per_token = model.kv_bytes_per_token(parse_kv_format(setup.kv_dtype, model), setup.tp) * share
-    if setup.engine == "sglang":
-        tokens = max(0, math.floor(memory.kv_bytes / per_token))
-        blocks = tokens
-    else:
+    if kv_bytes is not None:
+        memory = replace(memory, weight_bytes=memory.usable_bytes - memory.reserve_bytes - kv_bytes)
+    fmt = parse_kv_format(setup.kv_dtype, model)
+    per_token = model.kv_bytes_per_token(fmt, setup.tp) * share
+    max_len = setup.max_model_len or model.max_position_embeddings or 4096
+    if setup.engine == "vllm-v1" and setup.pp == 1:
+        # V1 sizes by KV cache groups and prints tokens from them (kvplan/plan/hybrid_kv.py).
+        cache = vllm_kv_cache(model, fmt, setup.tp, max(0.0, memory.kv_bytes), max_len, setup.block_size,
+                              max_num_batched_tokens=memory.batched_tokens, vllm_version=setup.settings.version)
+        blocks, tokens, concurrency = cache.num_blocks, cache.reported_tokens, cache.reported_concurrency
+    elif setup.engine == "sglang" and setup.pp == 1:
+        tokens = blocks = sglang_kv_tokens(model, fmt, setup.tp, max(0.0, memory.kv_bytes)).max_total_num_tokens
+        concurrency = tokens / max_len
+    elif setup.engine == "sglang":
+        tokens = blocks = max(0, math.floor(memory.kv_bytes / per_token))
+        concurrency = tokens / max_len
+    else:  # V0 and pipeline stages: one block table, every layer at full length
         blocks = max(0, math.floor(memory.kv_bytes / (per_token * setup.block_size)))
         tokens = blocks * setup.block_size
-    concurrency = tokens / setup.max_model_len if setup.max_model_len else None
+        concurrency = tokens / max_len
     return CapacityPrediction(memory, per_token, blocks, tokens, concurrency, source)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.spec.hf_config import text_config
-from kvplan.spec.profiles import load_model, model_profiles, read_config
+from kvplan.spec.profiles import model_profiles, read_config
+from kvplan.spec.resolve import load_model
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 

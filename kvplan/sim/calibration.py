@@ -39,7 +39,7 @@ from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.sim.step_model import (CALIBRATION_FORMAT, COST_FIELDS, DATASHEET, FACTOR_NAMES, StepCosts,
                                  StepModelParams, load_calibration, step_seconds)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
 from kvplan.spec import parse_kv_format
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 

@@ -20,7 +20,7 @@ from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.factor_table import engine_generation, factor_key
 from kvplan.sim.step_model import StepModelParams, StepModelRunner, step_model_params
 from kvplan.spec import parse_kv_format
-from kvplan.spec.profiles import load_gpu, load_model
+from kvplan.spec.resolve import load_gpu, load_model
 
 
 def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: Optimization) -> EngineSizing:

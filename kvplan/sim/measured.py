@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.plan.log_setup import weight_dtype_hint
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.memory_model import LONG_CONTEXT, released_before
 from kvplan.sim.factor_table import engine_generation
 
@@ -188,22 +189,15 @@ def read_result(path: Path, settings: dict[str, Any]) -> MeasuredRun:
 # --- the shipped dataset ---------------------------------------------------------------
 
 # GPU strings in the dataset -> kvplan profiles ("memory variant not stated" A100 read as 80GB).
-GPU_NAMES = (("mi300x", "mi300x"), ("h100", "h100-80gb"), ("a100", "a100-80gb"))
-MODEL_NAMES = (("405b", "llama-3.1-405b"), ("70b", "llama-3.1-70b"), ("3.1-8b", "llama-3.1-8b"),
-               ("qwen3-14b", "qwen3-14b"), ("gpt-oss-20b", "gpt-oss-20b"))
-
-
-def _lookup(text: str, table: tuple[tuple[str, str], ...]) -> str | None:
-    lowered = text.lower()
-    return next((name for key, name in table if key in lowered), None)
-
-
 def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
     """A serving_benchmarks.jsonl line as a MeasuredRun, or None and why it cannot be replayed."""
-    gpu = _lookup(record.get("gpu") or "", GPU_NAMES)
-    model = _lookup(record.get("model") or "", MODEL_NAMES)
-    if not gpu or not model:
-        return None, f"no kvplan profile for {record.get('model')} on {record.get('gpu')}"
+    # Model and GPU as the page writes them, through the resolvers a user's input takes.
+    model = (record.get("model") or "").strip()
+    try:
+        load_model(model)
+        gpu = load_gpu(record.get("gpu") or "").name
+    except ValueError as err:
+        return None, str(err)
     kind = record.get("benchmark")
     dataset = "sharegpt" if (record.get("dataset") or "").startswith("sharegpt") else "random"
     measured: dict[str, float] = {}

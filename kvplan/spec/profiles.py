@@ -1,7 +1,6 @@
-"""Load model and GPU profiles: by name, by a local config.json path or model directory.
-
-Shipped profiles live in profiles/ (installed as the package kvplan.profiles_data). Nothing
-here ever reaches a model hub.
+"""The shipped model and GPU catalogs: profiles/ (installed as the package
+kvplan.profiles_data). Resolving what a user types into one of them, or into a config found
+elsewhere, is kvplan/spec/resolve.py's job.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvplan.spec.hf_config import model_spec_from_config
-from kvplan.spec import GpuSpec, ModelSpec
+from kvplan.spec import GpuSpec
 
 
 def profiles_dir() -> Path:
@@ -65,7 +63,7 @@ def _normalize(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def _lookup(name: str, entries: dict[str, Any], kind: str, hint: str) -> Any:
+def lookup(name: str, entries: dict[str, Any], kind: str, hint: str) -> Any:
     wanted = _normalize(name)
     names: dict[str, str] = {}
     for key, entry in entries.items():
@@ -98,22 +96,3 @@ def read_config(path: Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ValueError(f"malformed config '{file}': expected a JSON object")
     return config
-
-
-def _looks_like_path(name: str) -> bool:
-    return name.endswith(".json") or name.startswith((".", "/", "~")) or Path(name).exists()
-
-
-def load_model(name_or_path: str) -> ModelSpec:
-    """A shipped profile by name (or HF repo id), or any local config.json / model directory."""
-    if _looks_like_path(name_or_path):
-        path = Path(name_or_path).expanduser()
-        label = path.parent.name if path.name == "config.json" else path.stem if path.is_file() else path.name
-        return model_spec_from_config(read_config(path), label, str(path))
-    profile = _lookup(name_or_path, model_profiles(), "model",
-                      "run 'kvplan profiles models' for the list, or pass a path to a config.json")
-    return model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
-
-
-def load_gpu(name: str) -> GpuSpec:
-    return _lookup(name, gpu_profiles(), "GPU", "run 'kvplan profiles gpus' for the list")
