@@ -18,7 +18,7 @@ from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.server_log import ServerLog
 from kvplan.spec.profiles import gpu_profiles
-from kvplan.spec.resolve import load_gpu
+from kvplan.spec.resolve import load_gpu, parse_query
 from kvplan.spec.resolve import resolve_model as resolve_name
 
 _WEIGHT_HINTS = (("-fp8", "fp8"), ("w8a8", "int8"), ("-int8", "int8"), ("-awq", "int4"), ("-gptq", "int4"),
@@ -41,7 +41,9 @@ def resolve_model(logged: str | None) -> LoggedModel:
     if not logged:
         return LoggedModel(None, None, None, failure="the log names no model")
     try:
-        resolved = resolve_name(logged)
+        # A log's local path (/models/Qwen2-7B-Instruct/) is from another machine: its folder
+        # name is what names the model here.
+        resolved = resolve_name(parse_query(logged).repo if logged.strip().startswith(("/", "~", ".")) else logged)
     except ValueError as err:
         return LoggedModel(None, None, None, failure=str(err))
     return LoggedModel(resolved.spec, resolved.spec.name, resolved.note, resolved.weight_hint)

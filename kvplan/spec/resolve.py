@@ -241,11 +241,7 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
             folder = path if path.is_dir() else path.parent
             spec = _spec(read_config(path), label, str(path))
             return ResolvedModel(spec, "path", checkpoint=local_checkpoint(folder))
-        if path.suffix == ".json":
-            read_config(path)  # raises the one error for a missing config file
-        # A folder path from another machine (a log's /models/Qwen2-7B-Instruct/) still
-        # names the model by its last component.
-        tried.append(f"no folder at '{path}'")
+        read_config(path)  # raises the one error for a missing config.json or folder
     query = parse_query(text)
     profile = exact_profile(query)
     if profile is not None:
