@@ -126,7 +126,7 @@ def _scored(record: dict, log: ServerLog, setup: ServerSetup) -> bool:
 
 def _in_unit(prediction, unit: str) -> float:
     if unit == "GiB":
-        return round(prediction.memory.kv_bytes / GIB, 2)
+        return round(prediction.kv_bytes / GIB, 2)
     return prediction.num_blocks if unit == "blocks" else prediction.kv_cache_tokens
 
 
@@ -139,7 +139,6 @@ def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
                "loo_error": None, "kv_gib_logged": log.available_kv_gib, "kv_gib_predicted": None,
                "kv_arith_error": None}
         figure = logged_capacity(log, setup, record.get("reported"))
-        row["caveats"] = record.get("caveats") or ""
         if setup.model is None:
             row["status"] = "not sizeable: " + (setup.model_failure or "no model named").split(": tried")[0]
         elif not setup.known:
@@ -157,7 +156,7 @@ def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
                            predicted=arithmetic, error=row["kv_arith_error"])
         if setup.known and setup.model is not None:
             prediction = predict_capacity(setup, fit=fit_now)
-            row["kv_gib_predicted"] = round(prediction.memory.kv_bytes / GIB, 2)
+            row["kv_gib_predicted"] = round(prediction.kv_bytes / GIB, 2)
             if figure is not None:
                 unit, value = figure
                 predicted = _in_unit(prediction, unit)

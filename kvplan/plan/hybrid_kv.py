@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvplan.plan.memory_model import parse_version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
@@ -54,20 +55,6 @@ HYBRID_ALLOCATOR_SINCE = (0, 9, 2)  # before it, windowed layers were sized at f
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _version(value: str | tuple[int, ...] | None) -> tuple[int, ...] | None:
-    if value is None or isinstance(value, tuple):
-        return value
-    parts = []
-    for piece in value.lstrip("v").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(digits) != len(piece):
-            break
-    return tuple(parts) or None
 
 
 @dataclass(frozen=True)
@@ -355,7 +342,7 @@ def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_
     """
     if max_model_len <= 0:
         raise ValueError("max_model_len must be positive")
-    version = _version(vllm_version)
+    version = vllm_version if isinstance(vllm_version, tuple) or vllm_version is None else parse_version(vllm_version)
     if version is not None and version < HYBRID_ALLOCATOR_SINCE and not any(g.kind == "state" for g in model.groups):
         hybrid_manager = False
     groups = kv_cache_groups(model, fmt, tp, block_size, hybrid_manager=hybrid_manager,

@@ -18,35 +18,29 @@ from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.server_log import ServerLog
 from kvplan.spec.profiles import gpu_profiles
-from kvplan.spec.resolve import load_gpu, parse_query
+from kvplan.spec.resolve import load_gpu, parse_query, strip_suffixes
 from kvplan.spec.resolve import resolve_model as resolve_name
-
-_WEIGHT_HINTS = (("-fp8", "fp8"), ("w8a8", "int8"), ("-int8", "int8"), ("-awq", "int4"), ("-gptq", "int4"),
-                 ("bnb-4bit", "int4"), ("int4", "int4"), ("nvfp4", "fp4"))
-
 
 @dataclass(frozen=True)
 class LoggedModel:
-    """A logged model name as the resolver read it: the spec, the catalog profile it matched,
-    the note that says why a catalog entry stands in, or why nothing could be sized."""
+    """A logged model name as the resolver read it: the spec, the note that says why a catalog
+    entry stands in, or why nothing could be sized."""
 
     spec: ModelSpec | None
-    match: str | None
-    note: str | None
-    weight_hint: str | None = None
+    note: str | None = None
     failure: str | None = None
 
 
 def resolve_model(logged: str | None) -> LoggedModel:
     if not logged:
-        return LoggedModel(None, None, None, failure="the log names no model")
+        return LoggedModel(None, failure="the log names no model")
     try:
         # A log's local path (/models/Qwen2-7B-Instruct/) is from another machine: its folder
         # name is what names the model here.
         resolved = resolve_name(parse_query(logged).repo if logged.strip().startswith(("/", "~", ".")) else logged)
     except ValueError as err:
-        return LoggedModel(None, None, None, failure=str(err))
-    return LoggedModel(resolved.spec, resolved.spec.name, resolved.note, resolved.weight_hint)
+        return LoggedModel(None, failure=str(err))
+    return LoggedModel(resolved.spec, resolved.note)
 
 
 def resolve_gpu(logged: str | None) -> GpuSpec | None:
@@ -64,8 +58,10 @@ _META_FP8 = re.compile(r"(^|/|\s)(meta-)?llama-3\.1-405b(-instruct)?-fp8(?=$|[\s
 
 
 def weight_dtype_hint(logged: str | None, quantization: str | None) -> str | None:
+    """The weight dtype a logged name's quantization suffix names, read by the resolver's own
+    suffix rules (kvplan/spec/resolve.py), and Meta's FP8 recipe for its one FP8 checkpoint."""
+    dtype = strip_suffixes(parse_query(logged).name)[2] if logged else None
     text = f"{logged or ''} {quantization or ''}".lower()
-    dtype = next((dtype for hint, dtype in _WEIGHT_HINTS if hint in text), None)
     if dtype == "fp8" and _META_FP8.search(text) and not re.search(r"neuralmagic|redhatai|\bamd/", text):
         return "fp8-meta"
     return dtype
@@ -102,7 +98,8 @@ def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | 
     """The setup behind a log; model_name / gpu_name / version fill in what the log does not
     show, and a log's date (YYYY-MM-DD) stands in for a version where neither is known."""
     logged = resolve_model(model_name or log.model)
-    model, match, note = logged.spec, logged.match, logged.note
+    model, note = logged.spec, logged.note
+    match = model.name if model else None
     gpu = resolve_gpu(gpu_name or log.gpu_name)
     engine = "sglang" if log.engine == "sglang" else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
     release = parse_version(log.version) or parse_version(version) or version_on(date)
@@ -129,6 +126,7 @@ class CapacityPrediction:
     kv_cache_tokens: int
     max_concurrency: float | None
     total_source: str
+    kv_bytes: float  # the KV budget per GPU the figures come from: the model's, or the one given
 
 
 def stage_layers_share(model: ModelSpec, pp: int) -> float:
@@ -160,24 +158,23 @@ def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes:
     memory = predict_memory(model, gpu, tp=setup.tp, utilization=setup.utilization,
                             max_model_len=setup.max_model_len or 4096, weight_bytes=weights,
                             settings=setup.settings, total_bytes=total, fit=fit)
-    if kv_bytes is not None:
-        memory = replace(memory, weight_bytes=memory.usable_bytes - memory.reserve_bytes - kv_bytes)
+    budget = memory.kv_bytes if kv_bytes is None else kv_bytes
     fmt = parse_kv_format(setup.kv_dtype, model)
     per_token = model.kv_bytes_per_token(fmt, setup.tp) * share
     max_len = setup.max_model_len or model.max_position_embeddings or 4096
     if setup.engine == "vllm-v1" and setup.pp == 1:
         # V1 sizes by KV cache groups and prints tokens from them (kvplan/plan/hybrid_kv.py).
-        cache = vllm_kv_cache(model, fmt, setup.tp, max(0.0, memory.kv_bytes), max_len, setup.block_size,
+        cache = vllm_kv_cache(model, fmt, setup.tp, max(0.0, budget), max_len, setup.block_size,
                               max_num_batched_tokens=memory.batched_tokens, vllm_version=setup.settings.version)
         blocks, tokens, concurrency = cache.num_blocks, cache.reported_tokens, cache.reported_concurrency
     elif setup.engine == "sglang" and setup.pp == 1:
-        tokens = blocks = sglang_kv_tokens(model, fmt, setup.tp, max(0.0, memory.kv_bytes)).max_total_num_tokens
+        tokens = blocks = sglang_kv_tokens(model, fmt, setup.tp, max(0.0, budget)).max_total_num_tokens
         concurrency = tokens / max_len
     elif setup.engine == "sglang":
-        tokens = blocks = max(0, math.floor(memory.kv_bytes / per_token))
+        tokens = blocks = max(0, math.floor(budget / per_token))
         concurrency = tokens / max_len
     else:  # V0 and pipeline stages: one block table, every layer at full length
-        blocks = max(0, math.floor(memory.kv_bytes / (per_token * setup.block_size)))
+        blocks = max(0, math.floor(budget / (per_token * setup.block_size)))
         tokens = blocks * setup.block_size
         concurrency = tokens / max_len
-    return CapacityPrediction(memory, per_token, blocks, tokens, concurrency, source)
+    return CapacityPrediction(memory, per_token, blocks, tokens, concurrency, source, budget)

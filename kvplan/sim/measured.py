@@ -188,7 +188,7 @@ def read_result(path: Path, settings: dict[str, Any]) -> MeasuredRun:
 
 # --- the shipped dataset ---------------------------------------------------------------
 
-# GPU strings in the dataset -> kvplan profiles ("memory variant not stated" A100 read as 80GB).
+
 def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
     """A serving_benchmarks.jsonl line as a MeasuredRun, or None and why it cannot be replayed."""
     # Model and GPU as the page writes them, through the resolvers a user's input takes.

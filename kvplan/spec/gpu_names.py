@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from kvplan.spec.gpu import GpuSpec
+from kvplan.spec.profiles import gpu_profiles, lookup
 
 HINT = "run 'kvplan profiles gpus' for the list or pass --gpu-mem-gib"
 # Series words that text may leave out before the model number ("A6000", "RTX 3090", "3090").
@@ -62,22 +63,11 @@ def _tokens(text: str) -> list[str]:
     return re.findall(r"[a-z]+|\d+", text.lower())
 
 
-def _normalize(name: str) -> str:
-    return name.strip().lower().replace("_", "-")
-
-
-@cache
-def _catalog() -> dict[str, GpuSpec]:
-    # imported here: kvplan.spec.profiles imports the kvplan.spec package, which may import us
-    from kvplan.spec.profiles import gpu_profiles
-    return gpu_profiles()
-
-
 @cache
 def _patterns() -> list[tuple[tuple[str, ...], str]]:
     """(token pattern, product) pairs, longest pattern first so "a10g" beats "a10"."""
     pairs = set()
-    for spec in _catalog().values():
+    for spec in gpu_profiles().values():
         if not spec.product:
             continue
         tokens = tuple(_tokens(spec.product))
@@ -89,11 +79,11 @@ def _patterns() -> list[tuple[tuple[str, ...], str]]:
 
 def _base_memory(spec: GpuSpec) -> float:
     """Memory a name's figure refers to: a MIG slice is named with its parent's size."""
-    return _catalog()[spec.mig_parent].memory_gib if spec.mig_parent else spec.memory_gib
+    return gpu_profiles()[spec.mig_parent].memory_gib if spec.mig_parent else spec.memory_gib
 
 
 def _product_memories(product: str) -> set[int]:
-    return {round(_base_memory(s)) for s in _catalog().values() if s.product == product}
+    return {round(_base_memory(s)) for s in gpu_profiles().values() if s.product == product}
 
 
 def _find_products(tokens: list[str]) -> tuple[list[str], list[float]]:
@@ -165,8 +155,8 @@ def _by_form(candidates: list[GpuSpec], words: list[str]) -> tuple[list[GpuSpec]
 def _pick_default(candidates: list[GpuSpec]) -> GpuSpec:
     """The ambiguity rule (module docstring): the product's default variant, else one in the
     default's package, else the smaller memory, else catalog order."""
-    order = list(_catalog())
-    default = next((s for s in _catalog().values() if s.product == candidates[0].product and s.product_default
+    order = list(gpu_profiles())
+    default = next((s for s in gpu_profiles().values() if s.product == candidates[0].product and s.product_default
                     and s.mig is None), None)
     default_form = default.form if default else None
     return min(candidates, key=lambda s: (not s.product_default, s.form != default_form, s.memory_gib,
@@ -177,11 +167,13 @@ def match_gpu_name(text: str) -> GpuMatch:
     """The catalog entry a GPU name names, with what was read and assumed (module docstring)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty GPU name; {HINT}")
-    catalog = _catalog()
-    names = {_normalize(n): n for n in catalog}
-    names.update({_normalize(a): n for n, s in catalog.items() for a in s.aliases})
-    if _normalize(text) in names:
-        spec = catalog[names[_normalize(text)]]
+    catalog = gpu_profiles()
+    try:  # an exact profile name or alias, as the catalog's own lookup reads it
+        exact: GpuSpec | None = lookup(text, catalog, "GPU", HINT)
+    except ValueError:
+        exact = None
+    if exact is not None:
+        spec = exact
         note = f"'{text}' is the profile {spec.name} ({spec.display_name})"
         # a bare product alias ('h100', 'a100') names the default of several variants: say so
         siblings = [n for n, s in catalog.items() if s.product == spec.product and s.mig is None and n != spec.name]

@@ -24,7 +24,6 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.gpu_names import read_gpu_name
@@ -49,7 +48,6 @@ DATE_SUFFIX = r"\d{4}"  # Qwen's -2507, Kimi's -0905: a re-release of the same a
 class ModelQuery:
     """What was typed, split into a repo id (or bare name) and a revision."""
 
-    text: str
     repo: str  # 'org/name' or 'name'
     revision: str | None
 
@@ -69,7 +67,6 @@ class ResolvedModel:
     note: str | None = None  # why a catalog entry stands in for what was asked
     weight_hint: str | None = None  # weight dtype read from the name (catalog matches only)
     checkpoint: CheckpointFiles | None = None
-    profile: ModelProfile | None = None
 
 
 def parse_query(text: str) -> ModelQuery:
@@ -81,7 +78,7 @@ def parse_query(text: str) -> ModelQuery:
     word = word.rstrip("/")
     if word.startswith(("/", ".", "~")) or word.count("/") > 1:
         word = word.split("/")[-1]  # a local path that does not exist here: its folder name
-    return ModelQuery(raw, word, revision or None)
+    return ModelQuery(word, revision or None)
 
 
 def _looks_like_path(text: str) -> bool:
@@ -127,11 +124,6 @@ def strip_suffixes(name: str) -> tuple[str, list[str], str | None]:
     return canonical(text), removed, hint
 
 
-def _profile_names(profile: ModelProfile) -> set[str]:
-    names = {profile.name, profile.hf_repo, *profile.aliases}
-    return {canonical(n.split("/")[-1]) for n in names} | {canonical(n) for n in names}
-
-
 @lru_cache(maxsize=1)
 def _catalog_keys() -> dict[str, list[ModelProfile]]:
     keys: dict[str, list[ModelProfile]] = {}
@@ -141,18 +133,25 @@ def _catalog_keys() -> dict[str, list[ModelProfile]]:
     return keys
 
 
-def exact_profile(query: ModelQuery) -> ModelProfile | None:
-    wanted = {canonical(query.repo), canonical(query.name)}
+@lru_cache(maxsize=1)
+def _exact_keys() -> tuple[dict[str, ModelProfile], dict[str, ModelProfile]]:
+    """(canonical name, repo id or alias -> profile; canonical repo name without its org ->
+    profile), built once: the first for any query, the second for a bare name."""
+    full: dict[str, ModelProfile] = {}
+    bare: dict[str, ModelProfile] = {}
     for profile in model_profiles().values():
-        if canonical(profile.name) in wanted or canonical(profile.hf_repo) in wanted or \
-                any(canonical(a) in wanted for a in profile.aliases):
-            return profile
-    # A bare repo name (no org) matches a profile's repo name exactly.
-    if query.org is None:
-        for profile in model_profiles().values():
-            if canonical(profile.hf_repo.split("/")[-1]) == canonical(query.name):
-                return profile
-    return None
+        for name in (profile.name, profile.hf_repo, *profile.aliases):
+            full.setdefault(canonical(name), profile)
+        bare.setdefault(canonical(profile.hf_repo.split("/")[-1]), profile)
+    return full, bare
+
+
+def exact_profile(query: ModelQuery) -> ModelProfile | None:
+    full, bare = _exact_keys()
+    found = full.get(canonical(query.repo)) or full.get(canonical(query.name))
+    if found is None and query.org is None:
+        found = bare.get(canonical(query.name))
+    return found
 
 
 def catalog_match(query: ModelQuery) -> tuple[ModelProfile, str, str | None] | None:
@@ -201,10 +200,6 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:size]
 
 
-def _spec(config: dict[str, Any], name: str, source: str) -> ModelSpec:
-    return model_spec_from_config(config, name, source)
-
-
 def _label(repo: str) -> str:
     """A spec name for a repo outside the catalog: its name, lower case (file names use it)."""
     return re.sub(r"[^a-z0-9.+-]+", "-", repo.split("/")[-1].lower()).strip("-")
@@ -239,22 +234,22 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
         if path.exists():
             label = path.parent.name if path.name == "config.json" else path.stem if path.is_file() else path.name
             folder = path if path.is_dir() else path.parent
-            spec = _spec(read_config(path), label, str(path))
+            spec = model_spec_from_config(read_config(path), label, str(path))
             return ResolvedModel(spec, "path", checkpoint=local_checkpoint(folder))
         read_config(path)  # raises the one error for a missing config.json or folder
     query = parse_query(text)
     profile = exact_profile(query)
     if profile is not None:
-        spec = _spec(read_config(profile.path), profile.name, profile.hf_repo)
-        return ResolvedModel(spec, "profile", profile=profile)
+        spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
+        return ResolvedModel(spec, "profile")
     tried.append("not a shipped profile name, HF id or alias")
     found = _cached(query)
     if found is not None:
         repo, snapshot = found
         config = read_config(snapshot / "config.json")
         files = local_checkpoint(snapshot) or hub_checkpoint(repo, query.revision)
-        return ResolvedModel(_spec(config, _label(repo), f"{repo} (Hugging Face cache {snapshot})"), "hf-cache",
-                             checkpoint=files)
+        spec = model_spec_from_config(config, _label(repo), f"{repo} (Hugging Face cache {snapshot})")
+        return ResolvedModel(spec, "hf-cache", checkpoint=files)
     tried.append(f"not in the Hugging Face cache at {cache}")
     if query.org is not None:
         try:
@@ -262,15 +257,15 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
         except RuntimeError as err:
             tried.append(f"Hugging Face Hub lookup of {query.repo} failed ({err})")
         else:
-            return ResolvedModel(_spec(config, _label(query.repo), f"{query.repo} (Hugging Face Hub)"), "hub",
-                                 checkpoint=hub_checkpoint(query.repo, query.revision))
+            spec = model_spec_from_config(config, _label(query.repo), f"{query.repo} (Hugging Face Hub)")
+            return ResolvedModel(spec, "hub", checkpoint=hub_checkpoint(query.repo, query.revision))
     else:
         tried.append("no Hub lookup without an organisation (org/name)")
     matched = catalog_match(query)
     if matched is not None:
         profile, note, hint = matched
-        spec = _spec(read_config(profile.path), profile.name, profile.hf_repo)
-        return ResolvedModel(spec, "catalog-match", note=note, weight_hint=hint, profile=profile)
+        spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
+        return ResolvedModel(spec, "catalog-match", note=note, weight_hint=hint)
     tried.append("no catalog profile shares its name once -Instruct/-FP8/date suffixes are set aside")
     raise ValueError(f"unknown model '{text.strip()}'{_suggestion(query)}: tried " + "; ".join(tried)
                      + "; run 'kvplan profiles models' for the list, or pass a path to a config.json")
@@ -293,9 +288,7 @@ def load_gpu(name: str) -> GpuSpec:
     """A GPU profile by name or alias, else the GPU a free-form name describes as logs and
     benchmark pages write it (kvplan/spec/gpu_names.py)."""
     try:
+        return read_gpu_name(name)
+    except ValueError:
+        # The catalog lookup's own error, with its nearest names, is the one to show.
         return lookup(name, gpu_profiles(), "GPU", "run 'kvplan profiles gpus' for the list")
-    except ValueError as exact_error:
-        try:
-            return read_gpu_name(name)
-        except ValueError:
-            raise exact_error from None
