@@ -141,7 +141,6 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
         params=params,
         weight_dtype=weight_dtype,
         dtype=native_dtype(cfg),
-        expert_weight_bits=quant.bits_per_weight(hidden) if quant is not None and quant.experts_only else None,
         num_experts=experts,
         experts_per_token=per_token,
         checkpoint_quant=quant,

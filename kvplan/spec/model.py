@@ -173,12 +173,18 @@ class ModelSpec:
     params: ParamCount
     weight_dtype: str = "bf16"
     dtype: str = "bf16"  # the checkpoint's activation dtype; what `--kv-dtype auto` means
-    expert_weight_bits: float | None = None
     num_experts: int = 0
     experts_per_token: int = 0
     # The checkpoint's own format, from its quantization_config (spec/checkpoint_quant.py);
     # None for an unquantized checkpoint. weight_dtype then names its element dtype.
     checkpoint_quant: CheckpointQuant | None = None
+
+    @property
+    def expert_weight_bits(self) -> float | None:
+        """Bits per expert weight of a checkpoint that quantizes only its experts (gpt-oss's
+        MXFP4: 4.25), else None."""
+        quant = self.checkpoint_quant
+        return quant.bits_per_weight(self.hidden_size) if quant is not None and quant.experts_only else None
 
     @property
     def token_groups(self) -> tuple[AttentionGroup, ...]:
@@ -237,9 +243,6 @@ class ModelSpec:
         quant = self.checkpoint_quant
         if quant is not None:
             return f"{quant.label}+{self.dtype}" if quant.experts_only else quant.label
-        if self.expert_weight_bits is not None:
-            return f"mxfp4-experts+{self.weight_dtype}" if self.expert_weight_bits == 4.25 else \
-                f"{self.expert_weight_bits:g}-bit-experts+{self.weight_dtype}"
         return self.weight_dtype
 
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
@@ -252,10 +255,6 @@ class ModelSpec:
         base = dtype_bytes(self.weight_dtype)
         embeddings = self.params.embedding + self.params.lm_head
         embed_bytes = embeddings * max(base, 2.0)  # checkpoints keep embeddings in 16 bit
-        if self.expert_weight_bits is not None:
-            experts = self.params.experts_total * self.expert_weight_bits / 8
-            rest = (self.params.total - self.params.experts_total - embeddings) * 2.0
-            return embed_bytes + experts + rest
         return embed_bytes + (self.params.total - embeddings) * base
 
     def quantized_params(self, quant: CheckpointQuant) -> tuple[float, float]:
