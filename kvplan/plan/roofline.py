@@ -48,10 +48,11 @@ class Roofline:
         return self.gpu.hbm_tbps * 1e12
 
     def weight_bytes_read(self, tokens: int) -> float:
-        """Weights one forward pass over `tokens` tokens reads: every dense weight, and for
-        MoE the experts at least one token routes to (uniform routing: E(1-(1-k/E)^n))."""
+        """Weights one forward pass over `tokens` tokens reads: every dense weight of the
+        language model (a vision tower is loaded but no text step reads it), and for MoE the
+        experts at least one token routes to (uniform routing: E(1-(1-k/E)^n))."""
         experts = self.expert_bytes_per_gpu
-        dense = self.weight_bytes_per_gpu - experts
+        dense = self.weight_bytes_per_gpu - experts - self.model.vision_weight_bytes(self.weight_dtype) / self.tp
         if not experts or tokens <= 0:
             return dense + (experts if tokens > 0 else 0.0)
         total, per_token = self.model.num_experts, self.model.experts_per_token
