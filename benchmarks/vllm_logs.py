@@ -137,7 +137,7 @@ def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
                "gpu": setup.gpu.name if setup.gpu else ("log total" if setup.logged_total_bytes else "-"),
                "tp": setup.tp, "status": "", "unit": "", "logged": None, "predicted": None, "error": None,
                "loo_error": None, "kv_gib_logged": log.available_kv_gib, "kv_gib_predicted": None,
-               "kv_arith_error": None}
+               "kv_arith_error": None, "caveats": record.get("caveats") or ""}
         figure = logged_capacity(log, setup, record.get("reported"))
         if setup.model is None:
             row["status"] = "not sizeable: " + (setup.model_failure or "no model named").split(": tried")[0]
@@ -213,6 +213,9 @@ def main() -> None:
         predicted = f"{r['predicted']:,}" if r["predicted"] is not None else "-"
         print(f"{r['id']:<11} {r['engine']:<8} {r['model'][:22]:<22} {r['gpu'][:10]:<10} {r['tp']:>2} {logged:>10} "
               f"{predicted:>10} {err:>7} {loo:>7} {arith:>7} {kv:>18}  {r['status']}")
+        worst = r["loo_error"] if r["loo_error"] is not None else r["error"]
+        if r["caveats"] and (not r["status"].startswith("scored") or worst is None or abs(worst) > 10):
+            print(f"{'':<11} the record says: {r['caveats'][:150]}")  # its own reason, not a verdict here
     shipped = [r for r in results if r["id"] != "issue12330"]
     scored = [r for r in shipped if r["status"].startswith("scored")]
     sizeable = [r for r in shipped if not r["status"].startswith("not sizeable")]
