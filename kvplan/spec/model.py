@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from kvplan.spec.kv_format import KVFormat, dtype_bytes
+from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.checkpoint_quant import CheckpointQuant
 from kvplan.spec.weight_quant import SIXTEEN_BIT, WeightQuant, weight_quant
 
@@ -246,16 +246,13 @@ class ModelSpec:
         return self.weight_dtype
 
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
-        """Weight bytes for the whole model (vision tower included): as an override dtype or
-        recipe says, else as the checkpoint ships (its quantization_config, scales included)."""
-        if weight_dtype is not None:
-            return self._quantized_weight_bytes(weight_quant(weight_dtype))
-        if self.checkpoint_quant is not None:
+        """Weight bytes for the whole model (vision tower included): as the checkpoint ships
+        (its quantization_config, scales included), else as the weight dtype, an override's
+        or the spec's own, sizes it (spec/weight_quant.py: a 16-bit-or-wider dtype applies to
+        every weight, a narrower one to the linear layers only)."""
+        if weight_dtype is None and self.checkpoint_quant is not None:
             return self._checkpoint_weight_bytes(self.checkpoint_quant)
-        base = dtype_bytes(self.weight_dtype)
-        embeddings = self.params.embedding + self.params.lm_head
-        embed_bytes = embeddings * max(base, 2.0)  # checkpoints keep embeddings in 16 bit
-        return embed_bytes + (self.params.total - embeddings) * base
+        return self._quantized_weight_bytes(weight_quant(weight_dtype or self.weight_dtype))
 
     def quantized_params(self, quant: CheckpointQuant) -> tuple[float, float]:
         """(parameters `quant` stores quantized, parameters it keeps in 16 bit) of this model."""
