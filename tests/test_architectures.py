@@ -193,3 +193,47 @@ def load_model_config(file: str) -> str:
     from kvplan.spec.profiles import profiles_dir
 
     return (profiles_dir() / "models" / file).read_text()
+
+
+# --- list-valued moe_layer_freq: MiMo-V2-Flash, MiniMax-M3 --------------------------------
+
+CONFIGS = __import__("pathlib").Path(__file__).parent / "data" / "configs"
+
+
+def test_mimo_v2_flash_moe_layers_from_the_list_and_its_card_total() -> None:
+    # moe_layer_freq = [0] + [1] * 47: layer 0 dense (intermediate 16384), 47 MoE layers of 256
+    # experts of 3 x 4096 x 2048. hybrid_layer_pattern: 9 full layers (0, 5, 11, ..., 47; 4 KV
+    # heads) and 39 sliding-window ones (window 128, swa_num_key_value_heads 8).
+    model = load_model(str(CONFIGS / "XiaomiMiMo--MiMo-V2-Flash_config.json"))
+    assert model.params.experts_total == 47 * 256 * 3 * 4096 * 2048
+    assert shapes(str(CONFIGS / "XiaomiMiMo--MiMo-V2-Flash_config.json")) == [
+        ("full", 9, 4, 192, None), ("sliding", 39, 8, 192, 128)]
+    # the model card: 309B total, 15B active (kvplan's active keeps the 0.62B input embedding)
+    assert model.params.total == pytest.approx(309e9, rel=0.005)
+    assert 15e9 < model.params.active - model.params.embedding < 16e9
+    assert model.weight_format_name() == "fp8-block128"
+
+
+def test_minimax_m3_moe_layers_from_the_list() -> None:
+    # moe_layer_freq = [0, 0, 0] + [1] * 57 (and first_k_dense_replace 3): 57 MoE layers of 128
+    # experts of 3 x 6144 x 3072; the 3 dense layers are dense_intermediate_size 12288 wide.
+    model = load_model(str(CONFIGS / "MiniMaxAI--MiniMax-M3_config.json"))
+    cfg = json.loads((CONFIGS / "MiniMaxAI--MiniMax-M3_config.json").read_text())
+    assert sum(cfg["moe_layer_freq"]) == 57
+    assert model.params.experts_total == 57 * 128 * 3 * 6144 * 3072
+    assert model.params.routers == 57 * 6144 * 128
+    # dense: 3 x 3 x 6144 x 12288; per MoE layer router 6144 x 128 + one shared expert 3 x 6144 x 3072
+    assert model.params.dense_mlp == 3 * 3 * 6144 * 12288 + 57 * (6144 * 128 + 3 * 6144 * 3072)
+
+
+def test_moe_layer_freq_list_must_cover_the_layers() -> None:
+    base = {"model_type": "mimo_v2_flash", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "vocab_size": 1000, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+    spec = model_spec_from_config({**base, "moe_layer_freq": [0, 1, 0, 1]}, "t", "constructed")
+    assert spec.params.experts_total == 2 * 8 * 3 * 256 * 64
+    with pytest.raises(ValueError, match="moe_layer_freq' has 3 entries"):
+        model_spec_from_config({**base, "moe_layer_freq": [0, 1, 1]}, "t", "constructed")
+    with pytest.raises(ValueError, match="list of 0 / 1"):
+        model_spec_from_config({**base, "moe_layer_freq": [0, 2, 1, 1]}, "t", "constructed")
+    assert model_spec_from_config({**base, "moe_layer_freq": 2}, "t", "constructed").params.experts_total == (
+        2 * 8 * 3 * 256 * 64)  # an integer keeps DeepSeek's every-n-th-layer reading

@@ -65,6 +65,9 @@ HAND_DERIVED_BF16_KV_BYTES_PER_TOKEN = {
     "phi-1": 24 * 2 * 32 * 64 * 2,  # 2048 / 32 heads = 64
     "qwen3-coder-480b-a35b-instruct": 62 * 2 * 8 * 128 * 2,  # head_dim 128 given
     "qwen3-coder-30b-a3b-instruct": 48 * 2 * 4 * 128 * 2,
+    "phi-3-medium-4k": 40 * 2 * 10 * 128 * 2,  # 5120 / 40 heads = 128; sliding_window 2047
+    "phi-3-medium-128k": 40 * 2 * 10 * 128 * 2,  # same shapes, su rope
+    "phi-2": 32 * 2 * 32 * 80 * 2,  # MHA: 2560 / 32 heads = 80
 }
 
 

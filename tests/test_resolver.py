@@ -216,3 +216,13 @@ def test_shipped_benchmark_records_load_through_the_resolver(shared_data: Path) 
         run, why = dataset_run(record)
         assert run is not None or "unknown" not in why, (record["record_id"], why)
     assert unresolved <= {"meta-llama/Llama-3.3-70B-Instruct"}
+
+
+def test_a_quantization_suffix_sizes_the_spec_every_command_loads() -> None:
+    """bench, sweep and calibrate load the spec alone: the format read from the name is in it,
+    sized as the same override would size it."""
+    from kvplan.spec.resolve import load_model
+
+    awq = load_model("Qwen/Qwen3-8B-AWQ")
+    assert awq.weight_dtype == "int4" and awq.weight_format_name() == "int4"
+    assert awq.weight_bytes() == load_model("qwen3-8b").weight_bytes("int4")

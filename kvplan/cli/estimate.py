@@ -67,7 +67,6 @@ def estimate(
         raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
     resolved = resolve_model(model)
     spec = resolved.spec
-    weight_dtype = weight_dtype or resolved.weight_hint
     if params_b is not None:
         spec = spec.with_param_count(params_b * 1e9)
     inputs = PlanInputs(

@@ -35,7 +35,10 @@ each method (vLLM's vllm/model_executor/layers/quantization/, transformers' quan
 - NVFP4 (modelopt quant_algo "NVFP4", flat in config.json or nested under "quantization" as in
   hf_quant_config.json; vLLM modelopt.py, compressed_tensors_w4a4_nvfp4.py): FP4 E2M1 values,
   one fp8 E4M3 scale per 16 (4.5 bits) and one fp32 global scale per tensor (negligible);
-  `exclude_modules` / `ignore` stay 16 bit. modelopt "FP8": per-tensor fp8.
+  `exclude_modules` / `ignore` stay 16 bit. modelopt "FP8": per-tensor fp8. modelopt
+  "MIXED_PRECISION" (nvidia/Qwen3.6-*-NVFP4; vLLM modelopt.py ModelOptMixedPrecisionConfig): a
+  `quantized_layers` map names each quantized module's quant_algo (NVFP4 / W4A16_NVFP4: NVFP4;
+  FP8: per-tensor fp8); a Linear it does not name stays 16 bit, and so does an excluded one.
 - MXFP4 (gpt-oss; vLLM mxfp4.py, transformers' quantizer_mxfp4.py): only the MoE experts, FP4
   values with one 8-bit E8M0 scale per 32 (4.25 bits); attention, routers, embeddings and the
   LM head stay bf16 (its `modules_to_not_convert`).
@@ -59,7 +62,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.spec.kept_modules import VISION_WORDS, as_list, pattern_role, kept_modules
+from kvplan.spec.kept_modules import VISION_WORDS, as_list, kept_modules, pattern_role, role_formats
 
 SCALE_16 = 16  # fp16 / bf16 scales (GPTQ, AWQ, packed compressed-tensors)
 SCALE_32 = 32  # fp32 scales (fp8 blocks and channels, int8 channels, bitsandbytes absmax)
@@ -94,6 +97,9 @@ class CheckpointQuant:
     dense_kept: float = 0.0
     experts_kept: float = 0.0
     source: str = ""
+    # MIXED_PRECISION: (role, format, fraction of the role) as the checkpoint states them; the
+    # *_kept fields then hold the 16-bit share that costs the same bytes next to `dtype`.
+    mixed: tuple[tuple[str, str, float], ...] = ()
 
     def bits_per_weight(self, in_features: int) -> float:
         """Bits one quantized weight costs with its share of scales and zero points, for a
@@ -196,6 +202,54 @@ def _modelopt(q: dict[str, Any]) -> tuple[CheckpointQuant, list[str]]:
                                -1 if per_channel else 0, SCALE_32 if per_channel else 0.0,
                                source=f"modelopt {algo} (vLLM modelopt.py ModelOptFp8Config)"), entries
     raise ValueError(f"modelopt quant_algo '{algo}' is not one kvplan sizes (NVFP4, FP8*)")
+
+
+_MIXED_ORDER = ("nvfp4", "fp8")  # the narrowest format the checkpoint uses becomes `dtype`
+
+
+def _mixed_precision(q: dict[str, Any], inner: dict[str, Any], entries: list[str], num_layers: int,
+                     has_vision: bool) -> CheckpointQuant:
+    """ModelOpt MIXED_PRECISION as one CheckpointQuant: `dtype` the narrowest format it uses,
+    and each role's mix of formats folded into the 16-bit fraction of equal bytes, k with
+    2k + b(1 - k) = the role's bytes per weight (b: the narrow format's bytes per weight), so
+    kvplan's weight bytes come out exact per role. `mixed` keeps the stated split."""
+    layers = inner.get("quantized_layers") or q.get("quantized_layers")
+    if not isinstance(layers, dict) or not layers:
+        raise ValueError("modelopt MIXED_PRECISION needs a non-empty 'quantized_layers' mapping")
+    formats: dict[str, str] = {}
+    group = 16
+    for name, info in layers.items():
+        algo = str(info.get("quant_algo", "") if isinstance(info, dict) else "").upper()
+        if "FP4" in algo:
+            formats[str(name)], group = "nvfp4", int(info.get("group_size") or 16)
+        elif algo == "FP8":
+            formats[str(name)] = "fp8"
+        else:
+            raise ValueError(f"modelopt MIXED_PRECISION layer '{name}' has quant_algo '{algo}'; "
+                             "kvplan sizes NVFP4, W4A16_NVFP4 and FP8")
+    byte = {"nvfp4": (4.0 + 8.0 / group) / 8, "fp8": 1.0}
+    fractions, whole = role_formats(formats, num_layers)
+    primary = next(f for f in _MIXED_ORDER if f in formats.values())
+    low = byte[primary]
+    kept = kept_modules(entries, num_layers)
+
+    def equal_bytes(part: str, floor: float) -> float:
+        split = fractions[part]
+        role_bytes = sum(f * byte[fmt] for fmt, f in split.items()) + (1.0 - sum(split.values())) * 2.0
+        return min(1.0, max(floor, (role_bytes - low) / (2.0 - low)))
+
+    mixed = tuple((role, fmt, round(f, 6)) for role, split in fractions.items() for fmt, f in sorted(split.items()))
+    mixed += tuple((role, fmt, 1.0) for role, fmt in sorted(whole.items()))
+    label = "mixed-" + "+".join(f for f in _MIXED_ORDER if f in formats.values())
+    base = dict(NVFP4, group_size=group) if primary == "nvfp4" else dict(dtype="fp8", weight_bits=8.0)
+    return CheckpointQuant("modelopt", label, **base,
+                           lm_head_quantized="lm_head" in whole and "lm_head" not in kept.roles,
+                           vision_quantized=has_vision and "vision" in whole and "vision" not in kept.roles,
+                           attention_kept=equal_bytes("attention", kept.attention_kept),
+                           dense_kept=equal_bytes("dense", kept.dense_kept),
+                           experts_kept=equal_bytes("experts", kept.experts_kept), mixed=mixed,
+                           source="modelopt MIXED_PRECISION: per-layer NVFP4 / FP8 from quantized_layers, "
+                                  "the rest 16 bit (vLLM modelopt.py ModelOptMixedPrecisionConfig)")
 
 
 def _compressed_tensors(q: dict[str, Any]) -> CheckpointQuant:
@@ -304,6 +358,10 @@ def checkpoint_quant(cfg: dict[str, Any], num_layers: int) -> CheckpointQuant | 
         quant, exhaustive = _compressed_tensors(q), True
         entries += as_list(q.get("ignore")) + _untargeted(q)
     elif method == "modelopt":
+        inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+        if str(inner.get("quant_algo", "")).upper() == "MIXED_PRECISION":
+            entries += as_list(inner.get("exclude_modules")) + as_list(q.get("ignore"))
+            return _mixed_precision(q, inner, entries, num_layers, has_vision)
         quant, extra = _modelopt(q)
         entries += extra
         exhaustive = True

@@ -28,7 +28,7 @@ PARAMS_MAX = 10**16  # a stated parameter count
 class FieldRule:
     """What one config field must be. kind: int, bool, str, dict, list[str], list[int]."""
 
-    kind: str
+    kind: str  # int, bool, str, dict, list[str], list[int], int|flags (an int or a 0/1 list per layer)
     low: int = 1
     high: int = DIM_MAX
 
@@ -46,6 +46,9 @@ class FieldRule:
         if self.kind == "list[int]":
             ok = isinstance(value, list) and all(_integer(v) is not None and 0 <= v < COUNT_MAX for v in value)
             return None if ok else "must be a list of layer indices (integers >= 0)"
+        if self.kind == "int|flags" and isinstance(value, list):
+            ok = all(isinstance(v, bool) or _integer(v) in (0, 1) for v in value)
+            return None if ok else "must be an integer or a list of 0 / 1 per layer"
         number = _integer(value)
         wanted = "a positive integer" if self.low == 1 else f"an integer >= {self.low}"
         if number is None or not self.low <= number <= self.high:
@@ -71,6 +74,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     **_dims("hidden_size", "n_embd", "d_model", "dim", "head_dim", "intermediate_size", "ffn_dim",
             "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
             "v_head_dim", "linear_key_head_dim", "linear_value_head_dim", "index_head_dim", "intermediate_size_mlp",
+            "dense_intermediate_size", "swa_head_dim",
             "global_head_dim"),
     # 0 is a real value: Qwen3-Coder (qwen3_moe) ships shared_expert_intermediate_size 0, "no shared expert"
     **_dims("qk_rope_head_dim", "qk_nope_head_dim", "shared_expert_intermediate_size", low=0),
@@ -78,13 +82,15 @@ FIELD_RULES: dict[str, FieldRule] = {
             "num_heads", "n_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
             "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim",
             "sliding_window_pattern", "full_attention_interval", "num_experts_per_tok", "experts_per_token",
-            "moe_topk", "moe_layer_freq", "decoder_sparse_step", "index_n_heads", "interleave_moe_layer_step",
-            "num_global_key_value_heads", "no_rope_layer_interval", high=COUNT_MAX),
+            "moe_topk", "decoder_sparse_step", "index_n_heads", "interleave_moe_layer_step",
+            "num_global_key_value_heads", "no_rope_layer_interval", "swa_num_key_value_heads", high=COUNT_MAX),
     **_dims("n_routed_experts", "num_local_experts", "num_experts", "n_shared_experts", "first_k_dense_replace",
             "max_window_layers", "num_kv_shared_layers", low=0, high=COUNT_MAX),
     **_dims("vocab_size", "padded_vocab_size", "max_position_embeddings", "n_positions", "max_seq_len",
             "seq_length", "context_window_size", "sliding_window", "attention_chunk_size", "index_topk",
             "sliding_window_size", high=LENGTH_MAX),
+    # DeepSeek: every n-th layer past first_k_dense_replace; MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer
+    "moe_layer_freq": FieldRule("int|flags", 1, COUNT_MAX),
     "num_parameters": FieldRule("int", 1, PARAMS_MAX),
     # switches
     **{name: FieldRule("bool") for name in ("tie_word_embeddings", "use_sliding_window", "multi_query",
@@ -98,6 +104,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "mlp_only_layers": FieldRule("list[int]"),
     "moe_layers": FieldRule("list[int]"),
     "no_rope_layers": FieldRule("list[int]"),
+    "hybrid_layer_pattern": FieldRule("int|flags", 0, 0),  # MiMo-V2-Flash: 1 sliding, 0 full, per layer
 }
 
 # Fields inside nested objects: (object, field) -> rule.
@@ -138,6 +145,14 @@ def _layer_types_cover_layers(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def _moe_flags_cover_layers(cfg: dict[str, Any]) -> str | None:
+    layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    flags = cfg.get("moe_layer_freq")
+    if layers and isinstance(flags, list) and len(flags) != layers[1]:
+        return f"'moe_layer_freq' has {len(flags)} entries but '{layers[0]}' = {layers[1]}"
+    return None
+
+
 def _dense_layers_within_layers(cfg: dict[str, Any]) -> str | None:
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     dense = _first(cfg, "first_k_dense_replace")
@@ -156,7 +171,8 @@ def _derived_head_dim_positive(cfg: dict[str, Any]) -> str | None:
 
 
 CONSISTENCY: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    _kv_heads_divide_heads, _top_k_within_experts, _layer_types_cover_layers, _dense_layers_within_layers,
+    _kv_heads_divide_heads, _top_k_within_experts, _layer_types_cover_layers, _moe_flags_cover_layers,
+    _dense_layers_within_layers,
     _derived_head_dim_positive,
 )
 

@@ -24,6 +24,12 @@ def as_list(value: Any) -> list[str]:
 
 _ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "q_a_proj", "q_b_proj",
                           "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "wo")
+# a gated-delta-net layer's projections (Qwen3.5 in_proj_qkv / in_proj_z / out_proj, Qwen3-Next
+# in_proj_qkvz); in_proj_a / in_proj_b / in_proj_ba are hidden x value_heads, not sized apart
+_LINEAR_ATTENTION_PROJECTIONS = {"in_proj_qkv": 1 / 3, "in_proj_z": 1 / 3, "out_proj": 1 / 3, "in_proj_qkvz": 2 / 3}
+# the share of a layer's dense MLP one projection stands for
+_MLP_PROJECTIONS = {"gate_proj": 1 / 3, "up_proj": 1 / 3, "down_proj": 1 / 3, "w1": 1 / 3, "w2": 1 / 3, "w3": 1 / 3,
+                    "gate_up_proj": 2 / 3, "fc1": 1 / 2, "fc2": 1 / 2}
 
 
 def pattern_role(entry: str) -> str | None:
@@ -47,6 +53,8 @@ def pattern_role(entry: str) -> str | None:
     if re.search(r"(self_attn|linear_attn|attention|attn)\W*$", low) or re.search(r"(self_attn|attn)\.\*", low):
         return "attention"
     if leaf in _ATTENTION_PROJECTIONS and re.search(r"attn|attention", low):
+        return "attention-part"
+    if leaf in _LINEAR_ATTENTION_PROJECTIONS and "linear_attn" in low:
         return "attention-part"
     if re.search(r"attn|attention", low):
         return None  # an indexer, a sink, a norm of the attention block
@@ -103,7 +111,7 @@ def kept_modules(entries: list[str], num_layers: int) -> Kept:
         if role == "attention":
             add("attention", layer, 1.0)
         elif role == "attention-part":
-            add("attention", layer, 0.25)
+            add("attention", layer, part_share(entry, role))
         elif role in ("dense", "experts"):
             add(role, layer, 1.0)
         elif role == "mlp":
@@ -119,3 +127,53 @@ def kept_modules(entries: list[str], num_layers: int) -> Kept:
         return sum(per_layer) / layers
 
     return Kept(frozenset(roles), fraction("attention"), fraction("dense"), fraction("experts"))
+
+
+def _leaf(entry: str) -> str:
+    return re.sub(r"[^a-z0-9_]+$", "", entry.lower().rsplit(".", 1)[-1])
+
+
+def part_share(entry: str, role: str) -> float:
+    """The share of its layer's role one entry stands for: a q/k/v/o projection a quarter of
+    the attention, a gated-delta-net in_proj_qkv / in_proj_z / out_proj a third, a gate / up /
+    down projection a third of the dense MLP; a whole module (self_attn, mlp, experts) 1."""
+    leaf = _leaf(entry)
+    if role == "attention-part":
+        return _LINEAR_ATTENTION_PROJECTIONS.get(leaf, 0.25) if "linear_attn" in entry.lower() else 0.25
+    if role == "dense":
+        return _MLP_PROJECTIONS.get(leaf, 1.0)
+    return 1.0
+
+
+def role_formats(formats: dict[str, str], num_layers: int) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """A per-module format list (ModelOpt MIXED_PRECISION's `quantized_layers`, read as
+    {module name: 'nvfp4' / 'fp8'}) as ({role: {format: fraction}}, {whole role: format}).
+
+    For attention the fraction is of all decoder layers; for the dense MLP and the routed
+    experts, of the layers that name that role at all (a MoE model's dense-first layers hold
+    no experts, its MoE layers no dense MLP): what no format names stays 16 bit. lm_head,
+    embedding and vision come back whole. MTP modules are skipped (kvplan does not count them)."""
+    layers = max(num_layers, 1)
+    shares: dict[str, dict[str, dict[int, float]]] = {"attention": {}, "dense": {}, "experts": {}}
+    whole: dict[str, str] = {}
+    for name, fmt in formats.items():
+        if name.startswith("mtp") or ".mtp." in name:
+            continue
+        role = pattern_role(name)
+        if role is None or role == "routers":
+            continue
+        if role not in ("attention", "attention-part", "dense", "experts", "mlp"):
+            whole[role] = fmt
+            continue
+        parts = ("dense", "experts") if role == "mlp" else ("attention",) if role.startswith("attention") else (role,)
+        layer = layer_of(name)
+        for part in parts:
+            by_layer = shares[part].setdefault(fmt, {})
+            for i in range(layers) if layer is None else [layer] if layer < layers else []:
+                by_layer[i] = min(1.0, by_layer.get(i, 0.0) + part_share(name, role))
+    fractions: dict[str, dict[str, float]] = {}
+    for part, by_format in shares.items():
+        named = set().union(*(set(d) for d in by_format.values())) if by_format else set()
+        total = layers if part == "attention" else max(len(named), 1)
+        fractions[part] = {fmt: sum(d.values()) / total for fmt, d in by_format.items()}
+    return fractions, whole

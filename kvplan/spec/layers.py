@@ -64,6 +64,11 @@ def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
         if "chunked" in kinds and not cfg.get("attention_chunk_size"):
             kinds = ["full" if k == "chunked" else k for k in kinds]
         return kinds
+    hybrid = cfg.get("hybrid_layer_pattern")
+    if isinstance(hybrid, list):  # MiMo-V2-Flash (vLLM mimo_v2_flash.py): 1 = sliding-window layer, 0 = full
+        if len(hybrid) != num_layers:
+            raise ValueError(f"hybrid_layer_pattern has {len(hybrid)} entries but the model has {num_layers} layers")
+        return ["sliding" if flag and window else "full" for flag in hybrid]
     llama4 = _llama4_kinds(cfg, num_layers)
     if llama4 is not None:
         return llama4
@@ -93,6 +98,9 @@ def layer_shape(cfg: dict[str, Any], kind: str, num_heads: int, hidden: int) -> 
     """
     head_dim = int(cfg.get("head_dim") or hidden // num_heads)
     heads = kv_heads(cfg, num_heads)
+    if kind == "sliding" and cfg.get("swa_num_key_value_heads"):  # MiMo-V2-Flash's SWA layers
+        heads = int(cfg["swa_num_key_value_heads"])
+        head_dim = int(cfg.get("swa_head_dim") or head_dim)
     if kind == "full" and cfg.get("global_head_dim"):
         head_dim = int(cfg["global_head_dim"])
         if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads"):

@@ -49,7 +49,7 @@ def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, group: A
 
 
 def _mla_params(cfg: dict[str, Any], hidden: int, num_heads: int) -> int:
-    rope, nope = int(cfg.get("qk_rope_head_dim", 0)), int(cfg.get("qk_nope_head_dim", 0))
+    rope, nope = int(cfg.get("qk_rope_head_dim") or 0), int(cfg.get("qk_nope_head_dim") or 0)
     v_dim = int(cfg.get("v_head_dim", nope))
     kv_rank = int(cfg["kv_lora_rank"])
     q_rank = cfg.get("q_lora_rank")
@@ -103,8 +103,15 @@ def _moe_layers(cfg: dict[str, Any], num_layers: int) -> list[int]:
         # transformers' Llama4TextConfig: moe_layers defaults to every interleave_moe_layer_step-th layer
         step = int(cfg.get("interleave_moe_layer_step") or 1)
         return list(cfg.get("moe_layers") or range(step - 1, num_layers, step))
-    dense_first = int(cfg.get("first_k_dense_replace", 0))
-    step = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
+    flags = cfg.get("moe_layer_freq")
+    if isinstance(flags, list):
+        # MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer (vLLM's MiniMaxM3DecoderLayer.is_moe_layer:
+        # bool(moe_layer_freq[layer_id]); the same per-layer list in MiMoV2Flash)
+        if len(flags) != num_layers:
+            raise ValueError(f"moe_layer_freq has {len(flags)} entries but the model has {num_layers} layers")
+        return [i for i, moe in enumerate(flags) if moe]
+    dense_first = int(cfg.get("first_k_dense_replace") or 0)
+    step = int(flags or cfg.get("decoder_sparse_step") or 1)
     only_dense = set(cfg.get("mlp_only_layers") or [])
     return [i for i in range(num_layers)
             if i >= dense_first and i not in only_dense and (i - dense_first) % step == 0]
@@ -169,7 +176,8 @@ def count_params(
     attention += _kv_shared_attention_params(cfg, hidden, num_heads, num_layers)
     intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
     # Llama-4 sizes its dense layers with intermediate_size_mlp; intermediate_size is the experts'
-    dense_width = int(cfg.get("intermediate_size_mlp") or intermediate)
+    # (MiniMax-M3: dense_intermediate_size)
+    dense_width = int(cfg.get("intermediate_size_mlp") or cfg.get("dense_intermediate_size") or intermediate)
     experts, per_token, moe_layers = _moe_layout(cfg, num_layers)
     dense_mlp = (num_layers - moe_layers) * _mlp_params(cfg, hidden, dense_width)
     experts_total = experts_active = routers = 0

@@ -21,7 +21,7 @@ and last path component.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -265,6 +265,8 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     if matched is not None:
         profile, note, hint = matched
         spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
+        if hint is not None:  # the name is all there is to read the format from: every command sizes it so
+            spec = replace(spec, weight_dtype=hint, checkpoint_quant=None)
         return ResolvedModel(spec, "catalog-match", note=note, weight_hint=hint)
     tried.append("no catalog profile shares its name once -Instruct/-FP8/date suffixes are set aside")
     raise ValueError(f"unknown model '{text.strip()}'{_suggestion(query)}: tried " + "; ".join(tried)
