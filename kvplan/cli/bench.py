@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from kvplan.cli.resolution import render_resolution
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
                                cli_errors, console, error_console, escape)
 from kvplan.bench.comparison import comparison
@@ -21,6 +22,7 @@ from kvplan.bench.workloads import DEFAULT_WORKLOAD
 from kvplan.cli.bench_table import render_comparison
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
+from kvplan.spec.resolve import resolve_model
 
 DEFAULT_OPTIMIZATIONS = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix"
 DEFAULT_ROUTERS = "round-robin,least-loaded,sticky,prefix-hash,kv-aware"
@@ -166,6 +168,8 @@ def bench(
     if as_json:
         print(strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
         return
+    if mode != "real" or model_path is None:  # a real --model-path run names its own checkpoint
+        render_resolution(resolve_model(model))
     render_comparison(comparison(records), console)
     if output_format == "vllm":  # issue 15: lay beside a measured `vllm bench serve` run
         from kvplan.sim.vllm_metrics import format_serving_block
