@@ -231,7 +231,7 @@ def test_moe_layer_freq_list_must_cover_the_layers() -> None:
             "vocab_size": 1000, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
     spec = model_spec_from_config({**base, "moe_layer_freq": [0, 1, 0, 1]}, "t", "constructed")
     assert spec.params.experts_total == 2 * 8 * 3 * 256 * 64
-    with pytest.raises(ValueError, match="moe_layer_freq' has 3 entries"):
+    with pytest.raises(ValueError, match="moe_layer_freq. has 3 entries but .num_hidden_layers. = 4"):
         model_spec_from_config({**base, "moe_layer_freq": [0, 1, 1]}, "t", "constructed")
     with pytest.raises(ValueError, match="list of 0 / 1"):
         model_spec_from_config({**base, "moe_layer_freq": [0, 2, 1, 1]}, "t", "constructed")

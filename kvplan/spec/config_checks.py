@@ -145,11 +145,12 @@ def _layer_types_cover_layers(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def _moe_flags_cover_layers(cfg: dict[str, Any]) -> str | None:
+def _per_layer_flags_cover_layers(cfg: dict[str, Any]) -> str | None:
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    flags = cfg.get("moe_layer_freq")
-    if layers and isinstance(flags, list) and len(flags) != layers[1]:
-        return f"'moe_layer_freq' has {len(flags)} entries but '{layers[0]}' = {layers[1]}"
+    for key in ("moe_layer_freq", "hybrid_layer_pattern"):
+        flags = cfg.get(key)
+        if layers and isinstance(flags, list) and flags and len(flags) != layers[1]:
+            return f"'{key}' has {len(flags)} entries but '{layers[0]}' = {layers[1]}"
     return None
 
 
@@ -171,7 +172,7 @@ def _derived_head_dim_positive(cfg: dict[str, Any]) -> str | None:
 
 
 CONSISTENCY: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    _kv_heads_divide_heads, _top_k_within_experts, _layer_types_cover_layers, _moe_flags_cover_layers,
+    _kv_heads_divide_heads, _top_k_within_experts, _layer_types_cover_layers, _per_layer_flags_cover_layers,
     _dense_layers_within_layers,
     _derived_head_dim_positive,
 )

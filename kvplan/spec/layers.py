@@ -65,7 +65,7 @@ def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
             kinds = ["full" if k == "chunked" else k for k in kinds]
         return kinds
     hybrid = cfg.get("hybrid_layer_pattern")
-    if isinstance(hybrid, list):  # MiMo-V2-Flash (vLLM mimo_v2_flash.py): 1 = sliding-window layer, 0 = full
+    if isinstance(hybrid, list) and hybrid:  # MiMo-V2-Flash (vLLM mimo_v2_flash.py): 1 = sliding-window layer, 0 = full
         if len(hybrid) != num_layers:
             raise ValueError(f"hybrid_layer_pattern has {len(hybrid)} entries but the model has {num_layers} layers")
         return ["sliding" if flag and window else "full" for flag in hybrid]

@@ -104,7 +104,7 @@ def _moe_layers(cfg: dict[str, Any], num_layers: int) -> list[int]:
         step = int(cfg.get("interleave_moe_layer_step") or 1)
         return list(cfg.get("moe_layers") or range(step - 1, num_layers, step))
     flags = cfg.get("moe_layer_freq")
-    if isinstance(flags, list):
+    if isinstance(flags, list) and flags:
         # MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer (vLLM's MiniMaxM3DecoderLayer.is_moe_layer:
         # bool(moe_layer_freq[layer_id]); the same per-layer list in MiMoV2Flash)
         if len(flags) != num_layers:
