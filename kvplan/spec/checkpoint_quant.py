@@ -98,8 +98,24 @@ class CheckpointQuant:
     experts_kept: float = 0.0
     source: str = ""
     # MIXED_PRECISION: (role, format, fraction of the role) as the checkpoint states them; the
-    # *_kept fields then hold the 16-bit share that costs the same bytes next to `dtype`.
+    # rest of each role is 16 bit (the *_kept fields then hold that share).
     mixed: tuple[tuple[str, str, float], ...] = ()
+
+    def role_bytes(self, role: str, in_features: int) -> float:
+        """Mean bytes per weight of one parameter role (attention, dense, experts, lm_head,
+        vision) as stored: its quantized share at its format's bytes with their scales, the
+        rest at 16 bit."""
+        stated = [(fmt, share) for r, fmt, share in self.mixed if r == role]
+        if stated:
+            quantized = sum(share for _, share in stated)
+            return sum(share * self._format_bytes(fmt, in_features) for fmt, share in stated) + (1.0 - quantized) * 2.0
+        kept = {"attention": self.attention_kept, "dense": self.dense_kept, "experts": self.experts_kept}.get(role, 0.0)
+        return (1.0 - kept) * self.bits_per_weight(in_features) / 8 + kept * 2.0
+
+    def _format_bytes(self, fmt: str, in_features: int) -> float:
+        """Bytes per weight of one of a mixed checkpoint's formats: its primary format as
+        bits_per_weight counts it, per-tensor fp8 one byte."""
+        return self.bits_per_weight(in_features) / 8 if fmt == self.dtype else MIXED_FORMAT_BYTES[fmt]
 
     def bits_per_weight(self, in_features: int) -> float:
         """Bits one quantized weight costs with its share of scales and zero points, for a
@@ -205,14 +221,14 @@ def _modelopt(q: dict[str, Any]) -> tuple[CheckpointQuant, list[str]]:
 
 
 _MIXED_ORDER = ("nvfp4", "fp8")  # the narrowest format the checkpoint uses becomes `dtype`
+MIXED_FORMAT_BYTES = {"fp8": 1.0}  # a mixed checkpoint's FP8 layers: per-tensor scales, not counted
 
 
 def _mixed_precision(q: dict[str, Any], inner: dict[str, Any], entries: list[str], num_layers: int,
                      has_vision: bool) -> CheckpointQuant:
     """ModelOpt MIXED_PRECISION as one CheckpointQuant: `dtype` the narrowest format it uses,
-    and each role's mix of formats folded into the 16-bit fraction of equal bytes, k with
-    2k + b(1 - k) = the role's bytes per weight (b: the narrow format's bytes per weight), so
-    kvplan's weight bytes come out exact per role. `mixed` keeps the stated split."""
+    `mixed` each role's stated split of formats (CheckpointQuant.role_bytes sizes them), the
+    *_kept fields the 16-bit rest."""
     layers = inner.get("quantized_layers") or q.get("quantized_layers")
     if not isinstance(layers, dict) or not layers:
         raise ValueError("modelopt MIXED_PRECISION needs a non-empty 'quantized_layers' mapping")
@@ -227,16 +243,12 @@ def _mixed_precision(q: dict[str, Any], inner: dict[str, Any], entries: list[str
         else:
             raise ValueError(f"modelopt MIXED_PRECISION layer '{name}' has quant_algo '{algo}'; "
                              "kvplan sizes NVFP4, W4A16_NVFP4 and FP8")
-    byte = {"nvfp4": (4.0 + 8.0 / group) / 8, "fp8": 1.0}
     fractions, whole = role_formats(formats, num_layers)
     primary = next(f for f in _MIXED_ORDER if f in formats.values())
-    low = byte[primary]
     kept = kept_modules(entries, num_layers)
 
-    def equal_bytes(part: str, floor: float) -> float:
-        split = fractions[part]
-        role_bytes = sum(f * byte[fmt] for fmt, f in split.items()) + (1.0 - sum(split.values())) * 2.0
-        return min(1.0, max(floor, (role_bytes - low) / (2.0 - low)))
+    def sixteen_bit(part: str, floor: float) -> float:
+        return min(1.0, max(floor, 1.0 - sum(fractions[part].values())))
 
     mixed = tuple((role, fmt, round(f, 6)) for role, split in fractions.items() for fmt, f in sorted(split.items()))
     mixed += tuple((role, fmt, 1.0) for role, fmt in sorted(whole.items()))
@@ -245,9 +257,9 @@ def _mixed_precision(q: dict[str, Any], inner: dict[str, Any], entries: list[str
     return CheckpointQuant("modelopt", label, **base,
                            lm_head_quantized="lm_head" in whole and "lm_head" not in kept.roles,
                            vision_quantized=has_vision and "vision" in whole and "vision" not in kept.roles,
-                           attention_kept=equal_bytes("attention", kept.attention_kept),
-                           dense_kept=equal_bytes("dense", kept.dense_kept),
-                           experts_kept=equal_bytes("experts", kept.experts_kept), mixed=mixed,
+                           attention_kept=sixteen_bit("attention", kept.attention_kept),
+                           dense_kept=sixteen_bit("dense", kept.dense_kept),
+                           experts_kept=sixteen_bit("experts", kept.experts_kept), mixed=mixed,
                            source="modelopt MIXED_PRECISION: per-layer NVFP4 / FP8 from quantized_layers, "
                                   "the rest 16 bit (vLLM modelopt.py ModelOptMixedPrecisionConfig)")
 

@@ -254,32 +254,27 @@ class ModelSpec:
             return self._checkpoint_weight_bytes(self.checkpoint_quant)
         return self._quantized_weight_bytes(weight_quant(weight_dtype or self.weight_dtype))
 
-    def quantized_params(self, quant: CheckpointQuant) -> tuple[float, float]:
-        """(parameters `quant` stores quantized, parameters it keeps in 16 bit) of this model."""
-        p = self.params
-        experts = p.experts_total * (1.0 - quant.experts_kept)
-        if quant.experts_only:
-            quantized = experts
-        else:
-            dense = (p.dense_mlp - p.routers) * (1.0 - quant.dense_kept)
-            quantized = p.attention * (1.0 - quant.attention_kept) + dense + experts
-            quantized += p.lm_head if quant.lm_head_quantized else 0
-            quantized += p.vision if quant.vision_quantized else 0
-        return quantized, p.total - quantized
-
     def _checkpoint_weight_bytes(self, quant: CheckpointQuant) -> float:
-        """Quantized roles at the format's bits per weight, scales and zero points included
-        (per-channel scales sized with hidden_size as the input width); the rest at the
-        16 bit (vLLM loads a float32 config's unquantized weights in a 16-bit dtype too)."""
-        quantized, kept = self.quantized_params(quant)
-        return quantized * quant.bits_per_weight(self.hidden_size) / 8 + kept * SIXTEEN_BIT
+        """Each role the checkpoint quantizes at its stored bytes per weight (scales and zero
+        points included; per-channel scales sized with hidden_size as the input width), the
+        rest at 16 bit (vLLM loads a float32 config's unquantized weights in 16 bit too)."""
+        p, width = self.params, self.hidden_size
+        sized = {"experts": p.experts_total}
+        if not quant.experts_only:
+            sized.update(attention=p.attention, dense=p.dense_mlp - p.routers)
+            if quant.lm_head_quantized:
+                sized["lm_head"] = p.lm_head
+            if quant.vision_quantized:
+                sized["vision"] = p.vision
+        stored = sum(count * quant.role_bytes(role, width) for role, count in sized.items())
+        return stored + (p.total - sum(sized.values())) * SIXTEEN_BIT
 
     def vision_weight_bytes(self, weight_dtype: str | None = None) -> float:
         """The vision tower's share of weight_bytes(): loaded, but read by no decode step."""
         p = self.params
         quant = self.checkpoint_quant
         if weight_dtype is None and quant is not None and quant.vision_quantized and not quant.experts_only:
-            return p.vision * quant.bits_per_weight(self.hidden_size) / 8
+            return p.vision * quant.role_bytes("vision", self.hidden_size)
         if weight_dtype is not None and weight_quant(weight_dtype).element_bytes >= SIXTEEN_BIT:
             return p.vision * weight_quant(weight_dtype).element_bytes
         return p.vision * SIXTEEN_BIT
