@@ -84,3 +84,11 @@ def test_attention_group_validation() -> None:
         AttentionGroup("sliding", 4, 8, 128, window=None)
     with pytest.raises(ValueError):
         AttentionGroup("full", 0, 8, 128)
+
+
+def test_vllm_spellings_of_kv_dtypes_are_the_same_formats() -> None:
+    """vLLM's --kv-cache-dtype and its logs write fp8_e4m3 / fp8_e5m2."""
+    from kvplan.spec import parse_kv_format
+
+    assert parse_kv_format("fp8_e5m2") == parse_kv_format("fp8-e5m2")
+    assert parse_kv_format("fp8_e4m3") == parse_kv_format("fp8")

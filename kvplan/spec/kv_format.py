@@ -101,7 +101,9 @@ KV_FORMAT_NAMES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2"
 def parse_kv_format(name: str, model: ModelSpec | None = None) -> KVFormat:
     """auto (the model's dtype), fp32, fp16, bf16, fp8[-e4m3|-e5m2], int8/int4/int2 (per token-head scales),
     int4-g64 (group-wise scales every 64 elements), int8-tensor (one scale per tensor)."""
-    key = _ALIASES.get(name.lower(), name.lower())
+    # vLLM and its logs write fp8_e4m3 / fp8_e5m2 (--kv-cache-dtype): the same formats
+    lowered = name.lower().replace("_", "-")
+    key = _ALIASES.get(lowered, lowered)
     if key == "auto":
         key = model.dtype if model is not None and model.dtype in _FLOAT_FORMATS else "bf16"
     if key in _FLOAT_FORMATS:
