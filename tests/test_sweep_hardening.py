@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,8 +29,6 @@ rate = [2, 8, 32]
 optimization = ["paged"]
 """
 
-
-RAY_CPP_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [A-Z] \d+ \d+\] \S+\.cc:\d+")
 
 def _study(folder: Path, text: str = STUDY, name: str = "study.toml") -> Path:
     path = folder / name
@@ -203,10 +200,7 @@ def test_a_stopped_ray_sweep_leaves_no_ray_process(tmp_path: Path, how: signal.S
     _, stderr = proc.communicate(timeout=60)  # the driver holds stderr until its teardown ends
     if how == signal.SIGINT:
         assert proc.returncode == 130, stderr
-        # Ray's own C++ logger may print its SIGTERM stack during ray.shutdown after kvplan's
-        # line ("[date E pid pid] logging.cc:..."): that is Ray's teardown, not kvplan's output.
-        ours = [line for line in stderr.decode().strip().splitlines() if not RAY_CPP_LOG.match(line)]
-        assert ours[-1].startswith("error: interrupted (Ctrl-C)"), stderr
+        assert stderr.decode().strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)")
     assert "Traceback" not in stderr.decode()
     # The driver runs Ray's own shutdown; on a loaded machine Ray SIGKILLs a raylet that has not
     # stopped within 1 s, and its agents then exit on their own liveness check (about 60 s)

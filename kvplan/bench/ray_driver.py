@@ -15,6 +15,7 @@ and does the same. benchmarks/sweep_interrupt.py measures the stop.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import pickle
 import signal
@@ -82,12 +83,20 @@ def _drive(items: list[dict[str, Any]], address: str | None, out: BinaryIO) -> N
     parent = os.getppid()
     pending: list[Any] = []
     initialized = threading.Event()
+    # ray.init installs Ray's C++ failure-signal handler, which prints a stack dump on SIGTERM;
+    # a stop that arrives before ours replaces it would dump onto the sweep's stderr. So SIGTERM
+    # is held pending in every thread (the watcher and Ray's own inherit the mask) until our
+    # handler is in place, then delivered to it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     threading.Thread(target=_watch_init, args=(parent, initialized), daemon=True).start()
     try:
+        # Ray's INFO chatter ("Started a local Ray instance") would land on the sweep's stderr,
+        # after the sweep's own last line when a stop races the start; its warnings still show.
         ray.init(address=None if address in (None, "local") else address, ignore_reinit_error=True,
-                 include_dashboard=False, log_to_driver=False)
+                 include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         initialized.set()
         signal.signal(signal.SIGTERM, _raise_stop)  # ray.init installed its own (sys.exit)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         remote = ray.remote(run_point)
         pending = [remote.remote(item) for item in items]
         while pending:
