@@ -68,6 +68,15 @@ HAND_DERIVED_BF16_KV_BYTES_PER_TOKEN = {
     "phi-3-medium-4k": 40 * 2 * 10 * 128 * 2,  # 5120 / 40 heads = 128; sliding_window 2047
     "phi-3-medium-128k": 40 * 2 * 10 * 128 * 2,  # same shapes, su rope
     "phi-2": 32 * 2 * 32 * 80 * 2,  # MHA: 2560 / 32 heads = 80
+    "llama-3-8b": 32 * 2 * 8 * 128 * 2,  # 4096 / 32 heads = 128; GQA 8 KV heads = 131072
+    "meta-llama/Meta-Llama-3-8B-Instruct": 32 * 2 * 8 * 128 * 2,  # the alias: same profile, 131072
+    "qwen2-7b-instruct": 28 * 2 * 4 * 128 * 2,  # 3584 / 28 heads = 128; 4 KV heads = 57344
+    "deepseek-coder-6.7b-instruct": 32 * 2 * 32 * 128 * 2,  # MHA: 4096 / 32 heads = 128; 524288
+    "qwen1.5-4b-chat": 40 * 2 * 20 * 128 * 2,  # MHA: 2560 / 20 heads = 128; 409600
+    "qwen2-72b-instruct": 80 * 2 * 8 * 128 * 2,  # 8192 / 64 heads = 128; 327680
+    "qwen3-4b": 36 * 2 * 8 * 128 * 2,  # head_dim 128 given (32 heads x 128 != 2560); 147456
+    "llama-2-70b": 80 * 2 * 8 * 128 * 2,  # 8192 / 64 heads = 128; GQA 8 KV heads = 327680
+    "qwen3-next-80b-a3b-thinking": 12 * 2 * 2 * 256 * 2,  # full attention in 48 / 4 = 12 layers; head_dim 256
 }
 
 

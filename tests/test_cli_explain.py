@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +15,8 @@ from kvplan.plan.explain import explain
 
 runner = CliRunner()
 FIXTURE = Path(__file__).parent / "data" / "vllm_issue_12330.log"
-# Dense full-attention logs whose model the resolver sizes. rec015/rec017/rec019 serve
-# Qwen2-7B-Instruct, for which no verbatim config ships yet (the catalog no longer stands in
-# another model's shapes by name); test_explain_names_what_it_cannot_size covers them.
-DENSE = ("rec001", "rec035", "rec037", "rec051")
+# Dense full-attention logs whose model the resolver sizes.
+DENSE = ("rec001", "rec015", "rec017", "rec019", "rec035", "rec037", "rec051")
 
 
 def test_explain_file_shows_memory_and_what_ifs() -> None:
@@ -66,7 +65,9 @@ def test_dense_logs_imply_kvplans_bytes_per_token(shared_data: Path) -> None:
 
 def test_explain_names_what_it_cannot_size(shared_data: Path) -> None:
     records = {r["id"]: r for r in map(json.loads, (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines())}
-    record = explain(records["rec015"]["quote"])
+    # rec015's real log with its model renamed to one no catalog, cache or hub holds
+    quote = re.sub(r"Qwe\s*n2-7B-Instruct", "Unheard-Of-7B", records["rec015"]["quote"])
+    record = explain(quote)
     assert record["kv"]["kvplan_bytes_per_token"] is None and record["kv"]["implied_bytes_per_token_per_gpu"] > 0
 
 
