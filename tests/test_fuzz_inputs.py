@@ -178,7 +178,8 @@ def test_fuzz_examples_cover_every_field() -> None:
     import re
 
     spec_dir = Path(__file__).resolve().parents[1] / "kvplan" / "spec"
-    sources = "".join((spec_dir / f"{name}.py").read_text() for name in ("hf_config", "params", "layers"))
+    modules = ("hf_config", "params", "layers", "layer_plans", "state_layers", "family_defaults")
+    sources = "".join((spec_dir / f"{name}.py").read_text() for name in modules)
     read = set(re.findall(r'cfg(?:\.get)?\(?\[?"([a-z_0-9]+)"', sources))
     read -= {"text_config"} & read  # read through text_config(), checked as a dict
     unchecked = sorted(name for name in read if name not in FIELD_RULES)

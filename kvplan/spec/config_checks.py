@@ -28,7 +28,9 @@ PARAMS_MAX = 10**16  # a stated parameter count
 class FieldRule:
     """What one config field must be. kind: int, bool, str, dict, list[str], list[int]."""
 
-    kind: str  # int, bool, str, dict, list[str], list[int], int|flags (an int or a 0/1 list per layer)
+    # int, bool, str, dict, list[str], list[int], list[dict], int|flags (an int or a 0/1 list per
+    # layer), int|pattern (an int or a string of L / G per layer, EXAONE-4's "LLLG")
+    kind: str
     low: int = 1
     high: int = DIM_MAX
 
@@ -43,6 +45,12 @@ class FieldRule:
         if self.kind == "list[str]":
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             return None if ok else "must be a list of strings"
+        if self.kind == "list[dict]":
+            ok = isinstance(value, list) and all(isinstance(v, dict) for v in value)
+            return None if ok else "must be a list of JSON objects, one per layer"
+        if self.kind == "int|pattern" and isinstance(value, str):
+            ok = bool(value) and not set(value) - {"L", "G"}
+            return None if ok else "must be an integer or a string of L (local) and G (global) per layer"
         if self.kind == "list[int]":
             ok = isinstance(value, list) and all(_integer(v) is not None and 0 <= v < COUNT_MAX for v in value)
             return None if ok else "must be a list of layer indices (integers >= 0)"
@@ -75,13 +83,15 @@ FIELD_RULES: dict[str, FieldRule] = {
             "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
             "v_head_dim", "linear_key_head_dim", "linear_value_head_dim", "index_head_dim", "intermediate_size_mlp",
             "dense_intermediate_size", "swa_head_dim",
-            "global_head_dim"),
+            "global_head_dim", "mamba_head_dim", "ssm_state_size", "moe_latent_size"),
     # 0 is a real value: Qwen3-Coder (qwen3_moe) ships shared_expert_intermediate_size 0, "no shared expert"
-    **_dims("qk_rope_head_dim", "qk_nope_head_dim", "shared_expert_intermediate_size", low=0),
+    **_dims("qk_rope_head_dim", "qk_nope_head_dim", "shared_expert_intermediate_size",
+            "moe_shared_expert_intermediate_size", low=0),
     **_dims("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_attention_heads", "n_head",
             "num_heads", "n_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
             "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim",
-            "sliding_window_pattern", "full_attention_interval", "num_experts_per_tok", "experts_per_token",
+            "full_attention_interval", "num_experts_per_tok", "experts_per_token", "mamba_num_heads", "n_groups",
+            "conv_kernel",
             "moe_topk", "decoder_sparse_step", "index_n_heads", "interleave_moe_layer_step",
             "num_global_key_value_heads", "no_rope_layer_interval", "swa_num_key_value_heads", high=COUNT_MAX),
     **_dims("n_routed_experts", "num_local_experts", "num_experts", "n_shared_experts", "first_k_dense_replace",
@@ -92,18 +102,24 @@ FIELD_RULES: dict[str, FieldRule] = {
     # DeepSeek: every n-th layer past first_k_dense_replace; MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer
     "moe_layer_freq": FieldRule("int|flags", 1, COUNT_MAX),
     "num_parameters": FieldRule("int", 1, PARAMS_MAX),
+    "sliding_window_pattern": FieldRule("int|pattern", 1, COUNT_MAX),  # Gemma3: 6; EXAONE-4: "LLLG"
     # switches
     **{name: FieldRule("bool") for name in ("tie_word_embeddings", "use_sliding_window", "multi_query",
                                             "attention_bias", "enable_bias", "attn_output_gate",
-                                            "attention_k_eq_v", "enable_moe_block")},
+                                            "attention_k_eq_v", "enable_moe_block", "mlp_bias", "use_bias",
+                                            "use_conv_bias")},
     # names and nested objects
-    **{name: FieldRule("str") for name in ("model_type", "torch_dtype", "dtype", "mamba_ssm_dtype")},
+    **{name: FieldRule("str") for name in ("model_type", "torch_dtype", "dtype", "mamba_ssm_dtype",
+                                           "mamba_ssm_cache_dtype", "hybrid_override_pattern")},
     "quantization_config": FieldRule("dict"),
     "text_config": FieldRule("dict"),
     "layer_types": FieldRule("list[str]"),
     "mlp_only_layers": FieldRule("list[int]"),
     "moe_layers": FieldRule("list[int]"),
     "no_rope_layers": FieldRule("list[int]"),
+    "cross_attention_layers": FieldRule("list[int]"),  # mllama
+    "layers_block_type": FieldRule("list[str]"),  # Nemotron-H as newer transformers write it
+    "block_configs": FieldRule("list[dict]"),  # DeciLM / Nemotron-NAS, one per layer
     "hybrid_layer_pattern": FieldRule("int|flags", 0, 0),  # MiMo-V2-Flash: 1 sliding, 0 full, per layer
 }
 
@@ -147,9 +163,10 @@ def _layer_types_cover_layers(cfg: dict[str, Any]) -> str | None:
 
 def _per_layer_flags_cover_layers(cfg: dict[str, Any]) -> str | None:
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    for key in ("moe_layer_freq", "hybrid_layer_pattern"):
+    for key in ("moe_layer_freq", "hybrid_layer_pattern", "hybrid_override_pattern", "layers_block_type",
+                "block_configs"):
         flags = cfg.get(key)
-        if layers and isinstance(flags, list) and flags and len(flags) != layers[1]:
+        if layers and isinstance(flags, (list, str)) and flags and len(flags) != layers[1]:
             return f"'{key}' has {len(flags)} entries but '{layers[0]}' = {layers[1]}"
     return None
 

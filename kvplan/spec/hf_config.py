@@ -3,8 +3,10 @@
 A plain-dict parser on purpose: `kvplan estimate` must stay instant and must never reach
 a model hub, so transformers' config classes are not needed here. Field names follow the
 HF conventions of the families covered (Llama, Llama-4, Mistral/Mixtral, Qwen2/3/3.5, Gemma2/3/4,
-Phi-3, gpt-oss, DeepSeek-V2/V3/V3.2/Kimi, OPT, GPT-2/Falcon-style names); which layer is
-what lives in layers.py.
+Phi-3, gpt-oss, DeepSeek-V2/V3/V3.2/Kimi, OPT, GPT-2/Falcon-style names, EXAONE-4, Nemotron-H,
+DeciLM / Nemotron-NAS, Llama-3.2-Vision); which layer is what lives in layers.py (layer_plans.py
+for the families described layer by layer), constant-state layers in state_layers.py, and the
+config-class defaults some configs rely on in family_defaults.py.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any
 
 from kvplan.spec.checkpoint_quant import CheckpointQuant, checkpoint_quant
 from kvplan.spec.config_checks import check_config
-from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape, window_size
+from kvplan.spec.family_defaults import with_family_defaults
+from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_kv_heads, layer_shape, window_size
 from kvplan.spec.params import count_params
-from kvplan.spec.vision import vision_params
-from kvplan.spec import AttentionGroup, ModelSpec, dtype_bytes
+from kvplan.spec.state_layers import state_bytes_per_layer
+from kvplan.spec.vision import encoder_tokens_per_image, vision_params
+from kvplan.spec import AttentionGroup, ModelSpec
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
@@ -55,25 +59,19 @@ def _positive_int(cfg: dict[str, Any], key: str, name: str) -> int:
     return int(value)
 
 
-def linear_state_bytes(cfg: dict[str, Any]) -> int:
-    """Per-layer state of a gated-delta-net layer (Qwen3-Next / Qwen3.5): conv + recurrent."""
-    key_heads = int(cfg.get("linear_num_key_heads", 0))
-    value_heads = int(cfg.get("linear_num_value_heads", 0))
-    key_dim = int(cfg.get("linear_key_head_dim", 0))
-    value_dim = int(cfg.get("linear_value_head_dim", 0))
-    if not (key_heads and value_heads and key_dim and value_dim):
-        raise ValueError("linear-attention layers need linear_num_key_heads, linear_num_value_heads, "
-                         "linear_key_head_dim and linear_value_head_dim in the config")
-    conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
-    kernel = int(cfg.get("linear_conv_kernel_dim", 4))
-    model_bytes = int(dtype_bytes(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16")))
-    state_bytes = int(dtype_bytes(str(cfg.get("mamba_ssm_dtype") or "float32")))
-    conv_state = conv_dim * (kernel - 1) * model_bytes
-    recurrent_state = value_heads * key_dim * value_dim * state_bytes
-    return conv_state + recurrent_state
+def _headed_group(cfg: dict[str, Any], kind: str, count: int, heads: int | None, num_heads: int,
+                  hidden: int) -> AttentionGroup:
+    default_heads, head_dim = layer_shape(cfg, kind, num_heads, hidden)
+    if heads is not None and (heads <= 0 or heads > num_heads or num_heads % heads):
+        raise ValueError(f"a layer's {heads} KV heads must divide num_attention_heads = {num_heads}")
+    window = {"sliding": window_size(cfg), "chunked": cfg.get("attention_chunk_size")}.get(kind)
+    return AttentionGroup(kind, count, heads or default_heads, head_dim, int(window) if window else None)
 
 
 def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int) -> tuple[AttentionGroup, ...]:
+    """The per-token KV groups (and per-sequence state groups) of the decoder's layers; layers
+    with no attention ('none') and image cross-attention ('cross', see cross_attention_groups)
+    hold no per-token KV and are left out."""
     if cfg.get("kv_lora_rank"):
         rope = int(cfg.get("qk_rope_head_dim", 0))
         sparse = bool(cfg.get("index_head_dim") and cfg.get("index_topk"))  # DeepSeek-V3.2 sparse attention
@@ -82,19 +80,40 @@ def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidde
         if sparse:
             groups.append(AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"])))
         return tuple(groups)
-    kinds = layer_kinds(cfg, num_layers)[:num_layers - kv_shared_layers(cfg, num_layers)]
+    owned = num_layers - kv_shared_layers(cfg, num_layers)
+    layers = list(zip(layer_kinds(cfg, num_layers), layer_kv_heads(cfg, num_layers)))[:owned]
     groups = []
     for kind in ("full", "sliding", "chunked", "state"):
-        count = kinds.count(kind)
-        if not count:
-            continue
         if kind == "state":
-            groups.append(AttentionGroup("state", count, state_bytes_per_layer=linear_state_bytes(cfg)))
+            count = sum(1 for k, _ in layers if k == "state")
+            if count:
+                groups.append(AttentionGroup("state", count, state_bytes_per_layer=state_bytes_per_layer(cfg)))
             continue
-        heads, head_dim = layer_shape(cfg, kind, num_heads, hidden)
-        window = {"sliding": window_size(cfg), "chunked": cfg.get("attention_chunk_size")}.get(kind)
-        groups.append(AttentionGroup(kind, count, heads, head_dim, int(window) if window else None))
+        # one group per KV head count: DeciLM layers may each have their own
+        counts: dict[int | None, int] = {}
+        for k, heads in layers:
+            if k == kind:
+                counts[heads] = counts.get(heads, 0) + 1
+        groups += [_headed_group(cfg, kind, n, heads, num_heads, hidden) for heads, n in counts.items()]
     return tuple(groups)
+
+
+def cross_attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int,
+                           hidden: int) -> tuple[AttentionGroup, ...]:
+    """Llama-3.2-Vision's cross-attention layers: K and V of the image tokens, with the
+    self-attention layers' KV heads and head_dim (MllamaTextCrossAttention).
+
+    What vLLM does differs from this ideal split: mllama ran only on vLLM's V0 engine (dropped
+    in v0.11 with V0). There every KV block held all layers of a non-hybrid model (CacheEngine.
+    get_cache_block_size counts num_hidden_layers, cross layers included), and a request took
+    blocks for its text tokens (the decoder block table) and for its image tokens (the cross
+    block table, sized by the encoder prompt of num_tiles x token_per_chunk); so vLLM V0 charged
+    every text token and every image token the KV of all 100 layers."""
+    count = layer_kinds(cfg, num_layers).count("cross")
+    if not count:
+        return ()
+    heads, head_dim = layer_shape(cfg, "full", num_heads, hidden)
+    return (AttentionGroup("cross", count, heads, head_dim),)
 
 
 def native_dtype(cfg: dict[str, Any]) -> str:
@@ -115,18 +134,27 @@ def weight_format(cfg: dict[str, Any], num_layers: int) -> tuple[str, Checkpoint
 def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ValueError(f"config of '{name}' must be a JSON object")
+    if cfg.get("model_type") == "deepseek_v4" or "compress_ratios" in cfg:
+        # Read as a plain config it would look like one 512-wide KV head in every layer with a
+        # 128-token window, which is not what vLLM allocates (a per-layer sliding cache, a KV
+        # compressed 4x or 128x, an indexer, fp32 compressor states): refuse rather than mislead.
+        raise ValueError(f"config of '{name}': DeepSeek-V4's compressed sparse attention (compress_ratios) "
+                         "is not modeled by kvplan yet")
     outer = cfg
-    cfg = text_config(cfg)
-    check_config(cfg, name, source)  # issue 13: every field's type, range and consistency, before any int()
+    # The config class's defaults for what the file leaves out (Gemma-3's text_config has no
+    # num_attention_heads), then issue 13's checks of every field's type, range and consistency.
+    cfg = with_family_defaults(text_config(cfg))
+    check_config(cfg, name, source)
     hidden = _positive_int(cfg, "hidden_size", name)
     num_layers = _positive_int(cfg, "num_layers", name)
     num_heads = _positive_int(cfg, "num_heads", name)
     vocab = _positive_int(cfg, "vocab_size", name)
     max_len = int(get_field(cfg, "max_position_embeddings", 0) or 0)
     groups = attention_groups(cfg, num_layers, num_heads, hidden)
+    cross = cross_attention_groups(cfg, num_layers, num_heads, hidden)
     weight_dtype, quant = weight_format(cfg, num_layers)
     params, experts, per_token = count_params(cfg, hidden, num_layers, num_heads, vocab, groups,
-                                              vision=vision_params(outer, hidden))
+                                              vision=vision_params(outer, hidden), cross=cross)
     return ModelSpec(
         name=name,
         source=source,
@@ -144,4 +172,6 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
         num_experts=experts,
         experts_per_token=per_token,
         checkpoint_quant=quant,
+        cross_groups=cross,
+        encoder_tokens_per_image=encoder_tokens_per_image(outer) if cross else 0,
     )

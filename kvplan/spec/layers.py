@@ -1,10 +1,13 @@
-"""Which layer is what: per-layer attention kind (full, sliding, chunked, state), window,
-KV heads and head_dim per kind, and the layers that share another layer's KV, read from a
-Hugging Face config dict under each family's own keys."""
+"""Which layer is what: per-layer attention kind (full, sliding, chunked, state; cross and
+none for the families layer_plans.py reads layer by layer), window, KV heads and head_dim per
+kind, and the layers that share another layer's KV, read from a Hugging Face config dict under
+each family's own keys."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from kvplan.spec.layer_plans import layer_plans
 
 
 def kv_heads(cfg: dict[str, Any], num_heads: int) -> int:
@@ -45,8 +48,29 @@ def _llama4_kinds(cfg: dict[str, Any], num_layers: int) -> list[str] | None:
     return ["chunked" if uses_rope else "full" for uses_rope in rope_layers]
 
 
+def _pattern_kinds(pattern: int | str, num_layers: int) -> list[str]:
+    """sliding_window_pattern as an integer (Gemma3, EXAONE-4: every pattern-th layer global) or
+    as a string of L (local, sliding) and G (global) repeated over the layers (EXAONE-4's
+    "LLLG"); with a string the last layer is global whatever its letter (vLLM 0.10's
+    Exaone4Config.check_is_sliding, transformers' Exaone4Config docstring)."""
+    if isinstance(pattern, str):
+        if not pattern or set(pattern) - {"L", "G"}:
+            raise ValueError(f"sliding_window_pattern '{pattern}' must be a string of L (local) and G (global)")
+        return ["sliding" if pattern[i % len(pattern)] == "L" and i != num_layers - 1 else "full"
+                for i in range(num_layers)]
+    return ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(num_layers)]
+
+
 def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
-    """One of 'full', 'sliding', 'chunked', 'state' per layer, from the config's own conventions."""
+    """One of 'full', 'sliding', 'chunked', 'state' per layer, from the config's own conventions;
+    'cross' (image cross-attention) and 'none' (no attention or state) for the families whose
+    layers layer_plans.py reads one by one."""
+    plans = layer_plans(cfg, num_layers)
+    if plans is not None:
+        # vLLM's NemotronHAttention gives every attention layer the config's sliding_window (null
+        # in the shipped configs); DeciLM (a LlamaAttention) and mllama use no window.
+        slides = cfg.get("model_type") == "nemotron_h" and window_size(cfg) is not None
+        return ["sliding" if p.mixer == "full" and slides else p.mixer for p in plans]
     window = window_size(cfg)
     layer_types = cfg.get("layer_types")
     if layer_types:
@@ -78,8 +102,8 @@ def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
     if not window:
         return ["full"] * num_layers
     pattern = cfg.get("sliding_window_pattern")
-    if pattern:  # Gemma3: every pattern-th layer is global
-        return ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(num_layers)]
+    if pattern:  # Gemma3: every pattern-th layer is global; EXAONE-4: "LLLG"
+        return _pattern_kinds(pattern, num_layers)
     if cfg.get("model_type") == "gemma2":  # Gemma2 alternates, starting with a sliding layer
         return ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
     if cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
@@ -117,3 +141,10 @@ def kv_shared_layers(cfg: dict[str, Any], num_layers: int) -> int:
     if not 0 <= shared < num_layers:
         raise ValueError(f"num_kv_shared_layers = {shared} must be between 0 and num_hidden_layers - 1")
     return shared
+
+
+def layer_kv_heads(cfg: dict[str, Any], num_layers: int) -> list[int | None]:
+    """Per-layer KV head counts where the config sets them layer by layer (DeciLM's
+    n_heads_in_group); None where the model-wide count (layer_shape) applies."""
+    plans = layer_plans(cfg, num_layers)
+    return [p.kv_heads for p in plans] if plans is not None else [None] * num_layers

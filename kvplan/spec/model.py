@@ -14,9 +14,9 @@ from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.checkpoint_quant import CheckpointQuant
 from kvplan.spec.weight_quant import SIXTEEN_BIT, WeightQuant, weight_quant
 
-AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state"]
+AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "cross"]
 WINDOWED_KINDS = ("sliding", "chunked")
-HEADED_KINDS = ("full", "sliding", "chunked")
+HEADED_KINDS = ("full", "sliding", "chunked", "cross")
 INDEXER_SCALE_BLOCK = 128  # DeepSeek sparse attention caches: one fp32 scale per 128 fp8 elements
 
 
@@ -31,7 +31,9 @@ class AttentionGroup:
     parallelism). indexer: DeepSeek-V3.2's sparse-attention indexer key, stored fp8 with an
     fp32 scale per 128 elements whatever the KV dtype (vLLM's DeepseekV32IndexerCache), one
     per token, replicated like the latent. state: a constant per-sequence state (linear
-    attention / SSM layers), no per-token KV.
+    attention / SSM layers), no per-token KV. cross: image cross-attention (Llama-3.2-Vision),
+    a K and a V per KV head for each image token, none for text tokens; such groups live in
+    ModelSpec.cross_groups, never in ModelSpec.groups.
     """
 
     kind: AttentionKind
@@ -56,7 +58,8 @@ class AttentionGroup:
 
     @property
     def has_token_kv(self) -> bool:
-        return self.kind != "state"
+        """Whether the group stores KV for every decoded token (cross holds image tokens only)."""
+        return self.kind not in ("state", "cross")
 
     def vectors_per_token(self, tp: int = 1) -> int:
         """KV vectors one GPU stores per token per layer at tensor-parallel degree tp."""
@@ -100,6 +103,8 @@ class AttentionGroup:
             return f"{self.num_layers} x indexer key {self.latent_dim} (fp8 + scale)"
         if self.kind == "state":
             return f"{self.num_layers} x state {self.state_bytes_per_layer:,} B/seq"
+        if self.kind == "cross":
+            return f"{self.num_layers} x {self.num_kv_heads} KV heads x {self.head_dim} per image token"
         text = f"{self.num_layers} x {self.num_kv_heads} KV heads x {self.head_dim}"
         if self.kind == "chunked":
             return text + f", chunk {self.window}"
@@ -178,6 +183,11 @@ class ModelSpec:
     # The checkpoint's own format, from its quantization_config (spec/checkpoint_quant.py);
     # None for an unquantized checkpoint. weight_dtype then names its element dtype.
     checkpoint_quant: CheckpointQuant | None = None
+    # Image cross-attention layers (Llama-3.2-Vision): their KV is the image's tokens, a fixed
+    # size per image and none per decoded token, so they are counted apart from `groups`;
+    # encoder_tokens_per_image is what one image at the most tiles gives them.
+    cross_groups: tuple[AttentionGroup, ...] = ()
+    encoder_tokens_per_image: int = 0
 
     @property
     def expert_weight_bits(self) -> float | None:
@@ -208,7 +218,14 @@ class ModelSpec:
             label += "+chunked" if "full" in kinds else " (all chunked)"
         if "state" in kinds:
             label += "+linear"
+        if self.cross_groups:
+            label += "+cross"
         return label
+
+    def cross_kv_bytes_per_image(self, fmt: KVFormat, tp: int = 1) -> float:
+        """KV bytes the cross-attention layers keep for one image at the most tiles, on one GPU:
+        every cross layer stores K and V of each of the image's encoder tokens."""
+        return self.encoder_tokens_per_image * sum(g.bytes_per_token(fmt, tp) for g in self.cross_groups)
 
     def kv_bytes_per_token(self, fmt: KVFormat, tp: int = 1) -> float:
         """Per-token KV bytes on one GPU with every attention layer kept at full length."""

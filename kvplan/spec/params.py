@@ -4,7 +4,8 @@ Counted the way the published sizes are (Mixtral-8x7B 46.7B / 12.9B active, Deep
 671B / 37B): embeddings and the LM head included, DeepSeek's multi-token-prediction
 module excluded. A multimodal checkpoint's vision tower is counted apart (ParamCount.vision,
 from spec/vision.py: in the total and the weight bytes, not in the per-token figures); audio
-encoders are not counted.
+encoders are not counted. Families described layer by layer (Nemotron-H, DeciLM, mllama:
+layer_plans.py) count each layer's own mixer, feed-forward and norms.
 """
 
 from __future__ import annotations
@@ -12,16 +13,23 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.spec import AttentionGroup, ParamCount
+from kvplan.spec.layer_plans import layer_plans
 from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape
+from kvplan.spec.state_layers import state_layer_params
 
 _UNGATED_MLP = {"opt", "gpt2", "gpt_bigcode", "falcon", "gpt_neox", "phi", "bloom"}
 _TIED_BY_DEFAULT = {"opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "bloom",
                     "gpt_bigcode"}
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
-            "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"}
+            "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2",
+            "exaone4"}  # EXAONE-4: RMSNorm on q and k (vLLM Exaone4Attention q_norm / k_norm)
 _QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
-_ROUTER_BIAS = {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2"}  # gpt-oss bias, DeepSeek's correction bias
+# gpt-oss's bias; DeepSeek's and Nemotron-H's e_score_correction_bias
+_ROUTER_BIAS = {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2", "nemotron_h"}
+# Nemotron-H's MLPs and experts are up / down projections with a squared ReLU, no gate
+# (vLLM NemotronHMLP, FusedMoE with activation_without_mul)
+_UNGATED_NO_BIAS = {"nemotron_h"}
 # Families whose model cards leave the input embedding out of "active": OpenAI's gpt-oss
 # card (5.13B for 120b) and DeepSeek's (37B for V3; Kimi-K2, a V3-shaped model, 32B).
 _ACTIVE_WITHOUT_EMBEDDING = {"gpt_oss", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"}
@@ -50,7 +58,7 @@ def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, group: A
 
 def _mla_params(cfg: dict[str, Any], hidden: int, num_heads: int) -> int:
     rope, nope = int(cfg.get("qk_rope_head_dim") or 0), int(cfg.get("qk_nope_head_dim") or 0)
-    v_dim = int(cfg.get("v_head_dim", nope))
+    v_dim = int(cfg.get("v_head_dim") or nope)  # null (not set) as absent: V as wide as the no-RoPE part
     kv_rank = int(cfg["kv_lora_rank"])
     q_rank = cfg.get("q_lora_rank")
     q_head = nope + rope
@@ -81,24 +89,26 @@ def _indexer_params(cfg: dict[str, Any], hidden: int) -> int:
     return q_rank * heads * dim + hidden * dim + 2 * dim + hidden * heads
 
 
-def _linear_attention_params(cfg: dict[str, Any], hidden: int) -> int:
-    key_heads, value_heads = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
-    key_dim = key_heads * int(cfg["linear_key_head_dim"])
-    value_dim = value_heads * int(cfg["linear_value_head_dim"])
-    conv_dim = 2 * key_dim + value_dim
-    kernel = int(cfg.get("linear_conv_kernel_dim", 4))
-    in_proj = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * value_heads
-    return in_proj + conv_dim * kernel + 2 * value_heads + int(cfg["linear_value_head_dim"]) + value_dim * hidden
+def _cross_attention_params(hidden: int, num_heads: int, group: AttentionGroup) -> int:
+    """One mllama cross-attention layer's attention (MllamaTextCrossAttention): q / k / v / o
+    without biases, RMSNorms on q and k, and the layer's two tanh gates (attention and MLP)."""
+    q_width, kv_width = num_heads * group.head_dim, group.num_kv_heads * group.head_dim
+    return 2 * hidden * q_width + 2 * hidden * kv_width + 2 * group.head_dim + 2
 
 
 def _mlp_params(cfg: dict[str, Any], hidden: int, intermediate: int) -> int:
     if cfg.get("model_type") in _UNGATED_MLP:
         return 2 * hidden * intermediate + intermediate + hidden  # fc1/fc2 with biases
+    if cfg.get("model_type") in _UNGATED_NO_BIAS:
+        return 2 * hidden * intermediate + ((intermediate + hidden) if cfg.get("mlp_bias") else 0)
     return 3 * hidden * intermediate
 
 
 def _moe_layers(cfg: dict[str, Any], num_layers: int) -> list[int]:
     """Indices of the layers that hold routed experts."""
+    plans = layer_plans(cfg, num_layers)
+    if plans is not None:  # Nemotron-H: the E layers
+        return [i for i, plan in enumerate(plans) if plan.ffn == "moe"]
     if str(cfg.get("model_type", "")).startswith("llama4"):
         # transformers' Llama4TextConfig: moe_layers defaults to every interleave_moe_layer_step-th layer
         step = int(cfg.get("interleave_moe_layer_step") or 1)
@@ -123,7 +133,10 @@ def _moe_layout(cfg: dict[str, Any], num_layers: int) -> tuple[int, int, int]:
     if experts <= 1:
         return 0, 0, 0
     per_token = int(next((cfg[k] for k in _TOP_K_KEYS if cfg.get(k)), 1))
-    return experts, per_token, len(_moe_layers(cfg, num_layers))
+    moe_layers = len(_moe_layers(cfg, num_layers))
+    if not moe_layers:  # Nemotron-H-56B: NemotronHConfig's default expert count, but no E layer
+        return 0, 0, 0
+    return experts, per_token, moe_layers
 
 
 def _router_params(cfg: dict[str, Any], hidden: int, experts: int) -> int:
@@ -140,6 +153,12 @@ def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, exp
     """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the experts."""
     model_type = str(cfg.get("model_type", ""))
     router = _router_params(cfg, hidden, experts)
+    if model_type == "nemotron_h":
+        # one ungated shared MLP of n_shared x moe_shared_expert_intermediate_size, and with a
+        # moe_latent_size the fc1 / fc2 projections into and out of the experts' latent width
+        width = int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_shared_expert_intermediate_size") or 0)
+        latent = 2 * hidden * int(cfg["moe_latent_size"]) if cfg.get("moe_latent_size") else 0
+        return router + _mlp_params(cfg, hidden, width) + latent
     shared = int(cfg.get("n_shared_experts") or 0) * 3 * hidden * expert_width  # DeepSeek
     if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE / Qwen3-Next: a gated shared expert
         shared += 3 * hidden * int(cfg["shared_expert_intermediate_size"]) + hidden
@@ -151,12 +170,35 @@ def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, exp
     return router + shared
 
 
+def _norm_params(cfg: dict[str, Any], hidden: int, num_layers: int) -> int:
+    """Every norm's weights: per layer plus the final one (LayerNorm biases for OPT)."""
+    model_type = cfg.get("model_type", "")
+    plans = layer_plans(cfg, num_layers)
+    if model_type == "nemotron_h":
+        norms = num_layers  # one norm before each layer's single mixer
+    elif plans is not None:  # DeciLM: a no-op attention or FFN has no norm either
+        norms = sum((p.mixer != "none") + (p.ffn != "none") for p in plans)
+    else:
+        norms = num_layers * (4 if model_type in _FOUR_NORMS else 2)
+    norm_width = 2 * hidden if model_type == "opt" else hidden  # LayerNorm has a bias
+    return (norms + 1) * norm_width
+
+
+def _dense_mlp_params(cfg: dict[str, Any], hidden: int, num_layers: int, moe_layers: int, width: int) -> int:
+    """The dense MLPs of the layers without experts (a layer plan names which have one, and
+    DeciLM's give each its own width)."""
+    plans = layer_plans(cfg, num_layers)
+    if plans is None:
+        return (num_layers - moe_layers) * _mlp_params(cfg, hidden, width)
+    return sum(_mlp_params(cfg, hidden, p.ffn_width or width) for p in plans if p.ffn == "dense")
+
+
 def count_params(
     cfg: dict[str, Any], hidden: int, num_layers: int, num_heads: int, vocab: int,
-    groups: tuple[AttentionGroup, ...], vision: int = 0,
+    groups: tuple[AttentionGroup, ...], vision: int = 0, cross: tuple[AttentionGroup, ...] = (),
 ) -> tuple[ParamCount, int, int]:
     """Returns (ParamCount, experts per MoE layer, experts per token). `vision`: the vision
-    tower's parameters (spec/vision.py), counted apart."""
+    tower's parameters (spec/vision.py), counted apart; `cross`: image cross-attention groups."""
     if cfg.get("num_parameters"):  # a profile may state the count outright
         total = int(cfg["num_parameters"])
         return ParamCount(0, 0, 0, total, 0, 0, 0), 0, 0
@@ -169,9 +211,10 @@ def count_params(
         elif group.kind == "indexer":
             attention += group.num_layers * _indexer_params(cfg, hidden)
         elif group.kind == "state":
-            attention += group.num_layers * _linear_attention_params(cfg, hidden)
+            attention += group.num_layers * state_layer_params(cfg, hidden)
         else:
             attention += group.num_layers * _attention_params(cfg, hidden, num_heads, group)
+    attention += sum(g.num_layers * _cross_attention_params(hidden, num_heads, g) for g in cross)
 
     attention += _kv_shared_attention_params(cfg, hidden, num_heads, num_layers)
     intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
@@ -179,13 +222,15 @@ def count_params(
     # (MiniMax-M3: dense_intermediate_size)
     dense_width = int(cfg.get("intermediate_size_mlp") or cfg.get("dense_intermediate_size") or intermediate)
     experts, per_token, moe_layers = _moe_layout(cfg, num_layers)
-    dense_mlp = (num_layers - moe_layers) * _mlp_params(cfg, hidden, dense_width)
+    dense_mlp = _dense_mlp_params(cfg, hidden, num_layers, moe_layers, dense_width)
     experts_total = experts_active = routers = 0
     if experts:
         expert_width = int(cfg.get("moe_intermediate_size") or intermediate)
         one_expert = 3 * hidden * expert_width
         if model_type == "gpt_oss":
             one_expert += 2 * expert_width + hidden  # gate_up and down biases
+        if model_type in _UNGATED_NO_BIAS:  # up and down only, in the latent width when there is one
+            one_expert = 2 * int(cfg.get("moe_latent_size") or hidden) * expert_width
         experts_total = moe_layers * experts * one_expert
         experts_active = moe_layers * per_token * one_expert
         dense_mlp += moe_layers * _always_on_per_moe_layer(cfg, hidden, experts, expert_width)
@@ -196,9 +241,9 @@ def count_params(
     lm_head = 0 if tied else vocab * hidden
     if model_type == "opt":
         embedding += (int(cfg.get("max_position_embeddings", 2048)) + 2) * hidden  # learned positions
-    norms_per_layer = 4 if model_type in _FOUR_NORMS else 2
-    norm_width = 2 * hidden if model_type == "opt" else hidden  # LayerNorm has a bias
-    other = (num_layers * norms_per_layer + 1) * norm_width
+    if str(model_type).startswith("mllama"):
+        embedding += 8 * hidden  # MllamaTextModel's table has vocab_size + 8 rows; its LM head vocab_size
+    other = _norm_params(cfg, hidden, num_layers)
     counts = ParamCount(embedding, lm_head, attention, dense_mlp, experts_total, experts_active, other,
                         embedding_in_active=model_type not in _ACTIVE_WITHOUT_EMBEDDING, vision=vision,
                         routers=routers)

@@ -27,6 +27,14 @@ the reference modeling code (transformers; formulas derived, not copied):
   bias, an RMSNorm before the blocks, per block two RMSNorms, bias-free q/k/v/o and a gated
   SiLU MLP; Mistral3's projector (modeling_mistral3.py): RMSNorm, a patch merger
   (hidden*m^2 -> hidden), two linears to the text width (biased per multimodal_projector_bias).
+- Llama-3.2-Vision (modeling_mllama.py; vLLM 0.10's mllama.py builds the same): a bias-free
+  Conv2d patch embedding, a class embedding, a gated position table of (image/patch)^2 + 1 with
+  a tile-position table per aspect ratio (max_aspect_ratio_id + 1 = len(supported_aspect_ratios)
+  + 1 rows of max_num_tiles x patches x width), pre- and post-tile aspect-ratio tables of
+  max_num_tiles x width per row (each gated), pre and post LayerNorms, a local encoder of
+  num_hidden_layers and a gated global encoder of num_global_layers (two LayerNorms, bias-free
+  q/k/v/o, fc1/fc2 with biases; the global layers add two gates), and a biased projector from
+  vision_output_dim to the text width.
 - Llama-4 (modeling_llama4.py): an unfold "convolution" (one bias-free linear over c*p*p), a
   class embedding, a position table of (image/patch)^2 + 1, pre and post LayerNorms, per layer
   two LayerNorms, q/k/v/o and fc1/fc2 with biases; the pixel-shuffle adapter's two bias-free
@@ -35,7 +43,7 @@ the reference modeling code (transformers; formulas derived, not copied):
 
 Checked against published totals (tests/test_vision_params.py): Qwen2.5-VL-7B-Instruct 8.29B,
 Gemma-3-4b-it 4.30B and 27b-it 27.4B (a 417M SigLIP tower), LLaVA-1.5-7B 7.06B, Llama-4
-Scout 109B. Towers of other families (Gemma 4's gemma4_vision, audio encoders) count 0.
+Scout 109B, Llama-3.2-90B-Vision 88.6B. Towers of other families (Gemma 4's gemma4_vision, audio encoders) count 0.
 
 vLLM differs from the checkpoint in one case: for LLaVA-style models it builds the tower only
 up to vision_feature_layer (init_vision_tower_for_llava), dropping the later layers; kvplan
@@ -50,6 +58,8 @@ backend and the processor's maximum item size, which this config-only module doe
 from __future__ import annotations
 
 from typing import Any
+
+from kvplan.spec.family_defaults import with_vision_defaults
 
 
 class _Missing(ValueError):
@@ -189,6 +199,35 @@ def _llama4(vc: dict[str, Any], text_hidden: int) -> int:
     return embeddings + 2 * _ln(dim) + blocks + adapter + output * text_hidden
 
 
+def _mllama(vc: dict[str, Any], text_hidden: int) -> int:
+    vc = with_vision_defaults({k: v for k, v in vc.items() if v is not None}, "mllama")
+    if not isinstance(vc["supported_aspect_ratios"], list):
+        raise ValueError("vision_config.supported_aspect_ratios must be a list of [rows, columns] pairs")
+    dim, inter = _int(vc, ("hidden_size",)), _int(vc, ("intermediate_size",))
+    channels, patch, image = _int(vc, ("num_channels",)), _int(vc, ("patch_size",)), _int(vc, ("image_size",))
+    tiles, patches = _int(vc, ("max_num_tiles",)), (image // patch) ** 2 + 1
+    aspect_rows = len(vc["supported_aspect_ratios"]) + 1
+    positions = 1 + patches * dim + aspect_rows * tiles * patches * dim  # gate, table, tile table
+    tile_tables = 2 * (aspect_rows * tiles * dim + 1)  # pre / post, each with a gate
+    block = 2 * _ln(dim) + 4 * dim * dim + _linear(dim, inter) + _linear(inter, dim)
+    layers, global_layers = _int(vc, ("num_hidden_layers",)), _int(vc, ("num_global_layers",))
+    encoders = layers * block + global_layers * (block + 2)
+    projector = _linear(_int(vc, ("vision_output_dim",)), text_hidden)
+    return channels * patch * patch * dim + dim + positions + tile_tables + 2 * _ln(dim) + encoders + projector
+
+
+def encoder_tokens_per_image(cfg: dict[str, Any]) -> int:
+    """Image tokens Llama-3.2-Vision's cross-attention layers attend to for one image at the
+    most tiles: max_num_tiles x ((image_size // patch_size)^2 + 1), a class token per tile
+    (vLLM 0.10's mllama processor: num_tiles x calc_token_per_chunk). 0 without a vision_config."""
+    vc = cfg.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0
+    vc = with_vision_defaults({k: v for k, v in vc.items() if v is not None}, "mllama")
+    patches = (_int(vc, ("image_size",)) // _int(vc, ("patch_size",))) ** 2 + 1
+    return _int(vc, ("max_num_tiles",)) * patches
+
+
 def vision_params(cfg: dict[str, Any], text_hidden: int) -> int:
     """Parameters of the vision tower and its projector into the text model; 0 without a
     vision_config, for a tower family kvplan has no formula for, or when a field the formula
@@ -213,6 +252,8 @@ def _vision_params(cfg: dict[str, Any], text_hidden: int) -> int:
         return _qwen2_vl(vc, text_hidden)
     if kind.startswith("llama4") or outer.startswith("llama4"):
         return _llama4(vc, text_hidden)
+    if outer == "mllama":
+        return _mllama(vc, text_hidden)
     tower = _tower(vc)
     if tower < 0:
         return 0  # gemma4_vision, unknown towers: not counted
