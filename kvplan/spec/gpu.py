@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 # H100 79.22/80 = 0.990). GDDR cards with ECC on lose more (L4: 22.49/24) and need their own
 # figure; GeForce cards without ECC report about 0.98 (RTX 3090 23.58/24; profiles/gpus.toml).
 DRIVER_SHARE_UNOBSERVED = 0.99
+GDDR_ECC_SHARE = 15 / 16  # inline ECC on data-center GDDR6 boards keeps one part in 16 for check bits
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class GpuSpec:
     # less than the datasheet's capacity (ECC, driver reservations). None: not observed.
     driver_memory_gib: float | None = None
     driver_memory_source: str | None = None
+    gddr_ecc: bool = False  # a GDDR board that ships with inline ECC on (profiles/gpus.toml header)
     # How names are read (kvplan/spec/gpu_names.py): the product as vendors write it ("a100",
     # "rtx 4090"), the package ("sxm", "pcie", "nvl", ...), whether this is the variant assumed
     # when a name gives no size or form, and for a MIG slice its profile ("1g.10gb") and parent.
@@ -51,8 +53,10 @@ class GpuSpec:
 
     @property
     def usable_memory_bytes(self) -> float:
-        """Total memory as the CUDA driver exposes it; the datasheet figure x 0.99 when unobserved."""
-        return (self.driver_memory_gib or self.memory_gib * DRIVER_SHARE_UNOBSERVED) * 2**30
+        """Total memory as the CUDA driver exposes it; when unobserved, the datasheet figure x 0.99,
+        or x 15/16 on a GDDR board with inline ECC."""
+        share = GDDR_ECC_SHARE if self.gddr_ecc else DRIVER_SHARE_UNOBSERVED
+        return (self.driver_memory_gib or self.memory_gib * share) * 2**30
 
     @property
     def fp8_support(self) -> bool:
