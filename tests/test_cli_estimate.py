@@ -75,11 +75,11 @@ def test_sweep_table_cuts_nothing_and_titles_the_shared_settings(width: int) -> 
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= width
     assert "model deepseek-v3, gpu h200, tp 8, batch 1: 24 configurations" in text
     rows = [line for line in text.splitlines() if "fp8-e4m3" in line]
-    assert len(rows) == 8 and "131,072" in rows[-1] and "4.29 GiB" in rows[-1] and "10.61x" in rows[-1]
+    assert len(rows) == 8 and "131,072" in rows[-1] and "4.29 GiB" in rows[-1] and "11.39x" in rows[-1]
     # settings that vary stay columns; a narrow terminal folds long cells instead of cutting them
     narrow = runner.invoke(app, ["estimate", "llama-3.1-8b", "--sweep", "gpu=h100,l4", "--sweep",
                                  "model=llama-3.1-8b,qwen3-32b"], env={"COLUMNS": "60"}).output
-    assert "…" not in narrow and "0.25x" in narrow and "442,1" in narrow  # 442,160 folded over two lines
+    assert "…" not in narrow and "0.30x" in narrow and "463,0" in narrow  # 463,056 folded over two lines
 
 
 @pytest.mark.parametrize(("args", "message"), [

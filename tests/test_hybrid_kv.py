@@ -76,13 +76,17 @@ def test_gpt_oss_20b():
     # 12 full + 12 sliding(128), 8 KV heads x 64: page 16 x 8 x 64 x 2 x 2 B = 32,768 B; two groups of 12.
     assert [(g.kind, g.num_layers, g.group_size, g.page_size_bytes) for g in groups] == [
         ("full", 12, 12, 32768), ("sliding", 12, 12, 32768)]
-    # 3 GiB // 32,768 // 12 = 8,192 blocks. L = 32,768: full 2,048 blocks; sliding
-    # cdiv(min(127 + 2,048, 32,768), 16) + 1 = 136 + 1 = 137; 8,192 / 2,185 = 3.749x;
+    # 3 GiB // 32,768 // 12 = 8,192 blocks. L = 32,768: full 2,048 blocks; sliding (0.20-0.25, one
+    # batch in flight) cdiv(min(127 + 2,048, 32,768), 16) + 1 = 136 + 1 = 137; 8,192 / 2,185 = 3.749x;
     # int(8,192 x 32,768 / 2,185) = 122,853 tokens (<= 0.19 printed 8,192 // 2 x 16 = 65,536).
-    kv = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768)
+    kv = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (8192, 2185, 122853)
     assert round(kv.reported_concurrency, 2) == 3.75
     assert vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.19.0").reported_tokens == 65536
+    # From 0.26 two batches are in flight: cdiv(127 + 4,096, 16) + 1 = 265 sliding blocks, 2,313 per
+    # request, int(8,192 x 32,768 / 2,313) = 116,055 tokens.
+    newest = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768)
+    assert (newest.blocks_per_request, newest.reported_tokens) == (2313, 116055)
     # Once prefilled a request keeps cdiv(127, 16) + 1 = 9 sliding blocks: 8,192 / 2,057.
     assert kv.true_concurrency == pytest.approx(8192 / 2057)
     # Hybrid manager off: one group of 24 layers, 3 GiB // 32,768 // 24 = 4,096 blocks, 2,048 per request.
@@ -99,11 +103,13 @@ def test_gemma_3_1b_pads_two_sliding_groups():
     # (22 >= 1.5 x 4); 22 sliding layers -> 6 groups taking layers[i::6]: 4, 4, 4, 4, 3, 3.
     assert [g.num_layers for g in groups] == [4, 4, 4, 4, 4, 3, 3]
     assert {g.group_size for g in groups} == {4} and {g.page_size_bytes for g in groups} == {16384}
-    # 1 GiB // 16,384 // 4 = 16,384 blocks. L = 32,768: full 2,048; each sliding group
-    # cdiv(511 + 2,048, 16) + 1 = 161, six of them 966; 16,384 / 3,014 = 5.44x;
+    # 1 GiB // 16,384 // 4 = 16,384 blocks. L = 32,768: full 2,048; each sliding group (one batch in
+    # flight) cdiv(511 + 2,048, 16) + 1 = 161, six of them 966; 16,384 / 3,014 = 5.44x;
     # int(16,384 x 32,768 / 3,014) = 178,125 tokens.
-    kv = vllm_kv_cache(model, fmt, 1, GIB, 32768)
+    kv = vllm_kv_cache(model, fmt, 1, GIB, 32768, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (16384, 3014, 178125)
+    # Two batches in flight (>= 0.26): cdiv(511 + 4,096, 16) + 1 = 289 each, 2,048 + 6 x 289 = 3,782.
+    assert vllm_kv_cache(model, fmt, 1, GIB, 32768).blocks_per_request == 3782
     # Padding: two 3-layer groups leave one 16,384-B slot empty in each of their 161 blocks:
     # 322 of the request's 3,014 x 4 layer-pages, over the whole 1 GiB pool.
     assert kv.padding_bytes == pytest.approx(GIB * 322 / 12056)
@@ -117,10 +123,13 @@ def test_gemma_4_unifies_pages_by_doubling_the_full_block():
     # 4,096 B/token, page 65,536 -> block 32 to reach 131,072. 5 full + 25 sliding: 1 + 5 groups of 5.
     assert [(g.kind, g.block_size, g.num_layers) for g in groups] == [("full", 32, 5)] + [("sliding", 16, 5)] * 5
     assert {g.page_size_bytes for g in groups} == {131072}
-    # 10 GiB // 131,072 // 5 = 16,384 blocks; L = 4,096: full cdiv(4,096, 32) = 128, sliding
-    # cdiv(1,023 + 2,048, 16) + 1 = 193 each, 965; 16,384 / 1,093 = 14.99x; int(... x 4,096) = 61,398.
-    kv = vllm_kv_cache(model, fmt, 1, 10 * GIB, 4096)
+    # 10 GiB // 131,072 // 5 = 16,384 blocks; L = 4,096: full cdiv(4,096, 32) = 128, sliding (one
+    # batch in flight) cdiv(1,023 + 2,048, 16) + 1 = 193 each, 965; 16,384 / 1,093 = 14.99x;
+    # int(... x 4,096) = 61,398.
+    kv = vllm_kv_cache(model, fmt, 1, 10 * GIB, 4096, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (16384, 1093, 61398)
+    # Two in flight: min(1,023 + 4,096, 4,096) = 4,096 -> 257 per sliding group, 128 + 5 x 257 = 1,413.
+    assert vllm_kv_cache(model, fmt, 1, 10 * GIB, 4096).blocks_per_request == 1413
     assert kv.block_size == 16 and kv.padding_bytes == 0.0
     # Hybrid manager off: every layer full length, one group whose block costs the sum of the
     # pages, 25 x 131,072 + 5 x 65,536 = 3,604,480 B: 10 GiB // that = 2,978 blocks x 16 tokens.
@@ -190,28 +199,31 @@ def test_rec021_gemma4_on_l40s(shared_data):
     fmt = parse_kv_format("auto", model)
     # Printed: 13.47 GiB, 63,988 tokens, 15.62x at 4,096. The line implies 22,074 blocks (13.4729 GiB)
     # over 1,413 blocks per request = 128 full + 5 x 257 sliding: the sliding groups reserved the
-    # whole 4,096 tokens (cdiv(4,096, 16) + 1), i.e. window - 1 + batched tokens >= 4,081. With the
-    # logged --max-num-batched-tokens=2048 the formula gives 1,093 per request and 20.19x: v0.29
-    # sized this model's windows with an effective budget of at least 3,058 (8,192 here).
-    lo, hi = _bracket(lambda b: vllm_kv_cache(model, fmt, 1, b, 4096, max_num_batched_tokens=8192), rec["available_kv_gib"])
+    # whole 4,096 tokens (cdiv(4,096, 16) + 1). v0.29 reserves window - 1 + two batches in flight
+    # (async scheduling): 1,023 + 2 x 2,048 >= 4,096, with the logged --max-num-batched-tokens=2048.
+    lo, hi = _bracket(lambda b: vllm_kv_cache(model, fmt, 1, b, 4096, max_num_batched_tokens=2048,
+                                              vllm_version="0.29.0"), rec["available_kv_gib"])
     assert lo.reported_tokens <= rec["gpu_kv_cache_tokens"] <= hi.reported_tokens
     assert round(lo.reported_concurrency, 2) <= rec["max_concurrency"] <= round(hi.reported_concurrency, 2)
-    exact = vllm_kv_cache(model, fmt, 1, 22074 * 5 * 131072, 4096, max_num_batched_tokens=8192)
+    exact = vllm_kv_cache(model, fmt, 1, 22074 * 5 * 131072, 4096, max_num_batched_tokens=2048, vllm_version="0.29.0")
     assert (exact.reported_tokens, round(exact.reported_concurrency, 2)) == (63988, 15.62)
-    as_logged = vllm_kv_cache(model, fmt, 1, rec["available_kv_gib"] * GIB, 4096, max_num_batched_tokens=2048)
-    assert round(as_logged.reported_concurrency, 2) == 20.19
+    # One batch in flight (<= 0.25) would have printed 20.19x.
+    one_batch = vllm_kv_cache(model, fmt, 1, rec["available_kv_gib"] * GIB, 4096, max_num_batched_tokens=2048,
+                              vllm_version="0.25.0")
+    assert round(one_batch.reported_concurrency, 2) == 20.19
 
 
 def test_rec023_gpt_oss_20b_on_l4(shared_data):
     rec = _record(shared_data, "rec023")["reported"]
     model = load_model("gpt-oss-20b")
     fmt = parse_kv_format("auto", model)
-    # No "Available KV cache memory" line in the excerpt. 82,819 tokens / 2.53x at 32,768:
-    # with 8,192 batched tokens a request needs 2,048 + cdiv(127 + 8,192, 16) + 1 = 2,569 blocks and
-    # 6,493 blocks (6,493 x 12 x 32,768 B = 2.378 GiB) print int(6,493 / 2,569 x 32,768) = 82,819.
-    kv = vllm_kv_cache(model, fmt, 1, 6493 * 12 * 32768, 32768, max_num_batched_tokens=8192)
+    # No "Available KV cache memory" line in the excerpt. 82,819 tokens / 2.53x at 32,768. v0.29
+    # with the L4 default of 2,048 batched tokens keeps two batches in flight: a request needs
+    # 2,048 + cdiv(127 + 4,096, 16) + 1 = 2,313 blocks, and 5,846 blocks (5,846 x 12 x 32,768 B =
+    # 2.141 GiB) print int(5,846 / 2,313 x 32,768) = 82,819 and 2.53x.
+    kv = vllm_kv_cache(model, fmt, 1, 5846 * 12 * 32768, 32768, max_num_batched_tokens=2048, vllm_version="0.29.0")
     assert (kv.reported_tokens, round(kv.reported_concurrency, 2)) == (rec["gpu_kv_cache_tokens"], rec["max_concurrency"])
-    # With the L4 default of 2,048 (2,185 blocks per request) no block count prints 82,819:
+    # With one batch in flight (<= 0.25: 2,185 blocks per request) no block count prints 82,819:
     # it would need 82,819 x 2,185 / 32,768 = 5,522.46..5,522.53 blocks.
     lo, hi = 82819 * 2185 / 32768, 82820 * 2185 / 32768
     assert math.ceil(lo) >= hi
@@ -224,7 +236,8 @@ def test_rec025_gpt_oss_120b_refused_on_h100(shared_data):
     # 1.71 GiB // (18 x 32,768) = 3,112 blocks; the default 131,072 tokens need 8,192 + cdiv(127 +
     # 1,024, 16) + 1 = 8,265 blocks (4.54 GiB): vLLM refuses to start, as the log shows. The longest
     # request that fits: 3,112 - 73 = 3,039 full blocks = 48,624 tokens.
-    kv = vllm_kv_cache(model, fmt, 1, rec["available_kv_gib"] * GIB, 131072, max_num_batched_tokens=1024)
+    kv = vllm_kv_cache(model, fmt, 1, rec["available_kv_gib"] * GIB, 131072, max_num_batched_tokens=1024,
+                       vllm_version="0.11.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.fits_one_request) == (3112, 8265, False)
     assert kv.estimated_max_model_len == 48624
 

@@ -76,7 +76,8 @@ def test_bad_engine_is_a_value_error() -> None:
 
 
 def test_reserve_and_kv_overrides_still_win() -> None:
-    inputs = PlanInputs(load_model("llama-3.1-8b"), load_gpu("a100-40gb"), context=8192, reserve_bytes=9.47 * GIB)
+    inputs = PlanInputs(load_model("llama-3.1-8b"), load_gpu("a100-40gb"), context=8192, reserve_bytes=9.47 * GIB,
+                        gpu_memory_utilization=0.9)  # the #12330 log's setting
     result = plan(inputs)
     assert result.reserve_bytes == 9.47 * GIB
     assert result.kv_budget_bytes == pytest.approx(35.55 * GIB - 8_030_261_248 * 2 - 9.47 * GIB)
@@ -125,14 +126,15 @@ def test_v0_profiles_the_whole_max_model_len_before_long_context_chunked_prefill
 
 
 def test_release_from_version_text_or_log_date() -> None:
-    from kvplan.plan.memory_model import parse_version, version_on
+    from kvplan.plan.engine_releases import parse_version, version_on
 
     assert parse_version("0.9.1.dev705+g01220ce89") == (0, 9, 1)
     assert parse_version("v0.6.4.post1") == (0, 6, 4)
     assert parse_version("main, Jan 2025") is None
     assert version_on("2024-07-24") == (0, 5, 3)  # Llama-3.1 launch week: before 0.5.4 (2024-08-05)
-    assert version_on("2024-08-05") is None
-    assert version_on(None) is None
+    assert version_on("2024-08-05") == (0, 5, 4)  # released that day (PyPI upload date)
+    assert version_on("2025-10-31") == (0, 11, 0)  # 0.11.1 came on 2025-11-19
+    assert version_on("2020-01-01") is None and version_on(None) is None
 
 
 def _scored_logs() -> list[dict]:

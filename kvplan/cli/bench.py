@@ -54,7 +54,7 @@ def bench(
     num_requests: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="N", help="Requests to generate (default 1000), or the first N of a trace.")] = None,
     max_model_len: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="TOKENS", help="Longest request; contiguous-max reserves this. Default 4096 for synthetic workloads, the model's maximum for traces.")] = None,
     block_size: BlockSizeOpt = 16,
-    gpu_memory_utilization: UtilOpt = 0.9,
+    gpu_memory_utilization: UtilOpt = None,
     kv_cache_gib: Annotated[Optional[float], typer.Option(rich_help_panel="Engine", metavar="GIB", help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
     max_num_seqs: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Most sequences per step.")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Token budget per step.")] = 8192,

@@ -14,6 +14,7 @@ from rich.table import Table
 from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
                                   smallest_tp_for_weights)
 from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
+from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES
 from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
                                console, escape, fmt_bytes, fmt_int)
 from kvplan.cli.fit_table import fitted_table
@@ -42,7 +43,7 @@ def estimate(
     context: Annotated[Optional[str], typer.Option("--context", "-c", metavar="TOKENS", help="Tokens per request (max_model_len), e.g. 32768 or 32k; default: the model's maximum.")] = None,
     batch: Annotated[int, typer.Option("--batch", "-b", metavar="N", help="Concurrent requests at --context.")] = 1,
     block_size: BlockSizeOpt = 16,
-    gpu_memory_utilization: UtilOpt = 0.9,
+    gpu_memory_utilization: UtilOpt = None,
     allocation: Annotated[str, typer.Option(metavar="NAME", help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
     weight_dtype: Annotated[Optional[str], typer.Option(metavar="DTYPE", help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, attention in BF16); linear layers only, embeddings stay 16-bit. Default: the checkpoint's.")] = None,
     params_b: Annotated[Optional[float], typer.Option("--params-b", metavar="BILLIONS", help="Override the parameter count (billions).")] = None,
@@ -194,16 +195,18 @@ def render_plan(result: CapacityPlan) -> None:
     profile = engine_memory(i)
     total_note = ("--gpu-mem-gib" if i.gpu_memory_gib else
                   "driver total seen in a real log; kvplan profiles gpus" if i.gpu.driver_memory_gib else
-                  f"datasheet {i.gpu.memory_gib:g} GiB x 0.99 (driver total not observed)")
+                  (f"datasheet {i.gpu.memory_gib:g} GiB x 15/16: inline GDDR ECC (driver total not observed)"
+                   if i.gpu.gddr_ecc else f"datasheet {i.gpu.memory_gib:g} GiB x 0.99 (driver total not observed)"))
     memory.add_row("usable", fmt_bytes(result.usable_bytes),
-                   f"{profile.total_bytes / GIB:.2f} GiB x {i.gpu_memory_utilization} ({total_note})")
+                   f"{profile.total_bytes / GIB:.2f} GiB x {i.utilization} ({total_note})")
     memory.add_row("weights", fmt_bytes(result.weight_bytes_per_gpu), f"{m.weight_format_name(i.weight_dtype)}, / TP {i.tp}")
     if i.reserve_bytes is not None:
         memory.add_row("reserve", fmt_bytes(result.reserve_bytes), "--reserve-gib")
     else:
         memory.add_row("activation peak", fmt_bytes(profile.activation_bytes),
-                       f"profiling run: {profile.batched_tokens:,} tokens, sampler for {profile.sampler_rows:,} sequences")
-        memory.add_row("non-torch memory", fmt_bytes(profile.non_torch_bytes), "CUDA context, NCCL buffers (fitted)")
+                       f"profiling run: {profile.batched_tokens:,} tokens, sampler for {profile.sampler_rows:,} sequences"
+                       + (f" ({SAMPLER_PATH_NAMES[profile.sampler_path]})" if profile.sampler_path else ""))
+        memory.add_row("non-torch memory", fmt_bytes(profile.non_torch_bytes), "CUDA context, loaded kernels (fitted)")
         memory.add_row("CUDA graphs", fmt_bytes(profile.cuda_graph_bytes),
                        "counted before KV sizing" if profile.cuda_graph_bytes else "captured after KV sizing")
     memory.add_row("KV budget", fmt_bytes(result.kv_budget_bytes), f"{result.num_blocks:,} blocks of {fmt_bytes(result.block_bytes)}")

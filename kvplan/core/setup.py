@@ -25,7 +25,7 @@ class SizingConfig:
     tp: int = 1
     kv_dtype: str = "auto"
     block_size: int = 16
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # the engine's own default if None
     kv_cache_gib: float | None = None
     max_model_len: int | None = None
     weight_dtype: str | None = None

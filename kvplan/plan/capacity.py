@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from kvplan.plan.engine_releases import default_utilization
+from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.plan.hybrid_kv import vllm_kv_cache
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings, MemoryProfile, predict_memory
-from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 
 GIB = 2**30
@@ -25,9 +26,9 @@ MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
 def engine_memory(inputs: PlanInputs, tp: int | None = None, context: int | None = None) -> MemoryProfile:
     """The startup memory the chosen engine will see per GPU (before any --reserve-gib override)."""
     tp = tp or inputs.tp
-    weights = Roofline(inputs.model, inputs.gpu, tp, inputs.kv_format, inputs.weight_dtype).weight_bytes_per_gpu
+    weights = loaded_weight_bytes_per_gpu(inputs.model, inputs.gpu, tp, inputs.weight_dtype, inputs.engine)
     total = inputs.gpu_memory_gib * GIB if inputs.gpu_memory_gib else None
-    return predict_memory(inputs.model, inputs.gpu, tp=tp, utilization=inputs.gpu_memory_utilization,
+    return predict_memory(inputs.model, inputs.gpu, tp=tp, utilization=inputs.utilization,
                           max_model_len=context or inputs.max_model_len, weight_bytes=weights,
                           settings=inputs.engine_settings, total_bytes=total)
 
@@ -41,7 +42,7 @@ class PlanInputs:
     context: int | None = None  # max_model_len; the model's max_position_embeddings if None
     batch: int = 1
     block_size: int = 16
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # the engine version's default if None
     reserve_bytes: float | None = None
     kv_cache_bytes: float | None = None  # a fixed KV budget per GPU, as vLLM's kv_cache_memory_bytes
     weight_dtype: str | None = None
@@ -58,7 +59,7 @@ class PlanInputs:
             (self.tp >= 1, f"--tp must be at least 1, got {self.tp}"),
             (self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),
             (self.block_size >= 1, f"--block-size must be positive, got {self.block_size}"),
-            (0 < self.gpu_memory_utilization <= 1,
+            (0 < self.utilization <= 1,
              f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
             (self.context is None or 1 <= self.context <= MAX_TOKENS,
              f"--context must be between 1 and {MAX_TOKENS:,} tokens, got {self.context}"),
@@ -75,6 +76,13 @@ class PlanInputs:
         if self.model.num_heads % self.tp:
             raise ValueError(f"--tp {self.tp} must divide the {self.model.num_heads} attention heads "
                              f"of {self.model.name}; try {', '.join(map(str, valid_tps(self.model)[:5]))}")
+
+    @property
+    def utilization(self) -> float:
+        """gpu_memory_utilization as given, else the engine's own default for its version."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return default_utilization(self.engine, self.engine_version)
 
     @property
     def max_model_len(self) -> int:
@@ -171,7 +179,7 @@ class CapacityPlan:
             "gpu": i.gpu.name, "tp": i.tp, "kv_dtype": i.kv_format.name,
             "weight_dtype": i.model.weight_format_name(i.weight_dtype),
             "context": i.max_model_len, "batch": i.batch, "block_size": i.block_size,
-            "gpu_memory_utilization": i.gpu_memory_utilization,
+            "gpu_memory_utilization": i.utilization,
             "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
             "engine": i.engine,
             "params_total": i.model.params.total, "params_active": i.model.params.active,
@@ -252,7 +260,7 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     if weights + reserve > usable and inputs.kv_cache_bytes is None:
         verdict = "weights-do-not-fit"
         reasons.append(f"weights need {weights / GIB:.1f} GiB per GPU + {reserve / GIB:.1f} GiB reserve, "
-                       f"but only {usable / GIB:.1f} GiB is usable at {inputs.gpu_memory_utilization:.0%}")
+                       f"but only {usable / GIB:.1f} GiB is usable at {inputs.utilization:.0%}")
     elif seq * inputs.batch > pool:
         verdict = "kv-does-not-fit"
         reasons.append(f"{inputs.batch} x {context:,} tokens need {seq * inputs.batch / GIB:.2f} GiB of KV "

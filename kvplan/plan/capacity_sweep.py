@@ -15,7 +15,6 @@ from typing import Any
 
 from kvplan.plan.capacity import PlanInputs, engine_memory
 from kvplan.spec.resolve import load_gpu, load_model
-from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
 
@@ -94,8 +93,8 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
     for model, gpu, fmt, tp in itertools.product(models, gpus, formats, tps):
         point = replace(base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=int(context[0]))
         per_token = model.kv_bytes_per_token(fmt, point.tp)
-        weights = Roofline(model, gpu, point.tp, fmt, base.weight_dtype).weight_bytes_per_gpu
         profiles = {int(c): engine_memory(point, context=int(c)) for c in np.unique(context)}
+        weights = next(iter(profiles.values())).weight_bytes  # the weights as the engine loads them
         reserve = (np.full(n, base.reserve_bytes) if base.reserve_bytes is not None
                    else np.array([profiles[int(c)].reserve_bytes for c in context]))
         usable = profiles[int(context[0])].total_bytes * util
@@ -132,7 +131,7 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
 
 def _base_value(base: PlanInputs, axis: str) -> float:
     return {"context": base.max_model_len, "batch": base.batch, "block-size": base.block_size,
-            "gpu-memory-utilization": base.gpu_memory_utilization}[axis]
+            "gpu-memory-utilization": base.utilization}[axis]
 
 
 def _concat(chunks: list[Any]) -> Any:

@@ -135,8 +135,7 @@ def what_ifs(log: ServerLog, setup: ServerSetup, kv_gib: float | None, per_token
         weights = (log.weights_gib * GIB if log.weights_gib is not None
                    else predict_capacity(setup).memory.weight_bytes if setup.known else None)
         if weights is not None and setup.model.num_heads % tp == 0:
-            fit = load_memory_fit()
-            kv_tp = kv + weights / 2 - fit.non_torch_gib_per_extra_rank * setup.tp * GIB
+            kv_tp = kv + weights / 2
             per_token_tp = setup.model.kv_bytes_per_token(fmt, tp) * stage_layers_share(setup.model, setup.pp)
             flag = "--tp" if sglang else "--tensor-parallel-size"
             add(f"{flag} {tp}", _tokens(kv_tp, per_token_tp, step),

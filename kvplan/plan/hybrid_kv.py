@@ -27,8 +27,9 @@ repository, in kvplan's own words):
 7. num_blocks = available // page // group_size: group_size tensors, each shared by one
    layer of every group (get_kv_cache_config_from_groups, get_num_blocks).
 8. A max_model_len request needs, per group, ceil(bytes / page) blocks: full ceil(L / bs);
-   sliding ceil(min(W - 1 + max_num_batched_tokens, L) / bs) + 1; chunked
-   ceil(min(W + max_num_batched_tokens, L) / bs); Mamba 1 (+1 with prefix caching's
+   sliding ceil(min(W - 1 + T, L) / bs) + 1; chunked ceil(min(W + T, L) / bs), where T is
+   the tokens in flight: max_num_batched_tokens, and from 0.26 (PR #47728) that many per
+   concurrent batch, two under async scheduling (VllmConfig.max_in_flight_tokens); Mamba 1 (+1 with prefix caching's
    "align" mode, + the speculative tokens); concurrency = num_blocks / their sum
    (get_max_concurrency_for_kv_cache_config, `max_memory_usage_bytes` of each spec).
 9. "GPU KV cache size: N tokens" was num_blocks // num_groups * min block size up to
@@ -44,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.plan.memory_model import parse_version
+from kvplan.plan.engine_releases import in_flight_batches, parse_version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
@@ -238,7 +239,7 @@ class VllmKVCache:
     groups: tuple[KVCacheGroupSpec, ...]
     available_bytes: float
     max_model_len: int
-    max_num_batched_tokens: int
+    max_num_batched_tokens: int  # the tokens in flight a windowed group reserves for (see step 8)
     state_blocks: int  # blocks per request of each Mamba group
     tokens_from_concurrency: bool
 
@@ -332,7 +333,8 @@ def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_
     """vLLM v1's KV cache sizing for a model on one GPU, given the "Available KV cache memory".
 
     max_num_batched_tokens: the scheduler's token budget (vLLM's API-server default is 2048,
-    8192 on >= 70 GiB GPUs other than A100); sliding-window groups reserve window - 1 + it.
+    8192 on >= 70 GiB GPUs other than A100); sliding-window groups reserve window - 1 + it
+    (from 0.26, + it per batch in flight).
     vllm_version: None means the newest behaviour; before ~0.9.2 windowed layers are sized at
     full length, up to 0.19 the token figure is num_blocks // groups * block size.
     mamba_cache_mode: "none" (1 state block per request), "align" (prefix caching on a hybrid
@@ -354,5 +356,5 @@ def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_
     state_blocks = (_cdiv(max_model_len, state_block_size) if mode == "all"
                     else (2 if mode == "align" else 1) + num_speculative_tokens)
     from_concurrency = version is None or version >= TOKENS_FROM_CONCURRENCY_SINCE
-    return VllmKVCache(groups, float(available_bytes_per_gpu), max_model_len, max_num_batched_tokens,
-                       state_blocks, from_concurrency)
+    in_flight = max_num_batched_tokens * in_flight_batches(version)
+    return VllmKVCache(groups, float(available_bytes_per_gpu), max_model_len, in_flight, state_blocks, from_concurrency)

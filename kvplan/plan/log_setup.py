@@ -11,10 +11,11 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, parse_version, predict_memory, version_on
+from kvplan.plan.engine_releases import default_utilization, parse_version, version_on
+from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
+from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
 from kvplan.plan.hybrid_kv import vllm_kv_cache
 from kvplan.plan.sglang_kv import sglang_kv_tokens
-from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.server_log import ServerLog
 from kvplan.spec.profiles import gpu_profiles
@@ -87,6 +88,7 @@ class ServerSetup:
     settings: EngineSettings
     logged_total_bytes: float | None
     model_failure: str | None = None  # why the logged model could not be sized (what the resolver tried)
+    expert_split: int = 1  # data-parallel ranks the experts are spread over (--enable-expert-parallel)
 
     @property
     def known(self) -> bool:
@@ -103,17 +105,17 @@ def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | 
     gpu = resolve_gpu(gpu_name or log.gpu_name)
     engine = "sglang" if log.engine == "sglang" else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
     release = parse_version(log.version) or parse_version(version) or version_on(date)
-    graphs_in_budget = None if release is None or release[0] != 0 else release[1] >= 21
     settings = EngineSettings(engine=engine, max_num_batched_tokens=log.max_num_batched_tokens,
                               max_num_seqs=log.max_num_seqs, enforce_eager=bool(log.enforce_eager),
-                              cuda_graph_in_budget=graphs_in_budget, version=release)
+                              version=release, sampler_path=log.sampler_path)
     max_len = log.max_model_len or (model.max_position_embeddings if model else None)
     kv_dtype = log.kv_cache_dtype or "auto"
     return ServerSetup(model, match, note, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,
-                       log.gpu_memory_utilization or (0.88 if engine == "sglang" else 0.9),
+                       log.gpu_memory_utilization or default_utilization(engine, release),
                        log.gpu_memory_utilization is not None, max_len, kv_dtype, log.block_size or 16,
                        weight_dtype_hint(model_name or log.model, log.quantization), settings,
-                       log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None, logged.failure)
+                       log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None, logged.failure,
+                       (log.data_parallel_size or 1) if log.expert_parallel else 1)
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes:
     else:
         raise ValueError("the log does not name a GPU kvplan knows; pass --gpu PROFILE")
     share = stage_layers_share(model, setup.pp)
-    weights = Roofline(model, gpu, setup.tp, parse_kv_format("bf16"), setup.weight_dtype).weight_bytes_per_gpu
+    weights = loaded_weight_bytes_per_gpu(model, gpu, setup.tp, setup.weight_dtype, setup.engine, setup.expert_split)
     weights = weights * share if setup.pp > 1 else weights
     memory = predict_memory(model, gpu, tp=setup.tp, utilization=setup.utilization,
                             max_model_len=setup.max_model_len or 4096, weight_bytes=weights,

@@ -16,13 +16,19 @@ v1 gpu_worker.py determine_available_memory):
   other than A100, else 2048 / 256 (EngineArgs defaults since ~0.8).
 - The activation itself is modeled as the live tensors of the widest layer per token (2 x
   hidden for the residual stream plus the wider of attention's q/k/v/o and the MLP's
-  gate+up+act, split by TP) times one fitted scale (allocator reuse), plus the sampler's
-  bytes per logit (fitted per engine generation: v0 sorts for top-k/top-p in fp32 + int64).
-- Non-torch memory (CUDA context, NCCL and custom all-reduce buffers) is a fitted constant
-  plus a fitted amount per extra TP rank.
-- vLLM >= 0.21 (v1) also reserves the CUDA-graph pool it estimates before KV sizing
-  (log: "CUDA graph memory profiling is enabled (default since v0.21.0)"); older v1 and v0
-  captured graphs after sizing, outside the budget. Fitted constant; 0 with enforce_eager.
+  gate+up+act, split by TP) times one fitted scale (allocator reuse). The sampler pass comes
+  after the forward: V1 frees the forward's intermediates first and keeps only the hidden
+  states, so its peak is the larger of the forward and hidden states + sampler; the sampler
+  holds rows x vocab x the bytes its top-k/top-p path allocates (counted per path and release
+  in kvplan/plan/engine_releases.py). V0 is modeled additively with fitted bytes per logit
+  (its fit on the v0 logs; v0 keeps more of the forward alive while it samples).
+- Non-torch memory (CUDA context, kernels loaded by the profile) is a fitted constant. V1 takes
+  its baseline after the distributed setup (gpu_worker.init_device), so NCCL's buffers are
+  outside it; no log prints a v0 TP > 1 figure to fit a per-rank term on.
+- vLLM >= 0.20 (v1) also reserves the CUDA-graph pool it estimates before KV sizing (PR
+  #38284; its log line says "default since v0.21.0", the 0.20.0 sources already do it); older
+  v1 and v0 captured graphs after sizing, outside the budget. Fitted constant; 0 with
+  enforce_eager.
 - SGLang: KV = total x mem_fraction_static - weights - memory in use before loading (the
   same non-torch model); the (1 - mem_fraction_static) remainder is its activation headroom.
 
@@ -37,6 +43,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
+from kvplan.plan.engine_releases import (CUDA_GRAPHS_IN_BUDGET, LARGEST_BATCH_DEFAULTS, SAMPLER_BYTES_PER_LOGIT,
+                                         on_or_after, parse_version, v1_sampler_path)
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 
@@ -44,17 +52,15 @@ GIB = 2**30
 ENGINES = ("vllm-v1", "vllm-v0", "sglang")
 DEFAULT_ENGINE = "vllm-v1"
 ENGINE_DESCRIPTIONS = {
-    "vllm-v1": "vLLM V1 engine (>= 0.21: CUDA-graph memory profiled into the budget)",
+    "vllm-v1": "vLLM V1 engine (>= 0.20: CUDA-graph memory profiled into the budget)",
     "vllm-v0": "vLLM V0 engine (<= 0.10; profiling of worker.py, graphs outside the budget)",
     "sglang": "SGLang (mem_fraction_static of total memory, minus weights)",
 }
-HIGH_END_GIB = 70  # vLLM's threshold for the larger batching defaults
+HIGH_END_GIB = 70  # vLLM's threshold for the larger batching defaults...
+LARGEST_GIB = 160  # ...and, from 0.28, for the largest (B200, MI300X)
 ACTIVATION_BYTES = 2  # bf16/fp16 activations
 LONG_CONTEXT = 32768  # v0: above this max_model_len chunked prefill is on by default...
 V0_LONG_CONTEXT_CHUNKED = (0, 5, 4)  # ...since this release (vLLM PR #6666, 2024-07-23)
-# Release dates of the versions whose defaults change the profile, for logs that show a date
-# but no version (vLLM's GitHub releases).
-RELEASE_DATES = (("2024-08-05", (0, 5, 4)),)
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,7 @@ class MemoryFit:
 
     activation_scale: float
     sampler_bytes_per_logit_v0: float
-    sampler_bytes_per_logit_v1: float
     non_torch_gib: float
-    non_torch_gib_per_extra_rank: float
     cuda_graph_gib: float
     source: str
 
@@ -86,6 +90,7 @@ class EngineSettings:
     enforce_eager: bool = False
     cuda_graph_in_budget: bool | None = None  # None: as the engine version does
     version: tuple[int, int, int] | None = None  # the engine release; None: the newest behaviour
+    sampler_path: str | None = None  # the top-k/top-p path a log names; None: the release's default
 
     def at_least(self, *release: int) -> bool:
         return self.version is None or self.version >= release
@@ -97,6 +102,8 @@ class EngineSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.sampler_path is not None and self.sampler_path not in SAMPLER_BYTES_PER_LOGIT:
+            raise ValueError(f"unknown sampler path '{self.sampler_path}'; one of {', '.join(SAMPLER_BYTES_PER_LOGIT)}")
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,7 @@ class MemoryProfile:
     cuda_graph_bytes: float
     batched_tokens: int
     sampler_rows: int
+    sampler_path: str | None = None  # V1's top-k/top-p path (engine_releases.py); None for v0 and SGLang
 
     @property
     def reserve_bytes(self) -> float:
@@ -138,6 +146,19 @@ def activation_elements_per_token(model: ModelSpec, tp: int) -> float:
     return 2 * model.hidden_size + max(attention, mlp) / tp
 
 
+def dequantized_weight_bytes(model: ModelSpec, tp: int) -> float:
+    """A bitsandbytes checkpoint computes a prefill batch by dequantizing each weight to 16 bit
+    first (bitsandbytes matmul_4bit / int8 matmul), so the largest layer matrix is also alive at
+    the activation peak in 16 bit; 0 for every other format (fused kernels read packed weights)."""
+    quant = model.checkpoint_quant
+    if quant is None or quant.method != "bitsandbytes":
+        return 0.0
+    kv_heads = next((g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads)
+    qkv = (model.num_heads + 2 * kv_heads) * model.head_dim * model.hidden_size
+    gate_up = 2 * mlp_width(model) * model.hidden_size
+    return max(qkv, gate_up) / tp * ACTIVATION_BYTES
+
+
 def batching_defaults(settings: EngineSettings, gpu: GpuSpec, max_model_len: int, total_bytes: float) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) the engine profiles with."""
     if settings.engine == "vllm-v0":
@@ -147,6 +168,8 @@ def batching_defaults(settings: EngineSettings, gpu: GpuSpec, max_model_len: int
     else:
         high_end = total_bytes >= HIGH_END_GIB * GIB and "a100" not in gpu.name
         tokens, seqs = (8192, 1024) if high_end else (2048, 256)
+        if total_bytes >= LARGEST_GIB * GIB and on_or_after(settings.version, LARGEST_BATCH_DEFAULTS):
+            tokens = 16384
     tokens = settings.max_num_batched_tokens or tokens
     seqs = min(settings.max_num_seqs or seqs, tokens)
     return tokens, seqs
@@ -159,30 +182,25 @@ def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: floa
     fit = fit or load_memory_fit()
     total = total_bytes if total_bytes is not None else gpu.usable_memory_bytes
     tokens, rows = batching_defaults(settings, gpu, max_model_len, total)
-    non_torch = (fit.non_torch_gib + fit.non_torch_gib_per_extra_rank * (tp - 1)) * GIB
+    non_torch = fit.non_torch_gib * GIB
     if settings.engine == "sglang":
         return MemoryProfile("sglang", total, total * utilization, weight_bytes, 0.0, non_torch, 0.0, tokens, rows)
-    per_logit = fit.sampler_bytes_per_logit_v0 if settings.engine == "vllm-v0" else fit.sampler_bytes_per_logit_v1
-    forward = fit.activation_scale * tokens * activation_elements_per_token(model, tp) * ACTIVATION_BYTES
-    sampler = rows * model.vocab_size * per_logit
+    forward = (fit.activation_scale * tokens * activation_elements_per_token(model, tp) * ACTIVATION_BYTES
+               + dequantized_weight_bytes(model, tp))
+    path = None
+    if settings.engine == "vllm-v0":
+        activation = forward + rows * model.vocab_size * fit.sampler_bytes_per_logit_v0
+    else:
+        path = settings.sampler_path or v1_sampler_path(model, settings.version)
+        sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT[path] if path else 0.0
+        hidden = tokens * model.hidden_size * ACTIVATION_BYTES  # the forward's output, still held
+        activation = max(forward, hidden + sampler)
     graphs_counted = settings.cuda_graph_in_budget
     if graphs_counted is None:
-        graphs_counted = settings.engine == "vllm-v1"
+        graphs_counted = settings.engine == "vllm-v1" and on_or_after(settings.version, CUDA_GRAPHS_IN_BUDGET)
     graphs = fit.cuda_graph_gib * GIB if graphs_counted and not settings.enforce_eager else 0.0
-    return MemoryProfile(settings.engine, total, total * utilization, weight_bytes, forward + sampler,
-                         non_torch, graphs, tokens, rows)
-
-
-def version_on(date: str | None) -> tuple[int, int, int] | None:
-    """The oldest release kvplan distinguishes that a log dated `date` (YYYY-MM-DD) predates:
-    a version just below it, or None when the date is after every listed change."""
-    if not date:
-        return None
-    for released, version in RELEASE_DATES:
-        if date[:10] < released:
-            major, minor, patch = version
-            return (major, minor, patch - 1) if patch else (major, minor - 1, 99)
-    return None
+    return MemoryProfile(settings.engine, total, total * utilization, weight_bytes, activation,
+                         non_torch, graphs, tokens, rows, path)
 
 
 def released_before(text: str | None, release: tuple[int, int, int]) -> bool:
@@ -192,11 +210,3 @@ def released_before(text: str | None, release: tuple[int, int, int]) -> bool:
     if parsed is None:
         return False
     return parsed < release or (parsed == release and re.search(r"(dev|rc|a|b)\d", (text or "").split("+")[0]) is not None)
-
-
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
-    """'0.10.1.1', 'v0.6.4.post1', '0.9.1.dev705+g01220ce89' -> (major, minor, patch)."""
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (text or "").strip())
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from kvplan.plan.memory_model import parse_version
+from kvplan.plan.engine_releases import parse_version
 
 HARDWARE_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
 ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")

@@ -14,7 +14,7 @@ from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, TierConfig, make_tiers
 from kvplan.plan.capacity import PlanInputs, plan
-from kvplan.plan.memory_model import parse_version
+from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.factor_table import engine_generation, factor_key

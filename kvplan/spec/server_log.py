@@ -106,6 +106,11 @@ TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
     "gpu_name": (r"GPU \d+: (NVIDIA [^\n]*?)\s+[\d.]+ GiB", r"GPU \d+: (NVIDIA [^\n]+)", r"device_name=(NVIDIA_[\w]+)",
                  r"\bGPU:\s*([^\n]+)"),
 }
+# vLLM V1 names its top-k/top-p sampler at startup (vllm/v1/sample/ops/topk_topp_sampler.py):
+# what its profiling run's sampler pass holds depends on it (kvplan/plan/engine_releases.py).
+_SAMPLER_LINES = (("flashinfer", r"Using FlashInfer for top-p & top-k sampling"),
+                  ("sort", r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"))
+_EXPERT_PARALLEL = (r"--enable-expert-parallel\b", r"'enable_expert_parallel':\s*True", r"enable_expert_parallel\s*=\s*True")
 _ENFORCE_EAGER = (r"enforce_eager\s*=\s*(True|False)", r"'enforce_eager':\s*(True|False)", r"--(no-)?enforce-eager")
 _USEFUL = ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib", "max_tokens_in_kv_from_error",
            "sglang_max_total_num_tokens", "sglang_kv_tokens_allocated", "sglang_max_allowed_tokens",
@@ -142,6 +147,8 @@ class ServerLog:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None
+    expert_parallel: bool | None = None  # --enable-expert-parallel: experts split over DP x TP ranks
+    sampler_path: str | None = None  # "flashinfer" or "sort" where the log names its sampler
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None
@@ -261,6 +268,12 @@ def parse_server_log(text: str) -> ServerLog:
                 flag = match.group(1)
                 found["enforce_eager"] = flag is None if pattern.startswith("--") else flag == "True"
                 break
+    for path, pattern in _SAMPLER_LINES:
+        if re.search(pattern, text):
+            found["sampler_path"] = path
+            break
+    if any(re.search(pattern, text) for pattern in _EXPERT_PARALLEL):
+        found["expert_parallel"] = True
     useful = [name for name in _USEFUL if name in found]
     if not useful:
         raise ValueError(f"no vLLM or SGLang memory figures found; kvplan explain looks for {lines_looked_for()}")
