@@ -205,7 +205,9 @@ def render_plan(result: CapacityPlan) -> None:
     else:
         memory.add_row("activation peak", fmt_bytes(profile.activation_bytes),
                        f"profiling run: {profile.batched_tokens:,} tokens, sampler for {profile.sampler_rows:,} sequences"
-                       + (f" ({SAMPLER_PATH_NAMES[profile.sampler_path]})" if profile.sampler_path else ""))
+                       + (f" ({SAMPLER_PATH_NAMES[profile.sampler_path]})" if profile.sampler_path else "")
+                       + ("; not modeled: the vision encoder's own profiling pass, which vLLM runs first unless "
+                          "--language-model-only" if m.params.vision and profile.engine != "sglang" else ""))
         memory.add_row("non-torch memory", fmt_bytes(profile.non_torch_bytes), "CUDA context, loaded kernels (fitted)")
         memory.add_row("CUDA graphs", fmt_bytes(profile.cuda_graph_bytes),
                        "counted before KV sizing" if profile.cuda_graph_bytes else "captured after KV sizing")
