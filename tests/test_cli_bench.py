@@ -88,3 +88,17 @@ def test_results_reader_rejects_empty_and_truncated_files(tmp_path: Path) -> Non
     truncated.write_text('{"schema": "kvplan.result/1", "kind": "bench"')
     with pytest.raises(ValueError, match="cut.jsonl:1"):
         read_jsonl(truncated)
+
+
+def test_a_run_that_serves_nothing_is_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    """Every 4,000-token request against a 0.05 GiB pool (352 slots of Qwen3-8B's 147,456 B):
+    no 0 tok/s and NaN results file, one line naming the pool, the request and the flags."""
+    out = tmp_path / "r.jsonl"
+    out.write_text("previous\n")
+    result = runner.invoke(app, ["bench", "--model", "qwen3-8b", "--gpu", "l4", "--kv-cache-gib", "0.05",
+                                 "--num-requests", "5", "--workload", "random", "--workload-param", "input_len=4000",
+                                 "--optimizations", "paged", "--out", str(out)], env={"COLUMNS": "100"})
+    assert result.exit_code == 2
+    line = result.output.strip().splitlines()[-1]
+    assert "all 5 requests were rejected" in line and "352 token slots" in line and "--kv-cache-gib" in line
+    assert out.read_text() == "previous\n"

@@ -65,6 +65,24 @@ def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
                       f"in {out}")
 
 
+def check_served(records: list[ResultRecord]) -> None:
+    """A run that served nothing has no throughput or latency to report: refuse it (exit 2)
+    with the pool, the largest request and what to change, rather than write 0 tok/s and NaN."""
+    for record in records:
+        metrics = record.metrics
+        if metrics.get("requests_finished", 0) or not metrics.get("requests_rejected", 0):
+            continue
+        reasons = "; ".join(metrics.get("reject_reasons") or []) or "no reason recorded"
+        pool = metrics.get("pool_slots")
+        budget = metrics.get("kv_budget_bytes_per_gpu")
+        where = f"a KV pool of {pool:,} token slots" if pool is not None else "the KV pool"
+        if budget is not None:
+            where += f" ({budget / 2**30:.2f} GiB per GPU)"
+        raise ValueError(f"{record.optimization}: all {metrics['requests_rejected']:,} requests were rejected ({reasons}) "
+                         f"with {where}; give the pool more memory (--gpu-memory-utilization, --kv-cache-gib, "
+                         "a larger --gpu or --tp) or shorten the requests (--max-model-len, the workload's lengths)")
+
+
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
               track: Track | None = None, after_write: Callable[[Path], None] | None = None,
               report_folder: bool = False, announce: Callable[[str], None] | None = None) -> BenchOutcome:
@@ -95,6 +113,7 @@ def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[s
     except KeyboardInterrupt as interrupt:
         _keep_finished(interrupt, out)
         raise
+    check_served(records)
     with restore_on_failure(out, out.parent / POINTER_NAME):
         write_jsonl(out, records)
         if after_write is not None:
