@@ -114,7 +114,8 @@ def test_comparison_ratios_and_exports(bench_results: Path, tmp_path: Path) -> N
     for line in prom.splitlines():
         assert line.startswith("# ") or sample.match(line), line
     usage = records[2].metrics["kv_cache_usage_mean"]
-    assert re.search(rf'vllm:kv_cache_usage_perc\{{[^}}]*optimization="paged"[^}}]*\}} {usage:.6}', prom)
+    exposed = re.search(r'vllm:kv_cache_usage_perc\{[^}]*optimization="paged"[^}]*\} (\S+)', prom)
+    assert exposed and float(exposed.group(1)) == pytest.approx(usage, rel=1e-9)
 
 
 def test_names_are_escaped(bench_results: Path, tmp_path: Path) -> None:

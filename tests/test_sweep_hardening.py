@@ -175,7 +175,7 @@ def _busy_sweep(folder: Path, num_requests: int, options: list[str], processes: 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_stops_the_pool_workers(tmp_path: Path) -> None:
-    proc, workers = _busy_sweep(tmp_path, 4000, ["--workers", "2"], 2, _children)
+    proc, workers = _busy_sweep(tmp_path, 100000, ["--workers", "2"], 2, _children)
     os.kill(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 143, stderr
@@ -192,7 +192,7 @@ def test_a_stopped_ray_sweep_leaves_no_ray_process(tmp_path: Path, how: signal.S
     driver then tears the cluster down without a traceback; a killed sweep's driver does the same."""
     require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")
     # driver, raylet, GCS, workers...
-    proc, ray_processes = _busy_sweep(tmp_path, 20000, ["--executor", "ray"], 4, _descendants)
+    proc, ray_processes = _busy_sweep(tmp_path, 100000, ["--executor", "ray"], 4, _descendants)
     if how == signal.SIGINT:  # Ctrl-C in a terminal signals the whole foreground process group
         os.killpg(proc.pid, how)
     else:

@@ -76,7 +76,8 @@ def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidde
         rope = int(cfg.get("qk_rope_head_dim", 0))
         sparse = bool(cfg.get("index_head_dim") and cfg.get("index_topk"))  # DeepSeek-V3.2 sparse attention
         groups = [AttentionGroup("mla", num_layers, latent_dim=int(cfg["kv_lora_rank"]) + rope, rope_dim=rope,
-                                 sparse=sparse)]
+                                 sparse=sparse, nope_dim=int(cfg.get("qk_nope_head_dim") or 0),
+                                 value_dim=int(cfg.get("v_head_dim") or 0))]
         if sparse:
             groups.append(AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"])))
         return tuple(groups)
@@ -140,11 +141,18 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
         # compressed 4x or 128x, an indexer, fp32 compressor states): refuse rather than mislead.
         raise ValueError(f"config of '{name}': DeepSeek-V4's compressed sparse attention (compress_ratios) "
                          "is not modeled by kvplan yet")
-    outer = cfg
     # The config class's defaults for what the file leaves out (Gemma-3's text_config has no
-    # num_attention_heads), then issue 13's checks of every field's type, range and consistency.
-    cfg = with_family_defaults(text_config(cfg))
-    check_config(cfg, name, source)
+    # num_attention_heads), then checks of every field's type, range and consistency.
+    cfg_text = with_family_defaults(text_config(cfg))
+    check_config(cfg_text, name, source)
+    try:
+        return _spec(cfg, cfg_text, name, source)
+    except ValueError as err:  # a layer plan's own complaint: say which config it is about
+        message = str(err)
+        raise ValueError(message if name in message else f"config of '{name}': {message}") from None
+
+
+def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     hidden = _positive_int(cfg, "hidden_size", name)
     num_layers = _positive_int(cfg, "num_layers", name)
     num_heads = _positive_int(cfg, "num_heads", name)
