@@ -6,11 +6,12 @@ time, for each of two setups:
   (i)  the vLLM paper's setup (Kwon et al., SOSP'23): OPT-13B on one A100-40GB with 11.2 GiB
        of KV cache, max_model_len 2048;
   (ii) `kvplan bench`'s default: Llama-3.1-8B on one L4, KV budget from the capacity plan
-       (gpu_memory_utilization 0.9), max_model_len 4096.
+       (the engine's default gpu_memory_utilization), max_model_len 4096.
 
 Requests: kvplan's `sharegpt` workload (seed 0), all arriving at t = 0 ("burst"), so the
-engine is saturated from the first step. Default scheduler: max_num_seqs 256,
-max_num_batched_tokens 8192, chunked prefill, recompute preemption, block size 16.
+engine is saturated from the first step. Scheduler pinned to max_num_seqs 256,
+max_num_batched_tokens 8192, chunked prefill, recompute preemption, block size 16; steps
+timed by the datasheet roofline (`step_model="roofline"`), the model the bound below uses.
 
 There is no timed peer: as the comparison figure the script prints an analytic lower bound
 on the *modeled* makespan from the same roofline (weights read once per step, every
@@ -28,6 +29,7 @@ import time
 
 from kvplan.bench import SizingConfig, parse_optimization
 from kvplan.core.engine import Engine
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.workload import make_workload
 
@@ -64,7 +66,8 @@ def makespan_lower_bound(engine: Engine, finished: list) -> float:
     steps = max(max_steps_one, math.ceil(tokens / config.max_num_batched_tokens),
                 math.ceil(sampled / config.max_num_seqs), math.ceil(reads / engine.allocator.capacity_slots))
     memory = (steps * roof.weight_bytes_read(1) + reads * runner.read_bytes_per_token) / roof.bandwidth
-    compute = (roof.linear_flops(tokens) + pairs * runner.flops_per_pair) / roof.peak_flops
+    per_pair = min(runner.decode_flops_per_pair, runner.prefill_flops_per_pair)  # MLA: decode and prefill differ
+    compute = (roof.linear_flops(tokens) + pairs * per_pair) / roof.peak_flops
     return max(memory, compute)
 
 
@@ -74,7 +77,7 @@ def main() -> int:
         requests = make_workload("sharegpt", NUM_REQUESTS, rate=None, arrival="burst", seed=0,
                                  max_model_len=config.max_model_len)
         started, cpu_started = time.perf_counter(), time.process_time()
-        engine, sizing = SimulatedEngineFactory(config).build(parse_optimization("paged"))
+        engine, sizing = SimulatedEngineFactory(config, SchedulerConfig(), step_model="roofline").build(parse_optimization("paged"))
         result = engine.run(requests)
         wall = time.perf_counter() - started
         # CPU time is what the replay itself costs; wall time also counts waiting for a core on a

@@ -1,33 +1,29 @@
-"""Simulated vs measured: every replayable published run in ../shared/data/serving.
+"""Simulated vs measured, held out: every replayable published run in ../shared/data/serving.
 
-For each record of serving_benchmarks.jsonl that kvplan has profiles for, the simulated
-`vllm bench` client replays the run (same model, GPU, TP, dataset, lengths, prompts, rate or
-concurrency) and the prediction is compared with the measurement: output tokens/s, mean
-TTFT, mean TPOT, and `vllm bench latency`'s batch latency.
+For each record of serving_benchmarks.jsonl the simulated `vllm bench` client replays the run
+(same model, GPU, TP, dataset, lengths, prompts, rate or concurrency, engine and version) and
+the prediction is compared with the measurement: output tokens/s, mean TPOT, mean TTFT and
+`vllm bench latency`'s batch latency.
 
-Three predictions per record:
-  datasheet  - the step model at peak bandwidth / FLOP/s, no overhead (the old roofline);
-  in-sample  - the shipped defaults: hardware factors per GPU family and overheads per
-               engine generation, fitted jointly on all vLLM runs (kvplan/sim/joint_fit.py);
-  LOSO       - leave-one-sweep-out: the whole table refitted without this record's sweep.
-               The refit's objective holds no run of that sweep; its optimizer starts from
-               the full fit's factors, because a start from scratch stalls in worse optima
-               of the same objective. `--fresh-folds` starts every fold from scratch instead
-               (nothing the held-out sweep shaped, but a worse fit) and writes no file.
-Only vLLM runs are fitted; SGLang runs are predicted with vLLM's factors and reported apart.
-TTFT is fitted and scored only where it is not queue-dominated: a concurrency cap, or a
-finite rate below what the server completed at saturation (MeasuredRun.queue_dominated: the
-highest request throughput its sweep measured, with a 10% allowance for the last requests'
-tail). Queue-dominated TTFT is still predicted and listed apart ("queued_ttft_ms"), unfitted.
+The headline is held out (kvplan/sim/held_out.py): for each protocol -- leave one sweep out,
+leave one model out, leave one GPU family out -- every group in turn is removed, the whole
+factor table is fitted FROM SCRATCH on the rest (no start borrowed from a fit that saw the
+group), and the group's runs are simulated at that fold's factors. Fits use replays recorded
+at datasheet speed. A GPU family or engine generation that fewer than three sweeps inform is
+pooled, never its own entry (kvplan/sim/joint_fit.py).
 
-Writes profiles/step_model_defaults.toml (factors per family + residuals), and
-benchmarks/serving_fidelity.jsonl (one fidelity record per run and metric, for
-`kvplan report`). Run: python benchmarks/serving_fidelity.py [--fresh-folds]   (15 / 24 min on 2 cores)
+Also shown: "datasheet" (the bare roofline: peak bandwidth and FLOP/s, no overhead) and
+"in-sample" (the shipped table, fitted on every run). TTFT counts only where it is not
+queue-dominated: a concurrency cap, or a rate below what the sweep served at saturation.
+
+Writes profiles/step_model_defaults.toml (the factors, in-sample residuals and the held-out
+error bands `kvplan bench` prints) and benchmarks/serving_fidelity.jsonl (one record per run
+and figure). `--no-write` writes nothing. Run: python benchmarks/serving_fidelity.py
+(about 40 min on 2 cores: the folds run in parallel worker processes).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -36,147 +32,162 @@ from pathlib import Path
 
 from kvplan.results import make_record, write_jsonl
 from kvplan.sim.calibration import Replay, compared, simulate
-from kvplan.sim.factor_table import MOE_KEY, FactorTable, factor_key
-from kvplan.sim.joint_fit import fit_table, generation_of
-from kvplan.sim.measured import MeasuredRun, load_dataset
-from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
+from kvplan.sim.factor_table import MOE_KEY, FactorTable
+from kvplan.sim.held_out import (PROTOCOLS, Scored, bands, band_key, by_group, family, held_out_predictions,
+                                 median_abs, params_for, scored, unseen_family_bands)
+from kvplan.sim.joint_fit import fit_from_starts, generation_of, refit
+from kvplan.sim.measured import load_dataset
+from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES
 from kvplan.spec.profiles import profiles_dir
-from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.resolve import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "serving" / "serving_benchmarks.jsonl"
 TARGETS = {"output_throughput": 0.15, "mean_tpot_ms": 0.15, "mean_ttft_ms": 0.30}
-# Where a source publishes only medians (the SGLang team's vLLM 0.6.0 runs), kvplan predicts
-# and scores the median; the issue's targets name means, so these rows get no verdict.
-MEDIANS = ("median_tpot_ms", "median_ttft_ms")
+FIGURES = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "median_tpot_ms", "median_ttft_ms", "latency_avg_s")
 
 
-def family(run: MeasuredRun) -> str:
-    """The run's hardware-factor key: its GPU family, or a GEMM path of its own (factor_key)."""
-    return factor_key(load_gpu(run.gpu).family, run.weight_dtype, run.engine, run.engine_version)
-
-
-def factors(params: StepModelParams) -> dict[str, float]:
-    return {name: getattr(params, name) for name in FACTOR_NAMES}
-
-
-def params_for(table: FactorTable, run: MeasuredRun) -> StepModelParams:
-    return StepModelParams(**table.factors(family(run), generation_of(run)), source="fit")
-
-
-def vllm_runs(runs: list[MeasuredRun], exclude_sweep: str | None = None) -> list[MeasuredRun]:
-    return [r for r in runs if r.engine == "vllm" and r.sweep != exclude_sweep]
-
-
-def main(fresh_folds: bool = False) -> int:
+def main(write: bool = True) -> int:
     if not DATA.is_file():
         print(f"{DATA} not found: this benchmark needs the shared serving dataset")
         return 0
     started = time.perf_counter()
     runs, skipped = load_dataset(DATA)
-    print(f"{len(runs)} replayable runs, {len(skipped)} skipped")
-    # Round 1: schedules at datasheet speed; round 2: schedules at the fitted speed.
+    print(f"{len(runs)} replayable runs, {len(skipped)} skipped", flush=True)
     replays = {r.run_id: Replay.record(r, DATASHEET) for r in runs}
-    datasheet = {r.run_id: replays[r.run_id].predict(factors(DATASHEET)) for r in runs}
-    table = fit_table([replays[r.run_id] for r in vllm_runs(runs)], family)
-    replays = {r.run_id: Replay.record(r, params_for(table, r)) for r in runs}
-    table = fit_table([replays[r.run_id] for r in vllm_runs(runs)], family, table)
-    # The shipped table's own predictions come from full simulations, not replays: an open
-    # loop at a finite rate batches differently at the fitted factors than when recorded.
+    datasheet = {r.run_id: replays[r.run_id].predict({n: getattr(DATASHEET, n) for n in FACTOR_NAMES}) for r in runs}
+    starts = fit_from_starts(list(replays.values()), family)
+    print("full fit from each start: losses " + ", ".join(f"{loss:.4f}" for _, loss in starts)
+          + f" ({time.perf_counter() - started:.0f} s)", flush=True)
+    table = min(starts, key=lambda fit: fit[1])[0]
+    # The shipped table: a second round on the open-loop finite-rate runs' replays recorded at
+    # the fitted speed (they batch differently at other step times), as every fold does.
+    again = [Replay.record(r, params_for(table, r)) if replays[r.run_id].timing_dependent else replays[r.run_id]
+             for r in runs]
+    table = refit(again, family, table)
     in_sample = {r.run_id: simulate(r, params_for(table, r))[0] for r in runs}
-    print(f"joint fit done in {time.perf_counter() - started:.0f} s")
-    loso: dict[str, dict[str, float]] = {}
-    for sweep in sorted({r.sweep for r in runs}):
-        held = [r for r in runs if r.sweep == sweep]
-        if not any(r.engine == "vllm" for r in held):  # nothing of it was fitted: the full fit is its LOSO fit
-            for run in held:
-                loso[run.run_id] = in_sample[run.run_id]
-            continue
-        others = [replays[r.run_id] for r in vllm_runs(runs, sweep)]
-        fold = fit_table(others, family, rounds=3) if fresh_folds else fit_table(others, family, table, rounds=2)
-        for run in held:
-            loso[run.run_id], _ = simulate(run, params_for(fold, run))
-        print(f"  {sweep}", flush=True)
-    print(f"leave-one-sweep-out done in {time.perf_counter() - started:.0f} s")
-    rows = []
-    for run in runs:
-        scored = compared(run)
-        for metric in run.measured:
-            measured = run.measured[metric]
-            shown = metric if metric in scored else "queued_ttft_ms"
-            rows.append({"record": run.run_id, "sweep": run.sweep, "engine": run.engine, "family": family(run),
-                         "generation": generation_of(run), "moe": load_model(run.model).params.is_moe,
-                         "setup": f"{run.model} {run.tp}x{run.gpu}", "benchmark": run.benchmark, "metric": shown,
-                         "measured": measured, "datasheet": datasheet[run.run_id][metric],
-                         "in_sample": in_sample[run.run_id][metric], "loso": loso[run.run_id][metric]})
-    for row in rows:
-        for key in ("datasheet", "in_sample", "loso"):
-            row[f"{key}_error"] = row[key] / row["measured"] - 1.0
-    if not fresh_folds:
-        write_defaults(table, rows)
-        write_records(rows)
-    print_tables(rows, skipped)
+    print(f"shipped fit done in {time.perf_counter() - started:.0f} s", flush=True)
+    held: dict[str, dict[str, dict[str, float]]] = {}
+    for protocol in PROTOCOLS:
+        held[protocol] = held_out_predictions(runs, replays, protocol,
+                                              progress=lambda g: print(f"  [{protocol}] {g}", flush=True))
+        print(f"leave-one-{protocol}-out done in {time.perf_counter() - started:.0f} s", flush=True)
+    tables = {protocol: scored(runs, predictions) for protocol, predictions in held.items()}
+    tables["in-sample"] = scored(runs, in_sample)
+    tables["datasheet"] = scored(runs, datasheet)
+    if write:
+        write_defaults(table, tables["in-sample"], {**bands(tables["sweep"]), **unseen_family_bands(tables["GPU family"])},
+                       starts)
+        write_records(runs, datasheet, in_sample, held)
+    print_tables(tables, starts, skipped)
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0
 
 
-def write_defaults(table: FactorTable, rows: list[dict]) -> None:
+def write_defaults(table: FactorTable, in_sample: list[Scored], held_bands: dict[str, dict[str, float]],
+                   starts: list[tuple[FactorTable, float]]) -> None:
     header = ["# Default step-model factors (kvplan/sim/step_model.py, kvplan/sim/factor_table.py): hardware",
-              "# factors per GPU family, overheads per engine generation, one MoE factor, fitted jointly by",
-              "# benchmarks/serving_fidelity.py on the vLLM runs of ../shared/data/serving/serving_benchmarks.jsonl.",
-              "# Regenerate with that script; do not edit by hand. residual_* = in-sample relative errors",
-              "# (predicted / measured - 1) on the runs of that family or engine: median absolute and worst."]
+              "# factors per GPU family, overheads per engine generation, one MoE factor, fitted jointly from scratch",
+              "# by benchmarks/serving_fidelity.py on the runs of ../shared/data/serving/serving_benchmarks.jsonl; an",
+              "# entry fewer than three sweeps inform is pooled ('all'). Regenerate with that script; do not edit by",
+              "# hand. residual_* = in-sample relative errors (predicted / measured - 1) on the runs of that entry:",
+              "# median absolute and worst. [band.\"FAMILY/ENGINE\"]: held-out (leave one sweep out) median absolute",
+              "# errors and the runs behind them, which `kvplan bench` prints beside each modeled figure.",
+              f"# Full-fit losses from the {len(starts)} starts: " + ", ".join(f"{loss:.4f}" for _, loss in starts)]
     residuals: dict[str, list[str]] = {}
-    keys = set(table.families) | set(table.engines) | ({MOE_KEY} if table.moe else set())
-    for key in keys:
-        mine = [r for r in rows if r["engine"] == "vllm"
-                and key in ("all", r["family"], r["generation"], MOE_KEY if r["moe"] else None)]
+    for key in set(table.families) | set(table.engines) | ({MOE_KEY} if table.moe else set()):
+        mine = [r for r in in_sample if key in ("all", family(r.run), generation_of(r.run),
+                                                 MOE_KEY if load_model(r.run.model).params.is_moe else None)]
         lines = []
-        for metric in [*TARGETS, *MEDIANS, "latency_avg_s"]:
-            errors = [abs(r["in_sample_error"]) for r in mine if r["metric"] == metric]
+        for metric in FIGURES:
+            errors = [abs(r.error) for r in mine if r.metric == metric and math.isfinite(r.error)]
             if errors:
-                lines.append(f"residual_{metric}_median_abs = {statistics.median(errors):.4f}")
-                lines.append(f"residual_{metric}_max_abs = {max(errors):.4f}")
+                lines += [f"residual_{metric}_median_abs = {statistics.median(errors):.4f}",
+                          f"residual_{metric}_max_abs = {max(errors):.4f}"]
         residuals[key] = lines
-    (profiles_dir() / "step_model_defaults.toml").write_text(table.to_toml(header, residuals))
+    text = table.to_toml(header, residuals)
+    for key, values in held_bands.items():
+        text += f'\n[band."{key}"]\n' + "".join(f"{name} = {value:g}\n" for name, value in values.items())
+    (profiles_dir() / "step_model_defaults.toml").write_text(text)
 
 
-def write_records(rows: list[dict]) -> None:
-    records = [make_record("fidelity", "serving-fidelity", "simulated", f"{r['record']}:{r['metric']}",
-                           {k: r[k] for k in ("record", "sweep", "engine", "family", "setup", "benchmark", "metric")},
-                           {k: r[k] for k in ("measured", "datasheet", "in_sample", "loso", "datasheet_error",
-                                              "in_sample_error", "loso_error")}, {}, baseline=False)
-               for r in rows]
+def write_records(runs, datasheet, in_sample, held) -> None:
+    records = []
+    for run in runs:
+        for metric in compared(run):
+            measured = run.measured[metric]
+            values = {"measured": measured, "datasheet": datasheet[run.run_id][metric],
+                      "in_sample": in_sample[run.run_id][metric]}
+            values.update({f"held_out_{p.replace(' ', '_')}": held[p][run.run_id][metric] for p in held})
+            values.update({f"{k}_error": v / measured - 1.0 for k, v in list(values.items()) if k != "measured"})
+            params = {"record": run.run_id, "sweep": run.sweep, "engine": run.engine, "family": family(run),
+                      "setup": f"{run.model} {run.tp}x{run.gpu}", "benchmark": run.benchmark, "metric": metric}
+            records.append(make_record("fidelity", "serving-fidelity", "simulated", f"{run.run_id}:{metric}", params,
+                                       values, {}, baseline=False))
     write_jsonl(ROOT / "benchmarks" / "serving_fidelity.jsonl", records)
 
 
-def _median_abs(rows: list[dict], key: str) -> str:
-    values = [abs(r[f"{key}_error"]) for r in rows if math.isfinite(r[f"{key}_error"])]
-    return f"{100 * statistics.median(values):.1f}%" if values else "-"
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def print_tables(rows: list[dict], skipped: list[tuple[str, str]]) -> None:
-    print("\n| metric | engine | figures | datasheet | in-sample | LOSO | LOSO p90 | target |")
+def _within(rows: list[Scored], limit: float) -> str:
+    return f"{sum(abs(r.error) <= limit for r in rows)} of {len(rows)}"
+
+
+def print_tables(tables: dict[str, list[Scored]], starts, skipped) -> None:
+    print("\n## Held out (each protocol refits from scratch without the held group)\n")
+    print("| protocol | figure | engine | runs | median abs error | p90 | within 15% | target |")
     print("|---|---|---|---|---|---|---|---|")
-    for metric in ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", *MEDIANS, "latency_avg_s", "queued_ttft_ms"):
+    for protocol in PROTOCOLS:
+        for metric in FIGURES:
+            for engine in ("vllm", "sglang"):
+                rows = [r for r in tables[protocol] if r.metric == metric and r.run.engine == engine]
+                if not rows:
+                    continue
+                errors = sorted(abs(r.error) for r in rows)
+                target = TARGETS.get(metric)
+                verdict = "-" if target is None else f"<= {100 * target:.0f}%: " + (
+                    "met" if statistics.median(errors) <= target else "missed")
+                print(f"| leave one {protocol} out | {metric} | {engine} | {len(rows)} | {_pct(median_abs(rows))} "
+                      f"| {100 * errors[min(len(errors) - 1, int(0.9 * len(errors)))]:.0f}% | {_within(rows, 0.15)} "
+                      f"| {verdict} |")
+    for protocol in PROTOCOLS:
+        print(f"\n### Leave one {protocol} out, by GPU family, engine and model (output tok/s and mean TPOT)\n")
+        print("| group | runs | tok/s | TPOT | worst of the two vs the protocol's median |")
+        print("|---|---|---|---|---|")
+        main_rows = [r for r in tables[protocol] if r.metric in ("output_throughput", "mean_tpot_ms")]
+        overall = median_abs(main_rows) or 0.0
+        groups = {**{f"family {k}": v for k, v in by_group(main_rows, lambda r: band_key(r.run)).items()},
+                  **{f"model {k}": v for k, v in by_group(main_rows, lambda r: load_model(r.run.model).name).items()}}
+        for name, rows in sorted(groups.items()):
+            tok = median_abs([r for r in rows if r.metric == "output_throughput"])
+            tpot = median_abs([r for r in rows if r.metric == "mean_tpot_ms"])
+            worst = max(v for v in (tok, tpot) if v is not None)
+            print(f"| {name} | {len({r.run.run_id for r in rows})} | {_pct(tok)} | {_pct(tpot)} "
+                  f"| {worst / overall:.1f}x{' (over 2x)' if overall and worst > 2 * overall else ''} |")
+    print("\n## Against the shipped table and the datasheet\n")
+    print("| figure | engine | runs | datasheet | in-sample |")
+    print("|---|---|---|---|---|")
+    for metric in FIGURES:
         for engine in ("vllm", "sglang"):
-            mine = [r for r in rows if r["metric"] == metric and r["engine"] == engine]
-            if not mine:
-                continue
-            errors = sorted(abs(r["loso_error"]) for r in mine)
-            p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
-            target = TARGETS.get(metric)
-            verdict = "-" if target is None or engine != "vllm" else (
-                f"<= {100 * target:.0f}%: " + ("met" if statistics.median(errors) <= target else "missed"))
-            print(f"| {metric} | {engine} | {len(mine)} | {_median_abs(mine, 'datasheet')} | {_median_abs(mine, 'in_sample')} "
-                  f"| {_median_abs(mine, 'loso')} | {100 * p90:.0f}% | {verdict} |")
-    print("\n| record | sweep | setup | bench | metric | measured | datasheet | LOSO | LOSO error |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['record']} | {r['sweep'][:34]} | {r['setup']} | {r['benchmark']} | {r['metric']} | {r['measured']:.4g} "
-              f"| {r['datasheet']:.4g} | {r['loso']:.4g} | {100 * r['loso_error']:+.0f}% |")
-    print(f"\nskipped: {', '.join(f'{rid} ({why})' for rid, why in skipped)}")
+            ins = [r for r in tables["in-sample"] if r.metric == metric and r.run.engine == engine]
+            sheet = [r for r in tables["datasheet"] if r.metric == metric and r.run.engine == engine]
+            if ins:
+                print(f"| {metric} | {engine} | {len(ins)} | {_pct(median_abs(sheet))} | {_pct(median_abs(ins))} |")
+    print("\n## Per run (leave one sweep out)\n")
+    print("| record | sweep | setup | bench | figure | measured | datasheet | in-sample | sweep out | model out | family out |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    index = {p: {(r.run.run_id, r.metric): r for r in tables[p]} for p in tables}
+    for row in tables["sweep"]:
+        key = (row.run.run_id, row.metric)
+        cells = [f"{100 * index[p][key].error:+.0f}%" if key in index[p] and math.isfinite(index[p][key].error) else "-"
+                 for p in ("datasheet", "in-sample", "sweep", "model", "GPU family")]
+        print(f"| {row.run.run_id} | {row.run.sweep[:34]} | {row.run.model} {row.run.tp}x{row.run.gpu} | "
+              f"{row.run.benchmark} | {row.metric} | {row.measured:.4g} | " + " | ".join(cells) + " |")
+    print(f"\nfull-fit losses from each start: {', '.join(f'{loss:.4f}' for _, loss in starts)}")
+    print(f"skipped: {', '.join(f'{rid} ({why[:80]})' for rid, why in skipped)}")
 
 
 if __name__ == "__main__":
-    sys.exit(main(fresh_folds="--fresh-folds" in sys.argv[1:]))
+    sys.exit(main(write="--no-write" not in sys.argv[1:]))

@@ -135,8 +135,10 @@ def test_estimate_names_the_engine_it_models() -> None:
     assert "memory model: vLLM V0" in result.output and "activation peak" in result.output
     record = json.loads(run("estimate", "llama-3.1-8b", "--json").stdout)
     assert record["engine"] == "vllm-v1"
+    old = run("estimate", "llama-3.1-8b", "--gpu", "a100-40gb", "--engine", "vllm", "--engine-version", "0.7.3")
+    assert old.exit_code == 0 and "memory model: vLLM V0" in old.output  # V1 became the default in 0.8
     bad = run("estimate", "llama-3.1-8b", "--engine", "tgi")
-    assert bad.exit_code == 2 and "--engine must be one of" in bad.output
+    assert bad.exit_code == 2 and "--engine must be vllm or sglang" in bad.output
 
 
 # Issue 18: the estimate defects a new user met.

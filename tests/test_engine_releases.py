@@ -110,3 +110,80 @@ def test_bitsandbytes_dequantizes_its_widest_matrix_for_prefill() -> None:
     assert dequantized_weight_bytes(model, 1) == 0
     assert dequantized_weight_bytes(bnb, 1) == pytest.approx(2 * 18944 * 3584 * ACTIVATION_BYTES)
     assert activation_elements_per_token(bnb, 1) == activation_elements_per_token(model, 1)
+
+
+@pytest.mark.parametrize(("version", "memory", "gpu", "offline", "expected"), [
+    ((0, 8, 3), 39.5, "a100-40gb", False, (1024, 2048)),  # 1024 sequences everywhere before 0.8.4
+    ((0, 8, 4), 39.5, "a100-40gb", False, (256, 2048)),
+    ((0, 8, 4), 79.2, "h100-80gb", True, (1024, 16384)),  # by device name: H100 / H200
+    ((0, 8, 5), 79.2, "a100-80gb", False, (1024, 8192)),  # by memory: >= 70 GiB, A100 included...
+    ((0, 9, 0), 79.2, "a100-80gb", False, (256, 2048)),  # ...until 0.9.0 left A100s out
+    ((0, 27, 1), 178.0, "b200", False, (1024, 8192)),
+    ((0, 28, 0), 178.0, "b200", False, (1024, 16384)),  # >= 160 GiB from 0.28
+])
+def test_v1_batch_defaults_by_release(version, memory: float, gpu: str, offline: bool, expected) -> None:
+    from kvplan.plan.engine_releases import batch_defaults
+
+    got = batch_defaults("vllm-v1", version, memory, gpu, 8192, offline)
+    assert (got.max_num_seqs, got.max_num_batched_tokens, got.chunked_prefill) == (*expected, True)
+
+
+def test_v0_batch_defaults() -> None:
+    from kvplan.plan.engine_releases import batch_defaults
+
+    from kvplan.plan.engine_releases import BatchDefaults
+
+    assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 8192) == BatchDefaults(256, 8192, False)
+    assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 131072) == BatchDefaults(256, 512, True)
+    assert batch_defaults("vllm-v0", (0, 5, 3), 79.2, "h100", 131072) == BatchDefaults(256, 131072, False)
+
+
+def test_sglang_defaults_by_release_by_hand() -> None:
+    from kvplan.plan import sglang_defaults as sg
+
+    # 0.3: by TP only; 0.4 lowers TP 8 to 0.81
+    assert (sg.mem_fraction_static((0, 3, 0), 79.2, 1), sg.mem_fraction_static((0, 3, 0), 79.2, 8)) == (0.88, 0.83)
+    assert sg.mem_fraction_static((0, 4, 0), 79.2, 8) == 0.81
+    # 0.5.0: an 80 GB card reserves 9.5 + 1/2 GiB at TP 1: (79.2 - 10) / 79.2
+    assert sg.mem_fraction_static((0, 5, 0), 79.2, 1) == round(69.2 / 79.2, 3)
+    # 0.5.4 on an 80 GB card: 512 + 8192 x 1.5 + 256 x 2 + 128 = 13,440 MiB (above the 10 GiB floor)
+    reserved = 512 + 8192 * 1.5 + 256 * 2 + 1 / 8 * 1024
+    assert sg.mem_fraction_static((0, 5, 4), 79.2, 1) == round((79.2 * 1024 - reserved) / (79.2 * 1024), 3)
+    assert [sg.chunked_prefill_size((0, 5, 4), m) for m in (22.0, 44.0, 79.2, 178.0)] == [2048, 4096, 8192, 16384]
+    # a 400,000-token pool at 8,192 tokens: min(200,000, clamp(25,000, 2048, 4096)) = 4096
+    assert sg.max_running_requests((0, 5, 4), 400_000, 8192) == 4096
+    assert sg.max_running_requests((0, 5, 4), 3_000, 8192) == 1500  # pool // 2 binds
+
+
+def test_sglang_bench_takes_its_own_limits() -> None:
+    from kvplan.core.scheduler import SchedulerConfig
+    from kvplan.core.setup import SizingConfig, engine_scheduler
+
+    sizing = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", engine="sglang", engine_version="0.5.4")
+    unset = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)
+    resolved = engine_scheduler(sizing, unset, pool_slots=400_000)
+    # context 131,072: the request pool is clamp(400,000 / 131,072 x 512 = 1,562, 2,048, 4,096) = 2,048
+    assert (resolved.max_num_seqs, resolved.max_num_batched_tokens) == (2048, 8192)
+    vllm = engine_scheduler(SizingConfig(model="llama-3.1-8b", gpu="h100-80gb"), unset)
+    assert (vllm.max_num_seqs, vllm.max_num_batched_tokens, vllm.prefill_first) == (1024, 8192, False)
+
+
+def test_random_range_ratio_by_client_release() -> None:
+    """vLLM's benchmark before 0.8.4 sampled lengths in [len x r, len] (1.0 = fixed); since,
+    [len x (1 - r), len x (1 + r)] (benchmarks/benchmark_dataset.py on both sides of 0.8.4)."""
+    import numpy as np
+
+    from kvplan.plan.engine_releases import range_ratio_below
+    from kvplan.workload.vllm_bench import BenchLoad, random_lengths
+
+    assert range_ratio_below("vllm", "0.6.4") and not range_ratio_below("vllm", "0.8.4")
+    assert not range_ratio_below("vllm", None) and not range_ratio_below("sglang", "0.3.0")
+    old_in, old_out = random_lengths(np.random.default_rng(0), 2000, 1000, 100, 0.5, below=True)
+    assert old_in.min() >= 500 and old_in.max() <= 1000 and old_out.min() >= 50 and old_out.max() <= 100
+    new_in, _ = random_lengths(np.random.default_rng(0), 2000, 1000, 100, 0.5)
+    assert new_in.min() >= 500 and new_in.max() <= 1500 and new_in.max() > 1000
+    fixed, _ = random_lengths(np.random.default_rng(0), 10, 1000, 100, 1.0, below=True)
+    assert set(fixed.tolist()) == {1000}
+    with pytest.raises(ValueError, match="give --engine-version"):
+        BenchLoad(range_ratio=1.0)
+    BenchLoad(range_ratio=1.0, range_below=True)

@@ -79,7 +79,7 @@ def test_calibration_files_written_before_the_moe_factor_read_it_as_one(tmp_path
 
 
 def run(model: str, sweep: str, concurrency: int, length: int) -> MeasuredRun:
-    return MeasuredRun(run_id=f"{sweep}-{concurrency}", sweep=sweep, benchmark="serving", model=model, gpu="h100-80gb",
+    return MeasuredRun(run_id=f"{sweep}-{concurrency}-{model}", sweep=sweep, benchmark="serving", model=model, gpu="h100-80gb",
                        tp=1, dataset="random", input_len=length, output_len=32, num_prompts=24,
                        max_concurrency=concurrency, engine_version="0.11.0")
 
@@ -94,7 +94,7 @@ def test_joint_fit_finds_the_expert_gemm_rate():
     replays = []
     for model, sweep in (("llama-3.1-8b", "dense"), ("gpt-oss-20b", "moe")):
         for concurrency, length in ((2, 256), (8, 2048), (24, 4096)):
-            measured_run = run(model, sweep, concurrency, length)
+            measured_run = run(model, f"{sweep}-{concurrency}", concurrency, length)  # 3 sweeps each: none pooled
             predicted, _ = simulate(measured_run, truth)
             measured_run = MeasuredRun(**{**measured_run.__dict__,
                                           "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")}})

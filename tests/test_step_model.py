@@ -176,7 +176,7 @@ def test_shipped_defaults_exist_for_every_fitted_family_and_engine():
 
 @pytest.mark.parametrize(("engine", "version", "generation"), [
     ("vllm", "0.6.3.post2.dev308+gb489fc3c", "vllm-v0"), ("vllm", "v0.11.0", "vllm-v1"), ("vllm", "0.8.0", "vllm-v1"),
-    ("vllm", "", "vllm-v1"), ("sglang", "0.3.0", "vllm-v1")])
+    ("vllm", "", "vllm-v1"), ("sglang", "0.3.0", "sglang")])
 def test_engine_generation_from_the_version(engine, version, generation):
     from kvplan.sim.factor_table import engine_generation
 
@@ -193,14 +193,15 @@ def test_joint_fit_recovers_hardware_and_engine_factors_from_two_engines():
     replays = []
     for version, overheads in engines.items():
         for concurrency, length in ((2, 128), (16, 512), (48, 1024)):
-            run = small_run(run_id=f"{version}-{concurrency}", sweep=version, max_concurrency=concurrency,
-                            input_len=length, engine_version=version)
+            # one sweep per load: an engine generation needs three sweeps behind it (else it is pooled)
+            run = small_run(run_id=f"{version}-{concurrency}", sweep=f"{version}-{concurrency}",
+                            max_concurrency=concurrency, input_len=length, engine_version=version)
             predicted, _ = simulate(run, StepModelParams(**hardware, **overheads))
             run = MeasuredRun(**{**run.__dict__, "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")}})
             replays.append(Replay.record(run, DATASHEET))
     table = fit_table(replays, lambda run: "hopper", rounds=4)
     for replay in replays:
-        predicted = replay.predict(table.factors("hopper", "vllm-v0" if replay.run.sweep == "0.6.3" else "vllm-v1"))
+        predicted = replay.predict(table.factors("hopper", "vllm-v0" if replay.run.engine_version == "0.6.3" else "vllm-v1"))
         for key, value in replay.run.measured.items():
             assert predicted[key] == pytest.approx(value, rel=0.05)
     assert table.engines["vllm-v0"]["overhead_s"] > 2 * table.engines["vllm-v1"]["overhead_s"]
@@ -285,6 +286,32 @@ def test_calibrate_cli_writes_a_file_bench_uses(tmp_path):
     assert record["metrics"]["vllm_max_concurrency"] == 8
 
 
+def test_calibrate_holds_each_run_out_and_bench_prints_that_band(tmp_path):
+    """Two runs: each is predicted by a fit on the other alone; the file keeps the median held-out
+    error per figure and `kvplan bench --calibration` prints it beside its modeled times."""
+    files = []
+    for concurrency, tpot in ((8, 28.0), (2, 22.0)):
+        saved = tmp_path / f"c{concurrency}.json"
+        saved.write_text(json.dumps({**VLLM_RESULT, "max_concurrency": concurrency, "mean_tpot_ms": tpot,
+                                     "output_throughput": 256.0 * concurrency / 8 * 28.0 / tpot}))
+        files.append(str(saved))
+    cal = tmp_path / "cal.json"
+    result = runner.invoke(app, ["calibrate", *files, "--model", "llama-3.1-8b", "--gpu", "h100", "--out", str(cal)],
+                           env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "held out: each run predicted by a fit without it" in result.output
+    held = json.loads(cal.read_text())["held_out"]
+    assert held["output_throughput_runs"] == 2 and held["mean_tpot_ms_runs"] == 2
+    assert held["mean_tpot_ms_error"] >= 0
+    out = tmp_path / "bench.jsonl"
+    result = runner.invoke(app, ["bench", "--gpu", "h100", "--num-requests", "20", "--optimizations", "paged",
+                                 "--calibration", str(cal), "--out", str(out)], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    band = json.loads(out.read_text().splitlines()[0])["metrics"]["time_error_band"]
+    assert band["basis"].startswith("leave one run out") and band["mean_tpot_ms_runs"] == 2
+    assert "leave one run out" in result.output
+
+
 def test_calibrate_bad_inputs_exit_2(tmp_path):
     junk = tmp_path / "junk.txt"
     junk.write_text("nothing here")
@@ -328,7 +355,7 @@ def test_batch_defaults_follow_vllm(gpu, version, kind, max_model_len, expected)
 @pytest.mark.parametrize("text, before", [("0.6.4.dev4+gc9fc1608", True), ("0.6.4rc1", True), ("0.6.3.post2", True),
                                           ("0.6.4", False), ("v0.6.4.post1", False), ("0.6.4+gab12", False), ("", False)])
 def test_released_before_follows_pep440(text, before):
-    from kvplan.plan.memory_model import released_before
+    from kvplan.plan.versions import released_before
 
     assert released_before(text, (0, 6, 4)) is before
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import pytest
 
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.bench import BenchConfig, SizingConfig, run_matrix
 from kvplan.workload import make_workload
 
-CONFIG = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048))
+# the paper's engine, not today's vLLM defaults: kvplan's plain batch limits, datasheet-speed steps
+CONFIG = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
+                     scheduler=SchedulerConfig(), step_model="roofline")
 ALLOCATORS = ["contiguous-max", "contiguous-oracle", "paged"]
 
 

@@ -195,9 +195,28 @@ def summarize_reasons(reasons: list[str]) -> list[str]:
 def _time_note(record: ResultRecord) -> str:
     if (record.mode or "simulated") == "real":
         return "times are measured wall-clock"
-    source = record.metrics.get("step_model")  # issue 15: set when the calibrated step model timed the run
-    return f"times are modeled by the step model ({source}), not measured" if source else \
-        "times are modeled from the GPU roofline, not measured"
+    source = record.metrics.get("step_model")  # set when the calibrated step model timed the run
+    if not source:
+        return "times are modeled from the GPU roofline at datasheet peak (a lower bound), not measured"
+    band = record.metrics.get("time_error_band")
+    return f"times are modeled by the step model ({source}), not measured" + (f"; {band_text(band)}" if band else "")
+
+
+BAND_FIGURES = (("output_throughput", "output tok/s"), ("mean_tpot_ms", "TPOT"), ("mean_ttft_ms", "TTFT"),
+                ("latency_avg_s", "batch latency"))
+
+
+def band_text(band: dict) -> str:
+    """A modeled run's error band in words: the held-out median error of each time figure."""
+    where = f"{band.get('gpu_family')} under {band.get('engine')}" if band.get("gpu_family") else "its runs"
+    parts = [f"{label} ±{100 * band[f'{name}_error']:.0f}% ({int(band[f'{name}_runs'])} runs)"
+             for name, label in BAND_FIGURES if f"{name}_error" in band]
+    if band.get("unvalidated"):
+        if not parts:
+            return f"unvalidated: no measured run on {where}"
+        return (f"unvalidated: no measured run on {where}; on GPU families the fit never saw "
+                f"({band.get('basis')}): " + ", ".join(parts))
+    return f"held-out error on {where} ({band.get('basis')}): " + ", ".join(parts)
 
 
 def _cell(row: Row, metrics: Metrics, base: Metrics) -> str:

@@ -45,7 +45,9 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class BenchConfig:
     sizing: SizingConfig = field(default_factory=SizingConfig)
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # batch limits left to the serving engine's defaults (resolved before an engine is built)
+    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(max_num_seqs=None,
+                                                                                max_num_batched_tokens=None))
     workload: dict[str, Any] = field(default_factory=dict)  # how the requests were made, for the record
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
@@ -53,9 +55,10 @@ class BenchConfig:
     mode: str = "simulated"
     seed: int = 0
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
-    # Step timing (issue 15, opt-in): None = the roofline runner; "fitted" = the calibrated step
-    # model with the GPU family's committed factors; else a `kvplan calibrate` file. Recorded
-    # only when set, so default runs keep their params and run ids.
+    # Step timing: None (or "fitted") = the step model with the shipped factors of the GPU
+    # family and engine (held out within their error band where measured runs cover them);
+    # "roofline" = the bare roofline at datasheet peak, a lower bound; else a `kvplan calibrate`
+    # file. Recorded only when set.
     step_model: str | None = None
     # The simulated `vllm bench serve` client (issue 15, opt-in): a closed loop with at most
     # max_concurrency requests in flight, and/or vLLM-named figures (vllm_*) in the metrics.

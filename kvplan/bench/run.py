@@ -14,11 +14,15 @@ from kvplan.bench.config import BenchConfig
 from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.setup import engine_scheduler
+from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import check_folder_target, restore_on_failure
 from kvplan.results.latest import DEFAULT_FOLDER, POINTER_NAME, timestamped_path, write_latest
 from kvplan.spec.resolve import load_model
 
+_PLAIN_LIMITS = (SchedulerConfig().max_num_seqs or 256, SchedulerConfig().max_num_batched_tokens or 8192)
 # Given the variant names and the request count, a context that yields progress(variant, n).
 Track = Callable[[list[str], int], AbstractContextManager[Callable[[str, int], None]]]
 
@@ -37,9 +41,15 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
     if config.real.model_path:
         config = dataclasses.replace(config, sizing=dataclasses.replace(config.sizing, model=config.real.model_path))
     spec = load_model(config.sizing.model)
+    workload = dataclasses.replace(workload, range_below=range_ratio_below(config.sizing.engine,
+                                                                           config.sizing.engine_version))
     built = build_workload(workload, spec, config.mode, config.seed, config.sizing.max_model_len)
     sizing = dataclasses.replace(config.sizing, max_model_len=built.max_model_len)
-    return dataclasses.replace(config, sizing=sizing, workload=built.info), built
+    # Batch limits left to the engine: the simulated server's own (its release, GPU and
+    # max_model_len); a real run keeps kvplan's (it serves on this machine, not on --gpu).
+    scheduler = (engine_scheduler(sizing, config.scheduler) if config.mode == "simulated"
+                 else config.scheduler.resolved(*_PLAIN_LIMITS))
+    return dataclasses.replace(config, sizing=sizing, scheduler=scheduler, workload=built.info), built
 
 
 def default_out(config: BenchConfig) -> Path:

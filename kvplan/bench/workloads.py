@@ -47,7 +47,8 @@ class WorkloadSpec:
     # vLLM-bench settings (issue 15), read for --workload random or --rate inf only.
     input_len: int = 1024
     output_len: int = 128
-    random_range_ratio: float = 0.0
+    random_range_ratio: float | None = None  # None: the client's default, fixed lengths
+    range_below: bool = False  # the benchmark client before vLLM 0.8.4 read the ratio as a floor
     burstiness: float = 1.0
 
     @property
@@ -119,8 +120,9 @@ def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], 
     if spec.kind not in ("random", "sharegpt"):
         raise ValueError(f"--rate inf goes with --workload random or sharegpt (vLLM's datasets), not {spec.kind}")
     load = BenchLoad(dataset=spec.kind, num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
-                     input_len=spec.input_len, output_len=spec.output_len, range_ratio=spec.random_range_ratio,
-                     request_rate=spec.rate, burstiness=spec.burstiness, seed=seed)
+                     input_len=spec.input_len, output_len=spec.output_len, range_ratio=spec.random_range_ratio or 0.0,
+                     range_below=spec.range_below and spec.random_range_ratio is not None, request_rate=spec.rate,
+                     burstiness=spec.burstiness, seed=seed)
     info = {"kind": spec.kind, "rate": spec.rate, "input_len": load.input_len, "output_len": load.output_len,
             "range_ratio": load.range_ratio, "burstiness": load.burstiness}
     return bench_requests(load), info

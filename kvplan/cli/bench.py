@@ -14,8 +14,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kvplan.cli.resolution import render_resolution
-from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt, TpOpt, UtilOpt,
-                               cli_errors, console, error_console, escape)
+from kvplan.cli.common import (BlockSizeOpt, EngineOpt, EngineVersionOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt,
+                               TpOpt, UtilOpt, cli_errors, console, error_console, escape)
 from kvplan.bench.comparison import comparison
 from kvplan.bench.optimizations import names_help
 from kvplan.bench.workloads import DEFAULT_WORKLOAD
@@ -56,8 +56,10 @@ def bench(
     block_size: BlockSizeOpt = 16,
     gpu_memory_utilization: UtilOpt = None,
     kv_cache_gib: Annotated[Optional[float], typer.Option(rich_help_panel="Engine", metavar="GIB", help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
-    max_num_seqs: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Most sequences per step.")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(rich_help_panel="Engine", metavar="N", help="Token budget per step.")] = 8192,
+    max_num_seqs: Annotated[Optional[int], typer.Option(rich_help_panel="Engine", metavar="N", help="Most sequences per step; default: the engine's for its release and GPU (vLLM: 1024 on >= 70 GiB GPUs but A100s, else 256).")] = None,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(rich_help_panel="Engine", metavar="N", help="Token budget per step; default: the engine's (vLLM serve: 8192 on >= 70 GiB GPUs but A100s, else 2048).")] = None,
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
     # one flag, no --chunked-prefill/--no- pair: the pair's second column squeezed the Engine panel's names at 80 columns
     no_chunked_prefill: Annotated[bool, typer.Option("--no-chunked-prefill", rich_help_panel="Engine", metavar="", help="Run each prefill whole in one step; by default long prefills are split across steps (chunked prefill).")] = False,
     preemption: Annotated[str, typer.Option(rich_help_panel="Engine", metavar="NAME", help="recompute (vLLM v1) or swap to a CPU area.")] = "recompute",
@@ -83,9 +85,9 @@ def bench(
     # Issue 15: vLLM-bench-shaped load, and the opt-in calibrated step model.
     input_len: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="--workload random: vLLM's --input-len.")] = 1024,
     output_len: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="--workload random: vLLM's --output-len.")] = 128,
-    random_range_ratio: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="--workload random: lengths uniform in [L(1-r), L(1+r)] (current vLLM).")] = 0.0,
+    random_range_ratio: Annotated[Optional[float], typer.Option(rich_help_panel="Workload", metavar="X", help="--workload random: lengths uniform in [L(1-r), L(1+r)], or in [L r, L] as vLLM's client read it before 0.8.4 (--engine-version); default: fixed lengths.")] = None,
     burstiness: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="--workload random or --rate inf: gamma shape of vLLM-style send gaps (1 = Poisson).")] = 1.0,
-    step_model: Annotated[Optional[str], typer.Option(rich_help_panel="Engine", metavar="NAME", help="Time steps with the calibrated step model: 'fitted' (the GPU family's committed factors). Default: the bare roofline.")] = None,
+    step_model: Annotated[Optional[str], typer.Option(rich_help_panel="Engine", metavar="NAME", help="How steps are timed: fitted (the default: the step model with the shipped factors of the GPU family and engine, printed with their held-out error) or roofline (datasheet peak, a lower bound).")] = None,
     calibration: Annotated[Optional[Path], typer.Option(rich_help_panel="Engine", metavar="FILE", help="Time steps with the step model fitted by `kvplan calibrate` (this file).")] = None,
     max_concurrency: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="N", help="Closed loop like vllm bench serve --max-concurrency: at most N requests in flight.")] = None,
     output_format: Annotated[str, typer.Option("--format", rich_help_panel="Output", metavar="NAME", help="table, or vllm: also print vLLM's 'Serving Benchmark Result' block per optimization.")] = "table",
@@ -108,10 +110,10 @@ def bench(
                    "random-range-ratio": random_range_ratio, "burstiness": burstiness, "max-concurrency": max_concurrency})
     if output_format not in ("table", "vllm"):
         raise ValueError(f"--format must be table or vllm, got '{output_format}'")
-    if step_model is not None and step_model != "fitted":
-        raise ValueError(f"--step-model must be 'fitted' (or give --calibration FILE), got '{step_model}'")
+    if step_model is not None and step_model not in ("fitted", "roofline"):
+        raise ValueError(f"--step-model must be fitted or roofline (or give --calibration FILE), got '{step_model}'")
     if step_model is not None and calibration is not None:
-        raise ValueError("--step-model fitted and --calibration FILE exclude each other; pick one")
+        raise ValueError(f"--step-model {step_model} and --calibration FILE exclude each other; pick one")
     names = [name.strip() for name in optimizations.split(",") if name.strip()]
     if not names:
         raise ValueError(f"--optimizations {optimizations!r} names no optimization; write e.g. "
@@ -127,7 +129,7 @@ def bench(
     config = BenchConfig(
         sizing=SizingConfig(model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, block_size=block_size,
                             gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
-                            max_model_len=max_model_len,
+                            max_model_len=max_model_len, engine=engine, engine_version=engine_version,
                             swap_space_gib=swap_space_gib if preemption == "swap" else 0.0),
         scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                   chunked_prefill=not no_chunked_prefill, preemption=preemption),

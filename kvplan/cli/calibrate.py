@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -24,7 +24,7 @@ def calibrate(
     dataset: Annotated[str, typer.Option(metavar="NAME", help="The benchmark's dataset: random or sharegpt.")] = "random",
     input_len: Annotated[Optional[int], typer.Option(metavar="TOKENS", help="random dataset: --input-len of the run (default: total input tokens / requests).")] = None,
     output_len: Annotated[Optional[int], typer.Option(metavar="TOKENS", help="random dataset: --output-len of the run (default: total output tokens / requests).")] = None,
-    random_range_ratio: Annotated[float, typer.Option(metavar="X", help="random dataset: --random-range-ratio (current vLLM's definition).")] = 0.0,
+    random_range_ratio: Annotated[Optional[float], typer.Option(metavar="X", help="random dataset: --random-range-ratio as the run's vLLM read it (before 0.8.4: lengths in [L r, L]); default: fixed lengths.")] = None,
     max_concurrency: Annotated[Optional[int], typer.Option(metavar="N", help="The run's --max-concurrency where the result file does not record it.")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(metavar="N", help="The server's --max-num-seqs (default: vLLM's for the GPU and version).")] = None,
     max_num_batched_tokens: Annotated[Optional[int], typer.Option(metavar="N", help="The server's --max-num-batched-tokens (default: vLLM's for the GPU and version).")] = None,
@@ -32,7 +32,7 @@ def calibrate(
     out: Annotated[Path, typer.Option(metavar="FILE", help="Calibration file to write (JSON), for `kvplan bench --calibration`.")] = Path("calibration.json"),
 ) -> None:
     """Fit bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert GEMMs' factor to measured runs; print the fit error per run."""
-    from kvplan.sim.calibration import calibrate_results
+    from kvplan.sim.calibrate_runs import calibrate_results
     from kvplan.spec.resolve import load_gpu, load_model
 
     settings = {"model": load_model(model).name, "gpu": load_gpu(gpu).name, "tp": tp, "kv_dtype": kv_dtype,
@@ -40,15 +40,19 @@ def calibrate(
                 "output_len": output_len, "range_ratio": random_range_ratio, "max_concurrency": max_concurrency,
                 "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                 "engine_version": engine_version}
-    with console.status("fitting the step model (simulating each run twice)..."):
+    with console.status("fitting the step model, then once more per run left out..."):
         result = calibrate_results(results, settings, out)
-    table = Table(title=f"fit error per run ({escape(result.params.source)})", header_style="bold", title_justify="left")
-    for column in ("run", "figure", "measured", "kvplan", "error"):
-        table.add_column(column, justify="left" if column in ("run", "figure") else "right")
-    for row in result.rows:
-        table.add_row(escape(row["run"]), row["metric"], f"{row['measured']:,.2f}", f"{row['predicted']:,.2f}",
-                      f"{100 * row['error']:+.1f}%")
-    console.print(table)
+    console.print(_error_table(f"fit error per run ({escape(result.params.source)})", result.rows))
+    if result.held_out_rows:
+        console.print(_error_table("held out: each run predicted by a fit without it (what to expect on a new run)",
+                                   result.held_out_rows))
+        summary = result.held_out or {}
+        console.print("held-out median error: " + ", ".join(
+            f"{name.removesuffix('_error')} ±{100 * value:.1f}% ({int(summary[name.replace('_error', '_runs')])} runs)"
+            for name, value in summary.items() if name.endswith("_error")))
+    else:
+        console.print("[dim]one run: nothing to hold out, so the fit's error above is in-sample only; "
+                      "give two or more runs for a held-out error[/]")
     params = result.params
     console.print(f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
                   f"FLOP/s x{params.flops_factor:.3f}, overhead {1000 * params.overhead_s:.3f} ms/step "
@@ -56,3 +60,13 @@ def calibrate(
                   "of the dense FLOP/s")
     error_console.print(f"[dim]calibration: {out}; use it with kvplan bench --calibration {out} "
                         f"(or calibration = \"{out}\" in a sweep file)[/]")
+
+
+def _error_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=title, header_style="bold", title_justify="left")
+    for column in ("run", "figure", "measured", "kvplan", "error"):
+        table.add_column(column, justify="left" if column in ("run", "figure") else "right")
+    for row in rows:
+        table.add_row(escape(row["run"]), row["metric"], f"{row['measured']:,.2f}", f"{row['predicted']:,.2f}",
+                      f"{100 * row['error']:+.1f}%")
+    return table

@@ -89,6 +89,8 @@ GpuOpt = Annotated[str, typer.Option("--gpu", "-g", rich_help_panel=HARDWARE, me
 TpOpt = Annotated[int, typer.Option("--tp", rich_help_panel=HARDWARE, metavar="N", help="Tensor-parallel degree (GPUs per replica).")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", rich_help_panel=KV_PANEL, metavar="FORMAT", help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
 BlockSizeOpt = Annotated[int, typer.Option("--block-size", rich_help_panel=ENGINE, metavar="TOKENS", help="Tokens per KV block.")]
+EngineOpt = Annotated[str, typer.Option("--engine", rich_help_panel=ENGINE, metavar="NAME", help="The serving engine modeled: vllm or sglang (vllm-v0 / vllm-v1 name a vLLM generation). Its release's defaults size the pool, set the batch limits and time the steps.")]
+EngineVersionOpt = Annotated[Optional[str], typer.Option("--engine-version", rich_help_panel=ENGINE, metavar="X.Y.Z", help="The engine's release, e.g. 0.11.0 or 0.5.4.post2; default: the newest behaviour kvplan knows.")]
 UtilOpt = Annotated[Optional[float], typer.Option("--gpu-memory-utilization", rich_help_panel=ENGINE, metavar="FRACTION", help="Fraction of GPU memory the engine may use; default: the engine's own (vLLM >= 0.20: 0.92, older: 0.9, SGLang: 0.88).")]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, metavar="", help="Print machine-readable JSON instead of tables.")]
 SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=WORKLOAD, metavar="N", help="Random seed; the same seed gives the same results.")]

@@ -13,10 +13,10 @@ from rich.table import Table
 
 from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
                                   smallest_tp_for_weights)
-from kvplan.plan.memory_model import DEFAULT_ENGINE, ENGINE_DESCRIPTIONS, ENGINES
-from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES
-from kvplan.cli.common import (BlockSizeOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt, cli_errors,
-                               console, escape, fmt_bytes, fmt_int)
+from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS
+from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES, engine_generation, parse_version
+from kvplan.cli.common import (BlockSizeOpt, EngineOpt, EngineVersionOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt,
+                               cli_errors, console, escape, fmt_bytes, fmt_int)
 from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.resolution import render_resolution, resolution_record
 from kvplan.spec.resolve import load_gpu
@@ -47,7 +47,8 @@ def estimate(
     allocation: Annotated[str, typer.Option(metavar="NAME", help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.")] = "full",
     weight_dtype: Annotated[Optional[str], typer.Option(metavar="DTYPE", help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, attention in BF16); linear layers only, embeddings stay 16-bit. Default: the checkpoint's.")] = None,
     params_b: Annotated[Optional[float], typer.Option("--params-b", metavar="BILLIONS", help="Override the parameter count (billions).")] = None,
-    engine: Annotated[str, typer.Option(metavar="NAME", help=f"Whose startup memory profile to model: {', '.join(ENGINES)} (README: memory model).")] = DEFAULT_ENGINE,
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
     max_num_batched_tokens: Annotated[Optional[int], typer.Option(metavar="N", help="Tokens in the engine's profiling batch; default: the engine's.")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(metavar="N", help="Sequences the engine samples for; default: the engine's.")] = None,
     reserve_gib: Annotated[Optional[float], typer.Option(metavar="GIB", help="Memory per GPU held for activations and runtime; default: the engine's memory model.")] = None,
@@ -76,7 +77,8 @@ def estimate(
         reserve_bytes=None if reserve_gib is None else reserve_gib * GIB,
         kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * GIB,
         weight_dtype=weight_dtype, respect_windows=allocation == "ideal", gpu_memory_gib=gpu_mem_gib,
-        kv_budget=kv_budget_tokens, engine=engine, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        kv_budget=kv_budget_tokens, engine=engine_generation(engine, engine_version),
+        engine_version=parse_version(engine_version), max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
     )
     if not sweep_axes:
         check_can_fit_somehow(inputs)

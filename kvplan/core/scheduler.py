@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvplan.core.kv import NO_HITS, Allocator
 from kvplan.core.sequence import Sequence, Status
@@ -24,8 +24,10 @@ PREEMPTION_MODES = ("recompute", "swap")
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
+    # None: the serving engine's own default for its release and GPU (resolved by `resolved`
+    # before an engine is built; kvplan.plan.engine_releases.batch_defaults)
+    max_num_seqs: int | None = 256
+    max_num_batched_tokens: int | None = 8192
     chunked_prefill: bool = True
     preemption: str = "recompute"
     swap_slots: int = 0  # CPU swap area, in token slots
@@ -37,9 +39,9 @@ class SchedulerConfig:
     scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_num_seqs < 1:
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise ValueError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < 1:
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError(f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)}, got '{self.preemption}'")
@@ -47,6 +49,12 @@ class SchedulerConfig:
             raise ValueError("--swap-space-gib must not be negative")
         if self.scheduler_steps < 1:
             raise ValueError(f"--num-scheduler-steps must be at least 1, got {self.scheduler_steps}")
+
+
+    def resolved(self, max_num_seqs: int, max_num_batched_tokens: int) -> SchedulerConfig:
+        """These settings with the engine's defaults where none was given."""
+        return replace(self, max_num_seqs=self.max_num_seqs or max_num_seqs,
+                       max_num_batched_tokens=self.max_num_batched_tokens or max_num_batched_tokens)
 
 
 @dataclass
@@ -57,6 +65,8 @@ class StepPlan:
     num_tokens: int
     context_tokens: int = 0  # sum over sequences of tokens attention reads after the step
     attention_pairs: int = 0  # (new token, earlier-or-same token) pairs attention computes
+    decode_pairs: int = 0  # the part of them from sequences that computed one token (decodes)
+    prefill_context: int = 0  # tokens the prefilling sequences attend over (MLA up-projects them)
     transfer_s: float = 0.0  # offload tiers: time to bring reloaded prefix blocks back
     swapped_in_slots: int = 0
     swapped_out_slots: int = 0
@@ -130,7 +140,7 @@ class Scheduler:
         allocate = self.allocator.allocate
         running = self.running
         preempted = False
-        context = pairs = 0
+        context = pairs = single = prefilled = 0
         cap = self.allocator.retained_cap
         attended = self.allocator.attended
         # The hot loop of the simulator: kept flat, with the common decode case (one token
@@ -164,7 +174,12 @@ class Scheduler:
                 needed, before = attended(seq, before, count)
             context += needed
             pairs += count * before + count * (count + 1) // 2
+            if count == 1:
+                single += before + 1
+            else:
+                prefilled += needed
         plan.context_tokens, plan.attention_pairs = context, pairs
+        plan.decode_pairs, plan.prefill_context = single, prefilled
         if not preempted and may_admit:
             budget = self._admit(plan, budget)
             plan.transfer_s = self.allocator.take_transfer_s()
@@ -206,6 +221,7 @@ class Scheduler:
             read, before = allocator.attended(seq, before, count)
             plan.context_tokens += read
             plan.attention_pairs += count * before + count * (count + 1) // 2
+            plan.prefill_context += read
         return budget
 
     def _chunk_of(self, pending: int, budget: int) -> int:

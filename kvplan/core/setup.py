@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvplan.core.engine import Engine
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.tiers import Tier, TieredCache
+from kvplan.plan import sglang_defaults
+from kvplan.plan.engine_releases import batch_defaults, engine_generation, parse_version
 from kvplan.spec import KVFormat, ModelSpec
-from kvplan.spec.resolve import load_gpu
+from kvplan.spec.resolve import load_gpu, load_model
 
 GIB = 2**30
 
@@ -30,17 +33,43 @@ class SizingConfig:
     max_model_len: int | None = None
     weight_dtype: str | None = None
     swap_space_gib: float = 0.0
-    # Whose startup memory profile sizes the pool (plan/memory_model.py): None keeps the
-    # estimator's default engine and batching; a replay of a measured run names its engine
-    # and version, and the pool is then profiled with the scheduler's own batch limits.
+    # The serving engine and release being modeled ("vllm" or "sglang"; None: vLLM, and no
+    # version: the newest release's behaviour): whose startup profile sizes the pool
+    # (plan/memory_model.py, with the scheduler's own batch limits), whose batch limits a
+    # scheduler that sets none gets, and whose step-model overheads time the steps.
     engine: str | None = None
     engine_version: str | None = None
 
+    @property
+    def generation(self) -> str:
+        return engine_generation(self.engine, self.engine_version)
+
     def __post_init__(self) -> None:
+        self.generation  # validates the engine name
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"--block-size must be a power of two, got {self.block_size}")
         if self.swap_space_gib < 0:
             raise ValueError("--swap-space-gib must not be negative")
+
+
+def engine_scheduler(config: SizingConfig, scheduler: SchedulerConfig, pool_slots: int | None = None) -> SchedulerConfig:
+    """The scheduler with the serving engine's own batch limits where it sets none (vLLM's
+    defaults for the release, GPU and max_model_len; SGLang's chunked prefill size and, given
+    the pool, its max_running_requests: kvplan.plan.engine_releases, plan.sglang_defaults).
+    SGLang's steps are scheduled as vLLM's, prefill chunks and decodes in one step: a named
+    simplification (SGLang runs a prefill batch before the decodes unless --enable-mixed-chunk;
+    on the shipped SGLang runs the mixed schedule predicted as well or better)."""
+    sglang = config.generation == "sglang"
+    if scheduler.max_num_seqs is not None and scheduler.max_num_batched_tokens is not None and not sglang:
+        return scheduler
+    gpu = load_gpu(config.gpu)
+    max_model_len = config.max_model_len or load_model(config.model).max_position_embeddings or 4096
+    version = parse_version(config.engine_version)
+    defaults = batch_defaults(config.generation, version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len)
+    seqs = defaults.max_num_seqs
+    if sglang and pool_slots is not None:
+        seqs = sglang_defaults.max_running_requests(version, pool_slots, max_model_len)
+    return scheduler.resolved(seqs, defaults.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)

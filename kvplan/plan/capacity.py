@@ -82,7 +82,8 @@ class PlanInputs:
         """gpu_memory_utilization as given, else the engine's own default for its version."""
         if self.gpu_memory_utilization is not None:
             return self.gpu_memory_utilization
-        return default_utilization(self.engine, self.engine_version)
+        memory = self.gpu_memory_gib or self.gpu.usable_memory_bytes / GIB
+        return default_utilization(self.engine, self.engine_version, memory, self.tp)
 
     @property
     def max_model_len(self) -> int:

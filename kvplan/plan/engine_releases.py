@@ -23,14 +23,15 @@ the tensors each path allocates (vllm/v1/sample/ops/topk_topp_sampler.py, sample
 
 from __future__ import annotations
 
-import re
 import tomllib
+from dataclasses import dataclass
 from functools import cache
 
+from kvplan.plan import sglang_defaults
+from kvplan.plan.versions import Version, on_or_after, parse_version
 from kvplan.spec import ModelSpec
 from kvplan.spec.profiles import profiles_dir
 
-Version = tuple[int, int, int]
 
 SAMPLER_BYTES_PER_LOGIT = {"sort-copy": 32.0, "sort": 28.0, "flashinfer": 10.0, "triton": 14.0, "v2": 2.0}
 SAMPLER_PATH_NAMES = {"sort-copy": "PyTorch sort top-k/top-p, 32 B per logit", "sort": "PyTorch sort top-k/top-p, 28 B per logit",
@@ -59,8 +60,84 @@ UTILIZATION_092 = (0, 20, 0)
 # PR #47728 (0.26.0): sliding-window and chunked layers reserve for every batch in flight,
 # max_concurrent_batches x max_num_batched_tokens; async scheduling (on by default) keeps two.
 IN_FLIGHT_BATCHES = (0, 26, 0)
-# 0.28.0: GPUs with >= 160 GiB (B200, MI300X) get 16384 tokens per batch in `vllm serve`.
+# The scheduler's batch limits when none is given (EngineArgs._set_default_args /
+# get_batch_defaults), V1: 1024 sequences and, by device name, 8192 tokens for `vllm serve`
+# (16384 for the offline LLM class) on H100/H200, else 2048 (8192); 0.8.4 gave the other GPUs
+# 256 sequences (PR #16158); 0.8.5 chose by memory, >= 70 GiB (PR #17073); 0.9.0 left A100s
+# out (PR #17885); 0.28.0 gives >= 160 GiB GPUs (B200, MI300X) 16384 tokens in both.
+V1_SEQS_BY_DEVICE = (0, 8, 4)
+V1_DEFAULTS_BY_MEMORY = (0, 8, 5)
+V1_DEFAULTS_NOT_A100 = (0, 9, 0)
 LARGEST_BATCH_DEFAULTS = (0, 28, 0)
+HIGH_END_GIB, LARGEST_GIB = 70, 160
+# V0: chunked prefill became the default above 32K tokens in 0.5.4 (PR #6666), with a 512-token
+# budget; otherwise a step takes one whole prompt of up to max(max_model_len, 2048) tokens.
+LONG_CONTEXT = 32768
+V0_LONG_CONTEXT_CHUNKED = (0, 5, 4)
+V0_CHUNK_BUDGET = 512
+
+
+@dataclass(frozen=True)
+class BatchDefaults:
+    """The scheduler limits vLLM starts with when the command line sets none."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+
+
+def batch_defaults(generation: str, version: Version | None, gpu_memory_gib: float, gpu_name: str,
+                   max_model_len: int, offline: bool = False) -> BatchDefaults:
+    """vLLM's default batch limits for `vllm serve` (offline: the LLM class, as `vllm bench
+    throughput` / `latency` run it) on a GPU of gpu_memory_gib as the driver reports it;
+    SGLang's chunked prefill size."""
+    if generation == "sglang":
+        # max_running_requests also depends on the pool (sglang_defaults.max_running_requests)
+        return BatchDefaults(4096, sglang_defaults.chunked_prefill_size(version, gpu_memory_gib), True)
+    if generation == "vllm-v0":
+        chunked = max_model_len > LONG_CONTEXT and on_or_after(version, V0_LONG_CONTEXT_CHUNKED)
+        return BatchDefaults(256, V0_CHUNK_BUDGET if chunked else max(max_model_len, 2048), chunked)
+    name = gpu_name.lower()
+    if on_or_after(version, V1_DEFAULTS_BY_MEMORY):
+        large = gpu_memory_gib >= HIGH_END_GIB and not ("a100" in name and on_or_after(version, V1_DEFAULTS_NOT_A100))
+        seqs = 1024 if large else 256
+    else:
+        large = "h100" in name or "h200" in name
+        seqs = 1024 if large or not on_or_after(version, V1_SEQS_BY_DEVICE) else 256
+    tokens = (16384 if large else 8192) if offline else (8192 if large else 2048)
+    if gpu_memory_gib >= LARGEST_GIB and on_or_after(version, LARGEST_BATCH_DEFAULTS):
+        tokens = 16384
+    return BatchDefaults(seqs, tokens, True)
+
+
+# `vllm bench`'s --random-range-ratio read as a floor (lengths in [len x r, len], 1.0 = fixed)
+# until 0.8.4 (benchmarks/benchmark_dataset.py), symmetric [len x (1 - r), len x (1 + r)] since.
+RANGE_RATIO_SYMMETRIC = (0, 8, 4)
+
+
+def range_ratio_below(engine: str | None, version: str | None) -> bool:
+    """Whether a vLLM release's benchmark client reads --random-range-ratio as a floor."""
+    release = parse_version(version)
+    return (engine or "vllm") in ("vllm", "vllm-v0", "vllm-v1") and release is not None and release < RANGE_RATIO_SYMMETRIC
+
+
+ENGINE_NAMES = ("vllm", "sglang")
+GENERATIONS = ("vllm-v0", "vllm-v1", "sglang")
+V1_DEFAULT_FROM = (0, 8, 0)  # vLLM 0.8 made the V1 engine the default
+
+
+def engine_generation(engine: str | None, version: str | None = None) -> str:
+    """Which engine generation runs: 'vllm-v0' for vLLM before 0.8, 'vllm-v1' after (and when
+    no version is given), 'sglang'. A generation name is accepted as the engine itself."""
+    name = (engine or "vllm").strip().lower()
+    if name in GENERATIONS:
+        return name
+    if name not in ENGINE_NAMES:
+        raise ValueError(f"--engine must be vllm or sglang, got '{engine}'")
+    if name == "sglang":
+        return "sglang"
+    release = parse_version(version)
+    return "vllm-v0" if release is not None and release < V1_DEFAULT_FROM else "vllm-v1"
 
 
 @cache
@@ -82,19 +159,6 @@ def version_on(date: str | None) -> Version | None:
         return None
     released = [version for day, version in vllm_releases() if day <= date[:10]]
     return max(released) if released else None
-
-
-def parse_version(text: str | None) -> Version | None:
-    """'0.10.1.1', 'v0.6.4.post1', '0.9.1.dev705+g01220ce89' -> (major, minor, patch)."""
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (text or "").strip())
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
-def on_or_after(version: Version | None, release: Version) -> bool:
-    """Whether a release has a change; an unknown version (None) is the newest behaviour."""
-    return version is None or version >= release
 
 
 def uses_v2_runner(model: ModelSpec, version: Version | None) -> bool:
@@ -122,10 +186,11 @@ def v1_sampler_path(model: ModelSpec, version: Version | None) -> str | None:
     return chosen
 
 
-def default_utilization(engine: str, version: Version | None) -> float:
-    """gpu_memory_utilization (vLLM) or mem_fraction_static (SGLang, single GPU) when none is given."""
+def default_utilization(engine: str, version: Version | None, memory_gib: float | None = None, tp: int = 1) -> float:
+    """gpu_memory_utilization (vLLM) or mem_fraction_static (SGLang: by release, card memory and
+    TP, kvplan/plan/sglang_defaults.py) when none is given."""
     if engine == "sglang":
-        return 0.88
+        return sglang_defaults.mem_fraction_static(version, memory_gib, tp) if memory_gib else 0.88
     if engine == "vllm-v1" and on_or_after(version, UTILIZATION_092):
         return 0.92
     return 0.9

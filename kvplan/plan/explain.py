@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup, stage_layers_share
-from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS, GIB, load_memory_fit
+from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS, GIB
 from kvplan.spec import parse_kv_format
 from kvplan.spec.server_log import ServerLog, parse_server_log
 

@@ -109,13 +109,20 @@ def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | 
                               max_num_seqs=log.max_num_seqs, enforce_eager=bool(log.enforce_eager),
                               version=release, sampler_path=log.sampler_path)
     max_len = log.max_model_len or (model.max_position_embeddings if model else None)
+    tp = log.tensor_parallel_size or 1
     kv_dtype = log.kv_cache_dtype or "auto"
     return ServerSetup(model, match, note, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,
-                       log.gpu_memory_utilization or default_utilization(engine, release),
+                       log.gpu_memory_utilization or default_utilization(engine, release, _memory_gib(gpu, log), tp),
                        log.gpu_memory_utilization is not None, max_len, kv_dtype, log.block_size or 16,
                        weight_dtype_hint(model_name or log.model, log.quantization), settings,
                        log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None, logged.failure,
                        (log.data_parallel_size or 1) if log.expert_parallel else 1)
+
+
+def _memory_gib(gpu: GpuSpec | None, log: ServerLog) -> float | None:
+    if gpu is not None:
+        return gpu.usable_memory_bytes / 2**30
+    return log.total_gpu_memory_gib
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ v1 gpu_worker.py determine_available_memory):
   #38284; its log line says "default since v0.21.0", the 0.20.0 sources already do it); older
   v1 and v0 captured graphs after sizing, outside the budget. Fitted constant; 0 with
   enforce_eager.
-- SGLang: KV = total x mem_fraction_static - weights - memory in use before loading (the
-  same non-torch model); the (1 - mem_fraction_static) remainder is its activation headroom.
+- SGLang: KV = (total - memory in use before loading, the same non-torch model) x
+  mem_fraction_static - weights (model_runner.profile_max_num_token); the rest is its
+  activation headroom. The fraction's default is the release's (plan/sglang_defaults.py).
 
 The fitted figures live in profiles/memory_model.toml with the residual on every log they
 were fitted on (benchmarks/vllm_logs.py --fit rewrites it).
@@ -38,13 +39,12 @@ were fitted on (benchmarks/vllm_logs.py --fit rewrites it).
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
 
-from kvplan.plan.engine_releases import (CUDA_GRAPHS_IN_BUDGET, LARGEST_BATCH_DEFAULTS, SAMPLER_BYTES_PER_LOGIT,
-                                         on_or_after, parse_version, v1_sampler_path)
+from kvplan.plan.engine_releases import (CUDA_GRAPHS_IN_BUDGET, SAMPLER_BYTES_PER_LOGIT, batch_defaults,
+                                         on_or_after, v1_sampler_path)
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 
@@ -56,11 +56,7 @@ ENGINE_DESCRIPTIONS = {
     "vllm-v0": "vLLM V0 engine (<= 0.10; profiling of worker.py, graphs outside the budget)",
     "sglang": "SGLang (mem_fraction_static of total memory, minus weights)",
 }
-HIGH_END_GIB = 70  # vLLM's threshold for the larger batching defaults...
-LARGEST_GIB = 160  # ...and, from 0.28, for the largest (B200, MI300X)
 ACTIVATION_BYTES = 2  # bf16/fp16 activations
-LONG_CONTEXT = 32768  # v0: above this max_model_len chunked prefill is on by default...
-V0_LONG_CONTEXT_CHUNKED = (0, 5, 4)  # ...since this release (vLLM PR #6666, 2024-07-23)
 
 
 @dataclass(frozen=True)
@@ -160,18 +156,11 @@ def dequantized_weight_bytes(model: ModelSpec, tp: int) -> float:
 
 
 def batching_defaults(settings: EngineSettings, gpu: GpuSpec, max_model_len: int, total_bytes: float) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) the engine profiles with."""
-    if settings.engine == "vllm-v0":
-        long_context_chunked = max_model_len > LONG_CONTEXT and settings.at_least(*V0_LONG_CONTEXT_CHUNKED)
-        tokens = 2048 if long_context_chunked else max(max_model_len, 2048)
-        seqs = 256
-    else:
-        high_end = total_bytes >= HIGH_END_GIB * GIB and "a100" not in gpu.name
-        tokens, seqs = (8192, 1024) if high_end else (2048, 256)
-        if total_bytes >= LARGEST_GIB * GIB and on_or_after(settings.version, LARGEST_BATCH_DEFAULTS):
-            tokens = 16384
-    tokens = settings.max_num_batched_tokens or tokens
-    seqs = min(settings.max_num_seqs or seqs, tokens)
+    """(max_num_batched_tokens, max_num_seqs) the engine profiles with: the command line's, else
+    vLLM's defaults for the release (engine_releases.batch_defaults)."""
+    defaults = batch_defaults(settings.engine, settings.version, total_bytes / GIB, gpu.name, max_model_len)
+    tokens = settings.max_num_batched_tokens or defaults.max_num_batched_tokens
+    seqs = min(settings.max_num_seqs or defaults.max_num_seqs, tokens)
     return tokens, seqs
 
 
@@ -184,7 +173,9 @@ def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: floa
     tokens, rows = batching_defaults(settings, gpu, max_model_len, total)
     non_torch = fit.non_torch_gib * GIB
     if settings.engine == "sglang":
-        return MemoryProfile("sglang", total, total * utilization, weight_bytes, 0.0, non_torch, 0.0, tokens, rows)
+        # the fraction is of the memory free once torch.distributed / NCCL started (the non-torch part)
+        usable = (total - non_torch) * utilization + non_torch
+        return MemoryProfile("sglang", total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows)
     forward = (fit.activation_scale * tokens * activation_elements_per_token(model, tp) * ACTIVATION_BYTES
                + dequantized_weight_bytes(model, tp))
     path = None
@@ -201,12 +192,3 @@ def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: floa
     graphs = fit.cuda_graph_gib * GIB if graphs_counted and not settings.enforce_eager else 0.0
     return MemoryProfile(settings.engine, total, total * utilization, weight_bytes, activation,
                          non_torch, graphs, tokens, rows, path)
-
-
-def released_before(text: str | None, release: tuple[int, int, int]) -> bool:
-    """Whether version `text` precedes `release` (PEP 440: '0.6.4.dev4' and '0.6.4rc1' come
-    before 0.6.4). False when `text` names no version."""
-    parsed = parse_version(text)
-    if parsed is None:
-        return False
-    return parsed < release or (parsed == release and re.search(r"(dev|rc|a|b)\d", (text or "").split("+")[0]) is not None)

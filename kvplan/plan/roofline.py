@@ -72,8 +72,10 @@ class Roofline:
         flops = 0.0
         for group in self.model.token_groups:
             seen = group.retained_tokens(context)
-            dim = group.latent_dim if group.kind == "mla" else group.head_dim
-            flops += 4.0 * group.num_layers * heads_per_gpu * dim * seen * query_tokens
+            per_pair = group.attention_flops_per_pair(heads_per_gpu, prefill=query_tokens > 1)
+            flops += per_pair * seen * query_tokens
+            if query_tokens > 1:
+                flops += group.up_projection_flops_per_token(heads_per_gpu) * seen
         return flops
 
     def kv_read_bytes(self, context: int) -> float:

@@ -173,7 +173,11 @@ class RealEngineFactory:
                                    rope_inv_freq(loaded.model) if policy.reindexes_positions else None)
             runner.eviction = RealEviction(policy, allocator.budget, config.block_size, sinks=sinks)
         # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
-        scheduler = replace(self.scheduler, preemption="recompute", swap_slots=0)
+        # Limits left to the engine take kvplan's own defaults: a real run serves on this machine,
+        # not on the --gpu profile whose vLLM defaults simulated runs take.
+        plain = SchedulerConfig()
+        scheduler = replace(self.scheduler.resolved(plain.max_num_seqs, plain.max_num_batched_tokens),
+                            preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
 
     def greedy_text(self, tokens: int) -> list[int]:

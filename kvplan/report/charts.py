@@ -7,6 +7,7 @@ registering them here.
 
 from __future__ import annotations
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from kvplan.report.chart_registry import (CHARTS, Chart, new_figure, chart, column, has_bench, has_column,
@@ -53,6 +54,12 @@ def throughput(data: ReportData) -> Figure:
     ax = axes[0][0]
     values = column(bench, "output_tokens_per_s")
     bars = ax.bar(names, values, color="#1971c2")
+    if "throughput_error_band" in bench and bench["throughput_error_band"].notna().any():
+        # the step model's held-out error on output tok/s for this GPU family and engine
+        band = bench["throughput_error_band"].fillna(0.0).to_numpy()
+        ax.errorbar(names, values, yerr=band * np.asarray(values, dtype=float), fmt="none", ecolor="#495057", capsize=3,
+                    label="held-out error band of the modeled figure")
+        ax.legend(fontsize=8, loc="upper left")
     for run_id, group in bench.groupby("run_id", sort=False):
         base = group[group["baseline"]]["output_tokens_per_s"]
         base_value = float(base.iloc[0]) if len(base) else float(group["output_tokens_per_s"].iloc[0])

@@ -6,6 +6,8 @@ never by `import kvplan`.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +84,11 @@ def load(paths: list[str | Path]) -> ReportData:
                 continue
             router = record.params.get("router")
             raw_records.append(record)
+            band = record.metrics.get("time_error_band") or {}
             bench_rows.append({**base, **flat_params, "router": router,
-                               **{k: v for k, v in record.metrics.items() if not isinstance(v, dict)}})
+                               **{k: v for k, v in record.metrics.items() if not isinstance(v, dict)},
+                               # a modeled run's held-out error on output tok/s, for the throughput chart
+                               "throughput_error_band": band.get("output_throughput_error", math.nan)})
             timeseries[(record.run_id, record.optimization)] = record.timeseries or {}
             params.setdefault(record.run_id, {**record.params, "kvplan_version": record.kvplan_version})
     return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),

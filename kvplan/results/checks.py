@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 KINDS = ("bench", "estimate", "quality", "error", "fidelity")  # fidelity: benchmarks/serving_fidelity.py (issue 15)
-TEXT_METRICS = ("device", "error", "verdict", "policy", "kv_format", "kernel_backend", "model_dtype")  # words, not numbers
+TEXT_METRICS = ("device", "error", "verdict", "policy", "kv_format", "kernel_backend", "model_dtype", "step_model")  # words, not numbers
 
 
 def _problem(record: dict[str, Any]) -> str | None:

@@ -20,24 +20,23 @@ by Nelder-Mead (numpy only).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from kvplan.core.engine import Engine
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import Optimization, SizingConfig
+from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.measured import MeasuredRun, batch_defaults
 from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.factory import SimulatedEngineFactory
-from kvplan.sim.step_model import (CALIBRATION_FORMAT, COST_FIELDS, DATASHEET, FACTOR_NAMES, StepCosts,
-                                 StepModelParams, load_calibration, step_seconds)  # noqa: F401 (re-exported: kvplan.sim.calibration's API)
+from kvplan.sim.step_model import (COST_FIELDS, DATASHEET, FACTOR_NAMES, StepCosts, StepModelParams,
+                                 load_calibration, step_seconds)  # noqa: F401 (load_calibration re-exported)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
@@ -47,7 +46,7 @@ GIB = 2**30
 VLLM_BLOCK_SIZE = 16
 # Search space, log-scaled: (low, high) per factor.
 BOUNDS = {"bandwidth_factor": (0.05, 1.0), "attention_bandwidth_factor": (0.02, 1.0), "flops_factor": (0.05, 1.0),
-          "overhead_s": (1e-5, 0.05), "overhead_per_seq_s": (1e-8, 1e-3), "moe_flops_factor": (0.05, 1.0)}
+          "overhead_s": (1e-6, 0.05), "overhead_per_seq_s": (1e-8, 1e-3), "moe_flops_factor": (0.05, 1.0)}
 INTERIOR = StepModelParams(0.6, 0.3, 0.5, 2e-3, 1e-5, 0.7, source="typical interior start")
 
 
@@ -61,7 +60,9 @@ def _requests(run: MeasuredRun) -> list[Request]:
         out_len = max(1, round(run.total_output_tokens / n))  # the run's actual outputs (EOS could stop early)
     offline = run.benchmark in ("throughput", "latency")
     load = BenchLoad(dataset=run.dataset, num_prompts=n, input_len=in_len, output_len=out_len,
-                     range_ratio=run.range_ratio, request_rate=math.inf if offline else run.request_rate,
+                     range_ratio=run.range_ratio or 0.0,
+                     range_below=run.range_ratio is not None and range_ratio_below(run.engine, run.engine_version),
+                     request_rate=math.inf if offline else run.request_rate,
                      max_concurrency=None if offline else run.max_concurrency)
     if run.dataset != "sharegpt":
         return bench_requests(load)
@@ -75,21 +76,29 @@ def _requests(run: MeasuredRun) -> list[Request]:
 
 
 def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Request]) -> Engine:
-    """A paged engine sized like vLLM's for the run's model, GPU and TP (utilization 0.9),
-    built by the same factory as `kvplan bench`'s simulated engines."""
+    """A paged engine sized as the run's server sized its pool (model, GPU, TP, the engine and
+    version's memory profile and default utilization unless the run states one), with that
+    engine's batch limits, built by the same factory as `kvplan bench`'s simulated engines.
+    SGLang runs take SGLang's own limits (chunked prefill size, max_running_requests from the
+    pool, prefill batches first) unless the run states them."""
     model, gpu = load_model(run.model), load_gpu(run.gpu)
     longest = max(r.prompt_len + r.output_len for r in requests)
     max_model_len = run.max_model_len or max(longest, model.max_position_embeddings or 8192)
-    seqs, tokens, chunked = batch_defaults(run, gpu.memory_gib, gpu.name, max_model_len)
+    seqs, tokens, chunked = batch_defaults(run, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len)
     if not chunked:
         tokens = max(tokens, max_model_len)
     sizing = SizingConfig(model=run.model, gpu=run.gpu, tp=run.tp, kv_dtype=run.kv_dtype, block_size=VLLM_BLOCK_SIZE,
                           max_model_len=max_model_len, weight_dtype=run.weight_dtype,
-                          engine=engine_generation(run.engine, run.engine_version),
+                          gpu_memory_utilization=run.gpu_memory_utilization, engine=run.engine,
                           engine_version=run.engine_version or None)
-    v0 = engine_generation(run.engine, run.engine_version) == "vllm-v0"
-    scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked,
-                                prefill_first=v0 and not chunked, scheduler_steps=run.num_scheduler_steps if v0 else 1)
+    generation = engine_generation(run.engine, run.engine_version)
+    v0 = generation == "vllm-v0"
+    if generation == "sglang":  # the factory fills in SGLang's own limits (core.setup.engine_scheduler)
+        scheduler = SchedulerConfig(max_num_seqs=run.max_num_seqs, max_num_batched_tokens=run.max_num_batched_tokens)
+    else:
+        scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked,
+                                    prefill_first=v0 and not chunked,
+                                    scheduler_steps=run.num_scheduler_steps if v0 else 1)
     try:
         engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(Optimization("paged"))
     except ValueError as err:
@@ -316,49 +325,3 @@ def fit(runs: list[MeasuredRun], label: str, rounds: int = 2,
             replays.append(Replay.record(run, params))
         params = DATASHEET.with_factors(fit_replays(replays, params), f"fitted on {label}")
     return params
-
-
-# --- the calibration file ---------------------------------------------------------------
-
-def write_calibration(path: Path, params: StepModelParams, gpu: str, engine: str,
-                      rows: list[dict[str, Any]]) -> None:
-    data = {"format": CALIBRATION_FORMAT, "gpu": gpu, "engine": engine,
-            "params": {name: getattr(params, name) for name in FACTOR_NAMES}, "source": params.source,
-            "fit_errors": rows}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-
-
-@dataclass(frozen=True)
-class CalibrationResult:
-    params: StepModelParams
-    rows: list[dict[str, Any]]  # per input run and figure: measured, predicted, error
-
-
-def calibrate_results(paths: list[Path], settings: dict[str, Any], out: Path,
-                      progress: Callable[[str], None] | None = None) -> CalibrationResult:
-    """`kvplan calibrate`: read measured results, fit the factors, write the calibration file.
-
-    settings carries what result files do not say (model, gpu, tp, engine limits, dataset
-    lengths); every run must be on the same GPU. The file is written only after the fit.
-    """
-    from kvplan.sim.measured import read_result
-
-    if not paths:
-        raise ValueError("no result files given; pass one or more `vllm bench serve --save-result` JSONs or pasted blocks")
-    runs = [read_result(path, settings) for path in paths]
-    runs = [run for run in runs if compared(run)]
-    if not runs:
-        raise ValueError("none of the results has output throughput, TPOT or a non-queue-dominated TTFT to fit")
-    label = f"{len(runs)} run(s) of {runs[0].model} on {runs[0].tp} x {runs[0].gpu} ({runs[0].engine})"
-    params = fit(runs, label, progress=progress)
-    rows = []
-    for run in runs:
-        predicted, _ = simulate(run, params)
-        for metric in compared(run):
-            rows.append({"run": run.run_id, "metric": metric, "measured": run.measured[metric],
-                         "predicted": predicted[metric], "error": predicted[metric] / run.measured[metric] - 1.0})
-    write_calibration(out, params, runs[0].gpu, runs[0].engine, rows)
-    return CalibrationResult(params, rows)

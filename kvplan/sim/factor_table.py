@@ -11,7 +11,8 @@ fitted and shipped apart:
 
 A run on an H100 under vLLM 0.6 and one under vLLM 0.11 then share the H100's efficiency
 but not the engine's overhead, which a single factor set per GPU family cannot express.
-SGLang runs use the V1 overheads (a named simplification: SGLang's own are not fitted).
+SGLang is an engine generation of its own ('sglang'): its overheads are fitted on its runs
+where at least three sweeps inform them, else it takes the pooled 'all' overheads.
 
 A third kind holds one factor, moe_flops_factor: the fused-MoE grouped GEMM's share of the
 dense GEMMs' FLOP/s. It is fitted on every MoE run pooled (few published runs are MoE, so
@@ -33,27 +34,19 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from kvplan.plan.engine_releases import parse_version
+from kvplan.plan.engine_releases import engine_generation, parse_version  # noqa: F401 (engine_generation re-exported)
 
 HARDWARE_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
 ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")
 MOE_FACTORS = ("moe_flops_factor",)
 MOE_KEY = "moe"
-GENERATIONS = ("vllm-v0", "vllm-v1")
 DEFAULT_GENERATION = "vllm-v1"
-V1_FROM = (0, 8, 0)  # vLLM 0.8 made the V1 engine the default
+POOLED = "all"  # the entry fitted on every run: GPU families and engine generations without their own
+UNSEEN_FAMILY = "unseen-family"  # the band of a GPU family no measured run covers (leave one family out)
 ROCM_FAMILIES = ("cdna3",)
 PER_CHANNEL_FP8 = ("fp8-meta",)  # kvplan.spec.weight_quant recipes with per-channel FP8 scales
 ROCM_ROWWISE_FP8_FROM = (0, 9, 0)
 UNFUSED_FP8 = "fp8-unfused"
-
-
-def engine_generation(engine: str, version: str) -> str:
-    """'vllm-v0' for vLLM before 0.8, else 'vllm-v1' (SGLang and unknown versions included)."""
-    parsed = parse_version(version)
-    if engine == "vllm" and parsed is not None and parsed < V1_FROM:
-        return "vllm-v0"
-    return DEFAULT_GENERATION
 
 
 def factor_key(family: str, weight_dtype: str | None, engine: str, version: str) -> str:
@@ -78,7 +71,8 @@ class FactorTable:
     def factors(self, family: str, generation: str) -> dict[str, float]:
         hardware = (self.families.get(family) or self.families.get(family.split("/")[0]) or self.families.get("all")
                     or {})
-        engine = self.engines.get(generation) or self.engines.get(DEFAULT_GENERATION) or {}
+        engine = (self.engines.get(generation) or self.engines.get(POOLED) or self.engines.get(DEFAULT_GENERATION)
+                  or {})
         return {**{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS}, **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS},
                 **{n: self.moe.get(n, 1.0) for n in MOE_FACTORS}}
 
@@ -119,8 +113,22 @@ class FactorTable:
 
 
 @cache
-def shipped_table() -> FactorTable:
+def _shipped_data() -> dict[str, Any]:
     from kvplan.spec.profiles import profiles_dir
 
     path = profiles_dir() / "step_model_defaults.toml"
-    return FactorTable.from_toml(tomllib.loads(path.read_text())) if path.is_file() else FactorTable({}, {})
+    return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def held_out_band(gpu_family: str, generation: str) -> dict[str, float] | None:
+    """The shipped factors' held-out errors for runs on this GPU family under this engine
+    generation (benchmarks/serving_fidelity.py, leave one sweep out): median absolute error per
+    time figure and the runs behind it; None where no held-out run covers them (unvalidated)."""
+    band = _shipped_data().get("band", {}).get(f"{gpu_family}/{generation}")
+    return {k: float(v) for k, v in band.items()} if band else None
+
+
+@cache
+def shipped_table() -> FactorTable:
+    data = _shipped_data()
+    return FactorTable.from_toml(data) if data else FactorTable({}, {})

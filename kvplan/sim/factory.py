@@ -12,15 +12,19 @@ from kvplan.core.engine import Engine
 from kvplan.core.kv import make_allocator
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import GIB, EngineSizing, Optimization, SizingConfig, TierConfig, make_tiers
+from kvplan.core.setup import (GIB, EngineSizing, Optimization, SizingConfig, TierConfig, engine_scheduler,
+                               make_tiers)
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
-from kvplan.sim.factor_table import engine_generation, factor_key
-from kvplan.sim.step_model import StepModelParams, StepModelRunner, step_model_params
+from kvplan.sim.factor_table import UNSEEN_FAMILY, factor_key, held_out_band
+from kvplan.sim.step_model import StepModelParams, StepModelRunner, calibration_band, step_model_params
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+
+
+FITTED, ROOFLINE = "fitted", "roofline"
 
 
 def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: Optimization) -> EngineSizing:
@@ -31,14 +35,14 @@ def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: 
     model = load_model(config.model)
     kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, model)
     max_model_len = config.max_model_len or model.max_position_embeddings or 4096
+    scheduler = engine_scheduler(config, scheduler)
     inputs = PlanInputs(model=model, gpu=load_gpu(config.gpu), tp=config.tp, kv_format=kv_format,
                         context=max_model_len, block_size=config.block_size,
                         gpu_memory_utilization=config.gpu_memory_utilization,
                         kv_cache_bytes=None if config.kv_cache_gib is None else config.kv_cache_gib * GIB,
-                        weight_dtype=config.weight_dtype)
-    if config.engine is not None:
-        inputs = replace(inputs, engine=config.engine, engine_version=parse_version(config.engine_version),
-                         max_num_batched_tokens=scheduler.max_num_batched_tokens, max_num_seqs=scheduler.max_num_seqs)
+                        weight_dtype=config.weight_dtype, engine=config.generation,
+                        engine_version=parse_version(config.engine_version),
+                        max_num_batched_tokens=scheduler.max_num_batched_tokens, max_num_seqs=scheduler.max_num_seqs)
     capacity = plan(inputs, suggest=False)
     budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * scheduler.max_num_seqs
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
@@ -51,18 +55,18 @@ def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: 
 
 @dataclass(frozen=True)
 class SimulatedEngineFactory:
-    """Engines whose steps take the time the GPU's roofline model says, with no KV tensors."""
+    """Engines with no KV tensors whose steps take the time the step model (or the roofline) says."""
 
     sizing: SizingConfig
-    scheduler: SchedulerConfig = SchedulerConfig()
+    scheduler: SchedulerConfig = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)  # the engine's
     tiers: TierConfig = TierConfig()
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
     # entropy-budget's per-layer split (e.g. a real run's probe); None: every layer the budget
     layer_budgets: tuple[int, ...] | None = None
     mode: str = "simulated"
-    # Issue 15, opt-in: None times steps by the bare roofline; "fitted" by the calibrated step
-    # model with the GPU family's committed factors; any other text is a `kvplan calibrate` file;
-    # StepModelParams: these factors (the calibration fit replays runs with trial factors).
+    # None or "fitted": the step model with the shipped factors of the GPU family and engine;
+    # "roofline": the bare roofline at datasheet peak (a lower bound); any other text is a
+    # `kvplan calibrate` file; StepModelParams: these factors (fits replay runs with trial ones).
     step_model: str | StepModelParams | None = None
 
     def check(self, optimization: Optimization) -> None:
@@ -88,16 +92,15 @@ class SimulatedEngineFactory:
                                    recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops,
                                    copy_s_per_slot=2 * sizing.slot_bytes / roofline.bandwidth)
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
-        scheduler = replace(self.scheduler, swap_slots=swap_slots)
-        runner = SimulatedRunner(roofline)
+        scheduler = replace(engine_scheduler(config, self.scheduler, sizing.capacity_slots), swap_slots=swap_slots)
+        runner = SimulatedRunner(roofline)  # "roofline": datasheet peak, a lower bound
         if isinstance(self.step_model, StepModelParams):
             runner = StepModelRunner(roofline, self.step_model)
-        elif self.step_model is not None:
-            calibration = None if self.step_model == "fitted" else self.step_model
+        elif self.step_model != ROOFLINE:
+            calibration = None if self.step_model in (None, FITTED) else self.step_model
             engine = config.engine or "vllm"
             key = factor_key(roofline.gpu.family, config.weight_dtype, engine, config.engine_version or "")
-            generation = engine_generation(engine, config.engine_version or "")
-            runner = StepModelRunner(roofline, step_model_params(calibration, key, generation))
+            runner = StepModelRunner(roofline, step_model_params(calibration, key, config.generation))
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
@@ -105,9 +108,31 @@ class SimulatedEngineFactory:
         runner = getattr(engine.runner, "runner", engine.runner)  # under the bench client's StepObserver
         if isinstance(runner, StepModelRunner):  # which step-model factors timed this run
             metrics["step_model"] = runner.params.source
+            if self.step_model in (None, FITTED):
+                metrics["time_error_band"] = time_error_band(runner.roofline.gpu.family, self.sizing.generation)
+            elif isinstance(self.step_model, str):
+                band = calibration_band(self.step_model)
+                if band is not None:
+                    metrics["time_error_band"] = band
         budget = getattr(engine.allocator, "budget", None)
         if budget is not None and not budget.windowed:  # compaction copies, charged as time
             metrics["eviction_copied_slots"] = round(budget.copied_total)  # entropy-budget: a mean over layers
         if budget is not None and budget.spec.layer_budgets:
             metrics["layer_budgets"] = list(budget.spec.layer_budgets)
         return metrics
+
+
+def time_error_band(gpu_family: str, generation: str) -> dict[str, Any]:
+    """How far the shipped factors' time figures were from measured runs they were not fitted
+    on, for this GPU family and engine generation (kvplan.sim.held_out): each figure's median
+    absolute error and its runs. A family no measured run covers is `unvalidated` and gets the
+    errors the fit made on GPU families it was not fitted on, where the table has them."""
+    band = held_out_band(gpu_family, generation)
+    base = {"basis": "leave one sweep out", "gpu_family": gpu_family, "engine": generation}
+    if band is not None:
+        return {**base, **band}
+    unseen = held_out_band(UNSEEN_FAMILY, generation)  # how the fit did on a GPU family it never saw
+    if unseen is not None:
+        return {**base, "unvalidated": True, "basis": "leave one GPU family out", **unseen}
+    return {**base, "unvalidated": True}
+

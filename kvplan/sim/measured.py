@@ -26,7 +26,8 @@ from typing import Any
 
 from kvplan.plan.log_setup import weight_dtype_hint
 from kvplan.spec.resolve import load_gpu, load_model
-from kvplan.plan.memory_model import LONG_CONTEXT, released_before
+from kvplan.plan.engine_releases import batch_defaults as batch_defaults_for, parse_version
+from kvplan.plan.versions import released_before
 from kvplan.sim.factor_table import engine_generation
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms", "latency_avg_s")
@@ -65,7 +66,7 @@ class MeasuredRun:
     dataset: str = "random"
     input_len: int | None = None
     output_len: int | None = None
-    range_ratio: float = 0.0
+    range_ratio: float | None = None  # --random-range-ratio as the run's client read it; None: fixed lengths
     num_prompts: int = 1000
     request_rate: float = math.inf
     max_concurrency: int | None = None
@@ -74,6 +75,7 @@ class MeasuredRun:
     max_num_seqs: int | None = None  # None: the engine's default (batch_defaults)
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None  # None: the engine version's default
     engine_version: str = ""  # "" = current
     num_scheduler_steps: int = 1  # vLLM V0 multi-step scheduling
     chunked_prefill: bool | None = None
@@ -169,7 +171,7 @@ def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> 
         run_id=path.name, sweep=settings.get("sweep") or path.name, benchmark="serving",
         model=settings.get("model") or str(data.get("model_id")), gpu=settings["gpu"], tp=int(settings.get("tp") or 1),
         engine=settings.get("engine") or "vllm", dataset=dataset, input_len=input_len, output_len=output_len,
-        range_ratio=float(settings.get("range_ratio") or 0.0), num_prompts=completed,
+        range_ratio=None if settings.get("range_ratio") is None else float(settings["range_ratio"]), num_prompts=completed,
         request_rate=math.inf if rate is None else rate, max_concurrency=int(concurrency) if concurrency else None,
         weight_dtype=settings.get("weight_dtype"), kv_dtype=settings.get("kv_dtype") or "auto",
         max_num_seqs=settings.get("max_num_seqs"), engine_version=settings.get("engine_version") or "",
@@ -234,6 +236,7 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         num_scheduler_steps=int(record.get("num_scheduler_steps") or 1),
         chunked_prefill=record.get("enable_chunked_prefill"),
         max_num_batched_tokens=record.get("max_num_batched_tokens"), max_model_len=record.get("max_model_len"),
+        gpu_memory_utilization=_float(record.get("gpu_memory_utilization")),
         total_input_tokens=record.get("total_input_tokens"), total_output_tokens=record.get("total_output_tokens"),
         measured=measured, caveat=caveat, saturation_rate=_served_rate(record)), ""
 
@@ -278,29 +281,23 @@ def with_settings(run: MeasuredRun, **changes: Any) -> MeasuredRun:
 
 def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
                    max_model_len: int) -> tuple[int, int, bool]:
-    """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with.
-
-    The run's own settings where it states them, else vLLM's defaults for its version:
-    - V1 (vLLM >= 0.8; EngineArgs.get_batch_defaults): GPUs with >= 70 GiB that are not an
-      A100 get 1024 sequences and 8192 tokens for `vllm serve` (16384 for the offline LLM
-      class: bench throughput / latency); others 256 sequences and 2048 (8192 offline);
-      chunked prefill on.
-    - V0 (vLLM 0.5-0.7): 256 sequences; chunked prefill only for max_model_len > 32K, then
-      with a 512-token budget; otherwise one prompt per step up to max(max_model_len, 2048).
-      The offline scripts before 0.6.4 turned chunked prefill off unless asked
-      (OFFLINE_SCRIPTS_USE_ENGINE_ARGS).
-    SGLang runs get the V1 figures (a named simplification: its own defaults differ).
-    """
+    """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with: the run's
+    own settings where it states them, else vLLM's defaults for its version and GPU
+    (kvplan.plan.engine_releases.batch_defaults: `vllm serve`'s for serving runs, the offline
+    LLM class's for `bench throughput` / `latency`). V0's offline scripts before 0.6.4 turned
+    chunked prefill off unless asked (OFFLINE_SCRIPTS_USE_ENGINE_ARGS). SGLang runs take
+    SGLang's own limits instead (calibration.build_engine, core.setup.engine_scheduler)."""
     offline = run.benchmark in ("throughput", "latency")
-    if engine_generation(run.engine, run.engine_version) == "vllm-v0":
-        chunked = run.chunked_prefill
-        if chunked is None:
-            old_script = offline and released_before(run.engine_version, OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
-            chunked = max_model_len > LONG_CONTEXT and not old_script
-        budget = run.max_num_batched_tokens or (512 if chunked else max(max_model_len, 2048))
-        return run.max_num_seqs or 256, budget, chunked
-    big = gpu_memory_gib >= 70 and "a100" not in gpu_name.lower()
-    seqs = 1024 if big else 256
-    budget = (16384 if big else 8192) if offline else (8192 if big else 2048)
-    chunked = True if run.chunked_prefill is None else run.chunked_prefill
-    return run.max_num_seqs or seqs, run.max_num_batched_tokens or budget, chunked
+    generation = engine_generation(run.engine, run.engine_version)
+    generation = generation if generation in ("vllm-v0", "vllm-v1") else "vllm-v1"
+    defaults = batch_defaults_for(generation, parse_version(run.engine_version), gpu_memory_gib, gpu_name,
+                                  max_model_len, offline)
+    chunked = run.chunked_prefill
+    if chunked is None:
+        old_script = generation == "vllm-v0" and offline and released_before(run.engine_version,
+                                                                             OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
+        chunked = defaults.chunked_prefill and not old_script
+    budget = defaults.max_num_batched_tokens
+    if generation == "vllm-v0" and not chunked:
+        budget = max(max_model_len, 2048)
+    return run.max_num_seqs or defaults.max_num_seqs, run.max_num_batched_tokens or budget, chunked

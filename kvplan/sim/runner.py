@@ -19,16 +19,19 @@ class SimulatedRunner:
         self.roofline = roofline
         model, fmt, tp = roofline.model, roofline.kv_format, roofline.tp
         self.slot_bytes = model.kv_bytes_per_token(fmt, tp)
-        # Per attention group: (window or None, KV bytes per token, attention FLOPs per query-key pair).
+        # Per attention group: (window or None, KV bytes per token, attention FLOPs per query-key
+        # pair of a decode and of a prefill; they differ for MLA, AttentionGroup.attention_flops_per_pair).
         heads = model.num_heads / tp
         self.groups = [
-            (g.window, g.bytes_per_token(fmt, tp),
-             4.0 * g.num_layers * heads * (g.latent_dim if g.kind == "mla" else g.head_dim))
+            (g.window, g.bytes_per_token(fmt, tp), g.attention_flops_per_pair(heads, prefill=False),
+             g.attention_flops_per_pair(heads, prefill=True))
             for g in model.token_groups
         ]
-        self.windowed = any(window for window, _, _ in self.groups)
-        self.read_bytes_per_token = sum(b for _, b, _ in self.groups)
-        self.flops_per_pair = sum(f for _, _, f in self.groups)
+        self.windowed = any(group[0] for group in self.groups)
+        self.read_bytes_per_token = sum(group[1] for group in self.groups)
+        self.decode_flops_per_pair = sum(group[2] for group in self.groups)
+        self.prefill_flops_per_pair = sum(group[3] for group in self.groups)
+        self.up_projection_flops = sum(g.up_projection_flops_per_token(heads) for g in model.token_groups)
         self.host_link = host_link_bytes_per_s or roofline.gpu.host_link_gbps * 1e9
 
     def attention_costs(self, plan: StepPlan) -> tuple[float, float]:
@@ -36,7 +39,10 @@ class SimulatedRunner:
         (shared with kvplan.sim.step_model, issue 15)."""
         if self.windowed:
             return self._windowed_costs(plan)
-        return plan.context_tokens * self.read_bytes_per_token, plan.attention_pairs * self.flops_per_pair
+        decode = plan.decode_pairs
+        flops = (decode * self.decode_flops_per_pair + (plan.attention_pairs - decode) * self.prefill_flops_per_pair
+                 + plan.prefill_context * self.up_projection_flops)
+        return plan.context_tokens * self.read_bytes_per_token, flops
 
     def step_time(self, plan: StepPlan) -> float:
         """Modeled seconds for one step (the plan's tokens are not yet counted as computed)."""
@@ -52,12 +58,12 @@ class SimulatedRunner:
         for seq, count in plan.scheduled:
             before = seq.num_computed
             after = before + count
-            for window, bytes_per_token, flops_per_pair in self.groups:
+            for window, bytes_per_token, decode_flops, prefill_flops in self.groups:
                 seen = min(after, window) if window else after
                 kv_bytes += seen * bytes_per_token
                 # Each new token attends to at most `window` earlier tokens.
                 pairs = count * before + count * (count + 1) // 2
                 if window:
                     pairs = min(pairs, count * window)
-                flops += pairs * flops_per_pair
+                flops += pairs * (decode_flops if count == 1 else prefill_flops)
         return kv_bytes, flops

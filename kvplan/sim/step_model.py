@@ -215,6 +215,17 @@ def load_calibration(path: str | Path) -> StepModelParams:
         raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
 
 
+def calibration_band(path: str | Path) -> dict[str, Any] | None:
+    """A calibration file's own held-out errors (`kvplan calibrate`: each run left out of the fit
+    in turn), as time_error_band writes them; None for files written without them."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    band = data.get("held_out") if isinstance(data, dict) else None
+    return {"basis": "leave one run out (the calibration's own runs)", **band} if isinstance(band, dict) else None
+
+
 def step_model_params(calibration: str | None, family: str, generation: str = DEFAULT_GENERATION) -> StepModelParams:
     """A calibration file's factors if one is given, else the shipped defaults."""
     return load_calibration(calibration) if calibration else default_params(family, generation)

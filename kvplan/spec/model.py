@@ -45,6 +45,10 @@ class AttentionGroup:
     state_bytes_per_layer: int = 0
     rope_dim: int = 0  # mla: the RoPE part of the latent (qk_rope_head_dim)
     sparse: bool = False  # mla read by DeepSeek sparse attention (an indexer picks the keys)
+    # mla: the per-head dimensions of the uncompressed keys' no-RoPE part and of the values
+    # (qk_nope_head_dim, v_head_dim), which a prefill computes with (see attention_flops_per_pair)
+    nope_dim: int = 0
+    value_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.num_layers <= 0:
@@ -55,6 +59,28 @@ class AttentionGroup:
             raise ValueError(f"{self.kind} attention needs a positive window")
         if self.kind in ("mla", "indexer") and self.latent_dim <= 0:
             raise ValueError(f"{self.kind} cache needs a positive latent dimension")
+
+    def attention_flops_per_pair(self, heads: float, prefill: bool) -> float:
+        """FLOPs of QK^T and PV for one (query, key) pair over `heads` heads of every layer.
+
+        MLA as vLLM runs it (vllm/v1/attention/backends/mla/common.py): a decode attends in the
+        latent space with the key and value up-projections absorbed into the query and the
+        output (QK^T over kv_lora_rank + rope, PV over kv_lora_rank); a prefill up-projects the
+        latent to per-head keys and values and runs plain attention over them (QK^T over
+        nope + rope, PV over the value dimension). Other layers: 2 x head_dim each way."""
+        if self.kind == "mla" and self.value_dim:
+            lora = self.latent_dim - self.rope_dim
+            dims = (self.nope_dim + self.rope_dim + self.value_dim) if prefill else (self.latent_dim + lora)
+            return 2.0 * self.num_layers * heads * dims
+        dim = self.latent_dim if self.kind == "mla" else self.head_dim
+        return 4.0 * self.num_layers * heads * dim
+
+    def up_projection_flops_per_token(self, heads: float) -> float:
+        """MLA prefill: FLOPs to up-project one context token's latent to every head's key
+        (no-RoPE part) and value, per step that prefills over it; 0 for other layers."""
+        if self.kind != "mla" or not self.value_dim:
+            return 0.0
+        return 2.0 * self.num_layers * heads * (self.latent_dim - self.rope_dim) * (self.nope_dim + self.value_dim)
 
     @property
     def has_token_kv(self) -> bool:

@@ -46,6 +46,9 @@ class BenchLoad:
     input_len: int = 1024
     output_len: int = 128
     range_ratio: float = 0.0
+    # vLLM's benchmark before 0.8.4 read the ratio as a floor: lengths in [len x r, len], its
+    # default 1.0 meaning fixed; from 0.8.4, [len x (1 - r), len x (1 + r)], default 0.0
+    range_below: bool = False
     request_rate: float = math.inf
     burstiness: float = 1.0
     max_concurrency: int | None = None
@@ -58,8 +61,11 @@ class BenchLoad:
             raise ValueError(f"--num-prompts must be at least 1, got {self.num_prompts}")
         if self.input_len < 1 or self.output_len < 1:
             raise ValueError("--input-len and --output-len must be at least 1")
-        if not 0.0 <= self.range_ratio < 1.0:
-            raise ValueError(f"--random-range-ratio must be in [0, 1) (current vLLM), got {self.range_ratio}")
+        if self.range_below and not 0.0 <= self.range_ratio <= 1.0:
+            raise ValueError(f"--random-range-ratio must be in [0, 1] (vLLM before 0.8.4), got {self.range_ratio}")
+        if not self.range_below and not 0.0 <= self.range_ratio < 1.0:
+            raise ValueError(f"--random-range-ratio must be in [0, 1) (vLLM 0.8.4 and later; before it 1.0 meant "
+                             f"fixed lengths: give --engine-version), got {self.range_ratio}")
         if not self.request_rate > 0:
             raise ValueError(f"--rate must be positive or inf, got {self.request_rate}")
         if not self.burstiness > 0:
@@ -69,11 +75,16 @@ class BenchLoad:
 
 
 def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,
-                   range_ratio: float) -> tuple[np.ndarray, np.ndarray]:
-    """vLLM RandomDataset's integer-uniform lengths around the requested means."""
-    in_low, in_high = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
-    out_low = max(math.floor(output_len * (1 - range_ratio)), 1)
-    out_high = max(math.ceil(output_len * (1 + range_ratio)), 1)
+                   range_ratio: float, below: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """vLLM RandomDataset's integer-uniform lengths around the requested means (below: the
+    benchmark before 0.8.4, from len x ratio up to len)."""
+    if below:
+        in_low, in_high = int(input_len * range_ratio), input_len
+        out_low, out_high = max(int(output_len * range_ratio), 1), output_len
+    else:
+        in_low, in_high = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
+        out_low = max(math.floor(output_len * (1 - range_ratio)), 1)
+        out_high = max(math.ceil(output_len * (1 + range_ratio)), 1)
     prompts = np.maximum(rng.integers(in_low, in_high + 1, size=n), 1)
     outputs = rng.integers(out_low, out_high + 1, size=n)
     return prompts, outputs
@@ -117,7 +128,8 @@ def bench_requests(load: BenchLoad, prompt_scale: float = 1.0, output_scale: flo
     """
     rng = np.random.default_rng(load.seed)
     if load.dataset == "random":
-        prompts, outputs = random_lengths(rng, load.num_prompts, load.input_len, load.output_len, load.range_ratio)
+        prompts, outputs = random_lengths(rng, load.num_prompts, load.input_len, load.output_len, load.range_ratio,
+                                          load.range_below)
     else:
         prompts, outputs = sharegpt_lengths(load.num_prompts, load.seed)
         prompts = np.maximum(np.rint(prompts * prompt_scale), 1).astype(np.int64)
