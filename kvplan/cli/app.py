@@ -11,6 +11,7 @@ from kvplan.cli.calibrate import calibrate
 from kvplan.cli.estimate import estimate
 from kvplan.cli.explain import explain
 from kvplan.cli.help_format import Command, Group
+from kvplan.cli.plan import plan
 from kvplan.cli.report import report
 from kvplan.cli.sweep import sweep
 
@@ -25,6 +26,7 @@ app = typer.Typer(
 app.command("estimate", cls=Command)(estimate)
 app.command("explain", cls=Command)(explain)
 app.command("bench", cls=Command)(bench)
+app.command("plan", cls=Command)(plan)
 app.command("calibrate", cls=Command)(calibrate)
 app.command("report", cls=Command)(report)
 app.command("sweep", cls=Command)(sweep)

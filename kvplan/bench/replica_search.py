@@ -1,0 +1,156 @@
+"""The highest request rate one replica sustains within an SLO, found by bisection on the
+rate with kvplan's own simulated engine (the same memory model, scheduler and step model as
+`kvplan bench`).
+
+For one candidate (GPU, TP, KV dtype, max_num_seqs):
+1. it is sized as `bench` sizes it; weights or one request that do not fit end it ("memory");
+2. every request alone (a closed loop of one): if the SLO fails with no queue, no rate meets
+   it ("latency");
+3. everything at once: the rate a burst drains at, the first top of the bracket (doubled while
+   a steady stream at that rate still meets the SLO: a burst's drain tail understates it);
+4. bisection on the Poisson rate within the bracket, keeping the highest rate whose run meets
+   the SLO. Each trial's arrivals span WARM_UP lone-request latencies, so a growing queue
+   shows in its percentiles. Meeting a tighter SLO implies meeting a looser one run by run, so a tighter
+   SLO never gives a higher capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan.bench.config import BenchConfig, ClusterConfig
+from kvplan.bench.slo import Slo
+from kvplan.bench.workloads import WorkloadSpec
+from kvplan.core.scheduler import SchedulerConfig
+from kvplan.core.setup import SizingConfig
+
+BISECTIONS = 6  # capacity to within 1/64 of the bracket
+EXPANSIONS = 3  # doublings of the bracket's top while the top still meets the SLO
+ALONE_REQUESTS = 8  # requests of the no-load probe
+UNBOUNDED_RATE = 1e9  # requests/s: with a closed loop of one, each request goes when the last ends
+WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
+MAX_TRIAL_REQUESTS = 4000
+VLLM_DATASETS = ("random", "sharegpt")  # the kinds `--rate inf` sends as vLLM's client does
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: str
+    tp: int = 1
+    kv_dtype: str = "auto"
+    max_num_seqs: int | None = None  # the engine's default
+
+    @property
+    def label(self) -> str:
+        seqs = f", max_num_seqs {self.max_num_seqs}" if self.max_num_seqs else ""
+        return f"{self.gpu} x{self.tp} TP, KV {self.kv_dtype}{seqs}"
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What is to be served: the model, the traffic and its SLO, and how it is simulated."""
+
+    model: str
+    rate: float  # requests per second, the whole deployment
+    slo: Slo
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)  # its rate is set per trial
+    optimization: str = "prefix"  # vLLM V1 and SGLang cache prefixes by default
+    num_requests: int = 300  # per replica and trial
+    engine: str | None = None
+    engine_version: str | None = None
+    step_model: str | None = None
+    seed: int = 0
+
+    def config(self, candidate: Candidate, pods: int = 1, router: str | None = None,
+               max_concurrency: int | None = None) -> BenchConfig:
+        sizing = SizingConfig(model=self.model, gpu=candidate.gpu, tp=candidate.tp, kv_dtype=candidate.kv_dtype,
+                              engine=self.engine, engine_version=self.engine_version)
+        scheduler = SchedulerConfig(max_num_seqs=candidate.max_num_seqs, max_num_batched_tokens=None)
+        cluster = ClusterConfig(pods=pods, routers=(router,) if router else ())
+        return BenchConfig(sizing=sizing, scheduler=scheduler, cluster=cluster, seed=self.seed,
+                           step_model=self.step_model, max_concurrency=max_concurrency)
+
+
+@dataclass
+class CapacityResult:
+    candidate: Candidate
+    status: str  # ok, memory (does not fit), latency (misses the SLO with no queue)
+    reason: str = ""
+    capacity_rps: float = 0.0  # highest rate found within the SLO (0 unless ok)
+    saturation_rps: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)  # the run at capacity (or the failing probe)
+    simulations: int = 0
+
+
+def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dict[str, Any]:
+    """One simulated run; its metrics."""
+    from kvplan.bench.matrix import run_matrix
+    from kvplan.bench.run import prepare
+
+    config, built = prepare(config, workload)
+    (record,) = run_matrix(config, built.requests, [demand.optimization])
+    return {**record.metrics, "kv_cache_gib": record.params.get("kv_cache_gib")}
+
+
+def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
+    """Requests of a trial at `rate`: enough to arrive over WARM_UP end-to-end latencies of a
+    lone request, so a queue that grows shows in the percentiles (a short trial is all ramp)."""
+    wanted = math.ceil(rate * WARM_UP * e2e_alone_s)
+    return max(demand.num_requests, min(MAX_TRIAL_REQUESTS, wanted))
+
+
+def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
+    result = CapacityResult(candidate, "ok")
+    base = dataclasses.replace(demand.workload, num_requests=demand.num_requests)
+
+    def run(workload: WorkloadSpec, **options: Any) -> dict[str, Any]:
+        result.simulations += 1
+        return simulate(demand, demand.config(candidate, **options), workload)
+
+    try:  # every request alone: a closed loop of one, sent as fast as it goes
+        alone = run(dataclasses.replace(base, num_requests=min(ALONE_REQUESTS, demand.num_requests),
+                                        rate=UNBOUNDED_RATE), max_concurrency=1)
+    except ValueError as err:  # sizing: the weights, or one request, do not fit
+        result.status, result.reason = "memory", str(err).splitlines()[0]
+        return result
+    missed = demand.slo.misses(alone)
+    if missed:
+        result.status, result.metrics = "latency", alone
+        result.reason = "misses the SLO with no queue: " + "; ".join(missed)
+        return result
+    e2e_alone = float(alone.get("e2e_s_p90") or 0.0)
+
+    def trial(rate: float) -> dict[str, Any]:
+        return run(dataclasses.replace(base, rate=rate, num_requests=trial_requests(demand, rate, e2e_alone)))
+
+    # everything at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst
+    saturated = run(dataclasses.replace(base, rate=math.inf) if base.kind in VLLM_DATASETS
+                    else dataclasses.replace(base, arrival="burst"))
+    result.saturation_rps = float(saturated.get("requests_per_s") or 0.0)
+    low, high = 0.0, result.saturation_rps
+    for _ in range(EXPANSIONS):  # a burst's drain tail understates what a steady stream sustains
+        metrics = trial(high)
+        if not demand.slo.meets(metrics):
+            break
+        low, result.metrics, high = high, metrics, 2 * high
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        metrics = trial(middle)
+        if demand.slo.meets(metrics):
+            low, result.metrics = middle, metrics
+        else:
+            high = middle
+    if low == 0.0:
+        result.status = "latency"
+        result.reason = (f"misses the SLO at every rate tried down to {high:.3g} req/s "
+                         f"(a burst drains at {result.saturation_rps:.3g} req/s)")
+    result.capacity_rps = low
+    return result
+
+
+def capacity_item(item: tuple[Demand, Candidate]) -> CapacityResult:
+    """replica_capacity for a process pool (one picklable argument)."""
+    return replica_capacity(*item)

@@ -1,0 +1,146 @@
+"""`kvplan plan`: how many of which GPUs serve this traffic within the SLO, and at what cost."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from kvplan.cli.common import (ENGINE, HARDWARE, KV_PANEL, OUTPUT, WORKLOAD, EngineOpt, EngineVersionOpt, JsonOpt,
+                               SeedOpt, cli_errors, console, error_console)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{flag} takes positive whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'")
+    return values
+
+
+@cli_errors("out")
+def plan(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="Profile name, Hugging Face id or config.json.")],
+    rate: Annotated[float, typer.Option(metavar="REQ/S", rich_help_panel=WORKLOAD, help="Requests per second the whole deployment must serve.")],
+    slo: Annotated[str, typer.Option(metavar="TARGETS", rich_help_panel=WORKLOAD, help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. ttft_p90=2s,tpot_p90=60ms.")] = "ttft_p90=2s",
+    workload: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=WORKLOAD, help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, system-prompt, rag, chat, ...")] = "sharegpt",
+    workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", metavar="NAME=VALUE", rich_help_panel=WORKLOAD, help="Generator setting NAME=VALUE, as in kvplan bench.")] = None,
+    gpus: Annotated[Optional[str], typer.Option(metavar="NAMES", rich_help_panel=HARDWARE, help="GPUs to consider, comma-separated; default: every GPU the price file names.")] = None,
+    prices: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=HARDWARE, help="TOML file of $/GPU-hour ([usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.")] = None,
+    tp: Annotated[str, typer.Option(metavar="SIZES", rich_help_panel=HARDWARE, help="Tensor-parallel sizes to consider.")] = "1,2,4,8",
+    kv_dtype: Annotated[str, typer.Option(metavar="FORMATS", rich_help_panel=KV_PANEL, help="KV formats to consider, e.g. auto,fp8.")] = "auto",
+    max_num_seqs: Annotated[Optional[str], typer.Option(metavar="NS", rich_help_panel=ENGINE, help="--max-num-seqs values to consider; default: the engine's.")] = None,
+    max_gpus: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=HARDWARE, help="Most GPUs a plan may use.")] = None,
+    optimization: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=KV_PANEL, help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's and SGLang's default.")] = "prefix",
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
+    step_model: Annotated[Optional[str], typer.Option(metavar="NAME", rich_help_panel=ENGINE, help="fitted (default) or roofline, or a kvplan calibrate file.")] = None,
+    num_requests: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="Requests per replica in each simulated trial.")] = 300,
+    workers: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=OUTPUT, help="Local processes for the search (default: the CPU count).")] = None,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = False,
+    out: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=OUTPUT, help="Also write the plan as JSON (kvplan.plan/1) to FILE.")] = None,
+) -> None:
+    """Find the cheapest deployment (GPU, TP, KV format, replicas) that serves --rate within --slo: per-replica capacity by bisection on kvplan's simulated engine, the best candidates verified as a whole cluster."""
+    from kvplan.bench.deploy_plan import make_plan, plan_json
+    from kvplan.bench.optimizations import parse_optimization
+    from kvplan.bench.prices import load_prices
+    from kvplan.bench.replica_search import Candidate, Demand
+    from kvplan.bench.slo import parse_slo
+    from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
+    from kvplan.results.atomic import strict_json, write_text
+    from kvplan.spec.resolve import load_gpu, load_model
+
+    if not rate > 0 or rate == float("inf"):
+        raise ValueError(f"--rate must be a positive number of requests per second, got {rate}")
+    if num_requests < 10:
+        raise ValueError(f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}")
+    if max_gpus is not None and max_gpus < 1:
+        raise ValueError(f"--max-gpus must be at least 1, got {max_gpus}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    targets = parse_slo(slo)
+    price_table = load_prices(prices) if prices else {}
+    if gpus:
+        gpu_names = [load_gpu(name.strip()).name for name in gpus.split(",") if name.strip()]
+    elif price_table:
+        gpu_names = sorted(price_table)
+    else:
+        raise ValueError("name the GPUs to consider with --gpus h100-80gb,l40s,... or give a --prices file")
+    parse_optimization(optimization)
+    load_model(model)  # an unknown model fails here, before any search
+    seqs: list[int | None] = list(_ints(max_num_seqs, "--max-num-seqs")) if max_num_seqs else [None]
+    candidates = [Candidate(gpu, size, dtype.strip(), n) for gpu in dict.fromkeys(gpu_names)
+                  for size in _ints(tp, "--tp") for dtype in kv_dtype.split(",") for n in seqs]
+    demand = Demand(model=model, rate=rate, slo=targets,
+                    workload=WorkloadSpec(kind=workload, params=parse_workload_params(workload_param or [])),
+                    optimization=optimization, num_requests=num_requests, engine=engine,
+                    engine_version=engine_version, step_model=step_model, seed=seed)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=error_console, transient=True, disable=json_out) as progress:
+        task = progress.add_task("searching", total=len(candidates))
+        result = make_plan(demand, candidates, price_table, workers or os.cpu_count() or 1, max_gpus,
+                           lambda label: progress.update(task, advance=1, description=escape(label)))
+    data = plan_json(result)
+    if out:
+        write_text(out, strict_json(data, indent=2) + "\n")
+    if json_out:
+        print(json.dumps(data, indent=2))
+        return
+    _render(data)
+    if out:
+        error_console.print(f"[dim]plan: {escape(str(out))}[/]")
+
+
+def _money(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"${value:,.{digits}f}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:,.0f} ms" if value < 10 else f"{value:,.1f} s"
+
+
+def _render(data: dict) -> None:
+    table = Table(title=escape(f"{data['model']} at {data['rate_rps']:g} req/s of {data['workload']}, "
+                               f"SLO {data['slo']}"), header_style="bold", title_justify="left")
+    for column in ("#", "GPUs", "replicas x TP", "GPU", "KV", "$/hour", "$/M out tok", "p90 TTFT", "p90 TPOT",
+                   "KV use", "headroom", "why not"):
+        table.add_column(column, justify="left" if column in ("GPU", "KV", "why not") else "right",
+                         overflow="fold")
+    for i, row in enumerate(data["candidates"], 1):
+        feasible = row["status"] == "ok"
+        usage = row["predicted"].get("kv_cache_usage_mean")
+        table.add_row(str(i), str(row["gpus"]) if feasible else "-",
+                      f"{row['replicas']} x {row['tp']}" if feasible else f"- x {row['tp']}", escape(row["gpu"]),
+                      row["kv_dtype"], _money(row["usd_per_hour"]), _money(row["usd_per_million_output_tokens"], 3),
+                      _ms(row["predicted"].get("ttft_s_p90")) if feasible else "-",
+                      _ms(row["predicted"].get("tpot_s_p90")) if feasible else "-",
+                      "-" if usage is None or not feasible else f"{100 * usage:.0f}%",
+                      f"{row['headroom_rps']:,.1f}/s" if feasible else "-", escape((row["why_not"] or "").split(";")[0]))
+    console.print(table)
+    winner = data["candidates"][0] if data["winner"] is not None else None
+    if winner is None:
+        console.print("[bold red]no candidate meets the SLO at this rate[/]; the table says why each failed: "
+                      "try more GPU types or TP sizes (--gpus, --tp), fp8 KV (--kv-dtype auto,fp8) or a looser --slo")
+    else:
+        cost = (f" for {_money(winner['usd_per_hour'])}/hour" if winner["usd_per_hour"] is not None
+                else " (no price given: ranked by GPU count)")
+        console.print(f"[bold]winner:[/] {winner['replicas']} x {escape(winner['gpu'])} x TP {winner['tp']} "
+                      f"(KV {winner['kv_dtype']}) = {winner['gpus']} GPUs{cost}: each replica sustains "
+                      f"{winner['replica_capacity_rps']:.2f} req/s within the SLO, and a cluster of "
+                      f"{winner['replicas']} behind the {data['router']} router met it at {data['rate_rps']:g} req/s.")
+        band = winner.get("time_error_band") or {}
+        if band.get("output_throughput_error") is not None:
+            console.print(f"[dim]modeled times: held-out error on {band.get('gpu_family')} under {band.get('engine')} "
+                          f"±{100 * band['output_throughput_error']:.0f}% on tok/s"
+                          + (" (unvalidated GPU family)" if band.get("unvalidated") else "") + "[/]")
+    console.print(f"[dim]{data['simulations']} simulations; capacity per replica by bisection on the rate "
+                  "(to 1/64 of its saturated throughput); headroom = replicas x that capacity[/]")

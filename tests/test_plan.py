@@ -1,0 +1,134 @@
+"""`kvplan plan`: SLO parsing, the per-replica search against hand-derived roofline figures,
+monotonicity of the answer, the cluster check, and the command's output and errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from hardening_helpers import invoke
+from kvplan.bench.deploy_plan import make_plan
+from kvplan.bench.replica_search import BISECTIONS, Candidate, Demand, replica_capacity
+from kvplan.bench.slo import parse_slo
+from kvplan.bench.workloads import WorkloadSpec
+
+# Llama-3.1-8B: 8,030,261,248 parameters in bf16; H100 SXM: 3.35 TB/s (datasheet); KV per
+# token: 32 layers x 8 KV heads x 128 x (K, V) x 2 bytes.
+WEIGHT_BYTES = 8_030_261_248 * 2
+H100_BANDWIDTH = 3.35e12
+KV_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2
+
+
+def _decode_demand(slo: str, **overrides) -> Demand:
+    """Fixed 16-token prompts and 256 output tokens, at most 8 sequences a step: decode-bound."""
+    settings = dict(model="llama-3.1-8b", rate=20.0, slo=parse_slo(slo), optimization="paged", num_requests=64,
+                    workload=WorkloadSpec(kind="random", input_len=16, output_len=256), step_model="roofline")
+    return Demand(**{**settings, **overrides})
+
+
+def test_slo_reads_units_and_names_bad_input() -> None:
+    slo = parse_slo("ttft_p90=2s, tpot_p99=60ms,e2e_p50=30")
+    assert [(t.metric, t.limit_s) for t in slo.targets] == [("ttft_s_p90", 2.0), ("tpot_s_p99", 0.06),
+                                                            ("e2e_s_p50", 30.0)]
+    assert slo.misses({"ttft_s_p90": 2.5, "tpot_s_p99": 0.05, "e2e_s_p50": 1.0}) == ["ttft_p90 2.5 s > 2 s"]
+    assert slo.misses({"ttft_s_p90": None, "tpot_s_p99": 0.05, "e2e_s_p50": 1.0})  # unmeasured is a miss
+    for bad in ("ttft=2s", "ttft_p95=2s", "ttft_p90=-1s", "ttft_p90=2s,ttft_p90=3s"):
+        with pytest.raises(ValueError, match="--slo"):
+            parse_slo(bad)
+
+
+def test_saturation_and_lone_tpot_match_the_roofline_by_hand() -> None:
+    """Decode step of b sequences = (weights + their KV) / bandwidth. A burst of 64 requests in
+    batches of 8 runs 8 x 256 such steps at a mean context of 16 + 128 tokens."""
+    step_8 = (WEIGHT_BYTES + 8 * 144 * KV_BYTES_PER_TOKEN) / H100_BANDWIDTH
+    burst_rate = 64 / (8 * 256 * step_8)  # 6.458 req/s
+    result = replica_capacity(_decode_demand("tpot_p90=1s"), Candidate("h100-80gb", 1, "auto", 8))
+    assert result.status == "ok"
+    assert result.saturation_rps == pytest.approx(burst_rate, rel=2e-3)
+    # alone, one sequence a step at a context of up to 271 tokens: TPOT ~ weights / bandwidth
+    lone_tpot = (WEIGHT_BYTES + 144 * KV_BYTES_PER_TOKEN) / H100_BANDWIDTH  # 4.80 ms
+    tight = replica_capacity(_decode_demand(f"tpot_p90={0.97 * lone_tpot * 1000:.3f}ms"),
+                             Candidate("h100-80gb", 1, "auto", 8))
+    assert tight.status == "latency" and "no queue" in tight.reason
+    loose = replica_capacity(_decode_demand(f"tpot_p90={1.03 * lone_tpot * 1000:.3f}ms"),
+                             Candidate("h100-80gb", 1, "auto", 1))  # one sequence a step: never batched
+    assert loose.status == "ok" and loose.capacity_rps > 0
+    # the bisection's last trial is within 1/64 of its bracket
+    assert loose.simulations <= 2 + 3 + BISECTIONS + 1
+
+
+def test_replicas_are_the_division_then_what_the_cluster_needs() -> None:
+    demand = _decode_demand("ttft_p90=2s", rate=12.0)
+    plan = make_plan(demand, [Candidate("h100-80gb", 1, "auto", 8)], {"h100-80gb": 2.0})
+    row = plan.rows[0]
+    assert row.division_replicas == math.ceil(12.0 / row.capacity.capacity_rps)
+    assert row.verified and plan.winner is row
+    assert row.usd_per_hour == pytest.approx(2.0 * row.gpus)
+    assert demand.slo.meets(row.cluster_metrics)
+
+
+def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
+    candidates = [Candidate("l4", 1), Candidate("l4", 2)]
+
+    def gpus(rate: float, slo: str) -> int:
+        demand = Demand(model="llama-3.1-8b", rate=rate, slo=parse_slo(slo), num_requests=60, optimization="paged")
+        winner = make_plan(demand, candidates, {"l4": 0.8}).winner
+        assert winner is not None
+        return winner.gpus
+
+    by_rate = [gpus(rate, "ttft_p90=2s") for rate in (0.5, 2.0, 6.0)]
+    assert by_rate == sorted(by_rate) and by_rate[-1] > by_rate[0]
+    assert gpus(2.0, "ttft_p90=0.5s,tpot_p90=80ms") >= gpus(2.0, "ttft_p90=5s")
+
+
+def test_prefix_workloads_are_verified_behind_the_kv_aware_router() -> None:
+    demand = Demand(model="llama-3.1-8b", rate=8.0, slo=parse_slo("ttft_p90=1s"), num_requests=60,
+                    workload=WorkloadSpec(kind="system-prompt"), step_model="roofline")
+    plan = make_plan(demand, [Candidate("l4", 1)], {})
+    row = plan.rows[0]
+    assert plan.router == "kv-aware" and row.verified
+    assert row.cluster_metrics.get("prefix_hit_rate", 0) > 0.5  # the shared system prompt is served from cache
+    assert demand.slo.meets(row.cluster_metrics)
+
+
+def test_cli_plan_prints_a_ranked_table_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[usd_per_gpu_hour]\n"NVIDIA L4" = 0.8\na100-80gb = 1.6\n')
+    out = tmp_path / "plan.json"
+    args = ["plan", "llama-3.1-8b", "--rate", "4", "--prices", str(prices), "--tp", "1,2", "--step-model",
+            "roofline", "--num-requests", "40", "--workers", "1", "--out", str(out)]
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert "winner:" in result.output and "simulations" in result.output
+    data = json.loads(out.read_text())
+    assert data["schema"] == "kvplan.plan/1" and data["winner"] == 0
+    assert {row["gpu"] for row in data["candidates"]} == {"l4", "a100-80gb"} and len(data["candidates"]) == 4
+    first = data["candidates"][0]
+    assert first["status"] == "ok" and first["verified"] and first["usd_per_hour"] == pytest.approx(
+        first["gpus"] * {"l4": 0.8, "a100-80gb": 1.6}[first["gpu"]])
+    costs = [row["usd_per_hour"] for row in data["candidates"] if row["status"] == "ok"]
+    assert costs == sorted(costs)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rate", "0"], "--rate"),
+    (["--rate", "4", "--slo", "ttft=2"], "--slo"),
+    (["--rate", "4"], "--gpus"),
+    (["--rate", "4", "--gpus", "l4", "--tp", "0"], "--tp"),
+    (["--rate", "4", "--gpus", "no-such-gpu"], "no-such-gpu"),
+])
+def test_cli_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = invoke(["plan", "llama-3.1-8b", *args])
+    assert result.exit_code == 2 and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_price_file_is_named(tmp_path: Path) -> None:
+    prices = tmp_path / "p.toml"
+    prices.write_text("[usd_per_gpu_hour]\nl4 = -1\n")
+    result = invoke(["plan", "llama-3.1-8b", "--rate", "4", "--prices", str(prices)])
+    assert result.exit_code == 2 and "p.toml" in result.output and "positive" in result.output
