@@ -143,4 +143,4 @@ def _render(data: dict) -> None:
                           f"±{100 * band['output_throughput_error']:.0f}% on tok/s"
                           + (" (unvalidated GPU family)" if band.get("unvalidated") else "") + "[/]")
     console.print(f"[dim]{data['simulations']} simulations; capacity per replica by bisection on the rate "
-                  "(to 1/64 of its saturated throughput); headroom = replicas x that capacity[/]")
+                  "(to 1/64 of its bracket); headroom = replicas x that capacity[/]")
