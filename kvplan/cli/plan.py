@@ -117,12 +117,13 @@ def _render(data: dict) -> None:
                          overflow="fold")
     for i, row in enumerate(data["candidates"], 1):
         feasible = row["status"] == "ok"
+        mark = "" if row["verified"] else "*"  # figures of one replica at its capacity, not the cluster
         usage = row["predicted"].get("kv_cache_usage_mean")
         table.add_row(str(i), str(row["gpus"]) if feasible else "-",
                       f"{row['replicas']} x {row['tp']}" if feasible else f"- x {row['tp']}", escape(row["gpu"]),
                       row["kv_dtype"], _money(row["usd_per_hour"]), _money(row["usd_per_million_output_tokens"], 3),
-                      _ms(row["predicted"].get("ttft_s_p90")) if feasible else "-",
-                      _ms(row["predicted"].get("tpot_s_p90")) if feasible else "-",
+                      _ms(row["predicted"].get("ttft_s_p90")) + mark if feasible else "-",
+                      _ms(row["predicted"].get("tpot_s_p90")) + mark if feasible else "-",
                       "-" if usage is None or not feasible else f"{100 * usage:.0f}%",
                       f"{row['headroom_rps']:,.1f}/s" if feasible else "-", escape((row["why_not"] or "").split(";")[0]))
     console.print(table)
@@ -142,5 +143,8 @@ def _render(data: dict) -> None:
             console.print(f"[dim]modeled times: held-out error on {band.get('gpu_family')} under {band.get('engine')} "
                           f"±{100 * band['output_throughput_error']:.0f}% on tok/s"
                           + (" (unvalidated GPU family)" if band.get("unvalidated") else "") + "[/]")
+    if any(row["status"] == "ok" and not row["verified"] for row in data["candidates"]):
+        console.print("[dim]* not verified as a cluster: one replica's p90s at its own capacity, "
+                      "not at the target rate[/]")
     console.print(f"[dim]{data['simulations']} simulations; capacity per replica by bisection on the rate "
                   "(to 1/64 of its bracket); headroom = replicas x that capacity[/]")
