@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.bench.pool import run_pool
-from kvplan.bench.replica_search import CapacityResult, Candidate, Demand, capacity_item, simulate
+from kvplan.bench.replica_search import CapacityResult, Candidate, Demand, capacity_item, settled_run
+from kvplan.results import ResultRecord, make_record
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
 VERIFY_TOP = 3  # candidates verified as a cluster
@@ -139,11 +140,10 @@ def _verify(demand: Demand, row: PlanRow, router: str, prices: dict[str, float])
 
     def meets(replicas: int) -> dict[str, Any] | None:
         nonlocal runs
-        runs += 1
-        requests = min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas)
-        workload = dataclasses.replace(demand.workload, num_requests=requests, rate=demand.rate)
-        metrics = simulate(demand, demand.config(candidate, pods=replicas, router=router if replicas > 1 else None),
-                           workload)
+        config = demand.config(candidate, pods=replicas, router=router if replicas > 1 else None)
+        metrics, made = settled_run(demand, config, demand.workload, demand.rate, row.capacity.e2e_alone_s,
+                                    min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas))
+        runs += made
         return metrics if demand.slo.meets(metrics) else None
 
     replicas, metrics = row.replicas, None
@@ -203,3 +203,20 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "workload": demand.workload.kind, "optimization": demand.optimization, "engine": demand.engine,
             "engine_version": demand.engine_version, "router": plan.router, "simulations": plan.simulations,
             "winner": 0 if winner else None, "candidates": rows}
+
+
+def plan_records(plan: Plan) -> list[ResultRecord]:
+    """One kvplan.result/1 record (kind "plan") per candidate, for `kvplan report`'s cost
+    against capacity chart."""
+    data = plan_json(plan)
+    run_id = f"plan-{data['model']}-{data['rate_rps']:g}".replace("/", "--")
+    records = []
+    for index, row in enumerate(data["candidates"]):
+        params = {name: row[name] for name in ("gpu", "tp", "kv_dtype", "max_num_seqs", "status", "verified")}
+        params.update(model=data["model"], rate_rps=data["rate_rps"], slo=data["slo"], workload=data["workload"])
+        metrics = {name: row[name] for name in ("replicas", "gpus", "replica_capacity_rps", "headroom_rps",
+                                                "usd_per_hour", "usd_per_million_output_tokens")}
+        metrics["winner"] = 1 if data["winner"] == index else 0
+        label = f"{row['replicas']}x {row['gpu']} TP{row['tp']} {row['kv_dtype']}"
+        records.append(make_record("plan", run_id, "simulated", label, params, metrics))
+    return records

@@ -32,7 +32,8 @@ EXPANSIONS = 3  # doublings of the bracket's top while the top still meets the S
 ALONE_REQUESTS = 8  # requests of the no-load probe
 UNBOUNDED_RATE = 1e9  # requests/s: with a closed loop of one, each request goes when the last ends
 WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
-MAX_TRIAL_REQUESTS = 4000
+MAX_TRIAL_REQUESTS = 8000
+SETTLE = 3.0  # a passing trial's arrivals must span this many of its own p90 end-to-end latencies
 VLLM_DATASETS = ("random", "sharegpt")  # the kinds `--rate inf` sends as vLLM's client does
 
 
@@ -83,6 +84,7 @@ class CapacityResult:
     saturation_rps: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)  # the run at capacity (or the failing probe)
     simulations: int = 0
+    e2e_alone_s: float = 0.0  # p90 end-to-end latency of a request alone: sets trial lengths
 
 
 def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dict[str, Any]:
@@ -100,6 +102,24 @@ def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
     lone request, so a queue that grows shows in the percentiles (a short trial is all ramp)."""
     wanted = math.ceil(rate * WARM_UP * e2e_alone_s)
     return max(demand.num_requests, min(MAX_TRIAL_REQUESTS, wanted))
+
+
+def settled_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec, rate: float,
+                e2e_alone_s: float, min_requests: int | None = None) -> tuple[dict[str, Any], int]:
+    """A run at `rate` long enough to settle, and how many simulations it took: one that meets
+    the SLO is rerun longer while its arrivals span less than SETTLE of its own p90 end-to-end
+    latencies (under load a request lasts far longer than alone, and a queue needs that long
+    to show). TPOT-only SLOs see the batch, not the queue, and are not rerun."""
+    queue_sensitive = any(target.figure in ("ttft", "e2e") for target in demand.slo.targets)
+    requests = max(min_requests or 0, trial_requests(demand, rate, e2e_alone_s))
+    metrics, runs = simulate(demand, config, dataclasses.replace(workload, rate=rate, num_requests=requests)), 1
+    while queue_sensitive and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS:
+        needed = math.ceil(rate * SETTLE * float(metrics.get("e2e_s_p90") or 0.0))
+        if needed <= requests:
+            break
+        requests = min(MAX_TRIAL_REQUESTS, needed)
+        metrics, runs = simulate(demand, config, dataclasses.replace(workload, rate=rate, num_requests=requests)), runs + 1
+    return metrics, runs
 
 
 def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
@@ -121,10 +141,12 @@ def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
         result.status, result.metrics = "latency", alone
         result.reason = "misses the SLO with no queue: " + "; ".join(missed)
         return result
-    e2e_alone = float(alone.get("e2e_s_p90") or 0.0)
+    e2e_alone = result.e2e_alone_s = float(alone.get("e2e_s_p90") or 0.0)
 
     def trial(rate: float) -> dict[str, Any]:
-        return run(dataclasses.replace(base, rate=rate, num_requests=trial_requests(demand, rate, e2e_alone)))
+        metrics, runs = settled_run(demand, demand.config(candidate), base, rate, e2e_alone)
+        result.simulations += runs
+        return metrics
 
     # everything at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst
     saturated = run(dataclasses.replace(base, rate=math.inf) if base.kind in VLLM_DATASETS

@@ -26,7 +26,7 @@ def _ints(text: str, flag: str) -> list[int]:
     return values
 
 
-@cli_errors("out")
+@cli_errors()
 def plan(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Profile name, Hugging Face id or config.json.")],
     rate: Annotated[float, typer.Option(metavar="REQ/S", rich_help_panel=WORKLOAD, help="Requests per second the whole deployment must serve.")],
@@ -47,15 +47,16 @@ def plan(
     workers: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=OUTPUT, help="Local processes for the search (default: the CPU count).")] = None,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
-    out: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=OUTPUT, help="Also write the plan as JSON (kvplan.plan/1) to FILE.")] = None,
+    out: Annotated[Optional[Path], typer.Option(metavar="DIR", rich_help_panel=OUTPUT, help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).")] = None,
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas) that serves --rate within --slo: per-replica capacity by bisection on kvplan's simulated engine, the best candidates verified as a whole cluster."""
-    from kvplan.bench.deploy_plan import make_plan, plan_json
+    from kvplan.bench.deploy_plan import make_plan, plan_json, plan_records
     from kvplan.bench.optimizations import parse_optimization
     from kvplan.bench.prices import load_prices
     from kvplan.bench.replica_search import Candidate, Demand
     from kvplan.bench.slo import parse_slo
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
+    from kvplan.results import write_jsonl
     from kvplan.results.atomic import strict_json, write_text
     from kvplan.spec.resolve import load_gpu, load_model
 
@@ -67,6 +68,8 @@ def plan(
         raise ValueError(f"--max-gpus must be at least 1, got {max_gpus}")
     if workers is not None and workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
+    if out is not None and out.exists() and not out.is_dir():
+        raise ValueError(f"--out '{out}' is a file; give a folder for plan.json and plan.jsonl")
     targets = parse_slo(slo)
     price_table = load_prices(prices) if prices else {}
     if gpus:
@@ -91,13 +94,16 @@ def plan(
                            lambda label: progress.update(task, advance=1, description=escape(label)))
     data = plan_json(result)
     if out:
-        write_text(out, strict_json(data, indent=2) + "\n")
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "plan.json", strict_json(data, indent=2) + "\n")
+        write_jsonl(out / "plan.jsonl", plan_records(result))
     if json_out:
         print(json.dumps(data, indent=2))
         return
     _render(data)
     if out:
-        error_console.print(f"[dim]plan: {escape(str(out))}[/]")
+        error_console.print(f"[dim]plan: {escape(str(out / 'plan.json'))}; kvplan report "
+                            f"{escape(str(out / 'plan.jsonl'))} draws cost against capacity[/]")
 
 
 def _money(value: float | None, digits: int = 2) -> str:

@@ -373,18 +373,20 @@ FIDELITY_METRICS = (("output_throughput", "output tokens/s"), ("mean_tpot_ms", "
                     ("median_ttft_ms", "median TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
 
 
-@chart("serving_fidelity", "Simulated vs measured vLLM runs: datasheet roofline and leave-one-sweep-out step model",
-       has_fidelity)
+@chart("serving_fidelity", "Simulated vs measured vLLM / SGLang runs: datasheet roofline and the step model "
+       "held out (leave one sweep out, fitted from scratch)", has_fidelity)
 def serving_fidelity(data: ReportData) -> Figure:
     frame = data.fidelity
+    # files written before the held-out protocols name the leave-one-sweep-out column "loso"
+    held = "held_out_sweep" if "held_out_sweep" in frame else "loso"
     shown = [(m, label) for m, label in FIDELITY_METRICS if (frame["metric"] == m).any()]
     figure, axes = new_figure(width=4.0 * len(shown), height=4.0, cols=len(shown))
     for ax, (metric, label) in zip(axes[0], shown):
         rows = frame[frame["metric"] == metric]
-        for column, color, name in (("datasheet", "#adb5bd", "datasheet"), ("loso", "#1c7ed6", "calibrated (LOSO)")):
+        for column, color, name in (("datasheet", "#adb5bd", "datasheet"), (held, "#1c7ed6", "step model, held out")):
             ax.scatter(rows["measured"], rows[column], s=12, color=color, label=name)
-        low = float(min(rows["measured"].min(), rows[["datasheet", "loso"]].min().min()))
-        high = float(max(rows["measured"].max(), rows[["datasheet", "loso"]].max().max()))
+        low = float(min(rows["measured"].min(), rows[["datasheet", held]].min().min()))
+        high = float(max(rows["measured"].max(), rows[["datasheet", held]].max().max()))
         ax.plot([low, high], [low, high], color="black", linewidth=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -395,3 +397,4 @@ def serving_fidelity(data: ReportData) -> Figure:
 
 
 from kvplan.report import policy_charts  # noqa: E402,F401  (registers the eviction-policy trade-off chart)
+from kvplan.report import plan_charts  # noqa: E402,F401  (registers the plan's cost against capacity chart)

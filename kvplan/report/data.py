@@ -52,12 +52,13 @@ class ReportData:
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     records: list[ResultRecord] = field(default_factory=list)  # bench records as written
     fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)  # simulated vs measured (issue 15)
+    plan: pd.DataFrame = field(default_factory=pd.DataFrame)  # `kvplan plan` candidates
 
 
 def load(paths: list[str | Path]) -> ReportData:
     if not paths:
         raise ValueError("no results files given; pass one or more files written by kvplan bench or estimate --out")
-    bench_rows, estimate_rows, quality_rows, fidelity_rows = [], [], [], []
+    bench_rows, estimate_rows, quality_rows, fidelity_rows, plan_rows = [], [], [], [], []
     raw_records: list[ResultRecord] = []
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = {}
     params: dict[str, dict[str, Any]] = {}
@@ -78,6 +79,9 @@ def load(paths: list[str | Path]) -> ReportData:
             if record.kind == "fidelity":  # benchmarks/serving_fidelity.py: prediction vs measurement
                 fidelity_rows.append({**base, **flat_params, **record.metrics})
                 continue
+            if record.kind == "plan":  # kvplan plan --out: one row per candidate
+                plan_rows.append({**base, **flat_params, **record.metrics})
+                continue
             if record.kind == "quality":
                 quality_rows.append({**base, **flat_params, **{k: v for k, v in record.metrics.items()
                                                              if not isinstance(v, list)}})
@@ -92,7 +96,8 @@ def load(paths: list[str | Path]) -> ReportData:
             timeseries[(record.run_id, record.optimization)] = record.timeseries or {}
             params.setdefault(record.run_id, {**record.params, "kvplan_version": record.kvplan_version})
     return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
-                      timeseries, params, pd.DataFrame(quality_rows), raw_records, pd.DataFrame(fidelity_rows))
+                      timeseries, params, pd.DataFrame(quality_rows), raw_records, pd.DataFrame(fidelity_rows),
+                      pd.DataFrame(plan_rows))
 
 
 def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("bench", "estimate", "quality", "error", "fidelity")  # fidelity: benchmarks/serving_fidelity.py (issue 15)
+KINDS = ("bench", "estimate", "quality", "error", "fidelity", "plan")  # fidelity: benchmarks/serving_fidelity.py; plan: kvplan plan --out
 TEXT_METRICS = ("device", "error", "verdict", "policy", "kv_format", "kernel_backend", "model_dtype", "step_model")  # words, not numbers
 
 
