@@ -144,3 +144,21 @@ def test_a_bad_price_file_is_named(tmp_path: Path) -> None:
     prices.write_text("[usd_per_gpu_hour]\nl4 = -1\n")
     result = invoke(["plan", "llama-3.1-8b", "--rate", "4", "--prices", str(prices)])
     assert result.exit_code == 2 and "p.toml" in result.output and "positive" in result.output
+
+
+def test_a_trace_is_rescaled_to_each_rate(tmp_path: Path) -> None:
+    """A generic JSONL trace of 41 requests 0.25 s apart runs at 4 req/s natively; a trial at
+    2 req/s stretches its arrivals x2, and `--rate inf` squeezes them to t = 0."""
+    from kvplan.bench.replica_search import ALL_AT_ONCE_SCALE, sent_at, trace_rate
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": 0.25 * i, "prompt_len": 64, "output_len": 16}) + "\n"
+                             for i in range(41)))
+    workload = WorkloadSpec(trace=str(trace))
+    assert trace_rate(workload) == pytest.approx(4.0)
+    assert sent_at(workload, 2.0, 40, 4.0).time_scale == pytest.approx(2.0)
+    assert sent_at(workload, math.inf, 40, 4.0).time_scale == ALL_AT_ONCE_SCALE
+    demand = Demand(model="llama-3.1-8b", rate=3.0, slo=parse_slo("ttft_p90=2s"), workload=workload,
+                    optimization="paged", num_requests=40, step_model="roofline")
+    plan = make_plan(demand, [Candidate("l4", 1)], {})
+    assert plan.router == "kv-aware" and plan.winner is not None and plan.winner.verified

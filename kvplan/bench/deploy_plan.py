@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.bench.pool import run_pool
-from kvplan.bench.replica_search import CapacityResult, Candidate, Demand, capacity_item, settled_run
+from kvplan.bench.replica_search import CapacityResult, Candidate, Demand, capacity_item, settled_run, trace_rate
 from kvplan.results import ResultRecord, make_record
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
@@ -64,11 +64,16 @@ class Plan:
 
 
 def router_for(demand: Demand) -> str:
-    return "kv-aware" if demand.workload.kind in SHARED_PREFIX_KINDS else "least-loaded"
+    """kv-aware where requests share prefixes (the shared-prefix kinds, and traces, which carry
+    their block hashes or sessions), else least-loaded."""
+    shared = demand.workload.trace is not None or demand.workload.kind in SHARED_PREFIX_KINDS
+    return "kv-aware" if shared else "least-loaded"
 
 
 def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, float], workers: int = 1,
               max_gpus: int | None = None, progress: Callable[[str], None] | None = None) -> Plan:
+    if demand.workload.trace is not None and demand.trace_rps is None:
+        demand = dataclasses.replace(demand, trace_rps=trace_rate(demand.workload))
     results: list[CapacityResult] = []
 
     def done(result: CapacityResult) -> None:
@@ -142,7 +147,7 @@ def _verify(demand: Demand, row: PlanRow, router: str, prices: dict[str, float])
         nonlocal runs
         config = demand.config(candidate, pods=replicas, router=router if replicas > 1 else None)
         metrics, made = settled_run(demand, config, demand.workload, demand.rate, row.capacity.e2e_alone_s,
-                                    min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas))
+                                    min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas), demand.trace_rps)
         runs += made
         return metrics if demand.slo.meets(metrics) else None
 
@@ -200,7 +205,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "time_error_band": metrics.get("time_error_band"), "why_not": row.why_not or None})
     winner = plan.winner
     return {"schema": PLAN_SCHEMA, "model": demand.model, "rate_rps": demand.rate, "slo": str(demand.slo),
-            "workload": demand.workload.kind, "optimization": demand.optimization, "engine": demand.engine,
+            "workload": str(demand.workload.trace or demand.workload.kind), "optimization": demand.optimization,
+            "engine": demand.engine,
             "engine_version": demand.engine_version, "router": plan.router, "simulations": plan.simulations,
             "winner": 0 if winner else None, "candidates": rows}
 

@@ -34,7 +34,8 @@ UNBOUNDED_RATE = 1e9  # requests/s: with a closed loop of one, each request goes
 WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
 MAX_TRIAL_REQUESTS = 8000
 SETTLE = 3.0  # a passing trial's arrivals must span this many of its own p90 end-to-end latencies
-VLLM_DATASETS = ("random", "sharegpt")  # the kinds `--rate inf` sends as vLLM's client does
+VLLM_DATASETS = ("random", "sharegpt")
+ALL_AT_ONCE_SCALE = 1e-9  # a trace's arrivals squeezed to (almost) t = 0  # the kinds `--rate inf` sends as vLLM's client does
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Demand:
     engine_version: str | None = None
     step_model: str | None = None
     seed: int = 0
+    trace_rps: float | None = None  # a trace's own request rate (trace_rate), which trials rescale
 
     def config(self, candidate: Candidate, pods: int = 1, router: str | None = None,
                max_concurrency: int | None = None) -> BenchConfig:
@@ -97,6 +99,31 @@ def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dic
     return {**record.metrics, "kv_cache_gib": record.params.get("kv_cache_gib")}
 
 
+def trace_rate(workload: WorkloadSpec) -> float | None:
+    """A trace's own request rate (requests over the span of their arrivals); None for a
+    synthetic workload, whose rate is a setting."""
+    if workload.trace is None:
+        return None
+    from kvplan.workload import load_trace
+
+    arrivals = [r.arrival_s for r in load_trace(workload.trace, workload.trace_format,
+                                                skip_bad_lines=workload.skip_bad_lines).requests]
+    span = max(arrivals) - min(arrivals) if len(arrivals) > 1 else 0.0
+    if span <= 0:
+        raise ValueError(f"trace {workload.trace} has no spread of arrival times to rescale to a rate; "
+                         "give a trace whose requests arrive over time")
+    return (len(arrivals) - 1) / span
+
+
+def sent_at(workload: WorkloadSpec, rate: float, requests: int, native_rate: float | None) -> WorkloadSpec:
+    """The workload sent at `rate` requests/s: a synthetic one at that rate, a trace with its own
+    arrivals rescaled (time_scale = its rate / the wanted one); all at once for an infinite rate."""
+    if native_rate is None:
+        return dataclasses.replace(workload, rate=rate, num_requests=requests)
+    scale = native_rate / rate if math.isfinite(rate) else ALL_AT_ONCE_SCALE
+    return dataclasses.replace(workload, time_scale=max(scale, ALL_AT_ONCE_SCALE), num_requests=requests)
+
+
 def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
     """Requests of a trial at `rate`: enough to arrive over WARM_UP end-to-end latencies of a
     lone request, so a queue that grows shows in the percentiles (a short trial is all ramp)."""
@@ -105,20 +132,21 @@ def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
 
 
 def settled_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec, rate: float,
-                e2e_alone_s: float, min_requests: int | None = None) -> tuple[dict[str, Any], int]:
+                e2e_alone_s: float, min_requests: int | None = None,
+                native_rate: float | None = None) -> tuple[dict[str, Any], int]:
     """A run at `rate` long enough to settle, and how many simulations it took: one that meets
     the SLO is rerun longer while its arrivals span less than SETTLE of its own p90 end-to-end
     latencies (under load a request lasts far longer than alone, and a queue needs that long
     to show). TPOT-only SLOs see the batch, not the queue, and are not rerun."""
     queue_sensitive = any(target.figure in ("ttft", "e2e") for target in demand.slo.targets)
     requests = max(min_requests or 0, trial_requests(demand, rate, e2e_alone_s))
-    metrics, runs = simulate(demand, config, dataclasses.replace(workload, rate=rate, num_requests=requests)), 1
+    metrics, runs = simulate(demand, config, sent_at(workload, rate, requests, native_rate)), 1
     while queue_sensitive and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS:
         needed = math.ceil(rate * SETTLE * float(metrics.get("e2e_s_p90") or 0.0))
         if needed <= requests:
             break
         requests = min(MAX_TRIAL_REQUESTS, needed)
-        metrics, runs = simulate(demand, config, dataclasses.replace(workload, rate=rate, num_requests=requests)), runs + 1
+        metrics, runs = simulate(demand, config, sent_at(workload, rate, requests, native_rate)), runs + 1
     return metrics, runs
 
 
@@ -130,9 +158,10 @@ def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
         result.simulations += 1
         return simulate(demand, demand.config(candidate, **options), workload)
 
+    native = demand.trace_rps
     try:  # every request alone: a closed loop of one, sent as fast as it goes
-        alone = run(dataclasses.replace(base, num_requests=min(ALONE_REQUESTS, demand.num_requests),
-                                        rate=UNBOUNDED_RATE), max_concurrency=1)
+        alone = run(sent_at(base, UNBOUNDED_RATE if native is None else math.inf,
+                            min(ALONE_REQUESTS, demand.num_requests), native), max_concurrency=1)
     except ValueError as err:  # sizing: the weights, or one request, do not fit
         result.status, result.reason = "memory", str(err).splitlines()[0]
         return result
@@ -144,13 +173,17 @@ def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
     e2e_alone = result.e2e_alone_s = float(alone.get("e2e_s_p90") or 0.0)
 
     def trial(rate: float) -> dict[str, Any]:
-        metrics, runs = settled_run(demand, demand.config(candidate), base, rate, e2e_alone)
+        metrics, runs = settled_run(demand, demand.config(candidate), base, rate, e2e_alone, native_rate=native)
         result.simulations += runs
         return metrics
 
-    # everything at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst
-    saturated = run(dataclasses.replace(base, rate=math.inf) if base.kind in VLLM_DATASETS
-                    else dataclasses.replace(base, arrival="burst"))
+    # everything at t = 0: vLLM's datasets as `vllm bench` sends them, a trace squeezed, other kinds as a burst
+    if native is not None:
+        everything = sent_at(base, math.inf, demand.num_requests, native)
+    else:
+        everything = (dataclasses.replace(base, rate=math.inf) if base.kind in VLLM_DATASETS
+                      else dataclasses.replace(base, arrival="burst"))
+    saturated = run(everything)
     result.saturation_rps = float(saturated.get("requests_per_s") or 0.0)
     low, high = 0.0, result.saturation_rps
     for _ in range(EXPANSIONS):  # a burst's drain tail understates what a steady stream sustains

@@ -32,6 +32,7 @@ def plan(
     rate: Annotated[float, typer.Option(metavar="REQ/S", rich_help_panel=WORKLOAD, help="Requests per second the whole deployment must serve.")],
     slo: Annotated[str, typer.Option(metavar="TARGETS", rich_help_panel=WORKLOAD, help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. ttft_p90=2s,tpot_p90=60ms.")] = "ttft_p90=2s",
     workload: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=WORKLOAD, help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, system-prompt, rag, chat, ...")] = "sharegpt",
+    trace: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=WORKLOAD, help="Replay a request trace instead (Mooncake / Azure / generic JSONL, as kvplan bench --trace); its arrivals are rescaled to each rate tried.")] = None,
     workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", metavar="NAME=VALUE", rich_help_panel=WORKLOAD, help="Generator setting NAME=VALUE, as in kvplan bench.")] = None,
     gpus: Annotated[Optional[str], typer.Option(metavar="NAMES", rich_help_panel=HARDWARE, help="GPUs to consider, comma-separated; default: every GPU the price file names.")] = None,
     prices: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=HARDWARE, help="TOML file of $/GPU-hour ([usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.")] = None,
@@ -84,7 +85,8 @@ def plan(
     candidates = [Candidate(gpu, size, dtype.strip(), n) for gpu in dict.fromkeys(gpu_names)
                   for size in _ints(tp, "--tp") for dtype in kv_dtype.split(",") for n in seqs]
     demand = Demand(model=model, rate=rate, slo=targets,
-                    workload=WorkloadSpec(kind=workload, params=parse_workload_params(workload_param or [])),
+                    workload=WorkloadSpec(kind=workload, params=parse_workload_params(workload_param or []),
+                                          trace=str(trace) if trace else None),
                     optimization=optimization, num_requests=num_requests, engine=engine,
                     engine_version=engine_version, step_model=step_model, seed=seed)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -141,7 +143,7 @@ def _render(data: dict) -> None:
         cost = (f" for {_money(winner['usd_per_hour'])}/hour" if winner["usd_per_hour"] is not None
                 else " (no price given: ranked by GPU count)")
         console.print(f"[bold]winner:[/] {winner['replicas']} x {escape(winner['gpu'])} x TP {winner['tp']} "
-                      f"(KV {winner['kv_dtype']}) = {winner['gpus']} GPUs{cost}: each replica sustains "
+                      f"(KV {winner['kv_dtype']}) = {winner['gpus']} GPU{'s' if winner['gpus'] > 1 else ''}{cost}: each replica sustains "
                       f"{winner['replica_capacity_rps']:.2f} req/s within the SLO, and a cluster of "
                       f"{winner['replicas']} behind the {data['router']} router met it at {data['rate_rps']:g} req/s.")
         band = winner.get("time_error_band") or {}
