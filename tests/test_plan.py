@@ -74,12 +74,13 @@ def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
     candidates = [Candidate("l4", 1)]
 
     def gpus(rate: float, slo: str) -> int:
-        demand = Demand(model="llama-3.1-8b", rate=rate, slo=parse_slo(slo), num_requests=60, optimization="paged")
+        demand = Demand(model="llama-3.1-8b", rate=rate, slo=parse_slo(slo), num_requests=60, optimization="paged",
+                        step_model="roofline")
         winner = make_plan(demand, candidates, {"l4": 0.8}).winner
         assert winner is not None
         return winner.gpus
 
-    by_rate = [gpus(rate, "ttft_p90=2s") for rate in (0.5, 2.0, 6.0)]
+    by_rate = [gpus(rate, "ttft_p90=2s") for rate in (0.5, 4.0, 12.0)]
     assert by_rate == sorted(by_rate) and by_rate[-1] > by_rate[0]
     assert gpus(2.0, "ttft_p90=0.5s,tpot_p90=150ms") >= gpus(2.0, "ttft_p90=5s")
 
@@ -132,6 +133,9 @@ def test_the_pareto_front_keeps_only_unbeaten_points() -> None:
     (["--rate", "4"], "--gpus"),
     (["--rate", "4", "--gpus", "l4", "--tp", "0"], "--tp"),
     (["--rate", "4", "--gpus", "no-such-gpu"], "no-such-gpu"),
+    (["--rate", "4", "--gpus", "l4", "--kv-dtype", "bogus"], "bogus"),
+    (["--rate", "4", "--gpus", "l4", "--workload", "nope"], "nope"),
+    (["--rate", "4", "--gpus", "l4", "--engine", "foo"], "--engine"),
 ])
 def test_cli_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = invoke(["plan", "llama-3.1-8b", *args])

@@ -25,7 +25,10 @@ from kvplan.bench.config import BenchConfig, ClusterConfig
 from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.core.scheduler import SchedulerConfig
+from kvplan.bench.optimizations import parse_optimization
 from kvplan.core.setup import SizingConfig
+from kvplan.spec.kv_format import parse_kv_format
+from kvplan.workload import WORKLOAD_KINDS
 
 BISECTIONS = 6  # capacity to within 1/64 of the bracket
 EXPANSIONS = 3  # doublings of the bracket's top while the top still meets the SLO
@@ -44,6 +47,11 @@ class Candidate:
     tp: int = 1
     kv_dtype: str = "auto"
     max_num_seqs: int | None = None  # the engine's default
+
+    def __post_init__(self) -> None:
+        parse_kv_format(self.kv_dtype)  # a bad name is the user's error, not a candidate that failed
+        if self.tp < 1 or (self.max_num_seqs is not None and self.max_num_seqs < 1):
+            raise ValueError(f"{self.label}: TP and max_num_seqs must be positive")
 
     @property
     def label(self) -> str:
@@ -66,6 +74,14 @@ class Demand:
     step_model: str | None = None
     seed: int = 0
     trace_rps: float | None = None  # a trace's own request rate (trace_rate), which trials rescale
+
+    def __post_init__(self) -> None:
+        # settings every candidate shares fail here, once, rather than as every candidate's failure
+        SizingConfig(model=self.model, engine=self.engine, engine_version=self.engine_version)
+        if self.workload.trace is None and self.workload.kind not in (*WORKLOAD_KINDS, *VLLM_DATASETS):
+            raise ValueError(f"unknown workload '{self.workload.kind}'; use one of "
+                             f"{', '.join(dict.fromkeys((*WORKLOAD_KINDS, *VLLM_DATASETS)))} or --trace FILE")
+        parse_optimization(self.optimization)
 
     def config(self, candidate: Candidate, pods: int = 1, router: str | None = None,
                max_concurrency: int | None = None) -> BenchConfig:
