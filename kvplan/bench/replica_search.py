@@ -10,8 +10,8 @@ For one candidate (GPU, TP, KV dtype, max_num_seqs):
    a steady stream at that rate still meets the SLO: a burst's drain tail understates it);
 4. bisection on the Poisson rate within the bracket, keeping the highest rate whose run meets
    the SLO. Each trial's arrivals span WARM_UP lone-request latencies, so a growing queue
-   shows in its percentiles. Meeting a tighter SLO implies meeting a looser one run by run, so a tighter
-   SLO never gives a higher capacity.
+   shows in its percentiles. Meeting a tighter SLO implies meeting a looser one run by run,
+   so a tighter SLO never gives a higher capacity.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.bench.config import BenchConfig, ClusterConfig
-from kvplan.bench.slo import Slo
-from kvplan.bench.workloads import WorkloadSpec
-from kvplan.core.scheduler import SchedulerConfig
 from kvplan.bench.optimizations import parse_optimization
+from kvplan.bench.slo import Slo
+from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import SizingConfig
 from kvplan.spec.kv_format import parse_kv_format
+from kvplan.spec.numbers import check_number
 from kvplan.workload import WORKLOAD_KINDS
 
 BISECTIONS = 6  # capacity to within 1/64 of the bracket
@@ -37,8 +38,7 @@ UNBOUNDED_RATE = 1e9  # requests/s: with a closed loop of one, each request goes
 WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
 MAX_TRIAL_REQUESTS = 8000
 SETTLE = 3.0  # a passing trial's arrivals must span this many of its own p90 end-to-end latencies
-VLLM_DATASETS = ("random", "sharegpt")
-ALL_AT_ONCE_SCALE = 1e-9  # a trace's arrivals squeezed to (almost) t = 0  # the kinds `--rate inf` sends as vLLM's client does
+ALL_AT_ONCE_SCALE = 1e-9  # a trace's arrivals squeezed to (almost) t = 0
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,11 @@ class Candidate:
     max_num_seqs: int | None = None  # the engine's default
 
     def __post_init__(self) -> None:
-        parse_kv_format(self.kv_dtype)  # a bad name is the user's error, not a candidate that failed
-        if self.tp < 1 or (self.max_num_seqs is not None and self.max_num_seqs < 1):
-            raise ValueError(f"{self.label}: TP and max_num_seqs must be positive")
+        # bad settings are the user's error, not a candidate that failed
+        parse_kv_format(self.kv_dtype)
+        check_number("tp", self.tp)
+        if self.max_num_seqs is not None:
+            check_number("max-num-seqs", self.max_num_seqs)
 
     @property
     def label(self) -> str:
@@ -112,7 +114,7 @@ def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dic
 
     config, built = prepare(config, workload)
     (record,) = run_matrix(config, built.requests, [demand.optimization])
-    return {**record.metrics, "kv_cache_gib": record.params.get("kv_cache_gib")}
+    return record.metrics
 
 
 def trace_rate(workload: WorkloadSpec) -> float | None:
@@ -133,8 +135,11 @@ def trace_rate(workload: WorkloadSpec) -> float | None:
 
 def sent_at(workload: WorkloadSpec, rate: float, requests: int, native_rate: float | None) -> WorkloadSpec:
     """The workload sent at `rate` requests/s: a synthetic one at that rate, a trace with its own
-    arrivals rescaled (time_scale = its rate / the wanted one); all at once for an infinite rate."""
+    arrivals rescaled (time_scale = its rate / the wanted one). An infinite rate sends everything
+    at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst, a trace squeezed."""
     if native_rate is None:
+        if math.isinf(rate) and workload.kind not in VLLM_DATASETS:
+            return dataclasses.replace(workload, arrival="burst", num_requests=requests)
         return dataclasses.replace(workload, rate=rate, num_requests=requests)
     scale = native_rate / rate if math.isfinite(rate) else ALL_AT_ONCE_SCALE
     return dataclasses.replace(workload, time_scale=max(scale, ALL_AT_ONCE_SCALE), num_requests=requests)
@@ -193,13 +198,7 @@ def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
         result.simulations += runs
         return metrics
 
-    # everything at t = 0: vLLM's datasets as `vllm bench` sends them, a trace squeezed, other kinds as a burst
-    if native is not None:
-        everything = sent_at(base, math.inf, demand.num_requests, native)
-    else:
-        everything = (dataclasses.replace(base, rate=math.inf) if base.kind in VLLM_DATASETS
-                      else dataclasses.replace(base, arrival="burst"))
-    saturated = run(everything)
+    saturated = run(sent_at(base, math.inf, demand.num_requests, native))
     result.saturation_rps = float(saturated.get("requests_per_s") or 0.0)
     low, high = 0.0, result.saturation_rps
     for _ in range(EXPANSIONS):  # a burst's drain tail understates what a steady stream sustains

@@ -26,6 +26,7 @@ DEFAULT_RATE = 3.0
 DEFAULT_WORKLOAD = "system-prompt"
 SHARED_VOCAB = 32000  # the shared-prefix generators' default vocabulary
 SYSTEM_PROMPT_LEN = 1024  # the generator's default; a quarter of max_model_len at most
+VLLM_DATASETS = ("random", "sharegpt")  # the kinds `--rate inf` sends as vLLM's client does
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
 
 
 def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], dict[str, Any]]:
-    if spec.kind not in ("random", "sharegpt"):
+    if spec.kind not in VLLM_DATASETS:
         raise ValueError(f"--rate inf goes with --workload random or sharegpt (vLLM's datasets), not {spec.kind}")
     load = BenchLoad(dataset=spec.kind, num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
                      input_len=spec.input_len, output_len=spec.output_len, range_ratio=spec.random_range_ratio or 0.0,

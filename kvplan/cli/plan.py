@@ -17,12 +17,13 @@ from kvplan.cli.common import (ENGINE, HARDWARE, KV_PANEL, OUTPUT, WORKLOAD, Eng
 
 
 def _ints(text: str, flag: str) -> list[int]:
+    """Comma-separated whole numbers; their ranges are checked where they are used."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ValueError(f"{flag} takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'") from None
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"{flag} takes positive whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'")
+        values = []
+    if not values:
+        raise ValueError(f"{flag} takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'")
     return values
 
 
@@ -52,13 +53,13 @@ def plan(
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas) that serves --rate within --slo: per-replica capacity by bisection on kvplan's simulated engine, the best candidates verified as a whole cluster."""
     from kvplan.bench.deploy_plan import make_plan, plan_json, plan_records
-    from kvplan.bench.optimizations import parse_optimization
     from kvplan.bench.prices import load_prices
     from kvplan.bench.replica_search import Candidate, Demand
     from kvplan.bench.slo import parse_slo
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.results import write_jsonl
     from kvplan.results.atomic import strict_json, write_text
+    from kvplan.spec.numbers import check_numbers
     from kvplan.spec.resolve import load_gpu, load_model
 
     if not rate > 0 or rate == float("inf"):
@@ -67,8 +68,7 @@ def plan(
         raise ValueError(f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}")
     if max_gpus is not None and max_gpus < 1:
         raise ValueError(f"--max-gpus must be at least 1, got {max_gpus}")
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}")
+    check_numbers({"workers": workers})
     if out is not None and out.exists() and not out.is_dir():
         raise ValueError(f"--out '{out}' is a file; give a folder for plan.json and plan.jsonl")
     targets = parse_slo(slo)
@@ -79,7 +79,6 @@ def plan(
         gpu_names = sorted(price_table)
     else:
         raise ValueError("name the GPUs to consider with --gpus h100-80gb,l40s,... or give a --prices file")
-    parse_optimization(optimization)
     load_model(model)  # an unknown model fails here, before any search
     seqs: list[int | None] = list(_ints(max_num_seqs, "--max-num-seqs")) if max_num_seqs else [None]
     candidates = [Candidate(gpu, size, dtype.strip(), n) for gpu in dict.fromkeys(gpu_names)
