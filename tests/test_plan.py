@@ -11,7 +11,7 @@ import pytest
 
 from hardening_helpers import invoke
 from kvplan.bench.deploy_plan import make_plan
-from kvplan.bench.replica_search import BISECTIONS, Candidate, Demand, replica_capacity
+from kvplan.bench.replica_search import Candidate, Demand, fewest_replicas, probe
 from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
 
@@ -45,44 +45,78 @@ def test_saturation_and_lone_tpot_match_the_roofline_by_hand() -> None:
     batches of 8 runs 8 x 256 such steps at a mean context of 16 + 128 tokens."""
     step_8 = (WEIGHT_BYTES + 8 * 144 * KV_BYTES_PER_TOKEN) / H100_BANDWIDTH
     burst_rate = 64 / (8 * 256 * step_8)  # 6.458 req/s
-    result = replica_capacity(_decode_demand("tpot_p90=1s"), Candidate("h100-80gb", 1, "auto", 8))
+    result = probe(_decode_demand("tpot_p90=1s"), Candidate("h100-80gb", 1, "auto", 8))
     assert result.status == "ok"
     assert result.saturation_rps == pytest.approx(burst_rate, rel=2e-3)
     # alone, one sequence a step at a context of up to 271 tokens: TPOT ~ weights / bandwidth
     lone_tpot = (WEIGHT_BYTES + 144 * KV_BYTES_PER_TOKEN) / H100_BANDWIDTH  # 4.80 ms
-    tight = replica_capacity(_decode_demand(f"tpot_p90={0.97 * lone_tpot * 1000:.3f}ms"),
-                             Candidate("h100-80gb", 1, "auto", 8))
+    tight = probe(_decode_demand(f"tpot_p90={0.97 * lone_tpot * 1000:.3f}ms"), Candidate("h100-80gb", 1, "auto", 8))
     assert tight.status == "latency" and "no queue" in tight.reason
-    loose = replica_capacity(_decode_demand(f"tpot_p90={1.03 * lone_tpot * 1000:.3f}ms"),
-                             Candidate("h100-80gb", 1, "auto", 1))  # one sequence a step: never batched
-    assert loose.status == "ok" and loose.capacity_rps > 0
-    # the bisection's last trial is within 1/64 of its bracket
-    assert loose.simulations <= 2 + 3 + BISECTIONS + 1
+    loose = probe(_decode_demand(f"tpot_p90={1.03 * lone_tpot * 1000:.3f}ms"), Candidate("h100-80gb", 1, "auto", 1))
+    assert loose.status == "ok"  # one sequence a step: never batched, so TPOT stays the lone one
+
+
+def test_replica_count_is_derived_by_hand() -> None:
+    """Eight sequences a step serve at most mu = 8 / (256 x step_8) = 6.458 req/s, so 20 req/s
+    needs at least ceil(20 / 6.458) = 4 replicas. Four suffice: each then gets 5 req/s, a load
+    of 0.77 on 8 servers of 1.24 s; Erlang C for M/M/8 (exponential service, which waits
+    longer than this fixed one) gives P(wait) = 0.40 and P(wait > 1.9 s) = 0.40 x
+    exp(-(8 x 0.807 - 5) x 1.9) = 0.025, under the 10% a p90 TTFT of 2 s allows."""
+    step_8 = (WEIGHT_BYTES + 8 * 144 * KV_BYTES_PER_TOKEN) / H100_BANDWIDTH
+    service_rate = 8 / (256 * step_8)
+    per_server = 1 / (256 * step_8)
+    load = 5.0 / service_rate
+    erlang_terms = [(8 * load) ** k / math.factorial(k) for k in range(8)]
+    top = (8 * load) ** 8 / math.factorial(8) / (1 - load)
+    waits = top / (sum(erlang_terms) + top)
+    assert waits == pytest.approx(0.40, abs=0.01)
+    assert waits * math.exp(-(8 * per_server - 5.0) * 1.9) < 0.1
+    demand = _decode_demand("ttft_p90=2s", rate=20.0)
+    result = fewest_replicas(demand, probe(demand, Candidate("h100-80gb", 1, "auto", 8)))
+    assert result.replicas == math.ceil(20.0 / service_rate) == 4
+    assert 5.0 <= result.capacity_rps <= service_rate and result.capacity_upper_rps <= 20.0 / 3
+
+
+def test_pruning_never_changes_the_answer() -> None:
+    """Branch and bound stops a candidate that cannot beat the best found, after one trial; the
+    plan is the one searching every candidate to the end gives."""
+    demand = _decode_demand("ttft_p90=1s", rate=20.0)
+    candidates = [Candidate("h100-80gb", 1, "auto", 8), Candidate("h100-80gb", 1, "auto", 4),
+                  Candidate("a100-80gb", 1, "auto", 8)]
+    prices = {"h100-80gb": 2.0, "a100-80gb": 1.5}
+    plan = make_plan(demand, candidates, prices)
+    full = {c: fewest_replicas(demand, probe(demand, c)).replicas for c in candidates}
+    cost = {c: n * prices[c.gpu] for c, n in full.items()}
+    best = min(cost, key=lambda c: (cost[c], c.tp))
+    assert plan.winner is not None and plan.winner.capacity.candidate == best
+    pruned = [row for row in plan.rows if row.capacity.status == "cost"]
+    for row in pruned:  # pruned only when its full search costs more than the winner
+        assert cost[row.capacity.candidate] > plan.winner.usd_per_hour - 1e-9
+        assert row.capacity.cost_floor <= cost[row.capacity.candidate] + 1e-9
 
 
 def test_replicas_are_the_division_then_what_the_cluster_needs() -> None:
     demand = _decode_demand("ttft_p90=2s", rate=12.0)
     plan = make_plan(demand, [Candidate("h100-80gb", 1, "auto", 8)], {"h100-80gb": 2.0})
     row = plan.rows[0]
-    assert row.division_replicas == math.ceil(12.0 / row.capacity.capacity_rps)
+    n = row.division_replicas  # the fewest: one replica meets at 12 / n and misses at 12 / (n - 1)
+    assert row.capacity.capacity_rps >= 12.0 / n and (n == 1 or row.capacity.capacity_upper_rps <= 12.0 / (n - 1))
     assert row.verified and plan.winner is row
     assert row.usd_per_hour == pytest.approx(2.0 * row.gpus)
     assert demand.slo.meets(row.cluster_metrics)
 
 
 def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
-    candidates = [Candidate("l4", 1)]
+    candidates = [Candidate("h100-80gb", 1, "auto", 8)]
 
     def gpus(rate: float, slo: str) -> int:
-        demand = Demand(model="llama-3.1-8b", rate=rate, slo=parse_slo(slo), num_requests=60, optimization="paged",
-                        step_model="roofline")
-        winner = make_plan(demand, candidates, {"l4": 0.8}).winner
+        winner = make_plan(_decode_demand(slo, rate=rate), candidates, {"h100-80gb": 2.0}).winner
         assert winner is not None
         return winner.gpus
 
-    by_rate = [gpus(rate, "ttft_p90=2s") for rate in (0.5, 4.0, 12.0)]
+    by_rate = [gpus(rate, "ttft_p90=1s") for rate in (2.0, 10.0, 25.0)]
     assert by_rate == sorted(by_rate) and by_rate[-1] > by_rate[0]
-    assert gpus(2.0, "ttft_p90=0.5s,tpot_p90=150ms") >= gpus(2.0, "ttft_p90=5s")
+    assert gpus(10.0, "ttft_p90=0.3s,tpot_p90=6ms") >= gpus(10.0, "ttft_p90=1s")
 
 
 def test_prefix_workloads_are_verified_behind_the_kv_aware_router() -> None:

@@ -1,17 +1,22 @@
-"""The highest request rate one replica sustains within an SLO, found by bisection on the
-rate with kvplan's own simulated engine (the same memory model, scheduler and step model as
+"""How many replicas of one candidate serve the target rate within an SLO, found with
+kvplan's own simulated engine (the same memory model, scheduler and step model as
 `kvplan bench`).
 
 For one candidate (GPU, TP, KV dtype, max_num_seqs):
-1. it is sized as `bench` sizes it; weights or one request that do not fit end it ("memory");
-2. every request alone (a closed loop of one): if the SLO fails with no queue, no rate meets
-   it ("latency");
-3. everything at once: the rate a burst drains at, the first top of the bracket (doubled while
-   a steady stream at that rate still meets the SLO: a burst's drain tail understates it);
-4. bisection on the Poisson rate within the bracket, keeping the highest rate whose run meets
-   the SLO. Each trial's arrivals span WARM_UP lone-request latencies, so a growing queue
-   shows in its percentiles. Meeting a tighter SLO implies meeting a looser one run by run,
-   so a tighter SLO never gives a higher capacity.
+1. probe: it is sized as `bench` sizes it; weights or one request that do not fit end it
+   ("memory"). Every request alone (a closed loop of one): if the SLO fails with no queue, no
+   rate meets it ("latency"). Everything at once: the rate a burst drains at, a first guess
+   of the capacity (an underestimate: a burst's drain tail runs a shrinking batch).
+2. fewest replicas: the least n for which one replica meets the SLO at rate / n, by galloping
+   up from the guess and bisecting on the integer n. Only as many replicas as could still
+   beat the best plan found so far are tried (`most`); a candidate that misses at that many
+   is pruned ("cost"), which is a branch-and-bound search: the answer is the same as
+   searching every candidate to the end. Each trial's arrivals span WARM_UP lone-request
+   latencies, so a growing queue shows in its percentiles.
+3. every trial narrows the per-replica capacity's bracket (the highest rate seen to meet the
+   SLO, the lowest seen to miss it); `refine` bisects it further for the winner's headroom.
+Meeting a tighter SLO implies meeting a looser one run by run, so a tighter SLO never gives
+fewer replicas.
 """
 
 from __future__ import annotations
@@ -31,13 +36,17 @@ from kvplan.spec.kv_format import parse_kv_format
 from kvplan.spec.numbers import check_number
 from kvplan.workload import WORKLOAD_KINDS
 
-BISECTIONS = 6  # capacity to within 1/64 of the bracket
-EXPANSIONS = 3  # doublings of the bracket's top while the top still meets the SLO
+REFINE_BISECTIONS = 3  # the winner's per-replica capacity to within 1/8 of its bracket
+EXPANSIONS = 3  # doublings of an open bracket's top while the top still meets the SLO
+MAX_REPLICAS = 1024  # a candidate needing more is not a plan
 ALONE_REQUESTS = 8  # requests of the no-load probe
 UNBOUNDED_RATE = 1e9  # requests/s: with a closed loop of one, each request goes when the last ends
 WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
+OVERLOAD = 0.02  # ... and at least the time a rate this far over what the replica serves takes to
+# queue up the SLO's TTFT / E2E limit (limit / OVERLOAD): a short trial passes any overload
 MAX_TRIAL_REQUESTS = 8000
 SETTLE = 3.0  # a passing trial's arrivals must span this many of its own p90 end-to-end latencies
+GROWTH = 0.10  # a settled run's requests in the system, and a cluster's p90 E2E, grow no more than this
 ALL_AT_ONCE_SCALE = 1e-9  # a trace's arrivals squeezed to (almost) t = 0
 
 
@@ -98,23 +107,36 @@ class Demand:
 @dataclass
 class CapacityResult:
     candidate: Candidate
-    status: str  # ok, memory (does not fit), latency (misses the SLO with no queue)
+    status: str  # ok; memory (does not fit); latency (misses with no queue); cost (cannot beat the best)
     reason: str = ""
-    capacity_rps: float = 0.0  # highest rate found within the SLO (0 unless ok)
+    replicas: int = 0  # fewest n for which one replica meets the SLO at rate / n (0 until searched)
+    capacity_rps: float = 0.0  # highest per-replica rate seen to meet the SLO
+    capacity_upper_rps: float = math.inf  # lowest per-replica rate seen to miss it
     saturation_rps: float = 0.0
-    metrics: dict[str, Any] = field(default_factory=dict)  # the run at capacity (or the failing probe)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the run at capacity_rps (or the failing probe)
     simulations: int = 0
     e2e_alone_s: float = 0.0  # p90 end-to-end latency of a request alone: sets trial lengths
+    cost_floor: float | None = None  # pruned: the least a plan of this candidate could cost
+
+    @property
+    def searched(self) -> bool:
+        return self.status == "ok" and self.replicas > 0
 
 
 def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dict[str, Any]:
     """One simulated run; its metrics."""
+    return simulate_series(demand, config, workload)[0]
+
+
+def simulate_series(demand: Demand, config: BenchConfig,
+                    workload: WorkloadSpec) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """One simulated run; its metrics and its per-step series (none for a cluster)."""
     from kvplan.bench.matrix import run_matrix
     from kvplan.bench.run import prepare
 
     config, built = prepare(config, workload)
     (record,) = run_matrix(config, built.requests, [demand.optimization])
-    return record.metrics
+    return record.metrics, record.timeseries or {}
 
 
 def trace_rate(workload: WorkloadSpec) -> float | None:
@@ -147,39 +169,69 @@ def sent_at(workload: WorkloadSpec, rate: float, requests: int, native_rate: flo
 
 def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
     """Requests of a trial at `rate`: enough to arrive over WARM_UP end-to-end latencies of a
-    lone request, so a queue that grows shows in the percentiles (a short trial is all ramp)."""
-    wanted = math.ceil(rate * WARM_UP * e2e_alone_s)
+    lone request, so a queue that grows shows in the percentiles (a short trial is all ramp),
+    and over the time an OVERLOAD of the replica's service rate takes to build a wait of the
+    SLO's queue limit: at rate (1 + e) x mu the wait grows by e seconds a second."""
+    wanted = math.ceil(rate * max(WARM_UP * e2e_alone_s, demand.slo.queue_limit_s / OVERLOAD))
     return max(demand.num_requests, min(MAX_TRIAL_REQUESTS, wanted))
+
+
+def growing(series: dict[str, list[float]], span_s: float) -> bool | None:
+    """Did the requests in the system (running + waiting) grow by more than GROWTH from the
+    third quarter of the arrivals to the last? None without a series (a cluster run)."""
+    times = series.get("t") or []
+    if not times or span_s <= 0:
+        return None
+    in_system = [r + w for r, w in zip(series["running"], series["waiting"])]
+
+    def mean(low: float, high: float) -> float | None:
+        values = [n for t, n in zip(times, in_system) if low <= t < high]
+        return sum(values) / len(values) if values else None
+
+    start = times[0]
+    third, last = mean(start + 0.5 * span_s, start + 0.75 * span_s), mean(start + 0.75 * span_s, start + span_s)
+    if third is None or last is None:
+        return None
+    return last > (1 + GROWTH) * third
 
 
 def settled_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec, rate: float,
                 e2e_alone_s: float, min_requests: int | None = None,
                 native_rate: float | None = None) -> tuple[dict[str, Any], int]:
-    """A run at `rate` long enough to settle, and how many simulations it took: one that meets
-    the SLO is rerun longer while its arrivals span less than SETTLE of its own p90 end-to-end
-    latencies (under load a request lasts far longer than alone, and a queue needs that long
-    to show). TPOT-only SLOs see the batch, not the queue, and are not rerun."""
-    queue_sensitive = any(target.figure in ("ttft", "e2e") for target in demand.slo.targets)
+    """A run at `rate` long enough to settle, and how many simulations it took. A run that
+    meets the SLO is rerun longer (at least twice as long) while its arrivals span less than
+    SETTLE of its own p90 end-to-end latencies, or while the requests in the system still grow
+    over its last quarter: a batch that keeps growing slows every step, and the queue it ends
+    in comes later than any short trial sees. A cluster run, which has no per-step series, is
+    settled when doubling it moves its p90 end-to-end latency by GROWTH or less. TPOT-only
+    SLOs see the batch, not the queue, and are not rerun."""
     requests = max(min_requests or 0, trial_requests(demand, rate, e2e_alone_s))
-    metrics, runs = simulate(demand, config, sent_at(workload, rate, requests, native_rate)), 1
-    while queue_sensitive and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS:
-        needed = math.ceil(rate * SETTLE * float(metrics.get("e2e_s_p90") or 0.0))
-        if needed <= requests:
+    metrics, series = simulate_series(demand, config, sent_at(workload, rate, requests, native_rate))
+    runs, previous_e2e = 1, None
+    while demand.slo.queue_limit_s > 0 and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS:
+        e2e = float(metrics.get("e2e_s_p90") or 0.0)
+        needed = math.ceil(rate * SETTLE * e2e)
+        still = growing(series, requests / rate)
+        if still is None:
+            still = previous_e2e is None or e2e > (1 + GROWTH) * previous_e2e
+        if needed <= requests and not still:
             break
-        requests = min(MAX_TRIAL_REQUESTS, needed)
-        metrics, runs = simulate(demand, config, sent_at(workload, rate, requests, native_rate)), runs + 1
+        requests, previous_e2e = min(MAX_TRIAL_REQUESTS, max(needed, 2 * requests)), e2e
+        metrics, series = simulate_series(demand, config, sent_at(workload, rate, requests, native_rate))
+        runs += 1
     return metrics, runs
 
 
-def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
+def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
+    """Does one replica fit, meet the SLO with no queue, and how fast does a burst drain?"""
     result = CapacityResult(candidate, "ok")
     base = dataclasses.replace(demand.workload, num_requests=demand.num_requests)
+    native = demand.trace_rps
 
     def run(workload: WorkloadSpec, **options: Any) -> dict[str, Any]:
         result.simulations += 1
         return simulate(demand, demand.config(candidate, **options), workload)
 
-    native = demand.trace_rps
     try:  # every request alone: a closed loop of one, sent as fast as it goes
         alone = run(sent_at(base, UNBOUNDED_RATE if native is None else math.inf,
                             min(ALONE_REQUESTS, demand.num_requests), native), max_concurrency=1)
@@ -191,36 +243,86 @@ def replica_capacity(demand: Demand, candidate: Candidate) -> CapacityResult:
         result.status, result.metrics = "latency", alone
         result.reason = "misses the SLO with no queue: " + "; ".join(missed)
         return result
-    e2e_alone = result.e2e_alone_s = float(alone.get("e2e_s_p90") or 0.0)
-
-    def trial(rate: float) -> dict[str, Any]:
-        metrics, runs = settled_run(demand, demand.config(candidate), base, rate, e2e_alone, native_rate=native)
-        result.simulations += runs
-        return metrics
-
+    result.e2e_alone_s = float(alone.get("e2e_s_p90") or 0.0)
     saturated = run(sent_at(base, math.inf, demand.num_requests, native))
     result.saturation_rps = float(saturated.get("requests_per_s") or 0.0)
-    low, high = 0.0, result.saturation_rps
-    for _ in range(EXPANSIONS):  # a burst's drain tail understates what a steady stream sustains
-        metrics = trial(high)
-        if not demand.slo.meets(metrics):
-            break
-        low, result.metrics, high = high, metrics, 2 * high
-    for _ in range(BISECTIONS):
-        middle = (low + high) / 2
-        metrics = trial(middle)
-        if demand.slo.meets(metrics):
-            low, result.metrics = middle, metrics
-        else:
-            high = middle
-    if low == 0.0:
-        result.status = "latency"
-        result.reason = (f"misses the SLO at every rate tried down to {high:.3g} req/s "
-                         f"(a burst drains at {result.saturation_rps:.3g} req/s)")
-    result.capacity_rps = low
     return result
 
 
-def capacity_item(item: tuple[Demand, Candidate]) -> CapacityResult:
-    """replica_capacity for a process pool (one picklable argument)."""
-    return replica_capacity(*item)
+def trial(demand: Demand, result: CapacityResult, rate: float) -> bool:
+    """One replica at `rate` req/s, run until settled; narrows result's capacity bracket and
+    says whether the SLO was met."""
+    metrics, runs = settled_run(demand, demand.config(result.candidate), demand.workload, rate,
+                                result.e2e_alone_s, min_requests=demand.num_requests, native_rate=demand.trace_rps)
+    result.simulations += runs
+    if demand.slo.meets(metrics):
+        if rate >= result.capacity_rps:
+            result.capacity_rps, result.metrics = rate, metrics
+        return True
+    result.capacity_upper_rps = min(result.capacity_upper_rps, rate)
+    return False
+
+
+def fewest_replicas(demand: Demand, result: CapacityResult, by_cost: int | None = None,
+                    by_gpus: int | None = None, unit_cost: float = 1.0) -> CapacityResult:
+    """The least n for which one replica meets the SLO at rate / n: gallop up from the burst's
+    guess, then bisect on n. n is bounded by what could still beat the best plan (`by_cost`
+    replicas, each costing `unit_cost`) and by --max-gpus (`by_gpus` replicas); a candidate that
+    misses at its bound is pruned and says which bound it hit."""
+    if result.status != "ok":
+        return result
+    limit = min(by_cost if by_cost is not None else MAX_REPLICAS, by_gpus if by_gpus is not None else MAX_REPLICAS,
+                MAX_REPLICAS)
+    # what earlier trials showed: n <= rate / upper misses, n >= rate / capacity meets
+    failing = math.floor(demand.rate / result.capacity_upper_rps + 1e-9)
+    known = math.ceil(demand.rate / result.capacity_rps - 1e-9) if result.capacity_rps > 0 else 0
+    meeting = known if known <= limit else 0
+    guess = math.ceil(demand.rate / result.saturation_rps - 1e-9) if result.saturation_rps > 0 else 1
+    n = min(max(guess, failing + 1, 1), limit)
+    while not meeting and failing < limit:
+        if trial(demand, result, demand.rate / n):
+            meeting = n
+        elif n >= limit:
+            break
+        else:
+            failing, n = n, min(2 * n, limit)
+    if not meeting:
+        if by_cost is not None and limit == by_cost:
+            result.status, result.cost_floor = "cost", (limit + 1) * unit_cost
+            result.reason = (f"one replica misses the SLO at rate / {limit}, and {limit + 1} replicas cost more "
+                             "than the best plan" if limit else "one replica costs more than the best plan")
+        elif by_gpus is not None and limit == by_gpus:
+            result.status = "gpus"
+            result.reason = f"one replica misses the SLO at rate / {limit}: more GPUs than --max-gpus"
+        else:
+            result.status, result.reason = "latency", f"one replica misses the SLO at rate / {limit}"
+        return result
+    while meeting - failing > 1:
+        middle = (failing + meeting) // 2
+        if trial(demand, result, demand.rate / middle):
+            meeting = middle
+        else:
+            failing = middle
+    result.replicas = meeting
+    return result
+
+
+def refine(demand: Demand, result: CapacityResult, bisections: int = REFINE_BISECTIONS) -> None:
+    """Narrow the per-replica capacity bracket: double an open top while it still meets the SLO
+    (at most EXPANSIONS times), then bisect."""
+    for _ in range(EXPANSIONS):
+        if math.isfinite(result.capacity_upper_rps):
+            break
+        trial(demand, result, 2 * result.capacity_rps)
+    for _ in range(bisections if math.isfinite(result.capacity_upper_rps) else 0):
+        trial(demand, result, (result.capacity_rps + result.capacity_upper_rps) / 2)
+
+
+def search_item(item: tuple[Demand, CapacityResult, int | None, int | None, float]) -> CapacityResult:
+    """fewest_replicas for a process pool (one picklable argument)."""
+    return fewest_replicas(*item)
+
+
+def probe_item(item: tuple[Demand, Candidate]) -> CapacityResult:
+    """probe for a process pool (one picklable argument)."""
+    return probe(*item)

@@ -53,6 +53,12 @@ class Slo:
     def meets(self, metrics: dict[str, Any]) -> bool:
         return not self.misses(metrics)
 
+    @property
+    def queue_limit_s(self) -> float:
+        """The longest queue wait the SLO's TTFT / E2E targets could hide (0 when it names only
+        TPOT, which sees the batch, not the queue)."""
+        return max((t.limit_s for t in self.targets if t.figure in ("ttft", "e2e")), default=0.0)
+
     def __str__(self) -> str:
         return ",".join(str(t) for t in self.targets)
 

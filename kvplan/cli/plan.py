@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -91,8 +92,14 @@ def plan(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=error_console, transient=True, disable=json_out) as progress:
         task = progress.add_task("searching", total=len(candidates))
-        result = make_plan(demand, candidates, price_table, workers or os.cpu_count() or 1, max_gpus,
-                           lambda label: progress.update(task, advance=1, description=escape(label)))
+
+        def note(label: str, more: int) -> None:
+            if more:
+                progress.update(task, total=(progress.tasks[0].total or 0) + more)
+            if label:
+                progress.update(task, advance=1, description=escape(label))
+
+        result = make_plan(demand, candidates, price_table, workers or os.cpu_count() or 1, max_gpus, note)
     data = plan_json(result)
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -101,7 +108,7 @@ def plan(
     if json_out:
         print(json.dumps(data, indent=2))
         return
-    _render(data)
+    _render(data, list(dict.fromkeys(target.metric for target in targets.targets)))
     if out:
         error_console.print(f"[dim]plan: {escape(str(out / 'plan.json'))}; kvplan report "
                             f"{escape(str(out / 'plan.jsonl'))} draws cost against capacity[/]")
@@ -115,24 +122,38 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:,.0f} ms" if value < 10 else f"{value:,.1f} s"
 
 
-def _render(data: dict) -> None:
+def _headroom(row: dict) -> str:
+    upper = row["headroom_upper_rps"]
+    return f">={row['headroom_rps']:,.1f}/s" if upper is None else f"{row['headroom_rps']:,.1f}-{upper:,.1f}/s"
+
+
+def _render(data: dict, figures: list[str]) -> None:
+    """The ranked table: the predicted figures the SLO names (and, on a wide terminal, p90 TTFT
+    and TPOT, $/M tokens and KV use too)."""
+    wide = console.width >= 120
+    if wide:
+        figures = list(dict.fromkeys([*figures, "ttft_s_p90", "tpot_s_p90"]))
     table = Table(title=escape(f"{data['model']} at {data['rate_rps']:g} req/s of {data['workload']}, "
-                               f"SLO {data['slo']}"), header_style="bold", title_justify="left")
-    for column in ("#", "GPUs", "replicas x TP", "GPU", "KV", "$/hour", "$/M out tok", "p90 TTFT", "p90 TPOT",
-                   "KV use", "headroom", "why not"):
-        table.add_column(column, justify="left" if column in ("GPU", "KV", "why not") else "right",
-                         overflow="fold")
+                               f"SLO {data['slo']}"), header_style="bold", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    heads = [f"{name.split('_')[0].upper()} {name.split('_')[-1]}" for name in figures]
+    columns = ["#", "GPUs", "deployment", "$/hour", *(["$/M tok"] if wide else []), *heads,
+               *(["KV use"] if wide else []), "headroom", "why not"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("deployment", "why not") else "right",
+                         overflow="fold", no_wrap=column != "why not", min_width=12 if column == "why not" else None)
     for i, row in enumerate(data["candidates"], 1):
         feasible = row["status"] == "ok"
         mark = "" if row["verified"] else "*"  # figures of one replica at its capacity, not the cluster
         usage = row["predicted"].get("kv_cache_usage_mean")
-        table.add_row(str(i), str(row["gpus"]) if feasible else "-",
-                      f"{row['replicas']} x {row['tp']}" if feasible else f"- x {row['tp']}", escape(row["gpu"]),
-                      row["kv_dtype"], _money(row["usd_per_hour"]), _money(row["usd_per_million_output_tokens"], 3),
-                      _ms(row["predicted"].get("ttft_s_p90")) + mark if feasible else "-",
-                      _ms(row["predicted"].get("tpot_s_p90")) + mark if feasible else "-",
-                      "-" if usage is None or not feasible else f"{100 * usage:.0f}%",
-                      f"{row['headroom_rps']:,.1f}/s" if feasible else "-", escape((row["why_not"] or "").split(";")[0]))
+        layout = f"{row['replicas']}x " if feasible else ""
+        cells = [str(i), str(row["gpus"]) if feasible else "-",
+                 escape(f"{layout}{row['gpu']} TP{row['tp']} {row['kv_dtype']}"), _money(row["usd_per_hour"]),
+                 *([_money(row["usd_per_million_output_tokens"], 3)] if wide else []),
+                 *[_ms(row["predicted"].get(name)) + mark if feasible else "-" for name in figures],
+                 *(["-" if usage is None or not feasible else f"{100 * usage:.0f}%"] if wide else []),
+                 _headroom(row) if feasible else "-", escape(row["verdict"] or "")]
+        table.add_row(*cells)
     console.print(table)
     winner = data["candidates"][0] if data["winner"] is not None else None
     if winner is None:
@@ -143,7 +164,7 @@ def _render(data: dict) -> None:
                 else " (no price given: ranked by GPU count)")
         console.print(f"[bold]winner:[/] {winner['replicas']} x {escape(winner['gpu'])} x TP {winner['tp']} "
                       f"(KV {winner['kv_dtype']}) = {winner['gpus']} GPU{'s' if winner['gpus'] > 1 else ''}{cost}: each replica sustains "
-                      f"{winner['replica_capacity_rps']:.2f} req/s within the SLO, and a cluster of "
+                      f"at least {winner['replica_capacity_rps']:.2f} req/s within the SLO, and a cluster of "
                       f"{winner['replicas']} behind the {data['router']} router met it at {data['rate_rps']:g} req/s.")
         band = winner.get("time_error_band") or {}
         if band.get("output_throughput_error") is not None:
@@ -153,5 +174,7 @@ def _render(data: dict) -> None:
     if any(row["status"] == "ok" and not row["verified"] for row in data["candidates"]):
         console.print("[dim]* not verified as a cluster: one replica's p90s at its own capacity, "
                       "not at the target rate[/]")
-    console.print(f"[dim]{data['simulations']} simulations; capacity per replica by bisection on the rate "
-                  "(to 1/64 of its bracket); headroom = replicas x that capacity[/]")
+    console.print(f"[dim]{data['simulations']} simulations; replicas = the fewest n for which one replica meets "
+                  "the SLO at rate / n; 'cost >=' rows stopped once they could not beat the best (--json says why "
+                  "each row lost); headroom = replicas x per-replica capacity, between the highest rate seen to "
+                  "meet the SLO and the lowest seen to miss it[/]")
