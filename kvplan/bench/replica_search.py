@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.setup import SizingConfig
+from kvplan.sim.disagg import Phase
 from kvplan.spec.kv_format import parse_kv_format
 from kvplan.spec.numbers import check_number
 from kvplan.workload import WORKLOAD_KINDS
@@ -85,6 +87,7 @@ class Demand:
     step_model: str | None = None
     seed: int = 0
     trace_rps: float | None = None  # a trace's own request rate (trace_rate), which trials rescale
+    phase: Phase = Phase.WHOLE  # a disaggregated pool serves only its part of each request
 
     def __post_init__(self) -> None:
         # settings every candidate shares fail here, once, rather than as every candidate's failure
@@ -135,7 +138,7 @@ def simulate_series(demand: Demand, config: BenchConfig,
     from kvplan.bench.run import prepare
 
     config, built = prepare(config, workload)
-    (record,) = run_matrix(config, built.requests, [demand.optimization])
+    (record,) = run_matrix(config, demand.phase.requests(built.requests), [demand.optimization])
     return record.metrics, record.timeseries or {}
 
 
@@ -195,9 +198,11 @@ def growing(series: dict[str, list[float]], span_s: float) -> bool | None:
     return last > (1 + GROWTH) * third
 
 
-def settled_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec, rate: float,
-                e2e_alone_s: float, min_requests: int | None = None,
-                native_rate: float | None = None) -> tuple[dict[str, Any], int]:
+Run = Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]  # a workload's metrics and series
+
+
+def settled_run(demand: Demand, run: Run, rate: float, e2e_alone_s: float,
+                min_requests: int | None = None) -> tuple[dict[str, Any], int]:
     """A run at `rate` long enough to settle, and how many simulations it took. A run that
     meets the SLO is rerun longer (at least twice as long) while its arrivals span less than
     SETTLE of its own p90 end-to-end latencies, or while the requests in the system still grow
@@ -206,7 +211,7 @@ def settled_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec, rat
     settled when doubling it moves its p90 end-to-end latency by GROWTH or less. TPOT-only
     SLOs see the batch, not the queue, and are not rerun."""
     requests = max(min_requests or 0, trial_requests(demand, rate, e2e_alone_s))
-    metrics, series = simulate_series(demand, config, sent_at(workload, rate, requests, native_rate))
+    metrics, series = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
     runs, previous_e2e = 1, None
     while demand.slo.queue_limit_s > 0 and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS:
         e2e = float(metrics.get("e2e_s_p90") or 0.0)
@@ -217,7 +222,7 @@ def settled_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec, rat
         if needed <= requests and not still:
             break
         requests, previous_e2e = min(MAX_TRIAL_REQUESTS, max(needed, 2 * requests)), e2e
-        metrics, series = simulate_series(demand, config, sent_at(workload, rate, requests, native_rate))
+        metrics, series = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
         runs += 1
     return metrics, runs
 
@@ -238,6 +243,10 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
     except ValueError as err:  # sizing: the weights, or one request, do not fit
         result.status, result.reason = "memory", str(err).splitlines()[0]
         return result
+    if not alone.get("requests_finished") and alone.get("requests_rejected"):
+        reasons = "; ".join(alone.get("reject_reasons") or []) or "no reason recorded"
+        result.status, result.reason = "memory", f"every request was rejected ({reasons})"
+        return result
     missed = demand.slo.misses(alone)
     if missed:
         result.status, result.metrics = "latency", alone
@@ -252,8 +261,9 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
 def trial(demand: Demand, result: CapacityResult, rate: float) -> bool:
     """One replica at `rate` req/s, run until settled; narrows result's capacity bracket and
     says whether the SLO was met."""
-    metrics, runs = settled_run(demand, demand.config(result.candidate), demand.workload, rate,
-                                result.e2e_alone_s, min_requests=demand.num_requests, native_rate=demand.trace_rps)
+    config = demand.config(result.candidate)
+    metrics, runs = settled_run(demand, lambda workload: simulate_series(demand, config, workload), rate,
+                                result.e2e_alone_s, min_requests=demand.num_requests)
     result.simulations += runs
     if demand.slo.meets(metrics):
         if rate >= result.capacity_rps:

@@ -42,6 +42,8 @@ def plan(
     kv_dtype: Annotated[str, typer.Option(metavar="FORMATS", rich_help_panel=KV_PANEL, help="KV formats to consider, e.g. auto,fp8.")] = "auto",
     max_num_seqs: Annotated[Optional[str], typer.Option(metavar="NS", rich_help_panel=ENGINE, help="--max-num-seqs values to consider; default: the engine's.")] = None,
     max_gpus: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=HARDWARE, help="Most GPUs a plan may use.")] = None,
+    disagg: Annotated[bool, typer.Option("--disagg", rich_help_panel=HARDWARE, help="Also consider prefill/decode-disaggregated deployments (xPyD): each pool sized on its own, the pipeline verified with the KV transfer between them.")] = False,
+    kv_link_gbps: Annotated[Optional[float], typer.Option(metavar="GB/S", rich_help_panel=HARDWARE, help="--disagg: KV transfer bandwidth per GPU, one direction (default: the GPU profile's interconnect, i.e. both pools in one NVLink domain; across nodes give the NIC's, e.g. 50 for 400 Gb/s).")] = None,
     optimization: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=KV_PANEL, help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's and SGLang's default.")] = "prefix",
     engine: EngineOpt = "vllm",
     engine_version: EngineVersionOpt = None,
@@ -53,7 +55,8 @@ def plan(
     out: Annotated[Optional[Path], typer.Option(metavar="DIR", rich_help_panel=OUTPUT, help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).")] = None,
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas) that serves --rate within --slo: per-replica capacity by bisection on kvplan's simulated engine, the best candidates verified as a whole cluster."""
-    from kvplan.bench.deploy_plan import make_plan, plan_json, plan_records
+    from kvplan.bench.deploy_plan import make_plan
+    from kvplan.bench.plan_output import plan_json, plan_records
     from kvplan.bench.prices import load_prices
     from kvplan.bench.replica_search import Candidate, Demand
     from kvplan.bench.slo import parse_slo
@@ -70,6 +73,8 @@ def plan(
     if max_gpus is not None and max_gpus < 1:
         raise ValueError(f"--max-gpus must be at least 1, got {max_gpus}")
     check_numbers({"workers": workers})
+    if kv_link_gbps is not None and not (kv_link_gbps > 0 and kv_link_gbps != float("inf")):
+        raise ValueError(f"--kv-link-gbps must be a positive bandwidth in GB/s, got {kv_link_gbps}")
     if out is not None and out.exists() and not out.is_dir():
         raise ValueError(f"--out '{out}' is a file; give a folder for plan.json and plan.jsonl")
     targets = parse_slo(slo)
@@ -89,6 +94,10 @@ def plan(
                                           trace=str(trace) if trace else None),
                     optimization=optimization, num_requests=num_requests, engine=engine,
                     engine_version=engine_version, step_model=step_model, seed=seed)
+    if disagg:  # a SLO the prefill pool cannot be sized by fails before any search
+        from kvplan.bench.disagg_plan import pool_demands
+
+        pool_demands(demand)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=error_console, transient=True, disable=json_out) as progress:
         task = progress.add_task("searching", total=len(candidates))
@@ -99,7 +108,8 @@ def plan(
             if label:
                 progress.update(task, advance=1, description=escape(label))
 
-        result = make_plan(demand, candidates, price_table, workers or os.cpu_count() or 1, max_gpus, note)
+        result = make_plan(demand, candidates, price_table, workers or os.cpu_count() or 1, max_gpus, note,
+                           disagg=disagg, kv_link_gbps=kv_link_gbps)
     data = plan_json(result)
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -140,15 +150,15 @@ def _render(data: dict, figures: list[str]) -> None:
     columns = ["#", "GPUs", "deployment", "$/hour", *(["$/M tok"] if wide else []), *heads,
                *(["KV use"] if wide else []), "headroom", "why not"]
     for column in columns:
-        table.add_column(column, justify="left" if column in ("deployment", "why not") else "right",
-                         overflow="fold", no_wrap=column != "why not", min_width=12 if column == "why not" else None)
+        text = column in ("deployment", "why not")  # the columns that wrap, so the figures never do
+        table.add_column(column, justify="left" if text else "right", overflow="fold", no_wrap=not text,
+                         min_width=12 if text else None, ratio=1 if text else None)
     for i, row in enumerate(data["candidates"], 1):
         feasible = row["status"] == "ok"
         mark = "" if row["verified"] else "*"  # figures of one replica at its capacity, not the cluster
         usage = row["predicted"].get("kv_cache_usage_mean")
-        layout = f"{row['replicas']}x " if feasible else ""
         cells = [str(i), str(row["gpus"]) if feasible else "-",
-                 escape(f"{layout}{row['gpu']} TP{row['tp']} {row['kv_dtype']}"), _money(row["usd_per_hour"]),
+                 escape(row["layout"]), _money(row["usd_per_hour"]),
                  *([_money(row["usd_per_million_output_tokens"], 3)] if wide else []),
                  *[_ms(row["predicted"].get(name)) + mark if feasible else "-" for name in figures],
                  *(["-" if usage is None or not feasible else f"{100 * usage:.0f}%"] if wide else []),

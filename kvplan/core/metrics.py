@@ -137,13 +137,15 @@ def percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
             f"{prefix}_p90": float(p90), f"{prefix}_p99": float(p99)}
 
 
-def request_metrics(finished: list[Sequence]) -> dict[str, float | None]:
-    """TTFT, TPOT (= mean inter-token latency per request) and E2E percentiles, in seconds."""
+def request_metrics(finished: list[Sequence], arrivals: dict[int, float] | None = None) -> dict[str, float | None]:
+    """TTFT, TPOT (= mean inter-token latency per request) and E2E percentiles, in seconds;
+    `arrivals` (by request id) replaces the arrival the engine saw (a decode instance sees a
+    request when its KV has arrived; its user sent it before the prefill)."""
     ttft, tpot, e2e = [], [], []
     for seq in finished:
         if seq.sample_index:
             continue  # parallel samples share their request's arrival and first token
-        arrival = seq.request.arrival_s
+        arrival = seq.request.arrival_s if arrivals is None else arrivals[seq.request.request_id]
         ttft.append(seq.first_token_s - arrival)
         e2e.append(seq.finish_s - arrival)
         if seq.request.output_len > 1:

@@ -190,9 +190,15 @@ class Scheduler:
         allocator = self.allocator
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            fresh = allocator.prefix_caching and seq.status == Status.WAITING and seq.num_computed == 0
+            # KV computed elsewhere (a prefill instance) arrives on the first admission only; the
+            # last prompt token is computed again to sample, as vLLM does after a remote prefill
+            transferred = seq.request.transferred_tokens and not seq.num_computed and not seq.preemptions
+            fresh = allocator.prefix_caching and seq.status == Status.WAITING and seq.num_computed == 0 \
+                and not transferred
             hits = allocator.lookup(seq) if fresh else NO_HITS  # passed on to can_admit and adopt
             cached = allocator.hit_tokens(hits) if fresh else 0
+            if transferred:
+                cached = min(seq.request.transferred_tokens, seq.known_tokens - 1)
             count = self._chunk_of(seq.known_tokens - seq.num_computed - cached, budget)
             total = seq.num_computed + cached + count
             if count == 0 or not allocator.can_admit(seq, total, hits):
@@ -200,6 +206,7 @@ class Scheduler:
             if fresh:
                 cached = allocator.adopt(seq, hits)  # lower-tier bytes that cannot be read come back short
                 total = cached + count
+            if fresh or transferred:
                 seq.num_computed = cached
                 self.used_slots += cached
             if not allocator.allocate(seq, total):

@@ -27,6 +27,9 @@ class Request:
     session_id: str | None = None
     n: int = 1  # parallel samples sharing the prompt
     output_tokens: tuple[int, ...] | None = None
+    # prompt tokens whose KV arrives computed from another instance (disaggregated prefill:
+    # the decode instance loads them, as vLLM's KV connectors report external tokens)
+    transferred_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -45,6 +48,9 @@ class Request:
                              f"but output_len {self.output_len}")
         if self.n < 1:
             raise ValueError(f"request {self.request_id}: n must be at least 1, got {self.n}")
+        if not 0 <= self.transferred_tokens <= self.prompt_len:
+            raise ValueError(f"request {self.request_id}: transferred_tokens must be within the prompt "
+                             f"(0..{self.prompt_len}), got {self.transferred_tokens}")
 
     @property
     def total_len(self) -> int:
