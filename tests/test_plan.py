@@ -120,11 +120,16 @@ def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
 
 
 def test_prefix_workloads_are_verified_behind_the_kv_aware_router() -> None:
-    demand = Demand(model="llama-3.1-8b", rate=8.0, slo=parse_slo("ttft_p90=1s"), num_requests=60,
+    """The cluster check disagrees with the division and the plan follows the cluster: ten
+    replicas by division (one replica misses at 16 / 9 req/s), nine behind the kv-aware router,
+    which pools their queues (a request waits for the first of nine, not for its own one)."""
+    demand = Demand(model="llama-3.1-8b", rate=16.0, slo=parse_slo("ttft_p90=1s"), num_requests=60,
                     workload=WorkloadSpec(kind="system-prompt"), step_model="roofline")
     plan = make_plan(demand, [Candidate("l4", 1)], {})
     row = plan.rows[0]
-    assert plan.router == "kv-aware" and row.verified
+    assert plan.router == "kv-aware" and row.verified and plan.winner is row
+    assert row.replicas < row.division_replicas and row.gpus == row.replicas
+    assert row.capacity.capacity_upper_rps <= 16.0 / row.replicas  # one replica alone misses at that share
     assert row.cluster_metrics.get("prefix_hit_rate", 0) > 0.5  # the shared system prompt is served from cache
     assert demand.slo.meets(row.cluster_metrics)
 
@@ -200,3 +205,22 @@ def test_a_trace_is_rescaled_to_each_rate(tmp_path: Path) -> None:
                     optimization="paged", num_requests=40, step_model="roofline")
     plan = make_plan(demand, [Candidate("l4", 1)], {})
     assert plan.router == "kv-aware" and plan.winner is not None and plan.winner.verified
+
+
+@pytest.mark.slow
+def test_ray_searches_to_the_same_plan() -> None:
+    """On Ray every candidate is searched at once (no bound between waves): more simulations,
+    the same plan."""
+    import importlib.util
+
+    from conftest import require_in_ci
+    from kvplan.bench.executors import LocalExecutor, RayExecutor
+
+    require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")
+    demand = _decode_demand("ttft_p90=1s", rate=20.0)
+    candidates = [Candidate("h100-80gb", 1, "auto", 8), Candidate("a100-80gb", 1, "auto", 8)]
+    prices = {"h100-80gb": 2.0, "a100-80gb": 1.5}
+    local = make_plan(demand, candidates, prices, LocalExecutor(2))
+    ray = make_plan(demand, candidates, prices, RayExecutor())
+    assert [(r.layout, r.capacity.status) for r in ray.rows][:1] == [(r.layout, r.capacity.status) for r in local.rows][:1]
+    assert ray.winner is not None and ray.winner.gpus == local.winner.gpus

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvplan.bench.plan_rows import Plan, PlanRow, router_for
-from kvplan.bench.pool import run_pool
+from kvplan.bench.executors import Executor, LocalExecutor
 from kvplan.bench.replica_search import (
     Candidate,
     CapacityResult,
@@ -36,14 +36,14 @@ VERIFY_TOP = 3  # candidates verified as a cluster
 Progress = Callable[[str, int], None]  # (what just finished, or "" for nothing; steps to add to the total)
 
 
-def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, float], workers: int = 1,
-              max_gpus: int | None = None, progress: Progress | None = None, disagg: bool = False,
-              kv_link_gbps: float | None = None) -> Plan:
+def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, float],
+              executor: Executor = LocalExecutor(), max_gpus: int | None = None, progress: Progress | None = None,
+              disagg: bool = False, kv_link_gbps: float | None = None) -> Plan:
     if demand.workload.trace is not None and demand.trace_rps is None:
         demand = dataclasses.replace(demand, trace_rps=trace_rate(demand.workload))
     note = progress or (lambda label, more: None)
     order = {candidate: i for i, candidate in enumerate(candidates)}
-    probed = _map(probe_item, [(demand, candidate) for candidate in candidates], workers,
+    probed = _map(probe_item, [(demand, candidate) for candidate in candidates], executor,
                   lambda r: note(f"probed {r.candidate.label}", 0))
     rows = [PlanRow(result) for result in sorted(probed, key=lambda r: order[r.candidate])]
     router = router_for(demand)
@@ -52,7 +52,7 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
     note("", len(pending))
     runs = 0  # verification and refinement; the searches' own runs are counted on their results
     while pending:  # search, verify the best, and search again what the verified winner's cost reopens
-        _search(demand, pending, prices, workers, max_gpus, _best_cost(rows, prices), note)
+        _search(demand, pending, prices, executor, max_gpus, _best_cost(rows, prices), note)
         runs += _verify_best(demand, rows, router, prices, max_gpus, note)
         best = _best_cost(rows, prices)
         pending = [row for row in rows if row.capacity.status == "cost"
@@ -67,7 +67,7 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
         note("", 2 * len(candidates))
         split, pool_runs = disaggregated_rows(
             demand, candidates, prices,
-            lambda work, items: _map(work, items, workers, lambda r: note(f"pool {r.candidate.label}", 0),
+            lambda work, items: _map(work, items, executor, lambda r: note(f"pool {r.candidate.label}", 0),
                                      ordered=True),
             lambda gpu: _unit_price(prices, gpu), _best_cost(rows, prices), max_gpus, kv_link_gbps)
         rows.extend(split)
@@ -81,22 +81,17 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
     return Plan(demand, rows, router, runs)
 
 
-def _map(work: Callable[[Any], CapacityResult], items: list[Any], workers: int,
+def _map(work: Callable[[Any], CapacityResult], items: list[Any], executor: Executor,
          done: Callable[[CapacityResult], None], ordered: bool = False) -> list[CapacityResult]:
-    """work(item) for every item, on the local process pool when more than one worker is asked
-    for; results in completion order, or in the items' order when `ordered`."""
+    """work(item) for every item on the executor; results in completion order, or in the items'
+    order when `ordered`."""
     results: list[tuple[int, CapacityResult]] = []
 
     def keep(pair: tuple[int, CapacityResult]) -> None:
         results.append(pair)
         done(pair[1])
 
-    indexed = list(enumerate(items))
-    if workers > 1 and len(items) > 1:
-        run_pool(_indexed, [(work, pair) for pair in indexed], min(workers, len(items)), keep)
-    else:
-        for pair in indexed:
-            keep(_indexed((work, pair)))
+    executor.map(_indexed, [(work, pair) for pair in enumerate(items)], keep)
     if ordered:
         results.sort(key=lambda pair: pair[0])
     return [result for _, result in results]
@@ -130,13 +125,14 @@ def _best_cost(rows: list[PlanRow], prices: dict[str, float]) -> float:
     return min((_row_cost(row, prices) for row in rows), default=math.inf)
 
 
-def _search(demand: Demand, rows: list[PlanRow], prices: dict[str, float], workers: int, max_gpus: int | None,
+def _search(demand: Demand, rows: list[PlanRow], prices: dict[str, float], executor: Executor, max_gpus: int | None,
             best: float, note: Progress) -> None:
-    """fewest_replicas for every row, in waves of `workers`, each bounded by the best cost so far."""
+    """fewest_replicas for every row, in the executor's waves, each bounded by the best cost so far."""
+    wave = executor.wave or len(rows)
     by_candidate = {row.capacity.candidate: row for row in rows}
-    for start in range(0, len(rows), max(workers, 1)):
+    for start in range(0, len(rows), max(wave, 1)):
         items = []
-        for row in rows[start:start + max(workers, 1)]:
+        for row in rows[start:start + max(wave, 1)]:
             tp, unit = row.capacity.candidate.tp, _unit_price(prices, row.capacity.candidate.gpu)
             by_cost = None if unit is None or math.isinf(best) else math.floor(best / (unit * tp) + 1e-9)
             by_gpus = None if max_gpus is None else max_gpus // tp
@@ -152,7 +148,7 @@ def _search(demand: Demand, rows: list[PlanRow], prices: dict[str, float], worke
                 best = min(best, _row_cost(row, prices))
             note(result.candidate.label, 0)
 
-        _map(search_item, items, workers, done)
+        _map(search_item, items, executor, done)
 
 
 def _verify_best(demand: Demand, rows: list[PlanRow], router: str, prices: dict[str, float],
@@ -175,9 +171,9 @@ def _verify_best(demand: Demand, rows: list[PlanRow], router: str, prices: dict[
 
 
 def _rank(row: PlanRow) -> tuple:
-    """Feasible first; then cost, GPUs, and the most capacity per replica."""
+    """Feasible first; then cost, GPUs, the simpler deployment, and the most capacity per replica."""
     cost = row.usd_per_hour if row.usd_per_hour is not None else math.inf
-    return (not row.feasible, cost, row.gpus, -row.capacity.capacity_rps)
+    return (not row.feasible, cost, row.gpus, row.parts, -row.capacity.capacity_rps)
 
 
 _VERDICTS = {"memory": "does not fit", "latency": "misses the SLO", "gpus": "over --max-gpus",

@@ -23,7 +23,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from kvplan.bench.plan_rows import MAX_CLUSTER_REQUESTS, MAX_EXTRA_REPLICAS, PlanRow
 from kvplan.bench.replica_search import (
@@ -37,6 +37,9 @@ from kvplan.bench.replica_search import (
 from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.sim.disagg import Phase
+
+
+_FURTHEST = ("cost", "gpus", "latency", "memory")
 
 
 def pool_demands(demand: Demand) -> tuple[Demand, Demand]:
@@ -61,6 +64,7 @@ class DisaggRow(PlanRow):
     """x prefill replicas and y decode replicas of one GPU type and KV dtype; `capacity` and
     `replicas` are the decode pool's."""
 
+    parts: ClassVar[int] = 2  # pools to run: at equal cost and GPUs, an aggregated plan ranks first
     prefill: CapacityResult | None = None
     prefill_replicas: int = 0
     link_gbps: float | None = None  # None: the GPU profile's interconnect
@@ -75,19 +79,12 @@ class DisaggRow(PlanRow):
         return super().feasible and self.prefill is not None and self.prefill.status == "ok" \
             and self.prefill_replicas > 0
 
-    @property
-    def headroom_rps(self) -> float:
-        """The rate at which the slower pool stops meeting its share of the SLO ..."""
-        if not self.feasible or self.prefill is None:
-            return 0.0
-        return min(self.replicas * self.capacity.capacity_rps, self.prefill_replicas * self.prefill.capacity_rps)
-
-    @property
-    def headroom_upper_rps(self) -> float:
-        if not self.feasible or self.prefill is None:
-            return 0.0
-        return min(self.replicas * self.capacity.capacity_upper_rps,
-                   self.prefill_replicas * self.prefill.capacity_upper_rps)
+    def division_headroom(self) -> tuple[float, float]:
+        """The slower pool's: it stops meeting its share of the SLO first."""
+        assert self.prefill is not None
+        return (min(self.replicas * self.capacity.capacity_rps, self.prefill_replicas * self.prefill.capacity_rps),
+                min(self.replicas * self.capacity.capacity_upper_rps,
+                    self.prefill_replicas * self.prefill.capacity_upper_rps))
 
     @property
     def layout(self) -> str:
@@ -151,6 +148,7 @@ class DisaggRow(PlanRow):
                         break
                     x, y, metrics = (x - 1, y, fewer) if pool == "prefill" else (x, y - 1, fewer)
         self.prefill_replicas, self.replicas, self.verified, self.cluster_metrics = x, y, True, metrics
+        self.verified_rps = demand.rate
         self.price(prices, demand.rate)
         return runs
 
@@ -237,8 +235,12 @@ def disaggregated_rows(demand: Demand, candidates: list[Candidate], prices: dict
             continue
         failed = [(side, pool[c]) for side, pool in (("prefill", prefills), ("decode", decodes)) for c in members
                   if not pool[c].searched]
-        side, worst = failed[0]
+        # the pool that got furthest says why: pruned for cost before over --max-gpus, before
+        # missing the SLO, before not fitting
+        side, worst = min(failed, key=lambda pair: _FURTHEST.index(pair[1].status)
+                          if pair[1].status in _FURTHEST else len(_FURTHEST))
         rows.append(DisaggRow(dataclasses.replace(worst, reason=f"{side} pool: {worst.reason}"), link_gbps=link_gbps))
     for row in rows:
-        row.price(prices, demand.rate)
+        if row.feasible:
+            row.price(prices, demand.rate)
     return rows, sum(r.simulations for r in results)

@@ -9,8 +9,9 @@ imbalance move the answer away from the per-replica division.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from kvplan.bench.replica_search import (
     CapacityResult,
@@ -27,10 +28,12 @@ MAX_CLUSTER_REQUESTS = 3000
 
 @dataclass
 class PlanRow:
+    parts: ClassVar[int] = 1  # kinds of server to run: a tie-breaker for the simpler deployment
     capacity: CapacityResult
     replicas: int = 0
     division_replicas: int = 0  # ceil(rate / per-replica capacity), before the cluster is simulated
     verified: bool = False  # the cluster was simulated at the target rate
+    verified_rps: float = 0.0  # the rate the cluster check met (the target rate, once verified)
     cluster_metrics: dict[str, Any] = field(default_factory=dict)
     usd_per_hour: float | None = None
     usd_per_million_output_tokens: float | None = None
@@ -41,16 +44,26 @@ class PlanRow:
     def gpus(self) -> int:
         return self.replicas * self.capacity.candidate.tp
 
+    def division_headroom(self) -> tuple[float, float]:
+        """The rate at which the plan stops meeting the SLO by the per-replica division: above
+        replicas x the highest per-replica rate seen to meet it, below replicas x the lowest seen
+        to miss it."""
+        return self.replicas * self.capacity.capacity_rps, self.replicas * self.capacity.capacity_upper_rps
+
     @property
     def headroom_rps(self) -> float:
-        """The rate at which the plan stops meeting the SLO, by the per-replica division: at
-        least this (replicas x the highest per-replica rate seen to meet it) ..."""
-        return self.replicas * self.capacity.capacity_rps if self.feasible else 0.0
+        """At least the division's lower bound, and the rate the cluster check met ..."""
+        if not self.feasible:
+            return 0.0
+        return max(self.division_headroom()[0], self.verified_rps)
 
     @property
     def headroom_upper_rps(self) -> float:
-        """... and below this (replicas x the lowest rate seen to miss it; inf when none did)."""
-        return self.replicas * self.capacity.capacity_upper_rps if self.feasible else 0.0
+        """... and below the division's upper bound, unless the cluster check met more (inf)."""
+        if not self.feasible:
+            return 0.0
+        upper = self.division_headroom()[1]
+        return upper if upper > self.headroom_rps else math.inf
 
     @property
     def feasible(self) -> bool:
@@ -88,7 +101,7 @@ class PlanRow:
 
     def verify(self, demand: Demand, router: str, prices: dict[str, float]) -> int:
         """Simulate the cluster at the target rate from the division's replica count: add replicas
-        while it misses the SLO, remove them while it still meets it. Returns the runs made."""
+        while it misses the SLO; if it meets at once, the fewest that still meet. Returns the runs made."""
         candidate, runs = self.capacity.candidate, 0
 
         def meets(replicas: int) -> dict[str, Any] | None:
@@ -108,10 +121,15 @@ class PlanRow:
                 f"a cluster of up to {self.replicas + MAX_EXTRA_REPLICAS} replicas misses the SLO "
                 f"at {demand.rate:g} req/s"))
             return runs
-        if replicas == self.replicas:  # met at the division: the cluster may need fewer (shared prefixes)
-            while replicas > 1 and (fewer := meets(replicas - 1)) is not None:
-                replicas, metrics = replicas - 1, fewer
-        self.replicas, self.verified, self.cluster_metrics = replicas, True, metrics
+        if replicas == self.replicas:  # met at the division: the cluster may need fewer (shared prefixes,
+            missing = 0  # or a per-replica trial that missed by noise), found by bisection
+            while replicas - missing > 1:
+                middle = (missing + replicas) // 2
+                if (fewer := meets(middle)) is not None:
+                    replicas, metrics = middle, fewer
+                else:
+                    missing = middle
+        self.replicas, self.verified, self.cluster_metrics, self.verified_rps = replicas, True, metrics, demand.rate
         self.price(prices, demand.rate)
         return runs
 

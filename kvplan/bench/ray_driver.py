@@ -34,8 +34,10 @@ class _Stop(BaseException):
     """The sweep asked the driver to stop (SIGTERM), or went away."""
 
 
-def run_on_ray(items: Sequence[dict[str, Any]], address: str | None, on_result: Callable[[Any], None]) -> None:
-    """Call on_result(run_point(item)) for every item, in completion order, on Ray."""
+def run_on_ray(items: Sequence[Any], address: str | None, on_result: Callable[[Any], None],
+               work: Callable[[Any], Any] | None = None) -> None:
+    """Call on_result(work(item)) for every item, in completion order, on Ray; `work` is a
+    module-level function (pickled by name), a sweep's run_point by default."""
     if importlib.util.find_spec("ray") is None:
         raise ValueError("--executor ray needs Ray: pip install 'kvplan[ray]'")
     read_fd, write_fd = os.pipe()
@@ -48,7 +50,7 @@ def run_on_ray(items: Sequence[dict[str, Any]], address: str | None, on_result: 
         try:
             assert child.stdin is not None
             with child.stdin:
-                pickle.dump((list(items), address), child.stdin)
+                pickle.dump((work, list(items), address), child.stdin)
             _receive(messages, on_result)
             child.wait()
         except BaseException:  # Ctrl-C / SIGTERM / a failing callback: the child cleans up without us
@@ -75,10 +77,11 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop
 
 
-def _drive(items: list[dict[str, Any]], address: str | None, out: BinaryIO) -> None:
+def _drive(work: Callable[[Any], Any] | None, items: list[Any], address: str | None, out: BinaryIO) -> None:
     import ray
 
-    from kvplan.bench.sweep_point import run_point
+    if work is None:
+        from kvplan.bench.sweep_point import run_point as work
 
     parent = os.getppid()
     pending: list[Any] = []
@@ -97,7 +100,7 @@ def _drive(items: list[dict[str, Any]], address: str | None, out: BinaryIO) -> N
         initialized.set()
         signal.signal(signal.SIGTERM, _raise_stop)  # ray.init installed its own (sys.exit)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        remote = ray.remote(run_point)
+        remote = ray.remote(work)
         pending = [remote.remote(item) for item in items]
         while pending:
             if os.getppid() != parent:  # the sweep stopped (it sent SIGTERM and left) or was killed
@@ -141,12 +144,12 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's; it stops us with SIGTERM
     signal.signal(signal.SIGTERM, _raise_stop)
     try:
-        items, address = pickle.load(sys.stdin.buffer)
+        work, items, address = pickle.load(sys.stdin.buffer)
     except _Stop:
         return
     out = os.fdopen(int(sys.argv[1]), "wb")
     try:
-        _drive(items, address, out)
+        _drive(work, items, address, out)
     finally:
         try:
             out.close()

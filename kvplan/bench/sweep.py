@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,15 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.bench.config import FLAT_NAMES
-from kvplan.bench.pool import run_pool
-from kvplan.bench.ray_driver import run_on_ray
+from kvplan.bench.executors import EXECUTORS, make_executor
 from kvplan.bench.sweep_checks import check_sweep_data
 from kvplan.bench.sweep_point import DEFAULT_GPU, WORKLOAD_KEYS, run_point
 from kvplan.bench.sweep_store import finished_records, rewrite
 from kvplan.results import ResultRecord, dumps
 
 __all__ = ["DEFAULT_GPU", "EXECUTORS", "SweepSpec", "load_spec", "point_id", "run_point", "run_sweep"]
-EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -91,8 +88,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
               address: str | None = None, progress: Callable[[int, int], None] | None = None,
               notify: Callable[[str], None] | None = None) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor '{executor}'; use one of: {', '.join(EXECUTORS)}")
+    make_executor(executor, workers, address)  # an unknown one fails before any output is touched
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
@@ -121,20 +117,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
             if progress:
                 progress(1, len(points))
 
-        if executor == "local":
-            _run_local(todo, workers or os.cpu_count() or 1, record)
-        else:
-            run_on_ray(todo, address, record)  # a child process drives Ray (bench/ray_driver.py)
+        # issue 13: what finished is on disk; an interrupt terminates the local workers (bench/pool.py),
+        # and a child process drives Ray (bench/ray_driver.py)
+        make_executor(executor, workers, address).map(run_point, todo, record)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]
     final = [r for r in ordered if r is not None]
     rewrite(results, final + outside)
     return final
 
 
-def _run_local(todo: list[dict[str, Any]], workers: int, record: Callable[[ResultRecord], None]) -> None:
-    if workers <= 1 or len(todo) <= 1:
-        for point in todo:
-            record(run_point(point))
-        return
-    # issue 13: what finished is on disk; an interrupt terminates the workers (bench/pool.py)
-    run_pool(run_point, todo, workers, record)

@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich import box
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
-from kvplan.cli.common import (ENGINE, HARDWARE, KV_PANEL, OUTPUT, WORKLOAD, EngineOpt, EngineVersionOpt, JsonOpt,
-                               SeedOpt, cli_errors, console, error_console)
+from kvplan.cli.common import (
+    ENGINE,
+    HARDWARE,
+    KV_PANEL,
+    OUTPUT,
+    WORKLOAD,
+    EngineOpt,
+    EngineVersionOpt,
+    JsonOpt,
+    SeedOpt,
+    cli_errors,
+    console,
+    error_console,
+)
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -35,6 +52,8 @@ def plan(
     slo: Annotated[str, typer.Option(metavar="TARGETS", rich_help_panel=WORKLOAD, help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. ttft_p90=2s,tpot_p90=60ms.")] = "ttft_p90=2s",
     workload: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=WORKLOAD, help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, system-prompt, rag, chat, ...")] = "sharegpt",
     trace: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=WORKLOAD, help="Replay a request trace instead (Mooncake / Azure / generic JSONL, as kvplan bench --trace); its arrivals are rescaled to each rate tried.")] = None,
+    input_len: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --input-len.")] = 1024,
+    output_len: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --output-len.")] = 128,
     workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", metavar="NAME=VALUE", rich_help_panel=WORKLOAD, help="Generator setting NAME=VALUE, as in kvplan bench.")] = None,
     gpus: Annotated[Optional[str], typer.Option(metavar="NAMES", rich_help_panel=HARDWARE, help="GPUs to consider, comma-separated; default: every GPU the price file names.")] = None,
     prices: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=HARDWARE, help="TOML file of $/GPU-hour ([usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.")] = None,
@@ -49,13 +68,16 @@ def plan(
     engine_version: EngineVersionOpt = None,
     step_model: Annotated[Optional[str], typer.Option(metavar="NAME", rich_help_panel=ENGINE, help="fitted (default) or roofline, or a kvplan calibrate file.")] = None,
     num_requests: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="Requests per replica in each simulated trial.")] = 300,
+    executor: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=OUTPUT, help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]'): where the candidates' searches run.")] = "local",
     workers: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=OUTPUT, help="Local processes for the search (default: the CPU count).")] = None,
+    address: Annotated[Optional[str], typer.Option(metavar="ADDR", rich_help_panel=OUTPUT, help="Ray cluster address (default: a local Ray instance).")] = None,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option(metavar="DIR", rich_help_panel=OUTPUT, help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).")] = None,
 ) -> None:
-    """Find the cheapest deployment (GPU, TP, KV format, replicas) that serves --rate within --slo: per-replica capacity by bisection on kvplan's simulated engine, the best candidates verified as a whole cluster."""
+    """Find the cheapest deployment (GPU, TP, KV format, replicas; with --disagg also prefill/decode pools) that serves --rate within --slo: the fewest replicas by branch and bound on kvplan's simulated engine, the best verified as a whole cluster."""
     from kvplan.bench.deploy_plan import make_plan
+    from kvplan.bench.executors import make_executor
     from kvplan.bench.plan_output import plan_json, plan_records
     from kvplan.bench.prices import load_prices
     from kvplan.bench.replica_search import Candidate, Demand
@@ -72,7 +94,8 @@ def plan(
         raise ValueError(f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}")
     if max_gpus is not None and max_gpus < 1:
         raise ValueError(f"--max-gpus must be at least 1, got {max_gpus}")
-    check_numbers({"workers": workers})
+    check_numbers({"workers": workers, "input-len": input_len, "output-len": output_len})
+    runner = make_executor(executor, workers, address)
     if kv_link_gbps is not None and not (kv_link_gbps > 0 and kv_link_gbps != float("inf")):
         raise ValueError(f"--kv-link-gbps must be a positive bandwidth in GB/s, got {kv_link_gbps}")
     if out is not None and out.exists() and not out.is_dir():
@@ -91,7 +114,8 @@ def plan(
                   for size in _ints(tp, "--tp") for dtype in kv_dtype.split(",") for n in seqs]
     demand = Demand(model=model, rate=rate, slo=targets,
                     workload=WorkloadSpec(kind=workload, params=parse_workload_params(workload_param or []),
-                                          trace=str(trace) if trace else None),
+                                          trace=str(trace) if trace else None, input_len=input_len,
+                                          output_len=output_len),
                     optimization=optimization, num_requests=num_requests, engine=engine,
                     engine_version=engine_version, step_model=step_model, seed=seed)
     if disagg:  # a SLO the prefill pool cannot be sized by fails before any search
@@ -108,8 +132,8 @@ def plan(
             if label:
                 progress.update(task, advance=1, description=escape(label))
 
-        result = make_plan(demand, candidates, price_table, workers or os.cpu_count() or 1, max_gpus, note,
-                           disagg=disagg, kv_link_gbps=kv_link_gbps)
+        result = make_plan(demand, candidates, price_table, runner, max_gpus, note, disagg=disagg,
+                           kv_link_gbps=kv_link_gbps)
     data = plan_json(result)
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +153,11 @@ def _money(value: float | None, digits: int = 2) -> str:
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:,.0f} ms" if value < 10 else f"{value:,.1f} s"
+    if value is None:
+        return "-"
+    if value < 0.01:  # a KV transfer over NVLink: tenths of a millisecond
+        return f"{value * 1000:.2f} ms"
+    return f"{value * 1000:,.0f} ms" if value < 10 else f"{value:,.1f} s"
 
 
 def _headroom(row: dict) -> str:
@@ -172,15 +200,26 @@ def _render(data: dict, figures: list[str]) -> None:
     else:
         cost = (f" for {_money(winner['usd_per_hour'])}/hour" if winner["usd_per_hour"] is not None
                 else " (no price given: ranked by GPU count)")
-        console.print(f"[bold]winner:[/] {winner['replicas']} x {escape(winner['gpu'])} x TP {winner['tp']} "
-                      f"(KV {winner['kv_dtype']}) = {winner['gpus']} GPU{'s' if winner['gpus'] > 1 else ''}{cost}: each replica sustains "
-                      f"at least {winner['replica_capacity_rps']:.2f} req/s within the SLO, and a cluster of "
-                      f"{winner['replicas']} behind the {data['router']} router met it at {data['rate_rps']:g} req/s.")
+        gpus = f"{winner['gpus']} GPU{'s' if winner['gpus'] > 1 else ''}{cost}"
+        split = winner["disaggregated"]
+        if split is None:
+            why = (f"each replica sustains at least {winner['replica_capacity_rps']:.2f} req/s within the SLO, and a "
+                   f"cluster of {winner['replicas']} behind the {data['router']} router met it at {data['rate_rps']:g} req/s")
+        else:
+            transfer = split["kv_transfer_s_mean"]
+            why = (f"{split['prefill_replicas']} prefill replica(s) at TP {split['prefill_tp']} and "
+                   f"{split['decode_replicas']} decode replica(s) at TP {split['decode_tp']}; the pipeline (KV transfer "
+                   f"{_ms(transfer)} on average) met the SLO at {data['rate_rps']:g} req/s")
+        console.print(f"[bold]winner:[/] {escape(winner['layout'])} = {gpus}: {why}.")
         band = winner.get("time_error_band") or {}
         if band.get("output_throughput_error") is not None:
             console.print(f"[dim]modeled times: held-out error on {band.get('gpu_family')} under {band.get('engine')} "
                           f"±{100 * band['output_throughput_error']:.0f}% on tok/s"
                           + (" (unvalidated GPU family)" if band.get("unvalidated") else "") + "[/]")
+    if any(row["disaggregated"] is not None for row in data["candidates"]):
+        from kvplan.sim.disagg import SIMPLIFICATIONS
+
+        console.print("[dim]disaggregated rows, simplified: " + "; ".join(SIMPLIFICATIONS) + "[/]")
     if any(row["status"] == "ok" and not row["verified"] for row in data["candidates"]):
         console.print("[dim]* not verified as a cluster: one replica's p90s at its own capacity, "
                       "not at the target rate[/]")

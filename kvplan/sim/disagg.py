@@ -7,10 +7,7 @@ whole request, loads the prompt's KV as external tokens and computes the last pr
 again to sample (`Request.transferred_tokens`), so the user's first token comes from the
 decode side, after the prefill, the transfer and one decode step.
 
-Named simplifications: the prefill pool frees a request's KV when its first token is out
-(vLLM holds it until the decode side has read it); the decode pool allocates the KV when the
-transfer ends (vLLM at its start); transfers do not contend for the link; the decode pool
-does not serve prefix-cache hits of its own (prefix caching is the prefill pool's).
+Named simplifications (SIMPLIFICATIONS, which `kvplan plan --disagg` prints).
 """
 
 from __future__ import annotations
@@ -25,6 +22,14 @@ from kvplan.core.engine import Engine
 from kvplan.core.metrics import request_metrics
 from kvplan.sim.cluster import RouterConfig, run_cluster
 from kvplan.workload.request import Request
+
+SIMPLIFICATIONS = (
+    "the prefill pool frees a request's KV when its first token is out (vLLM holds it until the decode side has read it)",
+    "the decode pool allocates the KV when the transfer ends (vLLM at its start)",
+    "transfers do not contend for the link",
+    "the decode pool serves no prefix-cache hits of its own (prefix caching is the prefill pool's)",
+    "both pools use the same GPU type",
+)
 
 
 class Phase(Enum):
