@@ -19,12 +19,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.bench.plan_rows import Plan, PlanRow, router_for
 from kvplan.bench.executors import Executor, LocalExecutor
+from kvplan.bench.plan_rows import Plan, PlanRow, router_for
 from kvplan.bench.replica_search import (
     Candidate,
     CapacityResult,
     Demand,
+    check_workload,
     probe_item,
     search_item,
     trace_rate,
@@ -41,6 +42,8 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
               disagg: bool = False, kv_link_gbps: float | None = None) -> Plan:
     if demand.workload.trace is not None and demand.trace_rps is None:
         demand = dataclasses.replace(demand, trace_rps=trace_rate(demand.workload))
+    if candidates:  # a workload setting the generator refuses is the user's error, not every candidate's
+        check_workload(demand, candidates[0])
     note = progress or (lambda label, more: None)
     order = {candidate: i for i, candidate in enumerate(candidates)}
     probed = _map(probe_item, [(demand, candidate) for candidate in candidates], executor,

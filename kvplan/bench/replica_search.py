@@ -142,6 +142,15 @@ def simulate_series(demand: Demand, config: BenchConfig,
     return record.metrics, record.timeseries or {}
 
 
+def check_workload(demand: Demand, candidate: Candidate) -> None:
+    """Build the workload once (a few requests), so a setting its generator refuses fails as
+    the user's error (ValueError) before any candidate is probed."""
+    from kvplan.bench.run import prepare
+
+    prepare(demand.config(candidate), sent_at(demand.workload, math.inf, min(8, demand.num_requests),
+                                              demand.trace_rps))
+
+
 def trace_rate(workload: WorkloadSpec) -> float | None:
     """A trace's own request rate (requests over the span of their arrivals); None for a
     synthetic workload, whose rate is a setting."""

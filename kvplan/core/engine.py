@@ -52,6 +52,7 @@ class Engine:
         self.start: float | None = None  # the first arrival
         self.finished: list[Sequence] = []
         self.rejected: list[Sequence] = []
+        self.ended = 0  # requests finished or rejected (parallel samples count once), kept as they end
         self.progress: ProgressCallback | None = None
 
     def _rejection(self, seq: Sequence) -> str | None:
@@ -77,6 +78,7 @@ class Engine:
     def _reject(self, seq: Sequence, reason: str) -> None:
         seq.status, seq.reject_reason, seq.finish_s = Status.REJECTED, reason, self.now
         self.rejected.append(seq)
+        self.ended += 1
         if self.progress:
             self.progress(1)
 
@@ -100,8 +102,10 @@ class Engine:
         self.step_metrics.record(dt, self.now, self.allocator, scheduler)
         if done:
             self.finished.extend(done)
+            ended = sum(1 for seq in done if seq.sample_index == 0)
+            self.ended += ended
             if self.progress:
-                self.progress(sum(1 for seq in done if seq.sample_index == 0))
+                self.progress(ended)
 
     def advance(self, until: float) -> None:
         """Run the steps that start before `until`; an idle engine's clock jumps to it."""

@@ -90,9 +90,6 @@ def run_client(engine: Engine, requests: list[Request], max_concurrency: int | N
     sent = 0
     freed_at, freed_step = -math.inf, -1  # when the cap last stopped binding
 
-    def ended() -> int:
-        return sum(1 for s in engine.finished if s.sample_index == 0) + len(engine.rejected)
-
     def after_step() -> None:
         if not token_times:
             return
@@ -110,14 +107,14 @@ def run_client(engine: Engine, requests: list[Request], max_concurrency: int | N
 
     def step_once() -> None:
         nonlocal freed_at, freed_step
-        full = max_concurrency is not None and sent - ended() >= max_concurrency
+        full = max_concurrency is not None and sent - engine.ended >= max_concurrency
         engine.step()
         after_step()
-        if full and sent - ended() < max_concurrency:  # type: ignore[operator]
+        if full and sent - engine.ended < max_concurrency:  # type: ignore[operator]
             freed_at, freed_step = engine.now, observer.steps - 1
 
     while pending or engine.busy:
-        room = max_concurrency is None or sent - ended() < max_concurrency
+        room = max_concurrency is None or sent - engine.ended < max_concurrency
         if pending and room and pending[0].arrival_s <= engine.now:
             request = pending.popleft()
             send = request.arrival_s
