@@ -1,12 +1,27 @@
 """Benchmarks of KV optimizations: the optimization parser, run configs by concern, the
 matrix runner (given an engine factory from kvplan.sim or kvplan.real), workloads with the
-defaults `bench` and `sweep` share, sweeps and study summaries."""
+defaults `bench` and `sweep` share, sweeps and study summaries.
 
-from kvplan.bench.config import BenchConfig, ClusterConfig, flat_settings
-from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
-from kvplan.bench.optimizations import DEFAULT_OPTIMIZATIONS, KV_FORMAT_PARTS, parse_optimization, parse_optimizations
-from kvplan.core.setup import EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig
+The names below load on first use (PEP 562), so a command that only needs, say, the
+optimization names for its help text does not import the engine behind them."""
 
-__all__ = ["DEFAULT_OPTIMIZATIONS", "KV_FORMAT_PARTS", "BenchConfig", "ClusterConfig", "EngineSizing", "Optimization",
-           "RealConfig", "SizingConfig", "TierConfig", "engine_factory", "flat_settings", "parse_optimization",
-           "parse_optimizations", "run_matrix", "variant_names"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_HOMES = {
+    "BenchConfig": "kvplan.bench.config", "ClusterConfig": "kvplan.bench.config", "flat_settings": "kvplan.bench.config",
+    "engine_factory": "kvplan.bench.matrix", "run_matrix": "kvplan.bench.matrix", "variant_names": "kvplan.bench.matrix",
+    "DEFAULT_OPTIMIZATIONS": "kvplan.bench.optimizations", "KV_FORMAT_PARTS": "kvplan.bench.optimizations",
+    "parse_optimization": "kvplan.bench.optimizations", "parse_optimizations": "kvplan.bench.optimizations",
+    "EngineSizing": "kvplan.core.setup", "Optimization": "kvplan.core.setup", "RealConfig": "kvplan.core.setup",
+    "SizingConfig": "kvplan.core.setup", "TierConfig": "kvplan.core.setup",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kvplan.bench' has no attribute '{name}'")
+    return getattr(import_module(_HOMES[name]), name)

@@ -8,8 +8,13 @@ pop-front, append and removal from the middle (a cache hit on a free block).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
+from functools import partial
+from itertools import compress, islice, repeat
+from operator import add, eq, is_not, not_, sub
+
+_is_hash = partial(is_not, None)  # block_to_hash.pop(block, None): None for a block that held no prefix
 
 
 class BlockPool:
@@ -26,6 +31,7 @@ class BlockPool:
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix
         self.extra_refs = 0  # references beyond the first: sum of max(0, ref_count - 1)
         self.on_evict: Callable[[int, int], None] | None = None  # offload: (hash, block) moves down a tier
+        self.evicted_log: list[int] | None = None  # blocks evicted since the prefix cache last looked (it clears it)
 
     @property
     def num_free(self) -> int:
@@ -37,25 +43,27 @@ class BlockPool:
 
     def allocate(self, count: int) -> list[int]:
         """Take `count` blocks from the front of the free queue (caller checks num_free)."""
-        if count > len(self.free_queue):
-            raise RuntimeError(f"asked for {count} blocks with {len(self.free_queue)} free")
-        popitem = self.free_queue.popitem
-        blocks = [popitem(last=False)[0] for _ in range(count)]
+        queue = self.free_queue
+        if count > len(queue):
+            raise RuntimeError(f"asked for {count} blocks with {len(queue)} free")
+        # Whole-batch operations iterate in C: a long prompt takes thousands of blocks at once.
+        blocks = list(islice(queue, count))
+        deque(map(queue.__delitem__, blocks), 0)
         block_to_hash = self.block_to_hash
         if block_to_hash:
-            pop, hash_to_block, evicted = block_to_hash.pop, self.hash_to_block, 0
-            for block in blocks:
-                block_hash = pop(block, None)
-                if block_hash is not None:  # reclaiming a cached block evicts its prefix
-                    del hash_to_block[block_hash]
-                    evicted += 1
-                    if self.on_evict is not None:
-                        self.on_evict(block_hash, block)
-            self.cached_evictions += evicted
-            self.num_cached_free -= evicted
-        ref_counts = self.ref_counts
-        for block in blocks:
-            ref_counts[block] = 1
+            hashes = list(map(block_to_hash.pop, blocks, repeat(None)))
+            evicted = len(hashes) - hashes.count(None)
+            if evicted:  # reclaiming a cached block evicts its prefix
+                deque(map(self.hash_to_block.__delitem__, filter(_is_hash, hashes)), 0)
+                if self.on_evict is not None:
+                    for block_hash, block in zip(hashes, blocks):
+                        if block_hash is not None:
+                            self.on_evict(block_hash, block)
+                self.cached_evictions += evicted
+                self.num_cached_free -= evicted
+                if self.evicted_log is not None:
+                    self.evicted_log.extend(compress(blocks, map(is_not, hashes, repeat(None))))
+        deque(map(self.ref_counts.__setitem__, blocks, repeat(1)), 0)
         return blocks
 
     def touch(self, block: int) -> None:
@@ -68,21 +76,35 @@ class BlockPool:
             self.extra_refs += 1
         self.ref_counts[block] += 1
 
+    def touch_all(self, blocks: list[int]) -> None:
+        """touch() each of these distinct blocks, as one batch (a prefix hit takes thousands)."""
+        ref_counts = self.ref_counts
+        counts = list(map(ref_counts.__getitem__, blocks))
+        idle = list(compress(blocks, map(not_, counts)))  # leave the free queue
+        deque(map(self.free_queue.__delitem__, idle), 0)
+        if idle and self.block_to_hash:
+            self.num_cached_free -= sum(map(self.block_to_hash.__contains__, idle))
+        self.extra_refs += len(blocks) - len(idle)
+        deque(map(ref_counts.__setitem__, blocks, map(add, counts, repeat(1))), 0)
+
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching zero join the back of the queue in
         the order given (pass a sequence's blocks tail-first so its tail is reclaimed first)."""
-        ref_counts, queue, block_to_hash = self.ref_counts, self.free_queue, self.block_to_hash
-        for block in blocks:
-            count = ref_counts[block] - 1
-            if count < 0:
-                raise RuntimeError(f"block {block} freed more often than allocated")
-            ref_counts[block] = count
-            if count == 0:
-                queue[block] = None
-                if block in block_to_hash:
-                    self.num_cached_free += 1
-            else:
-                self.extra_refs -= 1
+        blocks = list(blocks)
+        ref_counts = self.ref_counts
+        counts = list(map(ref_counts.__getitem__, blocks))
+        if 0 in counts:
+            raise RuntimeError(f"block {blocks[counts.index(0)]} freed more often than allocated")
+        if len(set(blocks)) < len(blocks):  # a block listed twice drops twice, in order
+            for block in blocks:
+                self.free([block])
+            return
+        deque(map(ref_counts.__setitem__, blocks, map(sub, counts, repeat(1))), 0)
+        released = blocks if counts.count(1) == len(counts) else list(compress(blocks, map(eq, counts, repeat(1))))
+        self.extra_refs -= len(blocks) - len(released)
+        self.free_queue.update(zip(released, repeat(None)))
+        if self.block_to_hash:
+            self.num_cached_free += sum(map(self.block_to_hash.__contains__, released))
 
     def cache(self, block: int, block_hash: int) -> None:
         """Remember that `block` holds the full block identified by `block_hash`."""

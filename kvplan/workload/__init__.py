@@ -1,12 +1,26 @@
 """Workloads: the Request record, synthetic generators and real-trace loaders.
 
 Everything the engine runs is a list of `Request`s sorted by arrival; this package is the
-only place that makes them, so the engine never cares where a workload came from.
+only place that makes them, so the engine never cares where a workload came from. The
+names below load on first use (PEP 562): the engine needs `Request`, not the generators'
+numpy.
 """
 
-from kvplan.workload.request import Request
-from kvplan.workload.arrivals import ARRIVALS
-from kvplan.workload.catalog import WORKLOAD_KINDS, make_workload
-from kvplan.workload.traces import TRACE_FORMATS, TraceLoad, load_trace
+from __future__ import annotations
 
-__all__ = ["ARRIVALS", "TRACE_FORMATS", "WORKLOAD_KINDS", "Request", "TraceLoad", "load_trace", "make_workload"]
+from importlib import import_module
+from typing import Any
+
+_HOMES = {
+    "Request": "kvplan.workload.request", "ARRIVALS": "kvplan.workload.arrivals",
+    "WORKLOAD_KINDS": "kvplan.workload.catalog", "make_workload": "kvplan.workload.catalog",
+    "TRACE_FORMATS": "kvplan.workload.traces", "TraceLoad": "kvplan.workload.traces",
+    "load_trace": "kvplan.workload.traces",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kvplan.workload' has no attribute '{name}'")
+    return getattr(import_module(_HOMES[name]), name)

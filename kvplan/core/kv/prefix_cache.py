@@ -5,12 +5,17 @@ tier (then disk), and a lookup that runs out of device hits continues there."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from itertools import compress, takewhile
+from operator import is_not, not_, or_
 
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.hashing import block_hashes
 from kvplan.core.kv.base import PrefixLookup
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import Tier, TieredCache
+
+_is_block = partial(is_not, None)  # a hash the pool holds maps to a block id, else None
 
 
 def hit_rate(hit_tokens: int, queried_tokens: int) -> float:
@@ -47,6 +52,9 @@ class PrefixCache:
         self.recompute_s_per_token = recompute_s_per_token
         if tiers is not None:
             pool.on_evict = tiers.demote
+        else:  # the last lookup is reused while none of its blocks is evicted (lookup)
+            pool.evicted_log = []
+        self._memo: tuple[Sequence, list[int], int, list[int], set[int]] | None = None
 
     def lookup(self, seq: Sequence) -> PrefixLookup:
         if seq.hashes is None:
@@ -58,18 +66,35 @@ class PrefixCache:
         limit = (seq.known_tokens - 1) // self.block_size
         if self.window_blocks:  # hashes may stop short of the limit (a preempted request's generated tokens)
             return self._window_lookup(seq.hashes, min(limit, len(seq.hashes)))
-        found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
-        hits = []
-        free_cached = 0
-        for block_hash in seq.hashes[:limit]:
-            block = found.get(block_hash)
-            if block is None:
-                break
-            hits.append(block)
-            if not ref_counts[block]:
-                free_cached += 1
-        tier_run = self._tier_run(seq.hashes[len(hits):limit]) if self.tiers else []
-        return PrefixLookup(hits, free_cached, tier_run)
+        if self.tiers:
+            hits = self._run(seq.hashes, 0, limit)
+            return PrefixLookup(hits, self._free_count(hits), self._tier_run(seq.hashes[len(hits):limit]))
+        # A request that cannot be admitted is looked up again on every step it waits. Its
+        # last run stays valid unless one of its blocks was evicted since (a hash leaves the
+        # pool only by eviction), and can only grow where it stopped (a hash joins the pool
+        # only where it was missing): so reuse it, and look further from its end.
+        memo, evicted = self._memo, self.pool.evicted_log
+        if memo is not None and memo[0] is seq and memo[1] is seq.hashes and memo[2] == limit \
+                and memo[4].isdisjoint(evicted):
+            hits = memo[3]
+            if len(hits) < min(limit, len(seq.hashes)) and seq.hashes[len(hits)] in self.pool.hash_to_block:
+                hits = hits + self._run(seq.hashes, len(hits), limit)
+                memo = (seq, seq.hashes, limit, hits, set(hits))
+        else:
+            hits = self._run(seq.hashes, 0, limit)
+            memo = (seq, seq.hashes, limit, hits, set(hits))
+        self._memo = memo
+        evicted.clear()
+        return PrefixLookup(hits, self._free_count(hits), [])
+
+    def _run(self, hashes: list[int], start: int, limit: int) -> list[int]:
+        """The blocks of hashes[start:limit] the pool holds, up to the first it does not; in
+        C-level iteration, the simulator's hottest loop after the step itself."""
+        return list(takewhile(_is_block, map(self.pool.hash_to_block.get, hashes[start:limit])))
+
+    def _free_count(self, hits: list[int]) -> int:
+        """Hit blocks in the free queue: adopting them takes them out of it."""
+        return list(map(self.pool.ref_counts.__getitem__, hits)).count(0)
 
     def _window_lookup(self, hashes: list[int], limit: int) -> PrefixLookup:
         """vLLM's sliding-window hit: scanning leftwards from the limit, the first run of
@@ -138,8 +163,7 @@ class PrefixCache:
         else:
             self.stats.queries += queried
             self.stats.hits += device_tokens
-        for block in hits.blocks:
-            pool.touch(block)
+        pool.touch_all(hits.blocks)
         seq.block_table = list(hits.blocks)
         if payloads:  # promote: fresh device blocks, filled over the host link / from disk
             promoted = pool.allocate(len(payloads))
@@ -160,11 +184,13 @@ class PrefixCache:
         # A sliding window's table starts at logical block `dropped` (0 without a window).
         hash_to_block, block_to_hash, table = self.pool.hash_to_block, self.pool.block_to_hash, seq.block_table
         dropped = seq.dropped_blocks
-        for index in range(max(seq.cached_blocks, dropped), full):
-            block_hash, block = hashes[index], table[index - dropped]
-            if block_hash not in hash_to_block and block not in block_to_hash:
-                hash_to_block[block_hash] = block
-                block_to_hash[block] = block_hash
+        start = max(seq.cached_blocks, dropped)
+        if start < full:  # a block's hashes are chained, so a batch holds no hash or block twice
+            new_hashes, blocks = hashes[start:full], table[start - dropped:full - dropped]
+            fresh = list(map(not_, map(or_, map(hash_to_block.__contains__, new_hashes),
+                                       map(block_to_hash.__contains__, blocks))))
+            hash_to_block.update(zip(compress(new_hashes, fresh), compress(blocks, fresh)))
+            block_to_hash.update(zip(compress(blocks, fresh), compress(new_hashes, fresh)))
         seq.cached_blocks = max(seq.cached_blocks, full)
 
     def cached_prefix_blocks(self, hashes: list[int]) -> int:

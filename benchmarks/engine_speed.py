@@ -1,0 +1,67 @@
+"""How fast the simulated engine replays a long multi-turn trace: the Mooncake conversation
+trace (12,031 requests), Llama-3.1-8B on an H100 pool of 400,000 token slots, automatic
+prefix caching, at block 16 and block 512; and the same requests through the simulated
+`vllm bench` client's closed loop (--max-concurrency 256) beside the open-loop engine.
+
+Targets (CPU seconds on the 2-core development machine): block 16 <= 10 s, block 512 <= 4 s;
+the closed loop within 1.2x of the open loop. The prefix hit counts are printed so a faster
+engine can be checked against a slower one (they must be equal). The nano-vllm peer the
+issue pairs these with is not run here (this script runs no code from outside kvplan).
+
+Run: python benchmarks/engine_speed.py [TRACE]   (about a minute)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from kvplan.bench import SizingConfig, parse_optimization
+from kvplan.core.hashing import hashes_by_request
+from kvplan.sim.bench_client import run_client
+from kvplan.sim.factory import SimulatedEngineFactory
+from kvplan.workload import load_trace
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake_fast25_conversation_trace.jsonl"
+SLOTS = 400_000
+TARGETS_S = {16: 10.0, 512: 4.0}
+CLOSED_LOOP_RATIO = 1.2
+
+
+def replay(requests: list, block_size: int, max_concurrency: int | None = None) -> tuple[dict, float]:
+    config = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=block_size, max_model_len=131072,
+                          kv_cache_gib=SLOTS * 131072 / 2**30)  # 128 KiB of KV per token
+    started = time.process_time()
+    engine, _ = SimulatedEngineFactory(config).build(parse_optimization("prefix"))
+    engine.allocator.use_known_hashes(hashes_by_request(requests, block_size))
+    if max_concurrency is None:
+        metrics = engine.run(requests).metrics
+    else:
+        run_client(engine, requests, max_concurrency, token_times=False)
+        metrics = engine.result().metrics
+    return metrics, time.process_time() - started
+
+
+def main(trace: Path = DEFAULT_TRACE) -> int:
+    if not trace.is_file():
+        print(f"trace {trace} not found; pass its path")
+        return 0
+    requests = load_trace(trace).requests
+    print(f"Mooncake conversation trace: {len(requests):,} requests, Llama-3.1-8B, H100 pool of {SLOTS:,} slots, prefix")
+    for block_size, target in TARGETS_S.items():
+        metrics, seconds = replay(requests, block_size)
+        verdict = "met" if seconds <= target else "missed"
+        print(f"  block {block_size}: {seconds:.2f} CPU s ({metrics['engine_steps']:,} steps), prefix hits "
+              f"{metrics['prefix_cache_hits']:,} of {metrics['prefix_cache_queries']:,} tokens "
+              f"(target <= {target:g} s: {verdict})")
+    open_metrics, open_s = replay(requests, 512)
+    closed_metrics, closed_s = replay(requests, 512, max_concurrency=256)
+    ratio = closed_s / open_s
+    print(f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
+          f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRACE))
