@@ -7,8 +7,9 @@ optimization names for its help text does not import the engine behind them."""
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
+
+from kvplan import lazy_attribute
 
 _HOMES = {
     "BenchConfig": "kvplan.bench.config", "ClusterConfig": "kvplan.bench.config", "flat_settings": "kvplan.bench.config",
@@ -22,6 +23,4 @@ __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'kvplan.bench' has no attribute '{name}'")
-    return getattr(import_module(_HOMES[name]), name)
+    return lazy_attribute(__name__, _HOMES, name)

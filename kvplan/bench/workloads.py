@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.spec import ModelSpec
-from kvplan.workload import load_trace, make_workload
 from kvplan.workload.request import Request
-from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
-from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_NUM_REQUESTS = 1000
@@ -84,6 +81,10 @@ def default_max_model_len(model: ModelSpec, mode: str, trace: bool) -> int:
 def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
                    max_model_len: int | None = None) -> Workload:
     """The requests of one run, and its resolved max_model_len."""
+    # the generators (numpy) load when a workload is built, not for the defaults' help text
+    from kvplan.workload import load_trace, make_workload
+    from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
+
     if max_model_len is None:
         max_model_len = default_max_model_len(model, mode, spec.trace is not None)
     if max_model_len < 2:
@@ -118,6 +119,8 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
 
 
 def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], dict[str, Any]]:
+    from kvplan.workload.vllm_bench import BenchLoad, bench_requests
+
     if spec.kind not in VLLM_DATASETS:
         raise ValueError(f"--rate inf goes with --workload random or sharegpt (vLLM's datasets), not {spec.kind}")
     load = BenchLoad(dataset=spec.kind, num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,

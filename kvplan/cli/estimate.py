@@ -82,8 +82,9 @@ def estimate(
     )
     if not sweep_axes:
         check_can_fit_somehow(inputs)
-    axes = sweep_axes or [f"context={inputs.max_model_len}"]  # one point is a sweep of one
-    _run_sweep(inputs, axes, csv_path, out, as_json, table=bool(sweep_axes))
+    if sweep_axes or csv_path or out:  # files of a single point are a sweep of one (numpy: only when written)
+        axes = sweep_axes or [f"context={inputs.max_model_len}"]
+        _run_sweep(inputs, axes, csv_path, out, as_json, table=bool(sweep_axes))
     if sweep_axes:
         return
     result = plan(inputs)

@@ -8,8 +8,9 @@ numpy.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
+
+from kvplan import lazy_attribute
 
 _HOMES = {
     "Request": "kvplan.workload.request", "ARRIVALS": "kvplan.workload.arrivals",
@@ -21,6 +22,4 @@ __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'kvplan.workload' has no attribute '{name}'")
-    return getattr(import_module(_HOMES[name]), name)
+    return lazy_attribute(__name__, _HOMES, name)

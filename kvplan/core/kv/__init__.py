@@ -4,25 +4,39 @@ caching, eviction budgets and copy-on-write forks), or contiguous first-fit rese
 
 from __future__ import annotations
 
-from kvplan.core.kv.base import NO_HITS, Allocator, PrefixLookup
-from kvplan.core.kv.budget import PolicyBudget
-from kvplan.core.kv.contiguous import ContiguousAllocator
-from kvplan.core.kv.fork import ForkStats
-from kvplan.core.kv.paged import PagedAllocator
-from kvplan.core.kv.prefix_cache import PrefixCache, PrefixStats, hit_rate
-from kvplan.core.policies import PolicySpec
-from kvplan.core.tiers import TieredCache
+from typing import TYPE_CHECKING, Any
+
+from kvplan import lazy_attribute
+
+if TYPE_CHECKING:
+    from kvplan.core.kv.base import Allocator
+    from kvplan.core.policies import PolicySpec
+    from kvplan.core.tiers import TieredCache
 
 ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 
-__all__ = ["ALLOCATORS", "NO_HITS", "Allocator", "ContiguousAllocator", "ForkStats", "PagedAllocator",
-           "PolicyBudget", "PrefixCache", "PrefixLookup", "PrefixStats", "hit_rate", "make_allocator"]
+# The rest load on first use (kvplan.lazy_attribute): the allocator names alone are a CLI's help text.
+_HOMES = {
+    "NO_HITS": "kvplan.core.kv.base", "Allocator": "kvplan.core.kv.base", "PrefixLookup": "kvplan.core.kv.base",
+    "PolicyBudget": "kvplan.core.kv.budget", "ContiguousAllocator": "kvplan.core.kv.contiguous",
+    "ForkStats": "kvplan.core.kv.fork", "PagedAllocator": "kvplan.core.kv.paged",
+    "PrefixCache": "kvplan.core.kv.prefix_cache", "PrefixStats": "kvplan.core.kv.prefix_cache",
+    "hit_rate": "kvplan.core.kv.prefix_cache",
+}
+__all__ = sorted([*_HOMES, "ALLOCATORS", "make_allocator"])
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
                    watermark: float = 0.01, prefix_caching: bool = False, policy: PolicySpec | None = None,
                    tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
                    copy_s_per_slot: float = 0.0) -> Allocator:
+    from kvplan.core.kv.contiguous import ContiguousAllocator
+    from kvplan.core.kv.paged import PagedAllocator
+
     if kind == "paged":
         return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching, policy,
                               tiers, recompute_s_per_token, copy_s_per_slot)
