@@ -6,9 +6,8 @@ synthetic workloads and to the model's maximum for traces (capped at 4096 in rea
 
 from __future__ import annotations
 
-import math
-
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
