@@ -111,8 +111,10 @@ def pool_split(allocator: Allocator, scheduler: Scheduler) -> tuple[int, int, in
     external = 0
     waiting = scheduler.waiting
     if waiting and allocator.fragments_externally:
-        need = min(allocator.reservation_size(seq) for seq in _head(waiting))
-        external = allocator.external_fragmentation(need)
+        memo = waiting.memo
+        if memo is None or memo[0] != waiting.version:  # the head may have changed since the last step
+            memo = waiting.memo = (waiting.version, min(allocator.reservation_size(seq) for seq in _head(waiting)))
+        external = allocator.external_fragmentation(memo[1])
     free = allocator.capacity_slots - reserved - external - cached
     return used, reservation, internal, external, cached, free
 

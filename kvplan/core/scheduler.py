@@ -79,11 +79,33 @@ def _arrival_order(seq: Sequence) -> tuple[float, int, int]:
     return seq.request.arrival_s, seq.request.request_id, seq.sample_index
 
 
+class WaitingQueue(deque):  # type: ignore[type-arg]
+    """The waiting requests, counting its changes: per-step metrics that read its head (the
+    external fragmentation a waiting request meets) recompute only when the head may differ."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 0
+        self.memo: tuple[int, int] | None = None  # (version, the head's smallest reservation)
+
+    def append(self, seq: Sequence) -> None:
+        self.version += 1
+        super().append(seq)
+
+    def appendleft(self, seq: Sequence) -> None:
+        self.version += 1
+        super().appendleft(seq)
+
+    def popleft(self) -> Sequence:
+        self.version += 1
+        return super().popleft()
+
+
 class Scheduler:
     def __init__(self, allocator: Allocator, config: SchedulerConfig) -> None:
         self.allocator = allocator
         self.config = config
-        self.waiting: deque[Sequence] = deque()
+        self.waiting = WaitingQueue()
         self.running: list[Sequence] = []
         self.preemptions = 0
         self.recomputed_tokens = 0
