@@ -4,7 +4,9 @@ prefix caching, at block 16 and block 512; and the same requests through the sim
 `vllm bench` client's closed loop (--max-concurrency 256) beside the open-loop engine.
 
 Targets (CPU seconds on the 2-core development machine): block 16 <= 10 s, block 512 <= 4 s;
-the closed loop within 1.2x of the open loop. The prefix hit counts are printed so a faster
+the closed loop within 1.2x of the open loop. Then the scaling from 1k to 64k ShareGPT-like
+requests (Poisson at 20 req/s, `prefix`, the same pool), each size in its own process so its
+peak memory is its own: time and memory should grow linearly (the last column is per request). The prefix hit counts are printed so a faster
 engine can be checked against a slower one (they must be equal). The nano-vllm peer the
 issue pairs these with is not run here (this script runs no code from outside kvplan).
 
@@ -13,6 +15,8 @@ Run: python benchmarks/engine_speed.py [TRACE]   (about a minute)
 
 from __future__ import annotations
 
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +47,35 @@ def replay(requests: list, block_size: int, max_concurrency: int | None = None) 
     return metrics, time.process_time() - started
 
 
+SCALING = (1_000, 4_000, 16_000, 64_000)
+
+
+def scaled_run(count: int) -> tuple[float, float]:
+    """One ShareGPT-like run of `count` requests: CPU seconds, and how much the process's peak
+    memory grew over the run (MiB; the requests themselves are built before it)."""
+    from kvplan.bench.run import prepare
+    from kvplan.bench.config import BenchConfig
+    from kvplan.bench.workloads import WorkloadSpec
+
+    sizing = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_gib=SLOTS * 131072 / 2**30)
+    config, built = prepare(BenchConfig(sizing=sizing), WorkloadSpec(kind="sharegpt", rate=20.0, num_requests=count))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.process_time()
+    engine, _ = SimulatedEngineFactory(config.sizing, config.scheduler).build(parse_optimization("prefix"))
+    engine.run(built.requests)
+    return time.process_time() - started, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
+def scaling() -> None:
+    print("  scaling (ShareGPT-like, 20 req/s, prefix), one process per size:")
+    for count in SCALING:
+        done = subprocess.run([sys.executable, __file__, "--scaled", str(count)], capture_output=True, text=True,
+                              check=True)
+        seconds, mib = (float(v) for v in done.stdout.split())
+        print(f"    {count:>6,} requests: {seconds:6.2f} CPU s, peak memory +{mib:5.0f} MiB over the run, "
+              f"{seconds / count * 1e6:6.0f} us and {mib * 1024 / count:5.1f} KiB per request")
+
+
 def main(trace: Path = DEFAULT_TRACE) -> int:
     if not trace.is_file():
         print(f"trace {trace} not found; pass its path")
@@ -60,8 +93,12 @@ def main(trace: Path = DEFAULT_TRACE) -> int:
     ratio = closed_s / open_s
     print(f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
           f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})")
+    scaling()
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--scaled"]:
+        print(*scaled_run(int(sys.argv[2])))
+        sys.exit(0)
     sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRACE))
