@@ -2,14 +2,15 @@
 
 Every candidate (GPU x TP x KV dtype x max_num_seqs) is probed (replica_search.py), then
 searched for the fewest replicas by division (one replica meets the SLO at rate / n),
-cheapest-looking first (by the burst's drain rate), in waves of the local process pool's
-size, each bounded by the cheapest plan found so far: branch and bound, so a candidate that
-cannot beat it stops after one trial. The best candidates are then verified by simulating
-the whole cluster at the target rate behind the router that suits the workload (kv-aware
-when requests share prefixes, else least-loaded), adding replicas until the cluster meets
-the SLO: prefix-cache hits and load imbalance move the answer away from the division, and
-the plan follows the cluster. A pruned candidate whose bound the verified winner's cost
-overtakes is searched again, so pruning never changes the answer.
+cheapest-looking first (by the burst's drain rate), in the executor's waves (the local
+pool's size; all at once on Ray), each bounded by the cheapest plan found so far: branch and
+bound, so a candidate that cannot beat it stops after one trial. The best candidates are
+then verified by simulating the whole cluster at the target rate behind the router that
+suits the workload (kv-aware when requests share prefixes, else least-loaded), with as many
+replicas as the cluster needs to meet the SLO: prefix-cache hits and load imbalance move the
+answer away from the division, and the plan follows the cluster. A pruned candidate whose
+bound the verified winner's cost overtakes is searched again, so pruning never changes the
+answer.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from typing import Any
 
 from kvplan.bench.executors import Executor, LocalExecutor
 from kvplan.bench.plan_rows import Plan, PlanRow, router_for
+from kvplan.bench.prices import unit_price
 from kvplan.bench.replica_search import (
     Candidate,
     CapacityResult,
     Demand,
     check_workload,
     probe_item,
+    search_bounds,
     search_item,
     trace_rate,
 )
@@ -72,7 +75,7 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
             demand, candidates, prices,
             lambda work, items: _map(work, items, executor, lambda r: note(f"pool {r.candidate.label}", 0),
                                      ordered=True),
-            lambda gpu: _unit_price(prices, gpu), _best_cost(rows, prices), max_gpus, kv_link_gbps)
+            _best_cost(rows, prices), max_gpus, kv_link_gbps)
         rows.extend(split)
         runs += pool_runs + _verify_best(demand, rows, router, prices, max_gpus, note)
     winner = rows[0] if rows and rows[0].feasible else None
@@ -105,22 +108,16 @@ def _indexed(job: tuple[Callable[[Any], CapacityResult], tuple[int, Any]]) -> tu
     return index, work(item)
 
 
-def _unit_price(prices: dict[str, float], gpu: str) -> float | None:
-    """$/GPU-hour, or 1 per GPU when no prices are given (plans then rank by GPU count);
-    None for a GPU the price file leaves out."""
-    return prices.get(gpu) if prices else 1.0
-
-
 def _guess_cost(row: PlanRow, prices: dict[str, float], rate: float) -> float:
     """Cost by the burst's drain rate, to search the cheapest-looking first."""
-    unit, result = _unit_price(prices, row.capacity.candidate.gpu), row.capacity
+    unit, result = unit_price(prices, row.capacity.candidate.gpu), row.capacity
     if unit is None or result.saturation_rps <= 0:
         return math.inf
     return unit * result.candidate.tp * rate / result.saturation_rps
 
 
 def _row_cost(row: PlanRow, prices: dict[str, float]) -> float:
-    unit = _unit_price(prices, row.capacity.candidate.gpu)
+    unit = unit_price(prices, row.capacity.candidate.gpu)
     return unit * row.gpus if unit is not None and row.feasible else math.inf
 
 
@@ -134,12 +131,9 @@ def _search(demand: Demand, rows: list[PlanRow], prices: dict[str, float], execu
     wave = executor.wave or len(rows)
     by_candidate = {row.capacity.candidate: row for row in rows}
     for start in range(0, len(rows), max(wave, 1)):
-        items = []
-        for row in rows[start:start + max(wave, 1)]:
-            tp, unit = row.capacity.candidate.tp, _unit_price(prices, row.capacity.candidate.gpu)
-            by_cost = None if unit is None or math.isinf(best) else math.floor(best / (unit * tp) + 1e-9)
-            by_gpus = None if max_gpus is None else max_gpus // tp
-            items.append((demand, row.capacity, by_cost, by_gpus, (unit or 1.0) * tp))
+        items = [(demand, row.capacity, *search_bounds(row.capacity.candidate,
+                                                       unit_price(prices, row.capacity.candidate.gpu), best, max_gpus))
+                 for row in rows[start:start + max(wave, 1)]]
 
         def done(result: CapacityResult) -> None:
             nonlocal best

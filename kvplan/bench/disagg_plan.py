@@ -20,24 +20,24 @@ DistServe places them: each phase's pool is sized on its own, then the pair is v
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kvplan.bench.plan_rows import MAX_CLUSTER_REQUESTS, MAX_EXTRA_REPLICAS, PlanRow
+from kvplan.bench.prices import unit_price
 from kvplan.bench.replica_search import (
     Candidate,
     CapacityResult,
     Demand,
     fewest_replicas,
     probe,
+    search_bounds,
     settled_run,
 )
 from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.sim.disagg import Phase
-
 
 _FURTHEST = ("cost", "gpus", "latency", "memory")
 
@@ -140,13 +140,13 @@ class DisaggRow(PlanRow):
             self.capacity = dataclasses.replace(self.capacity, status="cluster", reason=(
                 f"{x} prefill + {y} decode replicas miss the SLO at {demand.rate:g} req/s"))
             return runs
-        if not added:  # met at the division: either pool may need fewer
-            for pool in ("prefill", "decode"):
-                while (x if pool == "prefill" else y) > 1:
-                    fewer = attempt(x - 1, y) if pool == "prefill" else attempt(x, y - 1)
+        if not added:  # met at the division: either pool may need fewer, prefill first
+            for fewer_x, fewer_y in ((1, 0), (0, 1)):
+                while x - fewer_x >= 1 and y - fewer_y >= 1:
+                    fewer = attempt(x - fewer_x, y - fewer_y)
                     if not demand.slo.meets(fewer):
                         break
-                    x, y, metrics = (x - 1, y, fewer) if pool == "prefill" else (x, y - 1, fewer)
+                    x, y, metrics = x - fewer_x, y - fewer_y, fewer
         self.prefill_replicas, self.replicas, self.verified, self.cluster_metrics = x, y, True, metrics
         self.verified_rps = demand.rate
         self.price(prices, demand.rate)
@@ -166,9 +166,10 @@ def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
                  router: str) -> Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]:
     """A Run (replica_search.settled_run) of the whole pipeline: x prefill pods behind the
     plan's router, the link, y decode pods behind least-loaded."""
+    from kvplan.bench.config import BenchConfig
     from kvplan.bench.matrix import engine_factory
     from kvplan.bench.optimizations import parse_optimization
-    from kvplan.bench.run import prepare
+    from kvplan.bench.run import configured, prepare
     from kvplan.core.hashing import hashes_by_request
     from kvplan.sim.cluster import RouterConfig
     from kvplan.sim.disagg import KvLink, run_disaggregated
@@ -178,26 +179,28 @@ def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
     prefill_candidate, decode_candidate = row.prefill.candidate, row.capacity.candidate
     optimization = parse_optimization(demand.optimization)
 
+    def pool(config: BenchConfig, count: int, hashes: dict[int, list[int]]) -> tuple[Any, list[Any], Any]:
+        """`count` engines of one pool: the factory, the engines and their sizing."""
+        factory, engines = engine_factory(config), []
+        for _ in range(count):
+            engine, sizing = factory.build(optimization)
+            if hashes:
+                engine.allocator.use_known_hashes(hashes)
+            engines.append(engine)
+        return factory, engines, sizing
+
     def run(workload: WorkloadSpec) -> tuple[dict[str, Any], dict[str, list[float]]]:
-        prefill_config, built = prepare(demand.config(prefill_candidate), workload)
-        decode_config, _ = prepare(demand.config(decode_candidate), workload)
+        prefill_config, built = prepare(demand.config(prefill_candidate), workload)  # one workload, both pools
+        decode_config = configured(demand.config(decode_candidate), built)
         block_size = prefill_config.sizing.block_size
         hashes = hashes_by_request(built.requests, block_size) if optimization.prefix_caching else {}
-        pools, sizings = [], []
-        for config, count in ((prefill_config, prefills), (decode_config, decodes)):
-            factory, engines = engine_factory(config), []
-            for _ in range(count):
-                engine, sizing = factory.build(optimization)
-                if hashes:
-                    engine.allocator.use_known_hashes(hashes)
-                engines.append(engine)
-            pools.append(engines)
-            sizings.append(sizing)
+        _, prefill_pods, prefill_sizing = pool(prefill_config, prefills, hashes)
+        decode_factory, decode_pods, decode_sizing = pool(decode_config, decodes, hashes)
         gpu = load_gpu(decode_candidate.gpu)
-        link = KvLink(max(s.slot_bytes for s in sizings), row.link_gbps or gpu.interconnect_gbps,
+        link = KvLink(max(prefill_sizing.slot_bytes, decode_sizing.slot_bytes), row.link_gbps or gpu.interconnect_gbps,
                       gpu.interconnect_latency_us * 1e-6)
-        metrics = run_disaggregated(pools[0], pools[1], built.requests, link, RouterConfig(router), block_size)
-        metrics.update(factory.run_metrics(pools[1][0]))
+        metrics = run_disaggregated(prefill_pods, decode_pods, built.requests, link, RouterConfig(router), block_size)
+        metrics.update(decode_factory.run_metrics(decode_pods[0]))
         return metrics, {}
 
     return run
@@ -205,19 +208,14 @@ def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
 
 def disaggregated_rows(demand: Demand, candidates: list[Candidate], prices: dict[str, float],
                        search: Callable[[Callable[[Any], CapacityResult], list[Any]], list[CapacityResult]],
-                       unit_price: Callable[[str], float | None], best_cost: float, max_gpus: int | None,
+                       best_cost: float, max_gpus: int | None,
                        link_gbps: float | None) -> tuple[list[DisaggRow], int]:
     """One row per (GPU, KV dtype, max_num_seqs): its cheapest prefill TP x decode TP pair by the
     pools' replica counts, or why none serves; and the simulations the pools' searches ran.
     `search` maps pool_item over items (the plan's process pool), results in the items' order."""
     prefill_demand, decode_demand = pool_demands(demand)
-    items = []
-    for pool_demand in (prefill_demand, decode_demand):
-        for candidate in candidates:
-            unit = unit_price(candidate.gpu)
-            by_cost = None if unit is None or math.isinf(best_cost) else math.floor(best_cost / (unit * candidate.tp) + 1e-9)
-            by_gpus = None if max_gpus is None else max_gpus // candidate.tp
-            items.append((pool_demand, candidate, by_cost, by_gpus, (unit or 1.0) * candidate.tp))
+    items = [(pool_demand, candidate, *search_bounds(candidate, unit_price(prices, candidate.gpu), best_cost, max_gpus))
+             for pool_demand in (prefill_demand, decode_demand) for candidate in candidates]
     results = search(pool_item, items)
     prefills = {r.candidate: r for r in results[:len(candidates)]}
     decodes = {r.candidate: r for r in results[len(candidates):]}
@@ -230,7 +228,7 @@ def disaggregated_rows(demand: Demand, candidates: list[Candidate], prices: dict
                            prefill=prefills[p], prefill_replicas=prefills[p].replicas, link_gbps=link_gbps)
                  for p in members for d in members if prefills[p].searched and decodes[d].searched]
         if pairs:
-            rows.append(min(pairs, key=lambda row: (row.gpus * (unit_price(row.capacity.candidate.gpu) or 1.0),
+            rows.append(min(pairs, key=lambda row: (row.gpus * (unit_price(prices, row.capacity.candidate.gpu) or 1.0),
                                                      row.gpus)))
             continue
         failed = [(side, pool[c]) for side, pool in (("prefill", prefills), ("decode", decodes)) for c in members

@@ -2,8 +2,8 @@
 
 An aggregated row is replicas of one candidate (GPU, TP, KV dtype, max_num_seqs) behind a
 router; `verify` simulates that whole cluster at the target rate, adding replicas while it
-misses the SLO and removing them while it still meets it, because prefix-cache hits and load
-imbalance move the answer away from the per-replica division.
+misses the SLO and, if it meets at once, finding the fewest that still meet, because
+prefix-cache hits and load imbalance move the answer away from the per-replica division.
 """
 
 from __future__ import annotations

@@ -38,3 +38,9 @@ def load_prices(path: str | Path) -> dict[str, float]:
             raise ValueError(f"price file '{path}': {name} = {value!r} must be a positive number of $/GPU-hour")
         prices[load_gpu(str(name)).name] = float(value)
     return prices
+
+
+def unit_price(prices: dict[str, float], gpu: str) -> float | None:
+    """What a plan ranks one GPU-hour of `gpu` by: its price, or 1 per GPU when no prices are
+    given (plans then rank by GPU count); None for a GPU the price file leaves out."""
+    return prices.get(gpu) if prices else 1.0

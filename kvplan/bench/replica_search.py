@@ -9,10 +9,10 @@ For one candidate (GPU, TP, KV dtype, max_num_seqs):
    of the capacity (an underestimate: a burst's drain tail runs a shrinking batch).
 2. fewest replicas: the least n for which one replica meets the SLO at rate / n, by galloping
    up from the guess and bisecting on the integer n. Only as many replicas as could still
-   beat the best plan found so far are tried (`most`); a candidate that misses at that many
-   is pruned ("cost"), which is a branch-and-bound search: the answer is the same as
-   searching every candidate to the end. Each trial's arrivals span WARM_UP lone-request
-   latencies, so a growing queue shows in its percentiles.
+   beat the best plan found so far are tried (`search_bounds`); a candidate that misses at
+   that many is pruned ("cost"), which is a branch-and-bound search: the answer is the same
+   as searching every candidate to the end. Trials run until settled (`settled_run`), so a
+   growing queue or batch shows in their percentiles.
 3. every trial narrows the per-replica capacity's bracket (the highest rate seen to meet the
    SLO, the lowest seen to miss it); `refine` bisects it further for the winner's headroom.
 Meeting a tighter SLO implies meeting a looser one run by run, so a tighter SLO never gives
@@ -238,6 +238,8 @@ def settled_run(demand: Demand, run: Run, rate: float, e2e_alone_s: float,
 
 def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
     """Does one replica fit, meet the SLO with no queue, and how fast does a burst drain?"""
+    from kvplan.bench.run import unserved
+
     result = CapacityResult(candidate, "ok")
     base = dataclasses.replace(demand.workload, num_requests=demand.num_requests)
     native = demand.trace_rps
@@ -252,9 +254,9 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
     except ValueError as err:  # sizing: the weights, or one request, do not fit
         result.status, result.reason = "memory", str(err).splitlines()[0]
         return result
-    if not alone.get("requests_finished") and alone.get("requests_rejected"):
-        reasons = "; ".join(alone.get("reject_reasons") or []) or "no reason recorded"
-        result.status, result.reason = "memory", f"every request was rejected ({reasons})"
+    rejected = unserved(alone)
+    if rejected:
+        result.status, result.reason = "memory", rejected
         return result
     missed = demand.slo.misses(alone)
     if missed:
@@ -280,6 +282,17 @@ def trial(demand: Demand, result: CapacityResult, rate: float) -> bool:
         return True
     result.capacity_upper_rps = min(result.capacity_upper_rps, rate)
     return False
+
+
+def search_bounds(candidate: Candidate, unit_price: float | None, best_cost: float,
+                  max_gpus: int | None) -> tuple[int | None, int | None, float]:
+    """fewest_replicas' bounds for a candidate: the most replicas that cost no more than the
+    best plan so far (None: no bound, when the GPU has no price or nothing was found yet), the
+    most --max-gpus allows, and what one replica costs."""
+    tp = candidate.tp
+    by_cost = None if unit_price is None or math.isinf(best_cost) else math.floor(best_cost / (unit_price * tp) + 1e-9)
+    by_gpus = None if max_gpus is None else max_gpus // tp
+    return by_cost, by_gpus, (unit_price or 1.0) * tp
 
 
 def fewest_replicas(demand: Demand, result: CapacityResult, by_cost: int | None = None,

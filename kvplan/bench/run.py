@@ -9,6 +9,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
@@ -44,12 +45,18 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
     workload = dataclasses.replace(workload, range_below=range_ratio_below(config.sizing.engine,
                                                                            config.sizing.engine_version))
     built = build_workload(workload, spec, config.mode, config.seed, config.sizing.max_model_len)
+    return configured(config, built), built
+
+
+def configured(config: BenchConfig, built: Workload) -> BenchConfig:
+    """The config completed for a workload already built: its max_model_len, the batch limits
+    left to the engine (the simulated server's own, for its release, GPU and max_model_len; a
+    real run keeps kvplan's: it serves on this machine, not on --gpu), the workload described.
+    A second engine of another size (a disaggregated pool) reuses the requests this way."""
     sizing = dataclasses.replace(config.sizing, max_model_len=built.max_model_len)
-    # Batch limits left to the engine: the simulated server's own (its release, GPU and
-    # max_model_len); a real run keeps kvplan's (it serves on this machine, not on --gpu).
     scheduler = (engine_scheduler(sizing, config.scheduler) if config.mode == "simulated"
                  else config.scheduler.resolved(*_PLAIN_LIMITS))
-    return dataclasses.replace(config, sizing=sizing, scheduler=scheduler, workload=built.info), built
+    return dataclasses.replace(config, sizing=sizing, scheduler=scheduler, workload=built.info)
 
 
 def default_out(config: BenchConfig) -> Path:
@@ -75,22 +82,29 @@ def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
                       f"in {out}")
 
 
+def unserved(metrics: dict[str, Any]) -> str | None:
+    """Why a run served nothing (every request rejected): the reasons, the pool, the largest
+    request and what to change; None when it served something or rejected nothing."""
+    if metrics.get("requests_finished", 0) or not metrics.get("requests_rejected", 0):
+        return None
+    reasons = "; ".join(metrics.get("reject_reasons") or []) or "no reason recorded"
+    pool = metrics.get("pool_slots")
+    budget = metrics.get("kv_budget_bytes_per_gpu")
+    where = f"a KV pool of {pool:,} token slots" if pool is not None else "the KV pool"
+    if budget is not None:
+        where += f" ({budget / 2**30:.2f} GiB per GPU)"
+    return (f"all {metrics['requests_rejected']:,} requests were rejected ({reasons}) with {where}; give the pool "
+            "more memory (--gpu-memory-utilization, --kv-cache-gib, a larger --gpu or --tp) or shorten the requests "
+            "(--max-model-len, the workload's lengths)")
+
+
 def check_served(records: list[ResultRecord]) -> None:
     """A run that served nothing has no throughput or latency to report: refuse it (exit 2)
-    with the pool, the largest request and what to change, rather than write 0 tok/s and NaN."""
+    rather than write 0 tok/s and NaN."""
     for record in records:
-        metrics = record.metrics
-        if metrics.get("requests_finished", 0) or not metrics.get("requests_rejected", 0):
-            continue
-        reasons = "; ".join(metrics.get("reject_reasons") or []) or "no reason recorded"
-        pool = metrics.get("pool_slots")
-        budget = metrics.get("kv_budget_bytes_per_gpu")
-        where = f"a KV pool of {pool:,} token slots" if pool is not None else "the KV pool"
-        if budget is not None:
-            where += f" ({budget / 2**30:.2f} GiB per GPU)"
-        raise ValueError(f"{record.optimization}: all {metrics['requests_rejected']:,} requests were rejected ({reasons}) "
-                         f"with {where}; give the pool more memory (--gpu-memory-utilization, --kv-cache-gib, "
-                         "a larger --gpu or --tp) or shorten the requests (--max-model-len, the workload's lengths)")
+        reason = unserved(record.metrics)
+        if reason:
+            raise ValueError(f"{record.optimization}: {reason}")
 
 
 def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,

@@ -88,7 +88,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
               address: str | None = None, progress: Callable[[int, int], None] | None = None,
               notify: Callable[[str], None] | None = None) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
-    make_executor(executor, workers, address)  # an unknown one fails before any output is touched
+    runner = make_executor(executor, workers, address)  # an unknown one fails before any output is touched
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
@@ -119,7 +119,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
 
         # issue 13: what finished is on disk; an interrupt terminates the local workers (bench/pool.py),
         # and a child process drives Ray (bench/ray_driver.py)
-        make_executor(executor, workers, address).map(run_point, todo, record)
+        runner.map(run_point, todo, record)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]
     final = [r for r in ordered if r is not None]
     rewrite(results, final + outside)

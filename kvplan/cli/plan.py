@@ -92,12 +92,9 @@ def plan(
         raise ValueError(f"--rate must be a positive number of requests per second, got {rate}")
     if num_requests < 10:
         raise ValueError(f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}")
-    if max_gpus is not None and max_gpus < 1:
-        raise ValueError(f"--max-gpus must be at least 1, got {max_gpus}")
-    check_numbers({"workers": workers, "input-len": input_len, "output-len": output_len})
+    check_numbers({"workers": workers, "input-len": input_len, "output-len": output_len, "max-gpus": max_gpus,
+                   "kv-link-gbps": kv_link_gbps})
     runner = make_executor(executor, workers, address)
-    if kv_link_gbps is not None and not (kv_link_gbps > 0 and kv_link_gbps != float("inf")):
-        raise ValueError(f"--kv-link-gbps must be a positive bandwidth in GB/s, got {kv_link_gbps}")
     if out is not None and out.exists() and not out.is_dir():
         raise ValueError(f"--out '{out}' is a file; give a folder for plan.json and plan.jsonl")
     targets = parse_slo(slo)

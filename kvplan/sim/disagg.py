@@ -13,13 +13,13 @@ Named simplifications (SIMPLIFICATIONS, which `kvplan plan --disagg` prints).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from kvplan.core.engine import Engine
-from kvplan.core.metrics import request_metrics
+from kvplan.core.metrics import percentiles, request_metrics
+from kvplan.core.summary import throughput
 from kvplan.sim.cluster import RouterConfig, run_cluster
 from kvplan.workload.request import Request
 
@@ -82,22 +82,18 @@ def run_disaggregated(prefill_pods: list[Engine], decode_pods: list[Engine], req
     finished = [seq for pod in decode_pods for seq in pod.finished]
     arrivals = {r.request_id: r.arrival_s for r in requests}
     start = min(arrivals.values(), default=0.0)
-    makespan = max((seq.finish_s for seq in finished if seq.finish_s is not None), default=start) - start
-    output_tokens = sum(seq.request.output_len for seq in finished)
-    transfers = sorted(transfer.values())
+    makespan = max((seq.finish_s for seq in finished), default=start) - start
     return {
         **request_metrics(finished, arrivals),
-        "requests_finished": len([seq for seq in finished if seq.sample_index == 0]),
+        **throughput(finished, makespan),
+        **percentiles(list(transfer.values()), "kv_transfer_s"),
+        "requests_finished": decoded["requests_finished"],
         "requests_rejected": len(rejected) + decoded["requests_rejected"],
         "makespan_s": makespan,
-        "requests_per_s": decoded["requests_finished"] / makespan if makespan > 0 else 0.0,
-        "output_tokens_per_s": output_tokens / makespan if makespan > 0 else 0.0,
         "kv_cache_usage_mean": decoded["kv_cache_usage_mean"],  # where KV capacity binds
         "prefill_kv_cache_usage_mean": prefilled["kv_cache_usage_mean"],
         "prefill_ttft_s_p90": prefilled["ttft_s_p90"],
         "decode_wait_s_p90": decoded["ttft_s_p90"],  # transfer's end to the first token
-        "kv_transfer_s_mean": sum(transfers) / len(transfers) if transfers else 0.0,
-        "kv_transfer_s_p90": transfers[min(len(transfers) - 1, math.ceil(0.9 * len(transfers)) - 1)] if transfers else 0.0,
         "prefix_hit_rate": prefilled.get("prefix_hit_rate"),
         "preemptions": prefilled["preemptions"] + decoded["preemptions"],
         "prefill_pods": len(prefill_pods), "decode_pods": len(decode_pods),

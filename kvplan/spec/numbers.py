@@ -87,6 +87,9 @@ RULES: dict[str, NumberRule] = {
     "nvme-gbps": _float(0.0, 1e6),
     "layers": _int(1, 2**16),
     "workers": _int(1, 4096),
+    # plan
+    "max-gpus": _int(1, 2**20),
+    "kv-link-gbps": _float(0.0, 1e6),
 }
 
 MAX_GRID_POINTS = 2_000_000  # an estimate sweep row costs ~200 B per column: ~7 GB beyond this
