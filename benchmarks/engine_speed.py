@@ -4,17 +4,22 @@ prefix caching, at block 16 and block 512; and the same requests through the sim
 `vllm bench` client's closed loop (--max-concurrency 256) beside the open-loop engine.
 
 Targets (CPU seconds on the 2-core development machine): block 16 <= 10 s, block 512 <= 4 s;
-the closed loop within 1.2x of the open loop. Then the scaling from 1k to 64k ShareGPT-like
+the closed loop within 1.2x of the open loop. Then the same work as nano-vllm's block manager
+(each prompt alone, one output token: --max-concurrency 1) beside it, at both block sizes,
+with the ratio (target: kvplan at least 3x faster; the peer is loaded from a nano-vllm
+checkout, see nano_vllm_peer.py, or skipped with a message). Then the scaling from 1k to 64k ShareGPT-like
 requests (Poisson at 20 req/s, `prefix`, the same pool), each size in its own process so its
 peak memory is its own: time and memory should grow linearly (the last column is per request). The prefix hit counts are printed so a faster
-engine can be checked against a slower one (they must be equal). The nano-vllm peer the
-issue pairs these with is not run here (this script runs no code from outside kvplan).
+engine can be checked against a slower one (they must be equal), and against nano-vllm's.
 
-Run: python benchmarks/engine_speed.py [TRACE]   (about a minute)
+Run: python benchmarks/engine_speed.py [TRACE] [--nano-vllm DIR]
+(about a minute for kvplan; nano-vllm's block manager takes minutes at block 16)
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import resource
 import subprocess
 import sys
@@ -31,6 +36,7 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/moonca
 SLOTS = 400_000
 TARGETS_S = {16: 10.0, 512: 4.0}
 CLOSED_LOOP_RATIO = 1.2
+PEER_RATIO = 3.0  # kvplan at least this many times faster than nano-vllm on the same work
 
 
 def replay(requests: list, block_size: int, max_concurrency: int | None = None) -> tuple[dict, float]:
@@ -53,8 +59,8 @@ SCALING = (1_000, 4_000, 16_000, 64_000)
 def scaled_run(count: int) -> tuple[float, float]:
     """One ShareGPT-like run of `count` requests: CPU seconds, and how much the process's peak
     memory grew over the run (MiB; the requests themselves are built before it)."""
-    from kvplan.bench.run import prepare
     from kvplan.bench.config import BenchConfig
+    from kvplan.bench.run import prepare
     from kvplan.bench.workloads import WorkloadSpec
 
     sizing = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_gib=SLOTS * 131072 / 2**30)
@@ -76,7 +82,32 @@ def scaling() -> None:
               f"{seconds / count * 1e6:6.0f} us and {mib * 1024 / count:5.1f} KiB per request")
 
 
-def main(trace: Path = DEFAULT_TRACE) -> int:
+def same_work(requests: list, nano_vllm: str | None) -> None:
+    """Each prompt alone with one output token, kvplan's closed loop beside nano-vllm's block
+    manager doing the same lookups, allocations, hashing and frees."""
+    import nano_vllm_peer
+
+    alone = [dataclasses.replace(request, output_len=1) for request in requests]
+    checkout, how = nano_vllm_peer.find_checkout(nano_vllm)
+    print(f"  same work as nano-vllm's block manager (each prompt alone, output 1; {how}):")
+    for block_size in TARGETS_S:
+        metrics, seconds = replay(alone, block_size, max_concurrency=1)
+        line = (f"    block {block_size}: kvplan {seconds:.2f} CPU s, hits {metrics['prefix_cache_hits']:,} of "
+                f"{metrics['prefix_cache_queries']:,} tokens")
+        if checkout is None:
+            print(line)
+            continue
+        try:
+            hits, queried, peer_s = nano_vllm_peer.replay(checkout, requests, block_size, SLOTS // block_size)
+        except ImportError as error:  # xxhash
+            print(f"{line}; nano-vllm skipped: {error}")
+            continue
+        ratio = peer_s / seconds
+        print(f"{line}; nano-vllm {peer_s:.2f} CPU s, hits {hits:,} of {queried:,}: kvplan {ratio:.1f}x faster "
+              f"(target >= {PEER_RATIO:g}x: {'met' if ratio >= PEER_RATIO else 'missed'})")
+
+
+def main(trace: Path = DEFAULT_TRACE, nano_vllm: str | None = None) -> int:
     if not trace.is_file():
         print(f"trace {trace} not found; pass its path")
         return 0
@@ -93,6 +124,7 @@ def main(trace: Path = DEFAULT_TRACE) -> int:
     ratio = closed_s / open_s
     print(f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
           f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})")
+    same_work(requests, nano_vllm)
     scaling()
     return 0
 
@@ -101,4 +133,8 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--scaled"]:
         print(*scaled_run(int(sys.argv[2])))
         sys.exit(0)
-    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRACE))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--nano-vllm", help="a nano-vllm checkout (else $NANO_VLLM_DIR, or a clone made now)")
+    args = parser.parse_args()
+    sys.exit(main(args.trace, args.nano_vllm))

@@ -27,9 +27,9 @@ def test_block_pool_free_queue_order_and_ref_counts() -> None:
     assert pool.allocate(3) == [0, 1, 2]
     assert list(pool.free_queue) == [3]
     pool.touch(1)  # a second holder of block 1
-    assert pool.ref_counts == [1, 2, 1, 0]
+    assert pool.ref_counts.tolist() == [1, 2, 1, 0]
     pool.free(reversed([0, 1, 2]))  # a sequence frees tail first
-    assert pool.ref_counts == [0, 1, 0, 0]
+    assert pool.ref_counts.tolist() == [0, 1, 0, 0]
     assert list(pool.free_queue) == [3, 2, 0]
     assert pool.allocate(2) == [3, 2]
     pool.free([1])

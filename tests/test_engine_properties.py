@@ -1,7 +1,7 @@
 """Property-based tests of the engine: random operation sequences against the block pool,
 the allocators and the whole engine, with the invariants checked after every step.
 
-a) BlockPool against a plain model (reference counts, free-queue order, prefix-hash maps).
+a) BlockPool against a plain model (reference counts, free-queue order, prefix maps).
 b) PagedAllocator and the three ContiguousAllocator policies driven through live Sequences:
    admit, grow, finish, preempt (free, keep for re-admission), re-admit.
 c) The whole Engine on small random workloads with tiny pools, every allocator, chunked

@@ -37,7 +37,7 @@ def test_second_request_hits_the_first_ones_full_blocks() -> None:
     e.advance(0.0)
     e.submit(req(0, 0.0, tuple(range(1, 11))))  # 10 tokens: blocks [1-4] [5-8] full, [9,10] partial
     e.advance(50.0)
-    assert [b for b in pool.block_to_hash] == [0, 1]  # only full prompt blocks are cached
+    assert sorted(pool.hash_to_block.values()) == [0, 1]  # only full prompt blocks are cached
     assert list(pool.free_queue) == [3, 4, 5, 6, 7, 2, 1, 0]  # freed tail first: block 0 is evicted last
     e.submit(req(1, 50.0, (1, 2, 3, 4, 5, 6, 7, 8, 20, 21)))
     e.step()

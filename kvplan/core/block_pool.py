@@ -2,19 +2,36 @@
 
 The free queue is ordered by eviction priority (front = reclaimed first). Freed blocks go
 to the back; a block that still carries a prefix-cache hash stays findable until it is
-reclaimed from the front, as in vLLM's FreeKVCacheBlockQueue. An OrderedDict gives O(1)
-pop-front, append and removal from the middle (a cache hit on a free block).
+reclaimed from the front, as in vLLM's FreeKVCacheBlockQueue.
+
+The state lives in arrays so a long prompt's thousands of blocks move in a few array
+operations: per block its reference count and the hash of the prefix it holds, and the
+free queue as an append-only log of block ids with, per free block, the
+log position it was queued at. A block taken out of the middle (a cache hit on a free block)
+only forgets its position; the stale log entry is skipped when the front reaches it, and the
+log is compacted when full. The hash -> block map stays a dict: hashes are arbitrary 64-bit
+ints, and the dict holds only what the pool caches now (numbering every hash a long trace
+ever shows costs more than it saves).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable
-from functools import partial
-from itertools import compress, islice, repeat
-from operator import add, eq, is_not, not_, sub
 
-_is_hash = partial(is_not, None)  # block_to_hash.pop(block, None): None for a block that held no prefix
+import numpy as np
+
+NONE = -1  # a block holding no prefix: Python's hash() never returns -1, kvplan's other hashes are >= 0
+_FEW = 4  # batches up to this size take the scalar path (array calls cost more than they save)
+
+
+def as_blocks(blocks: Iterable[int]) -> np.ndarray:
+    """Block ids as an int64 array (a list converts in C)."""
+    if isinstance(blocks, np.ndarray):
+        return blocks
+    if not isinstance(blocks, list):
+        blocks = list(blocks)
+    return np.fromiter(blocks, dtype=np.int64, count=len(blocks))
 
 
 class BlockPool:
@@ -22,10 +39,18 @@ class BlockPool:
         if num_blocks < 1:
             raise ValueError(f"the KV pool needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
-        self.ref_counts = [0] * num_blocks
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.ref_counts = np.zeros(num_blocks, dtype=np.int64)
+        self.block_hashes = np.full(num_blocks, NONE, dtype=np.int64)  # block -> hash of the prefix it holds
         self.hash_to_block: dict[int, int] = {}
-        self.block_to_hash: dict[int, int] = {}
+        self.num_free = num_blocks
+        # The free queue: log[head:tail] in order, an entry live while queued_at[block] is its position.
+        capacity = 2 * num_blocks + 1  # a compaction always leaves room for every block
+        self._log = np.zeros(capacity, dtype=np.int64)
+        self._log[:num_blocks] = np.arange(num_blocks)
+        self._positions = np.arange(capacity, dtype=np.int64)
+        self._queued_at = np.arange(num_blocks, dtype=np.int64)  # -1: not free
+        self._marks = np.empty(num_blocks, dtype=np.int64)  # scratch for free()'s repeat check
+        self._head, self._tail = 0, num_blocks
         self.cached_evictions = 0  # cached blocks reclaimed for new allocations
         # Kept incrementally so per-step metrics never walk the pool:
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix
@@ -34,85 +59,210 @@ class BlockPool:
         self.evicted_log: list[int] | None = None  # blocks evicted since the prefix cache last looked (it clears it)
 
     @property
-    def num_free(self) -> int:
-        return len(self.free_queue)
+    def num_allocated(self) -> int:
+        return self.num_blocks - self.num_free
 
     @property
-    def num_allocated(self) -> int:
-        return self.num_blocks - len(self.free_queue)
+    def free_queue(self) -> list[int]:
+        """The free blocks, front (reclaimed first) to back; for inspection, O(pool)."""
+        live = self._log[self._head:self._tail]
+        return live[self._queued_at[live] == self._positions[self._head:self._tail]].tolist()
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks holding a prefix."""
+        return len(self.hash_to_block)
+
+    @property
+    def block_to_hash(self) -> dict[int, int]:
+        """Each block holding a prefix -> its hash; for inspection, O(pool)."""
+        blocks = np.flatnonzero(self.block_hashes != NONE)
+        return dict(zip(blocks.tolist(), self.block_hashes[blocks].tolist()))
 
     def allocate(self, count: int) -> list[int]:
         """Take `count` blocks from the front of the free queue (caller checks num_free)."""
-        queue = self.free_queue
-        if count > len(queue):
-            raise RuntimeError(f"asked for {count} blocks with {len(queue)} free")
-        # Whole-batch operations iterate in C: a long prompt takes thousands of blocks at once.
-        blocks = list(islice(queue, count))
-        deque(map(queue.__delitem__, blocks), 0)
-        block_to_hash = self.block_to_hash
-        if block_to_hash:
-            hashes = list(map(block_to_hash.pop, blocks, repeat(None)))
-            evicted = len(hashes) - hashes.count(None)
-            if evicted:  # reclaiming a cached block evicts its prefix
-                deque(map(self.hash_to_block.__delitem__, filter(_is_hash, hashes)), 0)
-                if self.on_evict is not None:
-                    for block_hash, block in zip(hashes, blocks):
-                        if block_hash is not None:
-                            self.on_evict(block_hash, block)
-                self.cached_evictions += evicted
-                self.num_cached_free -= evicted
-                if self.evicted_log is not None:
-                    self.evicted_log.extend(compress(blocks, map(is_not, hashes, repeat(None))))
-        deque(map(self.ref_counts.__setitem__, blocks, repeat(1)), 0)
+        if count > self.num_free:
+            raise RuntimeError(f"asked for {count} blocks with {self.num_free} free")
+        if count <= _FEW:
+            return self._allocate_few(count)
+        log, queued_at, head = self._log, self._queued_at, self._head
+        end = head + count
+        while True:  # widen the window over stale entries until it holds `count` live ones
+            window = log[head:end]
+            live = queued_at[window] == self._positions[head:end]
+            found = int(np.count_nonzero(live))
+            if found >= count:
+                break
+            end = min(self._tail, end + 2 * (count - found))
+        if found == len(window):
+            blocks = window.copy()
+        else:
+            taken = np.flatnonzero(live)[:count]
+            blocks, end = window[taken], head + int(taken[-1]) + 1
+        self._head = end
+        queued_at[blocks] = -1
+        self.ref_counts[blocks] = 1
+        self.num_free -= count
+        if self.hash_to_block:
+            hashes = self.block_hashes[blocks]
+            cached = hashes != NONE
+            if cached.any():  # reclaiming a cached block evicts its prefix
+                self._evict(hashes[cached], blocks[cached])
+        return blocks.tolist()
+
+    def _allocate_few(self, count: int) -> list[int]:
+        log, queued_at, ref_counts, block_hashes = self._log, self._queued_at, self.ref_counts, self.block_hashes
+        head, blocks, evicted = self._head, [], []
+        caching = bool(self.hash_to_block)
+        while len(blocks) < count:
+            block = log.item(head)
+            if queued_at.item(block) == head:
+                blocks.append(block)
+                queued_at[block] = -1
+                ref_counts[block] = 1
+                if caching and block_hashes.item(block) != NONE:
+                    evicted.append(block)
+            head += 1
+        self._head = head
+        self.num_free -= count
+        if evicted:
+            evicted_blocks = np.array(evicted, dtype=np.int64)
+            self._evict(block_hashes[evicted_blocks], evicted_blocks)
         return blocks
+
+    def _evict(self, evicted_hashes: np.ndarray, blocks: np.ndarray) -> None:
+        hashes = evicted_hashes.tolist()
+        if len(hashes) == 1:
+            del self.hash_to_block[hashes[0]]
+        else:
+            deque(map(self.hash_to_block.__delitem__, hashes), 0)
+        self.block_hashes[blocks] = NONE
+        count = len(blocks)
+        self.cached_evictions += count
+        self.num_cached_free -= count
+        if self.on_evict is not None:
+            for block_hash, block in zip(hashes, blocks.tolist()):
+                self.on_evict(block_hash, block)
+        if self.evicted_log is not None:
+            self.evicted_log.extend(blocks.tolist())
 
     def touch(self, block: int) -> None:
         """Add a reference to a block another sequence holds or the cache keeps."""
         if self.ref_counts[block] == 0:
-            del self.free_queue[block]
-            if block in self.block_to_hash:
+            self._queued_at[block] = -1  # its log entry goes stale
+            self.num_free -= 1
+            if self.block_hashes[block] != NONE:
                 self.num_cached_free -= 1
         else:
             self.extra_refs += 1
         self.ref_counts[block] += 1
 
-    def touch_all(self, blocks: list[int]) -> None:
+    def touch_all(self, blocks: Iterable[int]) -> None:
         """touch() each of these distinct blocks, as one batch (a prefix hit takes thousands)."""
+        blocks = as_blocks(blocks)
+        if not len(blocks):
+            return
         ref_counts = self.ref_counts
-        counts = list(map(ref_counts.__getitem__, blocks))
-        idle = list(compress(blocks, map(not_, counts)))  # leave the free queue
-        deque(map(self.free_queue.__delitem__, idle), 0)
-        if idle and self.block_to_hash:
-            self.num_cached_free -= sum(map(self.block_to_hash.__contains__, idle))
+        idle = blocks[ref_counts[blocks] == 0]  # leave the free queue
+        self._queued_at[idle] = -1
+        self.num_free -= len(idle)
+        if len(idle) and self.hash_to_block:
+            self.num_cached_free -= int(np.count_nonzero(self.block_hashes[idle] != NONE))
         self.extra_refs += len(blocks) - len(idle)
-        deque(map(ref_counts.__setitem__, blocks, map(add, counts, repeat(1))), 0)
+        ref_counts[blocks] += 1
 
     def free(self, blocks: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching zero join the back of the queue in
         the order given (pass a sequence's blocks tail-first so its tail is reclaimed first)."""
-        blocks = list(blocks)
-        ref_counts = self.ref_counts
-        counts = list(map(ref_counts.__getitem__, blocks))
-        if 0 in counts:
-            raise RuntimeError(f"block {blocks[counts.index(0)]} freed more often than allocated")
-        if len(set(blocks)) < len(blocks):  # a block listed twice drops twice, in order
-            for block in blocks:
-                self.free([block])
+        if isinstance(blocks, list) and len(blocks) <= 1:
+            if blocks:
+                self._free_one(blocks[0])
             return
-        deque(map(ref_counts.__setitem__, blocks, map(sub, counts, repeat(1))), 0)
-        released = blocks if counts.count(1) == len(counts) else list(compress(blocks, map(eq, counts, repeat(1))))
-        self.extra_refs -= len(blocks) - len(released)
-        self.free_queue.update(zip(released, repeat(None)))
-        if self.block_to_hash:
-            self.num_cached_free += sum(map(self.block_to_hash.__contains__, released))
+        blocks = as_blocks(blocks)
+        count = len(blocks)
+        if count <= 1:
+            if count:
+                self._free_one(int(blocks[0]))
+            return
+        ref_counts = self.ref_counts
+        counts = ref_counts[blocks]
+        if not counts.all():
+            raise RuntimeError(f"block {int(blocks[np.argmin(counts != 0)])} freed more often than allocated")
+        # A block listed twice drops twice, in order: scatter positions, and any block whose
+        # slot does not read back its own position appeared again later
+        # (more entries than the pool has blocks can only be repeats).
+        scratch = self._positions[:count] if count <= self.num_blocks else np.arange(count)
+        marks = self._marks
+        marks[blocks] = scratch
+        if (marks[blocks] != scratch).any():
+            for block in blocks.tolist():
+                self._free_one(block)
+            return
+        counts -= 1
+        ref_counts[blocks] = counts
+        released = blocks if not counts.any() else blocks[counts == 0]
+        self.extra_refs -= count - len(released)
+        self._enqueue(released)
+        if self.hash_to_block:
+            self.num_cached_free += int(np.count_nonzero(self.block_hashes[released] != NONE))
+
+    def _free_one(self, block: int) -> None:
+        count = self.ref_counts.item(block)
+        if not count:
+            raise RuntimeError(f"block {block} freed more often than allocated")
+        self.ref_counts[block] = count - 1
+        if count > 1:
+            self.extra_refs -= 1
+            return
+        if self._tail == len(self._log):
+            self._enqueue(np.array([block], dtype=np.int64))
+        else:  # the scalar form of _enqueue
+            self._log[self._tail] = block
+            self._queued_at[block] = self._tail
+            self._tail += 1
+            self.num_free += 1
+        if self.block_hashes.item(block) != NONE:
+            self.num_cached_free += 1
+
+    def _enqueue(self, blocks: np.ndarray) -> None:
+        count = len(blocks)
+        if self._tail + count > len(self._log):  # compact: keep the live entries, in order
+            head, tail = self._head, self._tail
+            window = self._log[head:tail]
+            live = window[self._queued_at[window] == self._positions[head:tail]]
+            self._log[:len(live)] = live
+            self._queued_at[live] = self._positions[:len(live)]
+            self._head, self._tail = 0, len(live)
+        tail = self._tail
+        self._log[tail:tail + count] = blocks
+        self._queued_at[blocks] = self._positions[tail:tail + count]
+        self._tail = tail + count
+        self.num_free += count
 
     def cache(self, block: int, block_hash: int) -> None:
         """Remember that `block` holds the full block identified by `block_hash`."""
-        if block_hash not in self.hash_to_block and block not in self.block_to_hash:
+        if block_hash not in self.hash_to_block and self.block_hashes[block] == NONE:
             self.hash_to_block[block_hash] = block
-            self.block_to_hash[block] = block_hash
+            self.block_hashes[block] = block_hash
             if self.ref_counts[block] == 0:
                 self.num_cached_free += 1
+
+    def cache_all(self, blocks: list[int], hashes: list[int]) -> None:
+        """cache() each (live) block with its hash, as one batch; a block's hashes are chained,
+        so the batch names no hash or block twice."""
+        known = self.hash_to_block
+        block_ids = as_blocks(blocks)
+        fresh = (self.block_hashes[block_ids] == NONE) & ~np.fromiter(
+            map(known.__contains__, hashes), dtype=bool, count=len(hashes))
+        if fresh.all():
+            known.update(zip(hashes, blocks))
+            self.block_hashes[block_ids] = np.fromiter(hashes, dtype=np.int64, count=len(hashes))
+            return
+        picked = np.flatnonzero(fresh).tolist()
+        new_hashes = [hashes[i] for i in picked]
+        new_blocks = [blocks[i] for i in picked]
+        known.update(zip(new_hashes, new_blocks))
+        self.block_hashes[new_blocks] = new_hashes
 
     def lookup(self, block_hash: int) -> int | None:
         return self.hash_to_block.get(block_hash)

@@ -166,7 +166,7 @@ class PagedAllocator(Allocator):
         return True
 
     def free(self, seq: Sequence) -> None:
-        self.pool.free(reversed(seq.block_table))  # tail blocks are reclaimed first
+        self.pool.free(seq.block_table[::-1])  # tail blocks are reclaimed first
         if self.budget is not None:
             self.budget.release(seq)
         seq.block_table = []

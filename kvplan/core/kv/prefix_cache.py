@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from itertools import compress, takewhile
-from operator import is_not, not_, or_
+from itertools import takewhile
+from operator import is_not
 
-from kvplan.core.block_pool import BlockPool
+import numpy as np
+
+from kvplan.core.block_pool import BlockPool, as_blocks
 from kvplan.core.hashing import block_hashes
 from kvplan.core.kv.base import PrefixLookup
 from kvplan.core.sequence import Sequence
@@ -54,7 +56,8 @@ class PrefixCache:
             pool.on_evict = tiers.demote
         else:  # the last lookup is reused while none of its blocks is evicted (lookup)
             pool.evicted_log = []
-        self._memo: tuple[Sequence, list[int], int, list[int], set[int]] | None = None
+        # (sequence, its hashes, limit, hit blocks, as a set, as an array)
+        self._memo: tuple[Sequence, list[int], int, list[int], set[int], np.ndarray] | None = None
 
     def lookup(self, seq: Sequence) -> PrefixLookup:
         if seq.hashes is None:
@@ -62,46 +65,47 @@ class PrefixCache:
             seq.hashes = self.known_hashes.get(request.request_id)
             if seq.hashes is None:
                 seq.hashes = block_hashes(request, self.block_size)
+        hashes = seq.hashes
         # At least one token is computed, so a fully cached prompt recomputes its last block.
-        limit = (seq.known_tokens - 1) // self.block_size
+        limit = min((seq.known_tokens - 1) // self.block_size, len(hashes))
         if self.window_blocks:  # hashes may stop short of the limit (a preempted request's generated tokens)
-            return self._window_lookup(seq.hashes, min(limit, len(seq.hashes)))
+            return self._window_lookup(hashes, limit)
         if self.tiers:
-            hits = self._run(seq.hashes, 0, limit)
-            return PrefixLookup(hits, self._free_count(hits), self._tier_run(seq.hashes[len(hits):limit]))
+            hits = self._run(hashes, 0, limit)
+            return PrefixLookup(hits, self._free_count(as_blocks(hits)), self._tier_run(hashes[len(hits):limit]))
         # A request that cannot be admitted is looked up again on every step it waits. Its
         # last run stays valid unless one of its blocks was evicted since (a hash leaves the
         # pool only by eviction), and can only grow where it stopped (a hash joins the pool
         # only where it was missing): so reuse it, and look further from its end.
         memo, evicted = self._memo, self.pool.evicted_log
-        if memo is not None and memo[0] is seq and memo[1] is seq.hashes and memo[2] == limit \
+        if memo is not None and memo[0] is seq and memo[1] is hashes and memo[2] == limit \
                 and memo[4].isdisjoint(evicted):
             hits = memo[3]
-            if len(hits) < min(limit, len(seq.hashes)) and seq.hashes[len(hits)] in self.pool.hash_to_block:
-                hits = hits + self._run(seq.hashes, len(hits), limit)
-                memo = (seq, seq.hashes, limit, hits, set(hits))
+            if len(hits) < limit and hashes[len(hits)] in self.pool.hash_to_block:
+                more = self._run(hashes, len(hits), limit)
+                grown = hits + more
+                memo = (seq, hashes, limit, grown, memo[4].union(more), as_blocks(grown))
         else:
-            hits = self._run(seq.hashes, 0, limit)
-            memo = (seq, seq.hashes, limit, hits, set(hits))
+            hits = self._run(hashes, 0, limit)
+            memo = (seq, hashes, limit, hits, set(hits), as_blocks(hits))
         self._memo = memo
         evicted.clear()
-        return PrefixLookup(hits, self._free_count(hits), [])
+        return PrefixLookup(memo[3], self._free_count(memo[5]), [])
 
     def _run(self, hashes: list[int], start: int, limit: int) -> list[int]:
-        """The blocks of hashes[start:limit] the pool holds, up to the first it does not; in
-        C-level iteration, the simulator's hottest loop after the step itself."""
+        """The blocks of hashes[start:limit] the pool holds, up to the first it does not."""
         return list(takewhile(_is_block, map(self.pool.hash_to_block.get, hashes[start:limit])))
 
-    def _free_count(self, hits: list[int]) -> int:
+    def _free_count(self, hits: np.ndarray) -> int:
         """Hit blocks in the free queue: adopting them takes them out of it."""
-        return list(map(self.pool.ref_counts.__getitem__, hits)).count(0)
+        return len(hits) - int(np.count_nonzero(self.pool.ref_counts[hits]))
 
     def _window_lookup(self, hashes: list[int], limit: int) -> PrefixLookup:
         """vLLM's sliding-window hit: scanning leftwards from the limit, the first run of
         `window_blocks` contiguous cached blocks ends the hit, and the blocks before the run
         are skipped (no query after the hit reads them), whether cached or not. Without such a
         run, the run from block 0 is the hit, however short (nothing precedes it)."""
-        found, ref_counts = self.pool.hash_to_block, self.pool.ref_counts
+        found = self.pool.hash_to_block
         need, run, start = self.window_blocks, 0, 0
         for index in range(limit - 1, -1, -1):
             if hashes[index] not in found:
@@ -112,8 +116,7 @@ class PrefixCache:
                 start = index
                 break
         blocks = [found[block_hash] for block_hash in hashes[start:start + run]]
-        free_cached = sum(1 for block in blocks if not ref_counts[block])
-        return PrefixLookup(blocks, free_cached, [], skipped=start)
+        return PrefixLookup(blocks, self._free_count(as_blocks(blocks)), [], skipped=start)
 
     def _tier_run(self, hashes: list[int]) -> list[tuple[int, Tier]]:
         """The prefix continues in the CPU / disk tiers: reload it if moving the blocks costs
@@ -180,24 +183,13 @@ class PrefixCache:
     def cache_full_blocks(self, seq: Sequence) -> None:
         hashes = seq.hashes or ()
         full = min(seq.num_computed // self.block_size, len(hashes))
-        # Inlined BlockPool.cache: the blocks are live (ref >= 1), so no free-queue change.
         # A sliding window's table starts at logical block `dropped` (0 without a window).
-        hash_to_block, block_to_hash, table = self.pool.hash_to_block, self.pool.block_to_hash, seq.block_table
         dropped = seq.dropped_blocks
         start = max(seq.cached_blocks, dropped)
-        if start < full:  # a block's hashes are chained, so a batch holds no hash or block twice
-            new_hashes, blocks = hashes[start:full], table[start - dropped:full - dropped]
-            fresh = list(map(not_, map(or_, map(hash_to_block.__contains__, new_hashes),
-                                       map(block_to_hash.__contains__, blocks))))
-            hash_to_block.update(zip(compress(new_hashes, fresh), compress(blocks, fresh)))
-            block_to_hash.update(zip(compress(blocks, fresh), compress(new_hashes, fresh)))
+        if start < full:
+            self.pool.cache_all(seq.block_table[start - dropped:full - dropped], hashes[start:full])
         seq.cached_blocks = max(seq.cached_blocks, full)
 
     def cached_prefix_blocks(self, hashes: list[int]) -> int:
-        found = self.pool.hash_to_block
-        matched = 0
-        for block_hash in hashes:
-            if block_hash not in found:
-                break
-            matched += 1
-        return matched
+        """How many of these leading blocks the pool holds (a router's view of this engine)."""
+        return len(self._run(hashes, 0, len(hashes)))
