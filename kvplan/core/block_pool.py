@@ -52,11 +52,11 @@ class BlockPool:
         self._marks = np.empty(num_blocks, dtype=np.int64)  # scratch for free()'s repeat check
         self._head, self._tail = 0, num_blocks
         self.cached_evictions = 0  # cached blocks reclaimed for new allocations
+        self.epoch = 0  # moves when blocks join the free queue or prefixes are cached (admission can change)
         # Kept incrementally so per-step metrics never walk the pool:
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix
         self.extra_refs = 0  # references beyond the first: sum of max(0, ref_count - 1)
         self.on_evict: Callable[[int, int], None] | None = None  # offload: (hash, block) moves down a tier
-        self.evicted_log: list[int] | None = None  # blocks evicted since the prefix cache last looked (it clears it)
 
     @property
     def num_allocated(self) -> int:
@@ -143,8 +143,6 @@ class BlockPool:
         if self.on_evict is not None:
             for block_hash, block in zip(hashes, blocks.tolist()):
                 self.on_evict(block_hash, block)
-        if self.evicted_log is not None:
-            self.evicted_log.extend(blocks.tolist())
 
     def touch(self, block: int) -> None:
         """Add a reference to a block another sequence holds or the cache keeps."""
@@ -221,6 +219,7 @@ class BlockPool:
             self._queued_at[block] = self._tail
             self._tail += 1
             self.num_free += 1
+            self.epoch += 1
         if self.block_hashes.item(block) != NONE:
             self.num_cached_free += 1
 
@@ -233,6 +232,7 @@ class BlockPool:
             self._log[:len(live)] = live
             self._queued_at[live] = self._positions[:len(live)]
             self._head, self._tail = 0, len(live)
+        self.epoch += 1
         tail = self._tail
         self._log[tail:tail + count] = blocks
         self._queued_at[blocks] = self._positions[tail:tail + count]
@@ -244,6 +244,7 @@ class BlockPool:
         if block_hash not in self.hash_to_block and self.block_hashes[block] == NONE:
             self.hash_to_block[block_hash] = block
             self.block_hashes[block] = block_hash
+            self.epoch += 1
             if self.ref_counts[block] == 0:
                 self.num_cached_free += 1
 
@@ -252,17 +253,24 @@ class BlockPool:
         so the batch names no hash or block twice."""
         known = self.hash_to_block
         block_ids = as_blocks(blocks)
-        fresh = (self.block_hashes[block_ids] == NONE) & ~np.fromiter(
-            map(known.__contains__, hashes), dtype=bool, count=len(hashes))
-        if fresh.all():
+        self.epoch += 1
+        if (self.block_hashes[block_ids] != NONE).any():  # some blocks already hold a prefix: keep them
+            fresh = (self.block_hashes[block_ids] == NONE) & ~np.fromiter(
+                map(known.__contains__, hashes), dtype=bool, count=len(hashes))
+            picked = np.flatnonzero(fresh).tolist()
+            hashes, blocks = [hashes[i] for i in picked], [blocks[i] for i in picked]
             known.update(zip(hashes, blocks))
-            self.block_hashes[block_ids] = np.fromiter(hashes, dtype=np.int64, count=len(hashes))
+            self.block_hashes[blocks] = hashes
             return
-        picked = np.flatnonzero(fresh).tolist()
-        new_hashes = [hashes[i] for i in picked]
-        new_blocks = [blocks[i] for i in picked]
-        known.update(zip(new_hashes, new_blocks))
-        self.block_hashes[new_blocks] = new_hashes
+        # One dict operation per block: a hash already held keeps its block (setdefault
+        # returns that block instead of this one).
+        held = np.fromiter(map(known.setdefault, hashes, blocks), dtype=np.int64, count=len(hashes))
+        fresh = held == block_ids
+        if fresh.all():
+            self.block_hashes[block_ids] = np.fromiter(hashes, dtype=np.int64, count=len(hashes))
+        else:
+            picked = np.flatnonzero(fresh).tolist()
+            self.block_hashes[block_ids[picked]] = [hashes[i] for i in picked]
 
     def lookup(self, block_hash: int) -> int | None:
         return self.hash_to_block.get(block_hash)

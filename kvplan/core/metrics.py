@@ -21,17 +21,22 @@ TIMESERIES_POINTS = 400
 WAITING_SCAN = 64  # waiting requests inspected for the smallest reservation need
 
 
+# Per-step figures averaged over time: each step's value is weighted by its duration, and
+# the pool's figures are also divided by the pool size (shares of the pool).
+POOL_SHARES = (*SPLIT, "used", "logical", "reserved", "evicted")
+COUNTS = ("shared_refs", "block_refs", "running", "waiting", "kv_cache_usage")
+
+
 @dataclass
 class StepMetrics:
-    """Duration-weighted sums over steps, and a per-step trace for charts."""
+    """Each step's figures in preallocated-growth arrays (one append per figure); the
+    duration-weighted sums are taken once, at the end, in step order."""
 
     elapsed: float = 0.0
     steps: int = 0
-    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        (*SPLIT, "used", "logical", "reserved", "running", "waiting", "kv_cache_usage",
-         "shared_refs", "block_refs", "evicted"), 0.0))
-    peak_running: int = 0
-    peak_kv_cache_usage: float = 0.0
+    capacity: int = 0
+    columns: dict[str, array] = field(default_factory=lambda: {
+        key: array("d") for key in ("dt", *POOL_SHARES, "shared_refs", "block_refs")})
     trace_t: array = field(default_factory=lambda: array("d"))
     trace_usage: array = field(default_factory=lambda: array("d"))
     trace_running: array = field(default_factory=lambda: array("l"))
@@ -41,44 +46,71 @@ class StepMetrics:
     trace_hit_rate: array = field(default_factory=lambda: array("d"))
 
     def record(self, dt: float, now: float, allocator: Allocator, scheduler: Scheduler) -> None:
-        capacity = allocator.capacity_slots
-        logical = scheduler.used_slots
+        capacity = self.capacity = allocator.capacity_slots
         used, reservation, internal, external, cached, free = pool_split(allocator, scheduler)
         reserved = used + reservation + internal
         usage = reserved / capacity
         running = len(scheduler.running)
-        waiting = scheduler.waiting
-        sums = self.sums
-        for key, value in (("token_states", used), ("reservation", reservation),
-                           ("internal_fragmentation", internal), ("external_fragmentation", external),
-                           ("cached", cached), ("free", free), ("used", used), ("logical", logical),
-                           ("reserved", reserved), ("evicted", allocator.evicted_slots)):
-            sums[key] += dt * value / capacity
+        waiting = len(scheduler.waiting)
+        columns = self.columns
+        columns["dt"].append(dt)
+        columns["token_states"].append(used)
+        columns["reservation"].append(reservation)
+        columns["internal_fragmentation"].append(internal)
+        columns["external_fragmentation"].append(external)
+        columns["cached"].append(cached)
+        columns["free"].append(free)
+        columns["used"].append(used)
+        columns["logical"].append(scheduler.used_slots)
+        columns["reserved"].append(reserved)
+        columns["evicted"].append(allocator.evicted_slots)
         pool = allocator.pool
         if pool is not None:  # the vLLM paper's sharing saving, in blocks
             extra = pool.extra_refs
-            sums["shared_refs"] += dt * extra
-            sums["block_refs"] += dt * (pool.num_allocated + extra)
-        sums["running"] += dt * running
-        sums["waiting"] += dt * len(waiting)
-        sums["kv_cache_usage"] += dt * usage
+            columns["shared_refs"].append(extra)
+            columns["block_refs"].append(pool.num_allocated + extra)
         self.elapsed += dt
         self.steps += 1
-        self.peak_running = max(self.peak_running, running)
-        self.peak_kv_cache_usage = max(self.peak_kv_cache_usage, usage)
         self.trace_t.append(now)
         self.trace_usage.append(usage)
         self.trace_running.append(running)
-        self.trace_waiting.append(len(waiting))
+        self.trace_waiting.append(waiting)
         self.trace_used.append(used / capacity)
         self.trace_cached.append(cached / capacity)
         stats = allocator.prefix_stats
         if stats is not None:
             self.trace_hit_rate.append(stats.hit_rate)
 
+    @property
+    def peak_running(self) -> int:
+        return max(self.trace_running, default=0)
+
+    @property
+    def peak_kv_cache_usage(self) -> float:
+        return max(self.trace_usage, default=0.0)
+
+    def sums(self) -> dict[str, float]:
+        """Duration-weighted sums, added in step order from 0.0 (as a running += would)."""
+        import numpy as np
+
+        dt = np.frombuffer(self.columns["dt"], dtype=np.float64)
+
+        def weighted(values: np.ndarray, divisor: int | None = None) -> float:
+            terms = dt * values if divisor is None else dt * values / divisor
+            return float(np.add.accumulate(np.concatenate(([0.0], terms)))[-1])
+
+        column = {key: np.frombuffer(values, dtype=np.float64) for key, values in self.columns.items()}
+        sums = {key: weighted(column[key], self.capacity) for key in POOL_SHARES}
+        for key in ("shared_refs", "block_refs"):
+            sums[key] = weighted(column[key]) if len(column[key]) else 0.0
+        sums["running"] = weighted(np.asarray(self.trace_running, dtype=np.float64))
+        sums["waiting"] = weighted(np.asarray(self.trace_waiting, dtype=np.float64))
+        sums["kv_cache_usage"] = weighted(np.frombuffer(self.trace_usage, dtype=np.float64))
+        return sums
+
     def averages(self) -> dict[str, float]:
         span = self.elapsed or 1.0
-        return {key: value / span for key, value in self.sums.items()}
+        return {key: value / span for key, value in self.sums().items()}
 
     def timeseries(self, points: int = TIMESERIES_POINTS) -> dict[str, list[float]]:
         """The trace thinned to at most `points` samples (every k-th step)."""

@@ -115,6 +115,10 @@ class Scheduler:
         self.used_slots = 0  # tokens with KV on the device
         self.running_final_slots = 0  # final lengths of running sequences
         self.steps_since_admission = 0  # multi-step scheduling: decode steps since the last decision
+        # The waiting head the pool last refused: (sequence, the allocator's admission epoch,
+        # the token budget it was refused at). Until the epoch moves or the budget shrinks it
+        # would be refused again, so it is not looked up again.
+        self._refused: tuple[Sequence, int, int] | None = None
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -212,6 +216,9 @@ class Scheduler:
         allocator = self.allocator
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
+            refused, epoch = self._refused, allocator.admission_epoch
+            if refused is not None and refused[0] is seq and refused[1] == epoch and budget >= refused[2]:
+                break
             # KV computed elsewhere (a prefill instance) arrives on the first admission only; the
             # last prompt token is computed again to sample, as vLLM does after a remote prefill
             transferred = seq.request.transferred_tokens and not seq.num_computed and not seq.preemptions
@@ -223,7 +230,11 @@ class Scheduler:
                 cached = min(seq.request.transferred_tokens, seq.known_tokens - 1)
             count = self._chunk_of(seq.known_tokens - seq.num_computed - cached, budget)
             total = seq.num_computed + cached + count
-            if count == 0 or not allocator.can_admit(seq, total, hits):
+            if count == 0:
+                break
+            if not allocator.can_admit(seq, total, hits):
+                if epoch is not None:
+                    self._refused = (seq, epoch, budget)
                 break
             if fresh:
                 cached = allocator.adopt(seq, hits)  # lower-tier bytes that cannot be read come back short

@@ -120,6 +120,13 @@ class Allocator(ABC):
     def cached_free_slots(self) -> int:
         return 0
 
+    @property
+    def admission_epoch(self) -> int | None:
+        """A count that moves whenever a sequence this allocator refused could now be admitted
+        at the same or a smaller token count (space released, prefixes cached); None: not
+        known, so a refused sequence is asked about again every step."""
+        return None
+
     @abstractmethod
     def allocate(self, seq: Sequence, tokens: int) -> bool: ...
 

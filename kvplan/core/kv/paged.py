@@ -104,6 +104,12 @@ class PagedAllocator(Allocator):
         new = -(-tokens // self.block_size) - hits.skipped - len(hits.blocks)
         return self.pool.num_free - hits.free_cached - new >= self.watermark_blocks
 
+    @property
+    def admission_epoch(self) -> int | None:  # type: ignore[override]
+        # A free block only leaves the free queue otherwise, and a hit run only shrinks; a
+        # lookup that reaches the offload tiers counts reloads, so it must run every time.
+        return None if self.tiers is not None else self.pool.epoch
+
     def lookup(self, seq: Sequence) -> PrefixLookup:
         return self.prefix_cache.lookup(seq) if self.prefix_cache is not None else NO_HITS
 

@@ -54,10 +54,9 @@ class PrefixCache:
         self.recompute_s_per_token = recompute_s_per_token
         if tiers is not None:
             pool.on_evict = tiers.demote
-        else:  # the last lookup is reused while none of its blocks is evicted (lookup)
-            pool.evicted_log = []
-        # (sequence, its hashes, limit, hit blocks, as a set, as an array)
-        self._memo: tuple[Sequence, list[int], int, list[int], set[int], np.ndarray] | None = None
+        # The last lookup, reused while its blocks still hold its hashes: (sequence, its
+        # hashes, limit, hit blocks, as an array, the hashes they held as an array)
+        self._memo: tuple[Sequence, list[int], int, list[int], np.ndarray, np.ndarray] | None = None
 
     def lookup(self, seq: Sequence) -> PrefixLookup:
         if seq.hashes is None:
@@ -73,24 +72,26 @@ class PrefixCache:
         if self.tiers:
             hits = self._run(hashes, 0, limit)
             return PrefixLookup(hits, self._free_count(as_blocks(hits)), self._tier_run(hashes[len(hits):limit]))
-        # A request that cannot be admitted is looked up again on every step it waits. Its
-        # last run stays valid unless one of its blocks was evicted since (a hash leaves the
+        # A request that cannot be admitted is looked up again while it waits. Its last run
+        # stays valid while each of its blocks still holds the hash it held (a hash leaves the
         # pool only by eviction), and can only grow where it stopped (a hash joins the pool
         # only where it was missing): so reuse it, and look further from its end.
-        memo, evicted = self._memo, self.pool.evicted_log
+        memo = self._memo
         if memo is not None and memo[0] is seq and memo[1] is hashes and memo[2] == limit \
-                and memo[4].isdisjoint(evicted):
+                and (self.pool.block_hashes[memo[4]] == memo[5]).all():
             hits = memo[3]
             if len(hits) < limit and hashes[len(hits)] in self.pool.hash_to_block:
-                more = self._run(hashes, len(hits), limit)
-                grown = hits + more
-                memo = (seq, hashes, limit, grown, memo[4].union(more), as_blocks(grown))
+                hits = hits + self._run(hashes, len(hits), limit)
+                memo = self._remember(seq, hashes, limit, hits)
         else:
-            hits = self._run(hashes, 0, limit)
-            memo = (seq, hashes, limit, hits, set(hits), as_blocks(hits))
-        self._memo = memo
-        evicted.clear()
-        return PrefixLookup(memo[3], self._free_count(memo[5]), [])
+            memo = self._remember(seq, hashes, limit, self._run(hashes, 0, limit))
+        return PrefixLookup(memo[3], self._free_count(memo[4]), [])
+
+    def _remember(self, seq: Sequence, hashes: list[int], limit: int,
+                  hits: list[int]) -> tuple[Sequence, list[int], int, list[int], np.ndarray, np.ndarray]:
+        held = np.fromiter(hashes, dtype=np.int64, count=len(hits))
+        self._memo = (seq, hashes, limit, hits, as_blocks(hits), held)
+        return self._memo
 
     def _run(self, hashes: list[int], start: int, limit: int) -> list[int]:
         """The blocks of hashes[start:limit] the pool holds, up to the first it does not."""
