@@ -10,18 +10,23 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_engine_properties import EXAMPLES, check_all_free, check_allocator
 
-from kvplan.core.kv import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
 from kvplan.core.engine import Engine
+from kvplan.core.kv import (
+    Allocator,
+    ContiguousAllocator,
+    PagedAllocator,
+    make_allocator,
+)
 from kvplan.core.metrics import SPLIT, StepMetrics
-from kvplan.sim.runner import SimulatedRunner
 from kvplan.core.scheduler import SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence, Status
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
+from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
-from test_engine_properties import EXAMPLES, check_all_free, check_allocator
 
 # --- c) the whole engine ----------------------------------------------------------------------
 

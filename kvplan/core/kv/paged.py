@@ -13,7 +13,6 @@ from kvplan.core.policies import PolicySpec
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
 
-
 # Why each eviction policy but sliding-window does not compose with prefix caching (a cached
 # block is shared read-only by every request that hits it). sliding-window composes as
 # vLLM's SlidingWindowManager does (prefix_cache.py, budget.py).
