@@ -1,28 +1,36 @@
-"""How fast the simulated engine replays a long multi-turn trace: the Mooncake conversation
-trace (12,031 requests), Llama-3.1-8B on an H100 pool of 400,000 token slots, automatic
-prefix caching, at block 16 and block 512; and the same requests through the simulated
-`vllm bench` client's closed loop (--max-concurrency 256) beside the open-loop engine.
+"""How fast the simulated engine is, on this machine, against the targets it was given.
 
-Targets (CPU seconds on the 2-core development machine): block 16 <= 10 s, block 512 <= 4 s;
-the closed loop within 1.2x of the open loop. Then the same work as nano-vllm's block manager
-(each prompt alone, one output token: --max-concurrency 1) beside it, at both block sizes,
-with the ratio (target: kvplan at least 3x faster; the peer is loaded from a nano-vllm
-checkout, see nano_vllm_peer.py, or skipped with a message). Then the scaling from 1k to 64k ShareGPT-like
-requests (Poisson at 20 req/s, `prefix`, the same pool), each size in its own process so its
-peak memory is its own: time and memory should grow linearly (the last column is per request). The prefix hit counts are printed so a faster
-engine can be checked against a slower one (they must be equal), and against nano-vllm's.
+1. The Mooncake conversation trace (12,031 requests), Llama-3.1-8B on an H100 pool of
+   400,000 token slots, automatic prefix caching, at block 16 (target <= 10 CPU s) and
+   block 512 (<= 4 s); CPU time varies by +-20% between runs of this shared 2-core
+   machine, so each figure is the best of 3. Prefix hit counts are printed so a faster
+   engine can be checked against a slower one (they must be equal).
+2. The same requests through the simulated `vllm bench` client's closed loop
+   (--max-concurrency 256) beside the open loop: within 1.2x.
+3. The same work as nano-vllm's block manager (each prompt alone, one output token:
+   --max-concurrency 1) beside it at both block sizes: kvplan at least 3x faster, equal
+   hit counts. The peer comes from a nano-vllm checkout (see nano_vllm_peer.py) or is
+   skipped with a message.
+4. The scaling from 1k to 64k ShareGPT-like requests (Poisson at 20 req/s, `prefix`, the
+   same pool), each size in its own process so its peak memory is its own: time and
+   memory should grow linearly (the last columns are per request).
+5. Start-up: `kvplan estimate` over a bare interpreter (the issue's 0.35 s with `python -c
+   pass` at 0.06 s: <= 0.29 s over it) and the default `kvplan bench` (<= 3 s), wall clock.
 
 Run: python benchmarks/engine_speed.py [TRACE] [--nano-vllm DIR]
-(about a minute for kvplan; nano-vllm's block manager takes minutes at block 16)
+(a few minutes; nano-vllm's block manager alone takes about two at block 16)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +45,14 @@ SLOTS = 400_000
 TARGETS_S = {16: 10.0, 512: 4.0}
 CLOSED_LOOP_RATIO = 1.2
 PEER_RATIO = 3.0  # kvplan at least this many times faster than nano-vllm on the same work
+REPEATS = 3  # CPU time on this shared 2-core machine varies by +-20% from run to run: best of 3
+STARTUP_OVER_PYTHON_S = 0.29  # the issue's 0.35 s estimate start with `python -c pass` at 0.06 s
+DEFAULT_BENCH_S = 3.0
+
+
+def best_of(requests: list, block_size: int, max_concurrency: int | None = None) -> tuple[dict, float]:
+    runs = [replay(requests, block_size, max_concurrency) for _ in range(REPEATS)]
+    return runs[0][0], min(seconds for _, seconds in runs)
 
 
 def replay(requests: list, block_size: int, max_concurrency: int | None = None) -> tuple[dict, float]:
@@ -82,6 +98,33 @@ def scaling() -> None:
               f"{seconds / count * 1e6:6.0f} us and {mib * 1024 / count:5.1f} KiB per request")
 
 
+def wall_s(command: list[str], cwd: str, runs: int = 7) -> float:
+    """Median wall time of a command; bytecode is written and cached by a first, untimed run."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["COLUMNS"] = "100"
+    times = []
+    for _ in range(runs + 1):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, env=env, cwd=cwd)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])
+
+
+def startup() -> None:
+    """How long the light commands take to start and the default bench to run, wall clock,
+    against a bare interpreter measured beside them."""
+    python, scratch = [sys.executable], tempfile.mkdtemp()
+    bare = wall_s([*python, "-c", "pass"], scratch)
+    estimate = wall_s([*python, "-m", "kvplan", "estimate", "llama-3.1-8b", "--gpu", "h100-80gb"], scratch)
+    over = estimate - bare
+    print(f"  kvplan estimate llama-3.1-8b --gpu h100-80gb: {estimate:.2f} s wall (median of 7), `python -c pass` "
+          f"{bare:.2f} s: {over:.2f} s over a bare interpreter (target <= {STARTUP_OVER_PYTHON_S:g} s over it: "
+          f"{'met' if over <= STARTUP_OVER_PYTHON_S else 'missed'})")
+    bench = wall_s([*python, "-m", "kvplan", "bench", "--out", "bench.json"], scratch, runs=3)
+    print(f"  default kvplan bench (1,000 requests x 5 optimizations): {bench:.2f} s wall (median of 3; target <= "
+          f"{DEFAULT_BENCH_S:g} s: {'met' if bench <= DEFAULT_BENCH_S else 'missed'})")
+
+
 def same_work(requests: list, nano_vllm: str | None) -> None:
     """Each prompt alone with one output token, kvplan's closed loop beside nano-vllm's block
     manager doing the same lookups, allocations, hashing and frees."""
@@ -114,18 +157,19 @@ def main(trace: Path = DEFAULT_TRACE, nano_vllm: str | None = None) -> int:
     requests = load_trace(trace).requests
     print(f"Mooncake conversation trace: {len(requests):,} requests, Llama-3.1-8B, H100 pool of {SLOTS:,} slots, prefix")
     for block_size, target in TARGETS_S.items():
-        metrics, seconds = replay(requests, block_size)
+        metrics, seconds = best_of(requests, block_size)
         verdict = "met" if seconds <= target else "missed"
-        print(f"  block {block_size}: {seconds:.2f} CPU s ({metrics['engine_steps']:,} steps), prefix hits "
+        print(f"  block {block_size}: {seconds:.2f} CPU s, best of {REPEATS} ({metrics['engine_steps']:,} steps), prefix hits "
               f"{metrics['prefix_cache_hits']:,} of {metrics['prefix_cache_queries']:,} tokens "
               f"(target <= {target:g} s: {verdict})")
-    open_metrics, open_s = replay(requests, 512)
-    closed_metrics, closed_s = replay(requests, 512, max_concurrency=256)
+    open_metrics, open_s = best_of(requests, 512)
+    closed_metrics, closed_s = best_of(requests, 512, max_concurrency=256)
     ratio = closed_s / open_s
     print(f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
           f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})")
     same_work(requests, nano_vllm)
     scaling()
+    startup()
     return 0
 
 

@@ -1,3 +1,3 @@
-from kvplan.cli import app
+from kvplan.cli.app import run
 
-app(prog_name="kvplan")
+run()

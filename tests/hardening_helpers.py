@@ -12,7 +12,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 
 runner = CliRunner()
 

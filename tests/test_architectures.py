@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.spec import parse_kv_format
 from kvplan.spec.hf_config import model_spec_from_config
 from kvplan.spec.resolve import load_model

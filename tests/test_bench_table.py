@@ -10,7 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kvplan.bench.comparison import comparison, summarize_reasons
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.cli.bench_table import render_comparison
 from kvplan.results import read_jsonl
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.sim.calibration import Replay, fit, load_calibration, simulate
 from kvplan.sim.measured import MeasuredRun, read_result
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams

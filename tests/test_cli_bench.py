@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.results import read_jsonl
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.plan.explain import explain
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ import typer.core
 import typer.main
 from typer.testing import CliRunner
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 
 runner = CliRunner()
 

@@ -12,7 +12,7 @@ PROBE = """
 import sys
 from typer.testing import CliRunner
 import kvplan
-from kvplan.cli import app
+from kvplan.cli.app import app
 result = CliRunner().invoke(app, ["estimate", "llama-3.1-70b", "--tp", "4", "--sweep", "context=1k..8k"])
 assert result.exit_code == 0, result.output
 result = CliRunner().invoke(app, ["estimate", "gpt-oss-120b"])

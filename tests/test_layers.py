@@ -138,7 +138,7 @@ def test_pure_layers_never_import_the_heavy_stack() -> None:
 SIMULATED_BENCH_PROBE = """
 import sys
 from typer.testing import CliRunner
-from kvplan.cli import app
+from kvplan.cli.app import app
 import tempfile, os
 out = os.path.join(tempfile.mkdtemp(), "r.jsonl")
 result = CliRunner().invoke(app, ["bench", "--num-requests", "40", "--optimizations", "paged,prefix,contiguous-max",

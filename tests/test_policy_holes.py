@@ -51,7 +51,7 @@ def test_holes_memory_model() -> None:
 def test_holes_reachable_from_the_cli(tmp_path) -> None:
     from typer.testing import CliRunner
 
-    from kvplan.cli import app
+    from kvplan.cli.app import app
 
     result = CliRunner().invoke(app, ["bench", "--workload", "long-reasoning", "--num-requests", "20",
                                       "--max-model-len", "8192", "--kv-budget", "1024", "--optimizations",

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.core.kv.paged import PREFIX_CONFLICTS
 from kvplan.core.policies import POLICIES
 

@@ -246,7 +246,7 @@ def test_bench_quality_table_and_pareto_report(shared_data: Path, tmp_path: Path
     pytest.importorskip("transformers")
     from typer.testing import CliRunner
 
-    from kvplan.cli import app
+    from kvplan.cli.app import app
     from kvplan.report import write_report
     from kvplan.results import read_jsonl
 

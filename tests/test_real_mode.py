@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvplan.cli import app  # noqa: E402
+from kvplan.cli.app import app  # noqa: E402
 from kvplan.core.kv import make_allocator  # noqa: E402
 from kvplan.core.engine import Engine  # noqa: E402
 from kvplan.real.model import load_causal_lm  # noqa: E402

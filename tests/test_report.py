@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import require_in_ci
 from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.report import write_report
 from kvplan.results import read_jsonl, write_jsonl
 from kvplan.workload import make_workload

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import require_in_ci
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.report import write_report
 
 runner = CliRunner()

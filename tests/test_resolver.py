@@ -180,7 +180,7 @@ def test_a_missing_json_path_is_a_path_error() -> None:
 def test_every_catalog_model_resolves_by_its_hf_id_and_estimates() -> None:
     from typer.testing import CliRunner
 
-    from kvplan.cli import app
+    from kvplan.cli.app import app
     from kvplan.spec.profiles import model_profiles
 
     for name, profile in model_profiles().items():

@@ -30,3 +30,15 @@ def test_light_commands_import_no_engine(args: list[str]) -> None:
                           env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "HOME": str(Path.home())})
     loaded = json.loads(done.stderr.strip().splitlines()[-1])
     assert loaded == [], f"{' '.join(args)} imported {loaded}"
+
+
+def test_the_entry_point_loads_only_the_command_it_runs() -> None:
+    code = ("import sys\nsys.argv = ['kvplan', 'estimate', 'llama-3.1-8b', '--gpu', 'h100-80gb', '--json']\n"
+            "from kvplan.cli.app import run\ntry:\n    run()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('kvplan.cli.')), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "HOME": str(Path.home())})
+    assert json.loads(done.stdout)["model"] == "llama-3.1-8b"  # the command ran
+    commands = {m for m in eval(done.stderr.strip().splitlines()[-1]) if m.rsplit(".", 1)[1] in
+                ("bench", "plan", "calibrate", "report", "sweep", "explain", "profiles", "estimate")}
+    assert commands == {"kvplan.cli.estimate"}

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from conftest import require_in_ci
 import kvplan.bench.sweep as sweep_module
-from kvplan.cli import app
+from kvplan.cli.app import app
 from kvplan.bench.sweep import load_spec, run_sweep
 
 STUDY = """

@@ -1,3 +1,1 @@
-from kvplan.cli.app import app
-
-__all__ = ["app"]
+"""The command line: app.py wires one module per command group."""

@@ -1,36 +1,33 @@
-"""The kvplan command line: one module per command group, wired here."""
+"""The kvplan command line: one module per command group, wired here.
+
+A command named on the command line is the only one imported and registered (`run`, the
+console entry point): `kvplan estimate` never imports the bench, plan or report modules nor
+builds their options. Anything else (`kvplan`, `kvplan --help`, an unknown word) gets the
+whole app, which is also what `from kvplan.cli.app import app` returns.
+"""
 
 from __future__ import annotations
+
+import sys
+from importlib import import_module
+from typing import Any
 
 import typer
 
 from kvplan import __version__
-from kvplan.cli import profiles
-from kvplan.cli.bench import bench
-from kvplan.cli.calibrate import calibrate
-from kvplan.cli.estimate import estimate
-from kvplan.cli.explain import explain
 from kvplan.cli.help_format import Command, Group
-from kvplan.cli.plan import plan
-from kvplan.cli.report import report
-from kvplan.cli.sweep import sweep
 
-app = typer.Typer(
-    name="kvplan",
-    cls=Group,
-    help="KV-cache capacity planning and benchmarking for LLM inference.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.command("estimate", cls=Command)(estimate)
-app.command("explain", cls=Command)(explain)
-app.command("bench", cls=Command)(bench)
-app.command("plan", cls=Command)(plan)
-app.command("calibrate", cls=Command)(calibrate)
-app.command("report", cls=Command)(report)
-app.command("sweep", cls=Command)(sweep)
-app.add_typer(profiles.app, name="profiles")
+# name -> (module, function), in the order `kvplan --help` lists them
+COMMANDS = {
+    "estimate": ("kvplan.cli.estimate", "estimate"),
+    "explain": ("kvplan.cli.explain", "explain"),
+    "bench": ("kvplan.cli.bench", "bench"),
+    "plan": ("kvplan.cli.plan", "plan"),
+    "calibrate": ("kvplan.cli.calibrate", "calibrate"),
+    "report": ("kvplan.cli.report", "report"),
+    "sweep": ("kvplan.cli.sweep", "sweep"),
+}
+GROUPS = {"profiles": "kvplan.cli.profiles"}  # name -> module with a typer `app`
 
 
 def _version(value: bool) -> None:
@@ -39,7 +36,44 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
     """KV-cache capacity planning and benchmarking for LLM inference."""
+
+
+def build(only: str | None = None) -> typer.Typer:
+    """The app with every command, or with just `only` (still a group: `kvplan NAME ...`)."""
+    app = typer.Typer(
+        name="kvplan",
+        cls=Group,
+        help="KV-cache capacity planning and benchmarking for LLM inference.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    for name, (module, function) in COMMANDS.items():
+        if only in (None, name):
+            app.command(name, cls=Command)(getattr(import_module(module), function))
+    for name, module in GROUPS.items():
+        if only in (None, name):
+            app.add_typer(import_module(module).app, name=name)
+    app.callback()(main)
+    return app
+
+
+def run() -> None:
+    """The console entry point."""
+    named = next((word for word in sys.argv[1:] if not word.startswith("-")), None)
+    build(named if named in COMMANDS or named in GROUPS else None)(prog_name="kvplan")
+
+
+_full: typer.Typer | None = None
+
+
+def __getattr__(name: str) -> Any:
+    global _full
+    if name == "app":
+        if _full is None:
+            _full = build()
+        return _full
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
