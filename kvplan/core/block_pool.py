@@ -23,6 +23,7 @@ import numpy as np
 
 NONE = -1  # a block holding no prefix: Python's hash() never returns -1, kvplan's other hashes are >= 0
 _FEW = 4  # batches up to this size take the scalar path (array calls cost more than they save)
+_count = np.count_nonzero  # in C; ndarray.any() / .all() go through Python-level wrappers
 
 
 def as_blocks(blocks: Iterable[int]) -> np.ndarray:
@@ -106,7 +107,7 @@ class BlockPool:
         if self.hash_to_block:
             hashes = self.block_hashes[blocks]
             cached = hashes != NONE
-            if cached.any():  # reclaiming a cached block evicts its prefix
+            if _count(cached):  # reclaiming a cached block evicts its prefix
                 self._evict(hashes[cached], blocks[cached])
         return blocks.tolist()
 
@@ -184,7 +185,7 @@ class BlockPool:
             return
         ref_counts = self.ref_counts
         counts = ref_counts[blocks]
-        if not counts.all():
+        if _count(counts) < count:
             raise RuntimeError(f"block {int(blocks[np.argmin(counts != 0)])} freed more often than allocated")
         # A block listed twice drops twice, in order: scatter positions, and any block whose
         # slot does not read back its own position appeared again later
@@ -192,13 +193,13 @@ class BlockPool:
         scratch = self._positions[:count] if count <= self.num_blocks else np.arange(count)
         marks = self._marks
         marks[blocks] = scratch
-        if (marks[blocks] != scratch).any():
+        if _count(marks[blocks] != scratch):
             for block in blocks.tolist():
                 self._free_one(block)
             return
         counts -= 1
         ref_counts[blocks] = counts
-        released = blocks if not counts.any() else blocks[counts == 0]
+        released = blocks if not _count(counts) else blocks[counts == 0]
         self.extra_refs -= count - len(released)
         self._enqueue(released)
         if self.hash_to_block:
@@ -254,7 +255,7 @@ class BlockPool:
         known = self.hash_to_block
         block_ids = as_blocks(blocks)
         self.epoch += 1
-        if (self.block_hashes[block_ids] != NONE).any():  # some blocks already hold a prefix: keep them
+        if _count(self.block_hashes[block_ids] != NONE):  # some blocks already hold a prefix: keep them
             fresh = (self.block_hashes[block_ids] == NONE) & ~np.fromiter(
                 map(known.__contains__, hashes), dtype=bool, count=len(hashes))
             picked = np.flatnonzero(fresh).tolist()
@@ -266,7 +267,7 @@ class BlockPool:
         # returns that block instead of this one).
         held = np.fromiter(map(known.setdefault, hashes, blocks), dtype=np.int64, count=len(hashes))
         fresh = held == block_ids
-        if fresh.all():
+        if _count(fresh) == len(fresh):
             self.block_hashes[block_ids] = np.fromiter(hashes, dtype=np.int64, count=len(hashes))
         else:
             picked = np.flatnonzero(fresh).tolist()

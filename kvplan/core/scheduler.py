@@ -199,10 +199,12 @@ class Scheduler:
             if cap is not None:  # an eviction policy: attention reads what it keeps
                 needed, before = attended(seq, before, count)
             context += needed
-            pairs += count * before + count * (count + 1) // 2
-            if count == 1:
-                single += before + 1
+            if count == 1:  # a decode: one new token against `before` earlier ones and itself
+                before += 1
+                pairs += before
+                single += before
             else:
+                pairs += count * before + count * (count + 1) // 2
                 prefilled += needed
         plan.context_tokens, plan.attention_pairs = context, pairs
         plan.decode_pairs, plan.prefill_context = single, prefilled
@@ -304,8 +306,8 @@ class Scheduler:
             seq.num_computed = computed
             if trims:
                 allocator.trim(seq)
-            if caching and seq.hashes and computed >= (seq.cached_blocks + 1) * block_size \
-                    and seq.cached_blocks < len(seq.hashes):
+            if caching and seq.hashes and seq.cached_blocks < len(seq.hashes) \
+                    and computed >= (seq.cached_blocks + 1) * block_size:
                 allocator.cache_full_blocks(seq)
             if computed < seq.prompt_len + seq.num_generated:
                 continue  # a prefill chunk: no token sampled yet

@@ -78,7 +78,7 @@ class PrefixCache:
         # only where it was missing): so reuse it, and look further from its end.
         memo = self._memo
         if memo is not None and memo[0] is seq and memo[1] is hashes and memo[2] == limit \
-                and (self.pool.block_hashes[memo[4]] == memo[5]).all():
+                and not np.count_nonzero(self.pool.block_hashes[memo[4]] != memo[5]):
             hits = memo[3]
             if len(hits) < limit and hashes[len(hits)] in self.pool.hash_to_block:
                 hits = hits + self._run(hashes, len(hits), limit)
