@@ -29,7 +29,7 @@ COUNTS = ("shared_refs", "block_refs", "running", "waiting", "kv_cache_usage")
 
 @dataclass
 class StepMetrics:
-    """Each step's figures in preallocated-growth arrays (one append per figure); the
+    """Each step's figures in growable typed arrays (one append per figure); the
     duration-weighted sums are taken once, at the end, in step order."""
 
     elapsed: float = 0.0
