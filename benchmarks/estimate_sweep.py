@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.capacity_sweep import parse_axis, sweep
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec import parse_kv_format
+from kvplan.spec.resolve import load_gpu, load_model
 
 SCALAR_SAMPLE = 2_000
 

@@ -17,11 +17,10 @@ os.environ.pop("TRITON_INTERPRET", None)
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-
 from kvplan.kernels import jit_on_first_use  # noqa: E402
 from kvplan.kernels.triton_decode import decode_kernel, decode_reduce_kernel  # noqa: E402
 from kvplan.kernels.triton_prefill import prefill_kernel  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 # (name, storage, query dtype, scale mode, is_int, values per byte, bits, group_len)

@@ -20,7 +20,7 @@ outputs and block tables (negligible); achieved TB/s = bytes / median time. SDPA
 (enable_gqa=True where torch has it, else KV heads pre-expanded with repeat_interleave outside
 the timed call, and its bytes counted as read) runs on the contiguous fp16 K/V. Fractions of
 peak use the HBM bandwidth of kvplan's GPU profile when the device name maps onto one.
-One context is resident at a time; everything is freed (del + empty_cache) before the next.
+One context is resident at a time; everything is freed (dropped + empty_cache) before the next.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def run_context(context: int, device: Any, gqa: bool) -> list[dict[str, Any]]:
     ref16 = sdpa_decode(q16, ks, vs, gqa)
     sdpa_ms = time_ms(lambda: sdpa_decode(q16, ks, vs, gqa))
     sdpa_bytes = 2 * ks.numel() * ks.element_size() + 2 * q16.numel() * 2
-    del ks, vs
+    ks = vs = None  # freed (the timed closure above reads these names)
     torch.cuda.empty_cache()
 
     rows = []
@@ -164,9 +164,9 @@ def run_context(context: int, device: Any, gqa: bool) -> list[dict[str, Any]]:
         kv_bytes = 2 * cache.key_cache.numel() * cache.key_cache.element_size()
         rows.append({"context": context, "fmt": fmt, "ms": time_ms(call), "bytes": kv_bytes + extra,
                      "sdpa_ms": sdpa_ms, "sdpa_bytes": sdpa_bytes, "diff": diff, "ok": diff < TOL})
-        del cache, out
+        cache = out = None  # freed (call() reads cache)
         torch.cuda.empty_cache()
-    del k, v, q16, ref16, tables, seq_lens
+    k = v = q16 = ref16 = tables = seq_lens = None  # freed before the next context
     torch.cuda.empty_cache()
     return rows
 

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from kvplan.bench import SizingConfig, parse_optimization
-from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
+from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.workload import load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake_fast25_synthetic_trace.jsonl"

@@ -85,7 +85,7 @@ def main() -> int:
         cases += len(measured)
         loads = ", ".join(f"{load:g}" for load, _ in points)
         print(f"| {sweep} | {figure} | {loads} | " + " | ".join(row[c] for c in COLUMNS) + " |")
-    print(f"\n{cases} (sweep, figure, target) cases from {sum(1 for k, p in sweeps.items() if len({l for l, _ in p}) >= 3)}"
+    print(f"\n{cases} (sweep, figure, target) cases from {sum(1 for k, p in sweeps.items() if len({load for load, _ in p}) >= 3)}"
           " load sweeps; share whose predicted highest load within the target is within one step of the measured:")
     for column in COLUMNS:
         share = hits[column] / cases if cases else float("nan")

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from kvplan.kernels.quant import allocate_kv_cache
 
-from kvplan.core.kv import make_allocator
 from kvplan.core.engine import Engine
+from kvplan.core.kv import make_allocator
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.real.model import load_causal_lm
 from kvplan.real.runner import RealRunner
-from kvplan.core.scheduler import SchedulerConfig
-from kvplan.kernels.quant import allocate_kv_cache
 from kvplan.workload.request import Request
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared/data/models/stories260K/hf"

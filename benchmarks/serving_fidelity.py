@@ -33,8 +33,19 @@ from pathlib import Path
 from kvplan.results import make_record, write_jsonl
 from kvplan.sim.calibration import Replay, compared, simulate
 from kvplan.sim.factor_table import MOE_KEY, FactorTable
-from kvplan.sim.held_out import (PROTOCOLS, Scored, bands, band_key, by_group, family, held_out_predictions,
-                                 median_abs, params_for, scored, unseen_family_bands)
+from kvplan.sim.held_out import (
+    PROTOCOLS,
+    Scored,
+    band_key,
+    bands,
+    by_group,
+    family,
+    held_out_predictions,
+    median_abs,
+    params_for,
+    scored,
+    unseen_family_bands,
+)
 from kvplan.sim.joint_fit import fit_from_starts, generation_of, refit
 from kvplan.sim.measured import load_dataset
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES

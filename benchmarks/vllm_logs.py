@@ -25,8 +25,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup
-from kvplan.plan.memory_model import (GIB, MemoryFit, activation_elements_per_token, dequantized_weight_bytes,
-                                      load_memory_fit)
+from kvplan.plan.memory_model import (
+    GIB,
+    MemoryFit,
+    activation_elements_per_token,
+    dequantized_weight_bytes,
+    load_memory_fit,
+)
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import profiles_dir

@@ -80,14 +80,14 @@ def decode_reduce_kernel(
     d = tl.arange(0, HEAD_DIM_PAD)
     row = (seq * tl.num_programs(1) + head) * NUM_SPLITS + s
     m = tl.load(stat_ptr + row * 2)
-    l = tl.load(stat_ptr + row * 2 + 1)
+    denominators = tl.load(stat_ptr + row * 2 + 1)
     m_all = tl.max(m, axis=0)
     if HAS_SINKS:
         sink = tl.load(sink_ptr + head).to(tl.float32)
         m_all = tl.maximum(m_all, sink)
     m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # nothing seen anywhere: weights 0, output 0
     w = tl.exp(m - m_all)
-    total = tl.sum(l * w, axis=0)
+    total = tl.sum(denominators * w, axis=0)
     if HAS_SINKS:
         total += tl.exp(sink - m_all)
     acc = tl.sum(tl.load(part_ptr + row[:, None] * HEAD_DIM_PAD + d[None, :]) * w[:, None], axis=0)

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from test_step_model import small_run
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
@@ -16,7 +17,6 @@ from kvplan.sim.calibration import Replay, fit, load_calibration, simulate
 from kvplan.sim.measured import MeasuredRun, read_result
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
 from kvplan.spec.resolve import load_gpu
-from test_step_model import small_run
 
 runner = CliRunner()
 

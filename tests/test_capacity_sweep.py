@@ -8,8 +8,8 @@ import pytest
 
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.capacity_sweep import parse_axis, rows, sweep
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec import parse_kv_format
+from kvplan.spec.resolve import load_gpu, load_model
 
 
 def test_axis_parsing() -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from hardening_helpers import invoke
+from test_engine import tiny_engine
+
 from kvplan.bench.deploy_plan import make_plan
 from kvplan.bench.disagg_plan import DisaggRow
 from kvplan.bench.replica_search import Candidate, Demand
@@ -16,7 +17,6 @@ from kvplan.bench.workloads import WorkloadSpec
 from kvplan.sim.cluster import RouterConfig
 from kvplan.sim.disagg import KvLink, run_disaggregated
 from kvplan.workload.request import Request
-from test_engine import tiny_engine
 
 PER_TOKEN = 131_072  # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x (K, V) x 2 bytes
 FLOPS_PER_PAIR = 4 * 32 * 32 * 128  # layers x query heads x head_dim, QK and PV

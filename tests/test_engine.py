@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.core.kv import ContiguousAllocator, PagedAllocator, make_allocator
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.engine import Engine
+from kvplan.core.kv import ContiguousAllocator, PagedAllocator, make_allocator
 from kvplan.core.metrics import pool_split
-from kvplan.sim.runner import SimulatedRunner
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
+from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 
 

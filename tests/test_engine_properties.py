@@ -23,8 +23,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvplan.core.kv import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
 from kvplan.core.block_pool import BlockPool
+from kvplan.core.kv import Allocator, ContiguousAllocator, PagedAllocator, make_allocator
 from kvplan.core.sequence import Sequence
 from kvplan.workload.request import Request
 

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.plan.engine_releases import default_utilization, in_flight_batches, uses_v2_runner, v1_sampler_path
+from kvplan.plan.engine_releases import (
+    default_utilization,
+    in_flight_batches,
+    uses_v2_runner,
+    v1_sampler_path,
+)
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu, mxfp4_expert_bytes_per_gpu
-from kvplan.plan.memory_model import (ACTIVATION_BYTES, EngineSettings, activation_elements_per_token,
-                                      dequantized_weight_bytes, load_memory_fit, predict_memory)
+from kvplan.plan.memory_model import (
+    ACTIVATION_BYTES,
+    EngineSettings,
+    activation_elements_per_token,
+    dequantized_weight_bytes,
+    load_memory_fit,
+    predict_memory,
+)
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.server_log import parse_server_log
 
@@ -129,9 +140,7 @@ def test_v1_batch_defaults_by_release(version, memory: float, gpu: str, offline:
 
 
 def test_v0_batch_defaults() -> None:
-    from kvplan.plan.engine_releases import batch_defaults
-
-    from kvplan.plan.engine_releases import BatchDefaults
+    from kvplan.plan.engine_releases import BatchDefaults, batch_defaults
 
     assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 8192) == BatchDefaults(256, 8192, False)
     assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 131072) == BatchDefaults(256, 512, True)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hardening_helpers import assert_clean_failure, invoke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hardening_helpers import assert_clean_failure, invoke
 from kvplan.plan.capacity_sweep import parse_axis
 from kvplan.spec import parse_kv_format
 from kvplan.spec.config_checks import FIELD_RULES

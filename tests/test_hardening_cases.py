@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from hardening_helpers import assert_clean_failure, digests, fails_cleanly, invoke
+
 from kvplan.spec.profiles import model_profiles
 
 LLAMA = model_profiles()["llama-3.1-8b"].path

@@ -8,8 +8,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kvplan.kernels.quant import (  # noqa: E402  (after the torch check)
-    allocate_kv_cache, cache_bytes_per_token_per_head, dequantize, get_format, pack_bits, quantize, unpack_bits,
+    allocate_kv_cache,
+    cache_bytes_per_token_per_head,
+    dequantize,
+    get_format,
+    pack_bits,
+    quantize,
+    unpack_bits,
 )
+
 from kvplan.spec import parse_kv_format  # noqa: E402
 
 FORMATS = ["fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "int2", "int4-g32",

@@ -8,8 +8,13 @@ import tomllib
 import pytest
 
 from kvplan.plan.capacity import PlanInputs, engine_memory, plan
-from kvplan.plan.memory_model import (GIB, EngineSettings, activation_elements_per_token, load_memory_fit,
-                                      predict_memory)
+from kvplan.plan.memory_model import (
+    GIB,
+    EngineSettings,
+    activation_elements_per_token,
+    load_memory_fit,
+    predict_memory,
+)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.resolve import load_gpu, load_model

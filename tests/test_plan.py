@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
-
 from hardening_helpers import invoke
+
 from kvplan.bench.deploy_plan import make_plan
 from kvplan.bench.replica_search import Candidate, Demand, fewest_replicas, probe
 from kvplan.bench.slo import parse_slo
@@ -215,6 +215,7 @@ def test_ray_searches_to_the_same_plan() -> None:
     import importlib.util
 
     from conftest import require_in_ci
+
     from kvplan.bench.executors import LocalExecutor, RayExecutor
 
     require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")

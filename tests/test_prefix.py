@@ -8,15 +8,20 @@ from pathlib import Path
 import pytest
 
 from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
-from kvplan.core.kv import hit_rate, make_allocator
 from kvplan.core.engine import Engine
-from kvplan.core.hashing import block_hashes, infinite_cache_hit_tokens, trace_block_bound, trace_hashes
-from kvplan.sim.runner import SimulatedRunner
+from kvplan.core.hashing import (
+    block_hashes,
+    infinite_cache_hit_tokens,
+    trace_block_bound,
+    trace_hashes,
+)
+from kvplan.core.kv import hit_rate, make_allocator
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.plan.roofline import Roofline
+from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
+from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload import load_trace, make_workload
 from kvplan.workload.request import Request
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-import numpy as np
-
-from kvplan.core.policies import (PolicySpec, held_blocks, held_tokens, keep_h2o, keep_paged, keep_sliding,
-                                  keep_snapkv, keep_streaming, split_budget)
+from kvplan.core.policies import (
+    PolicySpec,
+    held_blocks,
+    held_tokens,
+    keep_h2o,
+    keep_paged,
+    keep_sliding,
+    keep_snapkv,
+    keep_streaming,
+    split_budget,
+)
 
 
 def test_sliding_and_streaming_keep_sets() -> None:
@@ -75,9 +83,9 @@ def test_memory_model_counts_by_hand() -> None:
 @pytest.fixture(scope="module")
 def stories(shared_data: Path):
     pytest.importorskip("transformers")
-    from kvplan.real.model import load_causal_lm
     from kvplan.quality.evaluate import run_policy
     from kvplan.quality.tokenizer import Llama2cTokenizer
+    from kvplan.real.model import load_causal_lm
 
     root = shared_data / "models/stories260K"
     tokens = Llama2cTokenizer(root / "tok512.bin").encode((root / "tinystories_validation_0.txt").read_text().strip())
@@ -150,9 +158,9 @@ def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -
 
 def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
     from kvplan.plan.capacity import PlanInputs, plan
-    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.quality.evaluate import evaluate
     from kvplan.spec import parse_kv_format
+    from kvplan.spec.resolve import load_gpu, load_model
 
     model, tokens, _ = stories
     spec = load_model(str(shared_data / "models/stories260K/hf"))
@@ -164,13 +172,13 @@ def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
 
 
 def budget_engine(policy: str, budget: int, blocks: int = 16, prompt: int = 3, output: int = 10):
-    from kvplan.core.kv import make_allocator
     from kvplan.core.engine import Engine
-    from kvplan.sim.runner import SimulatedRunner
+    from kvplan.core.kv import make_allocator
     from kvplan.core.scheduler import SchedulerConfig
-    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.plan.roofline import Roofline
+    from kvplan.sim.runner import SimulatedRunner
     from kvplan.spec import parse_kv_format
+    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload.request import Request
 
     roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
@@ -226,8 +234,8 @@ def test_snapkv_compresses_the_prompt_once_then_grows() -> None:
 def test_budget_concurrency_matches_the_estimator() -> None:
     from kvplan.bench import BenchConfig, SizingConfig, run_matrix
     from kvplan.plan.capacity import PlanInputs, plan
-    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.spec import parse_kv_format
+    from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload import make_workload
 
     requests = make_workload("long-reasoning", 200, rate=None, arrival="burst", seed=0, max_model_len=8192)

@@ -20,6 +20,7 @@ LAYERS, KV_HEADS, HEAD_DIM, FP32 = 5, 4, 8, 4  # stories260K
 
 def test_paged_layout_bytes_equal_the_estimator_and_round_trip_like_the_evaluator() -> None:
     from kvplan.kernels.kivi import allocate_kivi_cache
+
     from kvplan.quality.kivi import KiviLayer
 
     for bits in (2, 4):

@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
+
 from kvplan.cli.app import app  # noqa: E402
-from kvplan.core.kv import make_allocator  # noqa: E402
 from kvplan.core.engine import Engine  # noqa: E402
+from kvplan.core.kv import make_allocator  # noqa: E402
+from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
 from kvplan.real.model import load_causal_lm  # noqa: E402
 from kvplan.real.runner import RealRunner  # noqa: E402
-from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
-from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
 from kvplan.results import read_jsonl  # noqa: E402
 from kvplan.workload.request import Request  # noqa: E402
 

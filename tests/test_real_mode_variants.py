@@ -19,13 +19,13 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
+
 from kvplan.core.engine import Engine  # noqa: E402
 from kvplan.core.kv import make_allocator  # noqa: E402
 from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
-from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
 from kvplan.real.runner import RealRunner  # noqa: E402
 from kvplan.workload.request import Request  # noqa: E402
-
 
 WINDOW, CHUNK = 8, 8
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,

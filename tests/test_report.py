@@ -10,9 +10,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import require_in_ci
 from typer.testing import CliRunner
 
-from conftest import require_in_ci
 from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
 from kvplan.cli.app import app
 from kvplan.report import write_report

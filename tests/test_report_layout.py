@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import require_in_ci
 from typer.testing import CliRunner
 
-from conftest import require_in_ci
 from kvplan.cli.app import app
 from kvplan.report import write_report
 

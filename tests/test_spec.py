@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.spec.resolve import load_model
 from kvplan.spec import AttentionGroup, parse_kv_format
+from kvplan.spec.resolve import load_model
 
 BF16 = parse_kv_format("bf16")
 FP16 = parse_kv_format("fp16")

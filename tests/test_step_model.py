@@ -4,7 +4,6 @@ fit of the shipped table (measured-run replays, calibrate and its files: test_ca
 
 from __future__ import annotations
 
-
 import pytest
 
 from kvplan.core.scheduler import StepPlan
@@ -13,11 +12,16 @@ from kvplan.plan.roofline import Roofline
 from kvplan.sim.calibration import Replay, simulate
 from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.runner import SimulatedRunner
-from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams, StepModelRunner, default_params
+from kvplan.sim.step_model import (
+    DATASHEET,
+    FACTOR_NAMES,
+    StepModelParams,
+    StepModelRunner,
+    default_params,
+)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
-
 
 
 def decode_plan(context: int, batch: int = 1) -> StepPlan:

@@ -6,12 +6,12 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import require_in_ci
 from typer.testing import CliRunner
 
-from conftest import require_in_ci
 import kvplan.bench.sweep as sweep_module
-from kvplan.cli.app import app
 from kvplan.bench.sweep import load_spec, run_sweep
+from kvplan.cli.app import app
 
 STUDY = """
 [fixed]
@@ -102,8 +102,8 @@ def test_bad_sweep_files_are_one_line_errors(content: str, message: str, tmp_pat
 
 
 def test_report_turns_a_sweep_into_a_study(study: Path, tmp_path: Path) -> None:
-    from kvplan.report import write_report
     from kvplan.bench.study import summarize
+    from kvplan.report import write_report
 
     spec = load_spec(study)
     records = run_sweep(spec, tmp_path / "sweep", workers=1)

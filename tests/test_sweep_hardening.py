@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-import kvplan.bench.sweep as sweep_module
 from conftest import require_in_ci
 from hardening_helpers import fails_cleanly, invoke
+
+import kvplan.bench.sweep as sweep_module
 from kvplan.bench.sweep import load_spec, run_sweep
 
 STUDY = """

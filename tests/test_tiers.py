@@ -163,8 +163,9 @@ def test_blocks_read_back_bitwise(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     import hashlib
 
-    from kvplan.real.tier_storage import TensorTierStorage
     from kvplan.kernels.quant import allocate_kv_cache
+
+    from kvplan.real.tier_storage import TensorTierStorage
 
     pool = [allocate_kv_cache(fmt, 8, 4, 2, 8, dtype=torch.float16) for fmt in ("fp16", "int8")]
     for cache in pool:
@@ -187,8 +188,9 @@ def test_blocks_read_back_bitwise(tmp_path) -> None:
 
 def test_unwritable_disk_keeps_blocks_out_with_a_warning(tmp_path) -> None:
     torch = pytest.importorskip("torch")
-    from kvplan.real.tier_storage import TensorTierStorage
     from kvplan.kernels.quant import allocate_kv_cache
+
+    from kvplan.real.tier_storage import TensorTierStorage
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the disk tier's folder should be")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.core.scheduler import SchedulerConfig
 from kvplan.bench import BenchConfig, SizingConfig, run_matrix
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.workload import make_workload
 
 # the paper's engine, not today's vLLM defaults: kvplan's plain batch limits, datasheet-speed steps

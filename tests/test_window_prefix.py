@@ -10,6 +10,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_engine_properties import EXAMPLES
 
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import block_hashes
@@ -22,7 +23,6 @@ from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
-from test_engine_properties import EXAMPLES
 
 A_PROMPT = tuple(range(1, 21))  # 20 tokens: 5 full blocks, hashes h0..h4
 

@@ -6,10 +6,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from kvplan.workload import WORKLOAD_KINDS, Request, make_workload
 from kvplan.core.hashing import infinite_cache_hit_tokens
-from kvplan.workload.shared_prefix import (SHARED_PREFIX_KINDS, chat, few_shot, rag,
-                                           system_prompt)
+from kvplan.workload import WORKLOAD_KINDS, Request, make_workload
+from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS, chat, few_shot, rag, system_prompt
 
 KINDS = SHARED_PREFIX_KINDS
 

@@ -11,15 +11,36 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
-from kvplan.cli.resolution import render_resolution
-from kvplan.cli.common import (BlockSizeOpt, EngineOpt, EngineVersionOpt, GpuOpt, JsonOpt, KvDtypeOpt, ModelOpt, SeedOpt,
-                               TpOpt, UtilOpt, cli_errors, console, error_console, escape)
 from kvplan.bench.comparison import comparison
 from kvplan.bench.optimizations import names_help
 from kvplan.bench.workloads import DEFAULT_WORKLOAD
 from kvplan.cli.bench_table import render_comparison
+from kvplan.cli.common import (
+    BlockSizeOpt,
+    EngineOpt,
+    EngineVersionOpt,
+    GpuOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelOpt,
+    SeedOpt,
+    TpOpt,
+    UtilOpt,
+    cli_errors,
+    console,
+    error_console,
+    escape,
+)
+from kvplan.cli.resolution import render_resolution
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
 from kvplan.spec.resolve import resolve_model

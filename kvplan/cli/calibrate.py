@@ -9,7 +9,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvplan.cli.common import GpuOpt, KvDtypeOpt, ModelOpt, TpOpt, cli_errors, console, error_console
+from kvplan.cli.common import (
+    GpuOpt,
+    KvDtypeOpt,
+    ModelOpt,
+    TpOpt,
+    cli_errors,
+    console,
+    error_console,
+)
 
 
 @cli_errors("out")

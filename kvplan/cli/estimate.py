@@ -11,20 +11,38 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
-from kvplan.plan.capacity import (CapacityPlan, PlanInputs, check_can_fit_somehow, engine_memory, plan,
-                                  smallest_tp_for_weights)
-from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS
-from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES, engine_generation, parse_version
-from kvplan.cli.common import (BlockSizeOpt, EngineOpt, EngineVersionOpt, GpuOpt, JsonOpt, KvDtypeOpt, TpOpt, UtilOpt,
-                               cli_errors, console, escape, fmt_bytes, fmt_int)
+from kvplan.cli.common import (
+    BlockSizeOpt,
+    EngineOpt,
+    EngineVersionOpt,
+    GpuOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    TpOpt,
+    UtilOpt,
+    cli_errors,
+    console,
+    escape,
+    fmt_bytes,
+    fmt_int,
+)
 from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.resolution import render_resolution, resolution_record
-from kvplan.spec.resolve import load_gpu
-from kvplan.spec.resolve import resolve_model
+from kvplan.plan.capacity import (
+    CapacityPlan,
+    PlanInputs,
+    check_can_fit_somehow,
+    engine_memory,
+    plan,
+    smallest_tp_for_weights,
+)
+from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES, engine_generation, parse_version
+from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS
 from kvplan.plan.roofline import Roofline
+from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import check_numbers, parse_optional_count
-from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
+from kvplan.spec.resolve import load_gpu, resolve_model
 
 GIB = 2**30
 SWEEP_TABLE_ROWS = 40
@@ -98,7 +116,14 @@ def estimate(
 def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out: Path | None, as_json: bool,
                table: bool = True) -> None:
     """Sweep (or a single point), writing CSV / result records; prints the table when asked."""
-    from kvplan.plan.capacity_sweep import COLUMNS, estimate_records, parse_axis, rows, sweep, write_csv
+    from kvplan.plan.capacity_sweep import (
+        COLUMNS,
+        estimate_records,
+        parse_axis,
+        rows,
+        sweep,
+        write_csv,
+    )
     from kvplan.results import write_jsonl
     from kvplan.results.atomic import restore_on_failure
 

@@ -113,7 +113,9 @@ class BlockPool:
 
     def _allocate_few(self, count: int) -> list[int]:
         log, queued_at, ref_counts, block_hashes = self._log, self._queued_at, self.ref_counts, self.block_hashes
-        head, blocks, evicted = self._head, [], []
+        head = self._head
+        blocks: list[int] = []
+        evicted: list[int] = []
         caching = bool(self.hash_to_block)
         while len(blocks) < count:
             block = log.item(head)

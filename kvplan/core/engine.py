@@ -38,7 +38,7 @@ class RunResult:
 
 class Engine:
     def __init__(self, allocator: Allocator, runner: Runner, config: SchedulerConfig, max_model_len: int) -> None:
-        if not config.chunked_prefill and config.max_num_batched_tokens < max_model_len:
+        if not config.chunked_prefill and (config.max_num_batched_tokens or 0) < max_model_len:
             # A preempted request recomputes prompt + generated tokens in one step without
             # chunking; vLLM refuses this configuration for the same reason.
             raise ValueError(f"without chunked prefill --max-num-batched-tokens ({config.max_num_batched_tokens}) "

@@ -180,8 +180,9 @@ def request_metrics(finished: list[Sequence], arrivals: dict[int, float] | None 
         if seq.sample_index:
             continue  # parallel samples share their request's arrival and first token
         arrival = seq.request.arrival_s if arrivals is None else arrivals[seq.request.request_id]
-        ttft.append(seq.first_token_s - arrival)
-        e2e.append(seq.finish_s - arrival)
+        first, finish = seq.served
+        ttft.append(first - arrival)
+        e2e.append(finish - arrival)
         if seq.request.output_len > 1:
-            tpot.append((seq.finish_s - seq.first_token_s) / (seq.request.output_len - 1))
+            tpot.append((finish - first) / (seq.request.output_len - 1))
     return {**percentiles(ttft, "ttft_s"), **percentiles(tpot, "tpot_s"), **percentiles(e2e, "e2e_s")}

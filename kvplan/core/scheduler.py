@@ -103,8 +103,13 @@ class WaitingQueue(deque):  # type: ignore[type-arg]
 
 class Scheduler:
     def __init__(self, allocator: Allocator, config: SchedulerConfig) -> None:
+        if config.max_num_seqs is None or config.max_num_batched_tokens is None:
+            raise ValueError("the scheduler needs its batch limits: resolve the engine's defaults first "
+                             "(SchedulerConfig.resolved)")
         self.allocator = allocator
         self.config = config
+        self.max_num_seqs: int = config.max_num_seqs
+        self.max_num_batched_tokens: int = config.max_num_batched_tokens
         self.waiting = WaitingQueue()
         self.running: list[Sequence] = []
         self.preemptions = 0
@@ -148,7 +153,7 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         plan = StepPlan([], 0)
         scheduled = plan.scheduled
-        budget = self.config.max_num_batched_tokens
+        budget = self.max_num_batched_tokens
         steps = self.config.scheduler_steps
         may_admit = steps == 1 or not self.running or self.steps_since_admission >= steps
         if may_admit:
@@ -159,7 +164,7 @@ class Scheduler:
             budget = self._admit(plan, budget)
             if scheduled:
                 plan.transfer_s = self.allocator.take_transfer_s()
-                plan.num_tokens = self.config.max_num_batched_tokens - budget
+                plan.num_tokens = self.max_num_batched_tokens - budget
                 return plan
             may_admit = False  # nothing fitted: decode this step, as V0 does
         chunked = self.config.chunked_prefill
@@ -211,12 +216,12 @@ class Scheduler:
         if not preempted and may_admit:
             budget = self._admit(plan, budget)
             plan.transfer_s = self.allocator.take_transfer_s()
-        plan.num_tokens = self.config.max_num_batched_tokens - budget
+        plan.num_tokens = self.max_num_batched_tokens - budget
         return plan
 
     def _admit(self, plan: StepPlan, budget: int) -> int:
         allocator = self.allocator
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             refused, epoch = self._refused, allocator.admission_epoch
             if refused is not None and refused[0] is seq and refused[1] == epoch and budget >= refused[2]:

@@ -51,6 +51,13 @@ class Sequence:
         self.dropped_blocks = 0  # old blocks an eviction budget released (their tokens are gone)
 
     @property
+    def served(self) -> tuple[float, float]:
+        """(first token, finish) times of a finished sequence."""
+        if self.first_token_s is None or self.finish_s is None:
+            raise ValueError(f"request {self.request.request_id} has not finished")
+        return self.first_token_s, self.finish_s
+
+    @property
     def known_tokens(self) -> int:
         return self.prompt_len + self.num_generated
 

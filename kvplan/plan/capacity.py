@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from kvplan.plan.engine_releases import default_utilization
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.plan.hybrid_kv import vllm_kv_cache
-from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings, MemoryProfile, predict_memory
+from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 
 GIB = 2**30

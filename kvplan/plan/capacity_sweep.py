@@ -14,9 +14,10 @@ from dataclasses import replace
 from typing import Any
 
 from kvplan.plan.capacity import PlanInputs, engine_memory
-from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.results import ResultRecord
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
+from kvplan.spec.resolve import load_gpu, load_model
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
 CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
@@ -157,7 +158,7 @@ def write_csv(columns: dict[str, Any], path: Any) -> None:
 PARAM_COLUMNS = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "block_size", "gpu_memory_utilization")
 
 
-def estimate_records(rows_: list[dict[str, Any]], allocation: str) -> list[dict[str, Any]]:
+def estimate_records(rows_: list[dict[str, Any]], allocation: str) -> list[ResultRecord]:
     """Sweep rows as kvplan.result/1 records (kind "estimate") for `kvplan report`."""
     import hashlib
     import json

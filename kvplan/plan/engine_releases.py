@@ -32,7 +32,6 @@ from kvplan.plan.versions import Version, on_or_after, parse_version
 from kvplan.spec import ModelSpec
 from kvplan.spec.profiles import profiles_dir
 
-
 SAMPLER_BYTES_PER_LOGIT = {"sort-copy": 32.0, "sort": 28.0, "flashinfer": 10.0, "triton": 14.0, "v2": 2.0}
 SAMPLER_PATH_NAMES = {"sort-copy": "PyTorch sort top-k/top-p, 32 B per logit", "sort": "PyTorch sort top-k/top-p, 28 B per logit",
                       "flashinfer": "FlashInfer top-k/top-p, 10 B per logit", "triton": "Triton top-k/top-p, 14 B per logit",

@@ -9,6 +9,7 @@ memory model's prediction) sit next to them, never in their place. The JSON sche
 from __future__ import annotations
 
 import math
+
 from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup, stage_layers_share
 from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS, GIB
 from kvplan.spec import parse_kv_format
@@ -76,7 +77,7 @@ def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) ->
         result["note"] = ("hybrid/windowed model: newer vLLM derives the tokens figure from concurrency x "
                           "max_model_len, so KV memory / tokens is not a per-token cost")
         return result
-    if implied is None:
+    if implied is None or kv_gib is None or tokens is None:
         result["note"] = "the log does not print both KV memory and a token count"
         return result
     step = 1 if setup.engine == "sglang" else setup.block_size

@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 
 from kvplan.plan.engine_releases import in_flight_batches, parse_version
+from kvplan.plan.versions import Version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
@@ -97,13 +98,20 @@ class KVCacheGroupSpec:
         return (self.padding_layers * self.page_size_bytes
                 + self.num_layers * (self.page_size_bytes - self.real_page_size_bytes))
 
+    @property
+    def span(self) -> int:
+        """A sliding or chunked group's window, in tokens."""
+        if self.window is None:
+            raise ValueError(f"a {self.kind} KV group needs its window")
+        return self.window
+
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int,
                            state_blocks: int = 1) -> int:
         """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
         if self.kind == "sliding":
-            return _cdiv(min(self.window - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
+            return _cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
         if self.kind == "chunked":
-            return _cdiv(min(self.window + max_num_batched_tokens, max_model_len), self.block_size)
+            return _cdiv(min(self.span + max_num_batched_tokens, max_model_len), self.block_size)
         if self.kind == "state":
             return state_blocks
         return _cdiv(max_model_len, self.block_size)
@@ -112,9 +120,9 @@ class KVCacheGroupSpec:
         """Blocks a max_model_len request still holds after its prefill (windows respected)."""
         full = _cdiv(max_model_len, self.block_size)
         if self.kind == "sliding":
-            return min(full, _cdiv(self.window - 1, self.block_size) + 1)
+            return min(full, _cdiv(self.span - 1, self.block_size) + 1)
         if self.kind == "chunked":
-            return min(full, _cdiv(self.window, self.block_size))
+            return min(full, _cdiv(self.span, self.block_size))
         if self.kind == "state":
             return state_blocks
         return full
@@ -327,7 +335,7 @@ class VllmKVCache:
 
 def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_gpu: float, max_model_len: int,
                   block_size: int = 16, hybrid_manager: bool = True, *, max_num_batched_tokens: int = 2048,
-                  vllm_version: str | tuple[int, ...] | None = None, mamba_cache_mode: str = "none",
+                  vllm_version: str | Version | None = None, mamba_cache_mode: str = "none",
                   num_speculative_tokens: int = 0, mamba_alignment: int = 16,
                   draft_layers: int = 0) -> VllmKVCache:
     """vLLM v1's KV cache sizing for a model on one GPU, given the "Available KV cache memory".

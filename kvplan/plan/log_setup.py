@@ -13,14 +13,15 @@ from dataclasses import dataclass, replace
 
 from kvplan.plan.engine_releases import default_utilization, parse_version, version_on
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
-from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
 from kvplan.plan.hybrid_kv import vllm_kv_cache
+from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
-from kvplan.spec.server_log import ServerLog
 from kvplan.spec.profiles import gpu_profiles
 from kvplan.spec.resolve import load_gpu, parse_query, strip_suffixes
 from kvplan.spec.resolve import resolve_model as resolve_name
+from kvplan.spec.server_log import ServerLog
+
 
 @dataclass(frozen=True)
 class LoggedModel:

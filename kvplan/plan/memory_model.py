@@ -43,8 +43,13 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
-from kvplan.plan.engine_releases import (CUDA_GRAPHS_IN_BUDGET, SAMPLER_BYTES_PER_LOGIT, batch_defaults,
-                                         on_or_after, v1_sampler_path)
+from kvplan.plan.engine_releases import (
+    CUDA_GRAPHS_IN_BUDGET,
+    SAMPLER_BYTES_PER_LOGIT,
+    batch_defaults,
+    on_or_after,
+    v1_sampler_path,
+)
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 

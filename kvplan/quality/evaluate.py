@@ -20,10 +20,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from kvplan.core.policies import (PolicySpec, held_tokens, keep_h2o, keep_paged, keep_sliding, keep_snapkv,
-                                  keep_streaming, split_budget)
+from kvplan.core.policies import (
+    PolicySpec,
+    held_tokens,
+    keep_h2o,
+    keep_paged,
+    keep_sliding,
+    keep_snapkv,
+    keep_streaming,
+    split_budget,
+)
 from kvplan.quality.kivi import KiviLayer, kivi_bits
 from kvplan.quality.layer_cache import LayerCache, reindexed_keys, rope_inv_freq
 

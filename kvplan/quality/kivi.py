@@ -16,8 +16,16 @@ from typing import Any
 
 import torch
 
-from kvplan.kernels.kivi import (KIVI_GROUP, KIVI_RESIDUAL, dequantize_keys, dequantize_values, kivi_bits,
-                                 quantize_keys, quantize_values, settle_counts)
+from kvplan.kernels.kivi import (
+    KIVI_GROUP,
+    KIVI_RESIDUAL,
+    dequantize_keys,
+    dequantize_values,
+    kivi_bits,
+    quantize_keys,
+    quantize_values,
+    settle_counts,
+)
 
 __all__ = ["KIVI_GROUP", "KIVI_RESIDUAL", "KiviLayer", "kivi_bits"]
 

@@ -156,8 +156,9 @@ class RealEviction:
         if budgets is None:
             return ctx
         if budgets[layer] not in self._contexts:
-            import torch
             from dataclasses import replace
+
+            import torch
 
             starts = np.array([self.layer_start(step, layer) for step in self.steps], dtype=np.int64)
             counts = np.array([step.count for step in self.steps], dtype=np.int64)

@@ -6,22 +6,30 @@ from __future__ import annotations
 
 import math
 import tempfile
-from pathlib import Path
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvplan.core.engine import Engine
 from kvplan.core.kv import make_allocator
 from kvplan.core.policies import PolicySpec
-from kvplan.core.engine import Engine
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import GIB, EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig, make_tiers
+from kvplan.core.setup import (
+    GIB,
+    EngineSizing,
+    Optimization,
+    RealConfig,
+    SizingConfig,
+    TierConfig,
+    make_tiers,
+)
 from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.kivi_pool import KiviServing, check_kivi_serving
-from kvplan.real.streaming import SinkCopies
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
-from kvplan.spec.hf_config import model_spec_from_config
+from kvplan.real.streaming import SinkCopies
 from kvplan.spec import ModelSpec, parse_kv_format
+from kvplan.spec.hf_config import model_spec_from_config
 
 if TYPE_CHECKING:
     import torch
@@ -119,8 +127,8 @@ class RealEngineFactory:
         return policy
 
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
-        from kvplan.real.tier_storage import TensorTierStorage
         from kvplan.kernels.quant import allocate_kv_cache
+        from kvplan.real.tier_storage import TensorTierStorage
 
         config, loaded = self.sizing, self.loaded
         spec = loaded.spec

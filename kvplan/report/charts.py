@@ -10,9 +10,22 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from kvplan.report.chart_registry import (CHARTS, Chart, new_figure, chart, column, has_bench, has_column,
-                                          has_estimate, has_metric, has_series, labels, percentile_dots, render,
-                                          slanted)
+from kvplan.report.chart_registry import (
+    CHARTS,
+    Chart,
+    chart,
+    column,
+    has_bench,
+    has_column,
+    has_estimate,
+    has_metric,
+    has_series,
+    labels,
+    new_figure,
+    percentile_dots,
+    render,
+    slanted,
+)
 from kvplan.report.data import ReportData
 
 __all__ = ["CHARTS", "Chart", "render"]
@@ -364,37 +377,10 @@ def study_ttft_vs_rate(data: ReportData) -> Figure:
     return figure
 
 
-def has_fidelity(data: ReportData) -> bool:
-    return not data.fidelity.empty
-
-
-FIDELITY_METRICS = (("output_throughput", "output tokens/s"), ("mean_tpot_ms", "mean TPOT (ms)"),
-                    ("mean_ttft_ms", "mean TTFT (ms)"), ("median_tpot_ms", "median TPOT (ms)"),
-                    ("median_ttft_ms", "median TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
-
-
-@chart("serving_fidelity", "Simulated vs measured vLLM / SGLang runs: datasheet roofline and the step model "
-       "held out (leave one sweep out, fitted from scratch)", has_fidelity)
-def serving_fidelity(data: ReportData) -> Figure:
-    frame = data.fidelity
-    # files written before the held-out protocols name the leave-one-sweep-out column "loso"
-    held = "held_out_sweep" if "held_out_sweep" in frame else "loso"
-    shown = [(m, label) for m, label in FIDELITY_METRICS if (frame["metric"] == m).any()]
-    figure, axes = new_figure(width=4.0 * len(shown), height=4.0, cols=len(shown))
-    for ax, (metric, label) in zip(axes[0], shown):
-        rows = frame[frame["metric"] == metric]
-        for column, color, name in (("datasheet", "#adb5bd", "datasheet"), (held, "#1c7ed6", "step model, held out")):
-            ax.scatter(rows["measured"], rows[column], s=12, color=color, label=name)
-        low = float(min(rows["measured"].min(), rows[["datasheet", held]].min().min()))
-        high = float(max(rows["measured"].max(), rows[["datasheet", held]].max().max()))
-        ax.plot([low, high], [low, high], color="black", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"measured {label}")
-        ax.set_ylabel(f"kvplan {label}")
-        ax.legend(fontsize=7)
-    return figure
-
-
-from kvplan.report import policy_charts  # noqa: E402,F401  (registers the eviction-policy trade-off chart)
-from kvplan.report import plan_charts  # noqa: E402,F401  (registers the plan's cost against capacity chart)
+# Charts registered by their own modules, after the ones above and in this order (the
+# report shows charts in registration order).
+# isort: off
+from kvplan.report import fidelity_charts  # noqa: E402,F401  (simulated against measured serving runs)
+from kvplan.report import policy_charts  # noqa: E402,F401  (the eviction-policy trade-off)
+from kvplan.report import plan_charts  # noqa: E402,F401  (the plan's cost against capacity)
+# isort: on

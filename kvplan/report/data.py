@@ -7,7 +7,6 @@ never by `import kvplan`.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -129,8 +129,8 @@ def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str
         else:
             parts.append('<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
                          "the usual thresholds</div>")
-    from kvplan.report.data import study_rows
     from kvplan.bench.study import varying
+    from kvplan.report.data import study_rows
 
     study, _ = study_rows(data)
     if study:

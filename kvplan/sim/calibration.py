@@ -32,11 +32,18 @@ from kvplan.core.setup import Optimization, SizingConfig
 from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.bench_client import ClientRun, run_client
-from kvplan.sim.measured import MeasuredRun, batch_defaults
 from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.factory import SimulatedEngineFactory
-from kvplan.sim.step_model import (COST_FIELDS, DATASHEET, FACTOR_NAMES, StepCosts, StepModelParams,
-                                 load_calibration, step_seconds)  # noqa: F401 (load_calibration re-exported)
+from kvplan.sim.measured import MeasuredRun, batch_defaults
+from kvplan.sim.step_model import (
+    COST_FIELDS,
+    DATASHEET,
+    FACTOR_NAMES,
+    StepCosts,
+    StepModelParams,
+    load_calibration,  # noqa: F401 (load_calibration re-exported)
+    step_seconds,
+)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
@@ -119,8 +126,8 @@ def simulate(run: MeasuredRun, params: StepModelParams, record: bool = False) ->
 def figures(client: ClientRun) -> dict[str, float]:
     done = client.finished
     duration = client.duration_s or 1e-12
-    ttft = np.array([s.first_token_s - s.request.arrival_s for s in done])
-    tpot = np.array([(s.finish_s - s.first_token_s) / (s.request.output_len - 1) for s in done if s.request.output_len > 1])
+    ttft = np.array([s.served[0] - s.request.arrival_s for s in done])
+    tpot = np.array([(s.served[1] - s.served[0]) / (s.request.output_len - 1) for s in done if s.request.output_len > 1])
     return {"output_throughput": sum(s.request.output_len for s in done) / duration,
             **latency_figures(ttft, tpot), "latency_avg_s": client.duration_s}
 

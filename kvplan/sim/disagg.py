@@ -72,7 +72,7 @@ def run_disaggregated(prefill_pods: list[Engine], decode_pods: list[Engine], req
     """Every request through the prefill pool, the link and the decode pool; the user's
     latencies (from the original arrival) and each pool's figures."""
     prefilled = run_cluster(prefill_pods, Phase.PREFILL.requests(requests), prefill_router, block_size)
-    first_token = {seq.request.request_id: seq.first_token_s for pod in prefill_pods for seq in pod.finished
+    first_token = {seq.request.request_id: seq.served[0] for pod in prefill_pods for seq in pod.finished
                    if seq.sample_index == 0}
     rejected = [r.request_id for r in requests if r.request_id not in first_token]
     transfer = {r.request_id: link.seconds(r.prompt_len) for r in requests if r.request_id in first_token}
@@ -82,7 +82,7 @@ def run_disaggregated(prefill_pods: list[Engine], decode_pods: list[Engine], req
     finished = [seq for pod in decode_pods for seq in pod.finished]
     arrivals = {r.request_id: r.arrival_s for r in requests}
     start = min(arrivals.values(), default=0.0)
-    makespan = max((seq.finish_s for seq in finished), default=start) - start
+    makespan = max((seq.served[1] for seq in finished), default=start) - start
     return {
         **request_metrics(finished, arrivals),
         **throughput(finished, makespan),

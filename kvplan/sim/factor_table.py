@@ -36,9 +36,9 @@ from typing import Any
 
 from kvplan.plan.engine_releases import engine_generation, parse_version  # noqa: F401 (engine_generation re-exported)
 
-HARDWARE_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
-ENGINE_FACTORS = ("overhead_s", "overhead_per_seq_s")
-MOE_FACTORS = ("moe_flops_factor",)
+HARDWARE_FACTORS: tuple[str, ...] = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
+ENGINE_FACTORS: tuple[str, ...] = ("overhead_s", "overhead_per_seq_s")
+MOE_FACTORS: tuple[str, ...] = ("moe_flops_factor",)
 MOE_KEY = "moe"
 DEFAULT_GENERATION = "vllm-v1"
 POOLED = "all"  # the entry fitted on every run: GPU families and engine generations without their own

@@ -12,17 +12,28 @@ from kvplan.core.engine import Engine
 from kvplan.core.kv import make_allocator
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import (GIB, EngineSizing, Optimization, SizingConfig, TierConfig, engine_scheduler,
-                               make_tiers)
+from kvplan.core.setup import (
+    GIB,
+    EngineSizing,
+    Optimization,
+    SizingConfig,
+    TierConfig,
+    engine_scheduler,
+    make_tiers,
+)
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.roofline import Roofline
-from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.factor_table import UNSEEN_FAMILY, factor_key, held_out_band
-from kvplan.sim.step_model import StepModelParams, StepModelRunner, calibration_band, step_model_params
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.sim.step_model import (
+    StepModelParams,
+    StepModelRunner,
+    calibration_band,
+    step_model_params,
+)
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
-
 
 FITTED, ROOFLINE = "fitted", "roofline"
 
@@ -44,7 +55,7 @@ def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: 
                         engine_version=parse_version(config.engine_version),
                         max_num_batched_tokens=scheduler.max_num_batched_tokens, max_num_seqs=scheduler.max_num_seqs)
     capacity = plan(inputs, suggest=False)
-    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * scheduler.max_num_seqs
+    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * (scheduler.max_num_seqs or 0)
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
     blocks = math.floor(budget / (slot_bytes * config.block_size)) if budget > 0 else 0
     if blocks < 1:

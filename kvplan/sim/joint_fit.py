@@ -31,10 +31,16 @@ from typing import Callable
 import numpy as np
 
 from kvplan.sim.calibration import BOUNDS, INTERIOR, Replay, fitted_names, log_errors, nelder_mead
-from kvplan.sim.factor_table import (ENGINE_FACTORS, HARDWARE_FACTORS, MOE_FACTORS, MOE_KEY, POOLED, FactorTable,
-                                     engine_generation)
+from kvplan.sim.factor_table import (
+    ENGINE_FACTORS,
+    HARDWARE_FACTORS,
+    MOE_FACTORS,
+    MOE_KEY,
+    POOLED,
+    FactorTable,
+    engine_generation,
+)
 from kvplan.sim.measured import MeasuredRun
-
 
 GRID_POINTS = 6  # per factor: 6**3 = 216 starts for the hardware block, 36 for the engine block
 MIN_SWEEPS = 3  # an entry needs this many sweeps behind it, else it is pooled

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kvplan.plan.engine_releases import batch_defaults as batch_defaults_for
+from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.log_setup import weight_dtype_hint
-from kvplan.spec.resolve import load_gpu, load_model
-from kvplan.plan.engine_releases import batch_defaults as batch_defaults_for, parse_version
 from kvplan.plan.versions import released_before
 from kvplan.sim.factor_table import engine_generation
+from kvplan.spec.resolve import load_gpu, load_model
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms", "latency_avg_s")
 # An offered rate up to this multiple of the saturation rate is not counted as saturating:
@@ -225,7 +226,7 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
     caveat = record.get("notes") or ""
     return MeasuredRun(
         run_id=record["record_id"], sweep=record.get("sweep_id") or record["record_id"],
-        benchmark="serving" if kind == "serving" else kind, model=model, gpu=gpu,
+        benchmark="serving" if kind == "serving" else str(kind), model=model, gpu=gpu,
         tp=int(record.get("tensor_parallel_size") or 1), engine=record.get("engine") or "vllm", dataset=dataset,
         input_len=in_len, output_len=out_len,
         num_prompts=int(num_prompts), request_rate=_float(record.get("request_rate")) or math.inf,

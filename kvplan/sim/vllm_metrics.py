@@ -45,10 +45,11 @@ def serving_metrics(run: ClientRun) -> dict[str, Any]:
     ttfts, tpots, e2els = [], [], []
     for seq in finished:
         sent = seq.request.arrival_s
-        ttfts.append(seq.first_token_s - sent)
-        e2els.append(seq.finish_s - sent)
+        first, finish = seq.served
+        ttfts.append(first - sent)
+        e2els.append(finish - sent)
         if seq.request.output_len > 1:
-            tpots.append((seq.finish_s - seq.first_token_s) / (seq.request.output_len - 1))
+            tpots.append((finish - first) / (seq.request.output_len - 1))
     metrics: dict[str, Any] = {
         "duration": run.duration_s, "completed": len(finished), "failed": len(run.rejected),
         "total_input_tokens": total_input, "total_output_tokens": total_output,
@@ -62,7 +63,7 @@ def serving_metrics(run: ClientRun) -> dict[str, Any]:
         metrics.update(_stats("itl", run.itls))
     else:  # without token times only the pooled mean is known: total decode time over gaps
         gaps = sum(s.request.output_len - 1 for s in finished)
-        metrics.update({"mean_itl_ms": 1000.0 * sum(s.finish_s - s.first_token_s for s in finished) / gaps
+        metrics.update({"mean_itl_ms": 1000.0 * sum(s.served[1] - s.served[0] for s in finished) / gaps
                         if gaps else None, "median_itl_ms": None, "p99_itl_ms": None})
     metrics.update(_stats("e2el", e2els))
     return metrics

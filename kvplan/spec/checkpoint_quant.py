@@ -194,7 +194,7 @@ def _fbgemm_fp8(q: dict[str, Any]) -> CheckpointQuant:
                            source="fbgemm_fp8: fp8 + fp32 scale per output channel (vLLM fbgemm_fp8.py)")
 
 
-NVFP4 = dict(dtype="nvfp4", weight_bits=4.0, group_size=16, scale_bits=8.0)
+NVFP4: dict[str, Any] = dict(dtype="nvfp4", weight_bits=4.0, group_size=16, scale_bits=8.0)
 
 
 def _modelopt(q: dict[str, Any]) -> tuple[CheckpointQuant, list[str]]:
@@ -253,7 +253,7 @@ def _mixed_precision(q: dict[str, Any], inner: dict[str, Any], entries: list[str
     mixed = tuple((role, fmt, round(f, 6)) for role, split in fractions.items() for fmt, f in sorted(split.items()))
     mixed += tuple((role, fmt, 1.0) for role, fmt in sorted(whole.items()))
     label = "mixed-" + "+".join(f for f in _MIXED_ORDER if f in formats.values())
-    base = dict(NVFP4, group_size=group) if primary == "nvfp4" else dict(dtype="fp8", weight_bits=8.0)
+    base: dict[str, Any] = dict(NVFP4, group_size=group) if primary == "nvfp4" else dict(dtype="fp8", weight_bits=8.0)
     return CheckpointQuant("modelopt", label, **base,
                            lm_head_quantized="lm_head" in whole and "lm_head" not in kept.roles,
                            vision_quantized=has_vision and "vision" in whole and "vision" not in kept.roles,
@@ -370,7 +370,7 @@ def checkpoint_quant(cfg: dict[str, Any], num_layers: int) -> CheckpointQuant | 
         quant, exhaustive = _compressed_tensors(q), True
         entries += as_list(q.get("ignore")) + _untargeted(q)
     elif method == "modelopt":
-        inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+        inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
         if str(inner.get("quant_algo", "")).upper() == "MIXED_PRECISION":
             entries += as_list(inner.get("exclude_modules")) + as_list(q.get("ignore"))
             return _mixed_precision(q, inner, entries, num_layers, has_vision)

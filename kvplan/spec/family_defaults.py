@@ -52,7 +52,7 @@ _MLLAMA_TEXT = {
     "num_key_value_heads": 8, "intermediate_size": 14_336, "max_position_embeddings": 131_072,
     "tie_word_embeddings": False, "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
 }
-MLLAMA_CROSS_LAYERS = _MLLAMA_TEXT["cross_attention_layers"]  # also what an explicit null means
+MLLAMA_CROSS_LAYERS: list[int] = _MLLAMA_TEXT["cross_attention_layers"]  # type: ignore[assignment]  # also what an explicit null means
 
 # transformers MllamaVisionConfig: read by spec/vision.py (tower) and the encoder-token count.
 MLLAMA_VISION = {

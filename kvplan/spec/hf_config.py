@@ -13,14 +13,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvplan.spec import AttentionGroup, ModelSpec
+from kvplan.spec.model import AttentionKind
 from kvplan.spec.checkpoint_quant import CheckpointQuant, checkpoint_quant
 from kvplan.spec.config_checks import check_config
 from kvplan.spec.family_defaults import with_family_defaults
-from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_kv_heads, layer_shape, window_size
+from kvplan.spec.layers import (
+    kv_shared_layers,
+    layer_kinds,
+    layer_kv_heads,
+    layer_shape,
+    window_size,
+)
 from kvplan.spec.params import count_params
 from kvplan.spec.state_layers import state_bytes_per_layer
 from kvplan.spec.vision import encoder_tokens_per_image, vision_params
-from kvplan.spec import AttentionGroup, ModelSpec
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
@@ -59,7 +66,7 @@ def _positive_int(cfg: dict[str, Any], key: str, name: str) -> int:
     return int(value)
 
 
-def _headed_group(cfg: dict[str, Any], kind: str, count: int, heads: int | None, num_heads: int,
+def _headed_group(cfg: dict[str, Any], kind: AttentionKind, count: int, heads: int | None, num_heads: int,
                   hidden: int) -> AttentionGroup:
     default_heads, head_dim = layer_shape(cfg, kind, num_heads, hidden)
     if heads is not None and (heads <= 0 or heads > num_heads or num_heads % heads):

@@ -107,7 +107,7 @@ def _decilm(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
 
 
 def _mllama(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
-    layers = cfg.get("cross_attention_layers")
+    layers: list[int] | None = cfg.get("cross_attention_layers")
     cross = set(MLLAMA_CROSS_LAYERS if layers is None else layers)  # MllamaTextConfig: None -> default
     if any(i >= num_layers for i in cross):
         raise ValueError(f"cross_attention_layers names a layer past num_hidden_layers = {num_layers}")

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.checkpoint_quant import CheckpointQuant
+from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.weight_quant import SIXTEEN_BIT, WeightQuant, weight_quant
 
 AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "cross"]
@@ -328,7 +328,7 @@ class ModelSpec:
         p = self.params
         if quant.element_bytes >= SIXTEEN_BIT:
             return p.total * quant.element_bytes
-        kept = p.embedding + p.lm_head + p.other + p.vision  # an override quantizes the language model
+        kept: float = p.embedding + p.lm_head + p.other + p.vision  # an override quantizes the language model
         if not quant.attention_quantized:
             kept += p.attention
         kept += p.dense_mlp * min(quant.edge_mlp_layers_kept, self.num_layers) / self.num_layers

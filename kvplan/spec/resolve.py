@@ -28,8 +28,16 @@ from pathlib import Path
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.gpu_names import read_gpu_name
 from kvplan.spec.hf_config import model_spec_from_config
-from kvplan.spec.hf_hub import (CheckpointFiles, cached_repos, cached_snapshot, hub_cache_dir, hub_checkpoint,
-                                hub_config, local_checkpoint, offline)
+from kvplan.spec.hf_hub import (
+    CheckpointFiles,
+    cached_repos,
+    cached_snapshot,
+    hub_cache_dir,
+    hub_checkpoint,
+    hub_config,
+    local_checkpoint,
+    offline,
+)
 from kvplan.spec.profiles import ModelProfile, gpu_profiles, lookup, model_profiles, read_config
 
 # Fine-tuning keeps every shape: these suffixes name a training recipe, not an architecture.

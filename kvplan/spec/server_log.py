@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 NUM = r"(-?[\d,]*\.?\d+)"
 _LOG_LINE_START = re.compile(r"^\s*(\(|INFO|WARNING|ERROR|DEBUG|\[|#|\$|-|\*|>|`|[A-Z][a-z]+ |\d\d:\d\d|GPU \d)")
@@ -245,7 +246,7 @@ def _non_default_args(text: str) -> dict:
 def parse_server_log(text: str) -> ServerLog:
     """Every figure the log shows; raises ValueError if it shows nothing kvplan can use."""
     text = unwrap(text.replace("\r\n", "\n"))
-    found: dict[str, object] = {}
+    found: dict[str, Any] = {}
     values: dict[str, tuple] = {}
     groups = ((FLOAT_PATTERNS, lambda s: _number(s, float)), (INT_PATTERNS, lambda s: _number(s, int)),
               (TEXT_PATTERNS, lambda s: s.strip().rstrip(",")))

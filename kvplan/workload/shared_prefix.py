@@ -40,9 +40,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvplan.workload.request import Request
 from kvplan.workload.arrivals import arrival_times, check_inputs
 from kvplan.workload.lengths import SHAREGPT, cap_lengths, solve_mu
+from kvplan.workload.request import Request
 
 SHARED_PREFIX_KINDS: tuple[str, ...] = ("system-prompt", "rag", "chat", "few-shot")
 TURN_DISTRIBUTIONS: tuple[str, ...] = ("geometric", "lognormal")

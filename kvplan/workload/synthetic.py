@@ -19,8 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from kvplan.workload.arrivals import arrival_times, check_inputs
-from kvplan.workload.lengths import (ALPACA, LONG_REASONING, SHAREGPT, SHAREGPT_STATS_FILE, LognormalLengths,
-                                     cap_lengths, lognormal_lengths, load_length_stats)
+from kvplan.workload.lengths import (
+    ALPACA,
+    LONG_REASONING,
+    SHAREGPT,
+    SHAREGPT_STATS_FILE,
+    LognormalLengths,
+    cap_lengths,
+    load_length_stats,
+    lognormal_lengths,
+)
 from kvplan.workload.request import Request
 
 

@@ -33,21 +33,23 @@ PREFIX_CONFLICTS = {
 
 
 class PagedAllocator(Allocator):
+    pool: BlockPool  # always present here (Allocator's may be None)
+    fork_stats: ForkStats
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
                  prefix_caching: bool = False, policy: PolicySpec | None = None,
                  tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
                  copy_s_per_slot: float = 0.0) -> None:
-        evicts = policy is not None and policy.evicts
-        if evicts and prefix_caching and policy.name in PREFIX_CONFLICTS:
-            raise ValueError(f"prefix caching cannot be combined with '{policy.name}': "
-                             f"{PREFIX_CONFLICTS[policy.name]}; use one or the other")
+        evicting = policy if policy is not None and policy.evicts else None
+        if evicting is not None and prefix_caching and evicting.name in PREFIX_CONFLICTS:
+            raise ValueError(f"prefix caching cannot be combined with '{evicting.name}': "
+                             f"{PREFIX_CONFLICTS[evicting.name]}; use one or the other")
         if tiers is not None and not prefix_caching:
             raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
-        if tiers is not None and evicts:
-            raise ValueError(f"offload tiers cannot be combined with '{policy.name}': a tier reload continues a "
+        if tiers is not None and evicting is not None:
+            raise ValueError(f"offload tiers cannot be combined with '{evicting.name}': a tier reload continues a "
                              "prefix hit block by block from its start, while a window's hit is the run of blocks "
                              "before the hit point; use one or the other")
-        window = policy.budget if evicts and prefix_caching else None  # only sliding-window gets here
+        window = evicting.budget if evicting is not None and prefix_caching else None  # only sliding-window gets here
         self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
@@ -59,9 +61,9 @@ class PagedAllocator(Allocator):
         if self.prefix_cache is not None:
             self.prefix_stats = self.prefix_cache.stats
             self.tiers = tiers
-        self.budget = PolicyBudget(policy, block_size) if policy is not None and policy.evicts else None
-        if self.budget is not None:
-            self.retained_cap = policy.budget
+        self.budget = PolicyBudget(evicting, block_size) if evicting is not None else None
+        if evicting is not None:
+            self.retained_cap = evicting.budget
             self.trims = True
         self.copy_s_per_slot = copy_s_per_slot  # compaction copies (simulated: charged as time)
         self.fork_stats = ForkStats()

@@ -4,6 +4,7 @@ tier (then disk), and a lookup that runs out of device hits continues there."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import takewhile
@@ -95,7 +96,8 @@ class PrefixCache:
 
     def _run(self, hashes: list[int], start: int, limit: int) -> list[int]:
         """The blocks of hashes[start:limit] the pool holds, up to the first it does not."""
-        return list(takewhile(_is_block, map(self.pool.hash_to_block.get, hashes[start:limit])))
+        found: Callable[[int], int | None] = self.pool.hash_to_block.get
+        return list(takewhile(_is_block, map(found, hashes[start:limit])))  # type: ignore[arg-type]
 
     def _free_count(self, hits: np.ndarray) -> int:
         """Hit blocks in the free queue: adopting them takes them out of it."""
@@ -182,7 +184,7 @@ class PrefixCache:
         return hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
-        hashes = seq.hashes or ()
+        hashes = seq.hashes or []
         full = min(seq.num_computed // self.block_size, len(hashes))
         # A sliding window's table starts at logical block `dropped` (0 without a window).
         dropped = seq.dropped_blocks

@@ -1,0 +1,42 @@
+"""The serving-fidelity chart: simulated against measured vLLM / SGLang runs, the datasheet
+roofline beside the step model held out (benchmarks/serving_fidelity.py writes the records).
+Registered when charts.py imports this module."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from kvplan.report.chart_registry import chart, new_figure
+from kvplan.report.data import ReportData
+
+
+def has_fidelity(data: ReportData) -> bool:
+    return not data.fidelity.empty
+
+
+FIDELITY_METRICS = (("output_throughput", "output tokens/s"), ("mean_tpot_ms", "mean TPOT (ms)"),
+                    ("mean_ttft_ms", "mean TTFT (ms)"), ("median_tpot_ms", "median TPOT (ms)"),
+                    ("median_ttft_ms", "median TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
+
+
+@chart("serving_fidelity", "Simulated vs measured vLLM / SGLang runs: datasheet roofline and the step model "
+       "held out (leave one sweep out, fitted from scratch)", has_fidelity)
+def serving_fidelity(data: ReportData) -> Figure:
+    frame = data.fidelity
+    # files written before the held-out protocols name the leave-one-sweep-out column "loso"
+    held = "held_out_sweep" if "held_out_sweep" in frame else "loso"
+    shown = [(m, label) for m, label in FIDELITY_METRICS if (frame["metric"] == m).any()]
+    figure, axes = new_figure(width=4.0 * len(shown), height=4.0, cols=len(shown))
+    for ax, (metric, label) in zip(axes[0], shown):
+        rows = frame[frame["metric"] == metric]
+        for predicted, color, name in (("datasheet", "#adb5bd", "datasheet"), (held, "#1c7ed6", "step model, held out")):
+            ax.scatter(rows["measured"], rows[predicted], s=12, color=color, label=name)
+        low = float(min(rows["measured"].min(), rows[["datasheet", held]].min().min()))
+        high = float(max(rows["measured"].max(), rows[["datasheet", held]].max().max()))
+        ax.plot([low, high], [low, high], color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"kvplan {label}")
+        ax.legend(fontsize=7)
+    return figure
