@@ -5,9 +5,18 @@ inside the functions that need them, so estimation stays instant.
 """
 
 from importlib import import_module
-from typing import Any
+from typing import Any, overload
 
 __version__ = "0.1.0"
+
+
+@overload
+def cdiv(numerator: int, denominator: int) -> int: ...
+@overload
+def cdiv(numerator: Any, denominator: Any) -> Any: ...
+def cdiv(numerator: Any, denominator: Any) -> Any:
+    """Ceiling division (how many blocks hold `numerator` tokens), for ints and numpy arrays."""
+    return -(-numerator // denominator)
 
 
 def lazy_attribute(package: str, homes: dict[str, str], name: str) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
@@ -18,10 +17,6 @@ console = Console()
 error_console = Console(stderr=True, highlight=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class KvplanError(ValueError):
-    """Bad input a user can fix; the CLI prints it as one line and exits with code 2."""
 
 
 def cli_errors(*outputs_param: str) -> Callable[[F], F]:
@@ -75,10 +70,6 @@ def fail(message: str) -> None:
     raise typer.Exit(2) from None
 
 
-def die(message: str) -> None:
-    raise KvplanError(message)
-
-
 # Help panels (issue 18): options grouped by what they set, in every command's --help.
 HARDWARE, KV_PANEL, ENGINE, WORKLOAD, OUTPUT = ("Model and hardware", "KV formats and policies", "Engine",
                                                 "Workload", "Output")
@@ -110,7 +101,3 @@ def fmt_bytes(value: float) -> str:
 
 def fmt_int(value: float) -> str:
     return f"{value:,.0f}"
-
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()

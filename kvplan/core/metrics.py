@@ -12,6 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvplan import cdiv
 from kvplan.core.kv import Allocator
 from kvplan.core.scheduler import Scheduler
 from kvplan.core.sequence import Sequence
@@ -114,7 +115,7 @@ class StepMetrics:
 
     def timeseries(self, points: int = TIMESERIES_POINTS) -> dict[str, list[float]]:
         """The trace thinned to at most `points` samples (every k-th step)."""
-        stride = max(1, -(-len(self.trace_t) // points))
+        stride = max(1, cdiv(len(self.trace_t), points))
         series = {
             "t": [round(v, 4) for v in self.trace_t[::stride]],
             "kv_cache_usage": [round(v, 4) for v in self.trace_usage[::stride]],

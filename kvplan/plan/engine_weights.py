@@ -20,6 +20,7 @@ size.
 
 from __future__ import annotations
 
+from kvplan import cdiv
 from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 
@@ -27,7 +28,7 @@ MXFP4_BLOCK = 32  # one E8M0 (1-byte) scale per 32 FP4 values
 
 
 def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
+    return cdiv(value, multiple) * multiple
 
 
 def mxfp4_alignment(gpu: GpuSpec) -> tuple[int, int, int]:
@@ -63,7 +64,7 @@ def mxfp4_expert_bytes_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int) -> float
         return None
     intermediate, biased = shape
     align_i, align_h, bias_bytes = mxfp4_alignment(gpu)
-    inner = _round_up(-(-intermediate // tp), align_i)
+    inner = _round_up(cdiv(intermediate, tp), align_i)
     hidden = _round_up(model.hidden_size, align_h)
     values = 3 * hidden * inner  # gate and up (2 x inner x hidden), down (hidden x inner)
     per_expert = values / 2 + values / MXFP4_BLOCK + ((2 * inner + hidden) * bias_bytes if biased else 0)

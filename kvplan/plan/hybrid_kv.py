@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvplan import cdiv
 from kvplan.plan.engine_releases import in_flight_batches, parse_version
 from kvplan.plan.versions import Version
 from kvplan.spec.kv_format import KVFormat
@@ -53,10 +54,6 @@ from kvplan.spec.model import ModelSpec
 FULL_LENGTH_KINDS = ("full", "mla", "indexer")
 TOKENS_FROM_CONCURRENCY_SINCE = (0, 20)  # after v0.19.0 (issue #40691 shows the old formula there)
 HYBRID_ALLOCATOR_SINCE = (0, 9, 2)  # before it, windowed layers were sized at full length
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -109,20 +106,20 @@ class KVCacheGroupSpec:
                            state_blocks: int = 1) -> int:
         """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
         if self.kind == "sliding":
-            return _cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
+            return cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
         if self.kind == "chunked":
-            return _cdiv(min(self.span + max_num_batched_tokens, max_model_len), self.block_size)
+            return cdiv(min(self.span + max_num_batched_tokens, max_model_len), self.block_size)
         if self.kind == "state":
             return state_blocks
-        return _cdiv(max_model_len, self.block_size)
+        return cdiv(max_model_len, self.block_size)
 
     def blocks_held(self, max_model_len: int, state_blocks: int = 1) -> int:
         """Blocks a max_model_len request still holds after its prefill (windows respected)."""
-        full = _cdiv(max_model_len, self.block_size)
+        full = cdiv(max_model_len, self.block_size)
         if self.kind == "sliding":
-            return min(full, _cdiv(self.span - 1, self.block_size) + 1)
+            return min(full, cdiv(self.span - 1, self.block_size) + 1)
         if self.kind == "chunked":
-            return min(full, _cdiv(self.span, self.block_size))
+            return min(full, cdiv(self.span, self.block_size))
         if self.kind == "state":
             return state_blocks
         return full
@@ -180,7 +177,7 @@ def mamba_block_size(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int =
     per_token = int(math.ceil(next((g for g in attention if g.kind == "full"), attention[0])
                               .bytes_per_token_layer(fmt, tp)))
     state = max(g.state_bytes_per_layer // tp for g in states)
-    needed = alignment * _cdiv(state, alignment * per_token)
+    needed = alignment * cdiv(state, alignment * per_token)
     return max(block_size, needed)
 
 
@@ -233,7 +230,7 @@ def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 
         group_size = max(sizes)
     groups = []
     for t, block, page in unified:
-        count = _cdiv(t.num_layers, group_size)
+        count = cdiv(t.num_layers, group_size)
         for i in range(count):  # layers[i::count], as vLLM assigns them
             members = len(range(i, t.num_layers, count))
             groups.append(KVCacheGroupSpec(t.kind, members, group_size, block, max_page, page, t.window))
@@ -361,7 +358,7 @@ def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_
     if mode not in ("none", "align", "all"):
         raise ValueError(f"mamba_cache_mode must be none, align or all, got {mamba_cache_mode!r}")
     state_block_size = min(g.block_size for g in groups)
-    state_blocks = (_cdiv(max_model_len, state_block_size) if mode == "all"
+    state_blocks = (cdiv(max_model_len, state_block_size) if mode == "all"
                     else (2 if mode == "align" else 1) + num_speculative_tokens)
     from_concurrency = version is None or version >= TOKENS_FROM_CONCURRENCY_SINCE
     in_flight = max_num_batched_tokens * in_flight_batches(version)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from kvplan import cdiv
 from kvplan.core.kv.budget import PolicyBudget
 from kvplan.core.policies import PolicySpec, held_tokens, keep_h2o, keep_paged, keep_snapkv
 from kvplan.core.policies.slots import WINDOW_POLICIES
@@ -319,7 +320,7 @@ class RealEviction:
         live.update(np.unique(self.positions[step.key][layer] // self.block_size).tolist())
         if layer == num_layers - 1:
             self.hole_blocks += len(live)
-            self.compact_blocks += -(-slots // self.block_size)
+            self.compact_blocks += cdiv(slots, self.block_size)
 
     def _layer_scores(self, step: SeqStep, layer: int) -> Any:
         for table in (self.scores, self.positions):

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from kvplan import cdiv
 from kvplan.core.sequence import Sequence
 
 
@@ -84,7 +85,7 @@ class KiviServing:
                                  "run requests with n = 1")
             key_done, value_done = self.done[key]
             length = start + count
-            width = -(-length // size)
+            width = cdiv(length, size)
             base = len(blocks)
             blocks.extend(seq.block_table[:width])
             tables.append(np.arange(base, base + width))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kvplan import cdiv
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
 from kvplan.real.attention import ATTENTION_NAME, StepContext, check_supported, register_attention
@@ -144,7 +145,7 @@ class RealRunner:
             firsts = np.fromiter((seq.extent[0] for seq, _ in order), dtype=np.int64, count=len(order))
             tables = firsts[:, None] + np.arange(int(ends.max()), dtype=np.int64)[None, :]
         else:
-            widths = -(-slot_ends // block)
+            widths = cdiv(slot_ends, block)
             tables = np.full((len(order), int(widths.max()) if len(order) else 0), -1, dtype=np.int64)
             for row, (seq, _) in enumerate(order):
                 tables[row, :widths[row]] = seq.block_table[:widths[row]]

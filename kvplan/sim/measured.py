@@ -276,10 +276,6 @@ def _with_sweep_saturation(runs: list[MeasuredRun]) -> list[MeasuredRun]:
             for run in runs]
 
 
-def with_settings(run: MeasuredRun, **changes: Any) -> MeasuredRun:
-    return replace(run, **changes)
-
-
 def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
                    max_model_len: int) -> tuple[int, int, bool]:
     """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with: the run's

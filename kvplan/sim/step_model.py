@@ -51,7 +51,7 @@ absorbs, one all-reduce algorithm (ring) for every message size.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -88,9 +88,6 @@ class StepModelParams:
                                  "fix the calibration file")
         if self.overhead_s < 0 or self.overhead_per_seq_s < 0:
             raise ValueError("step model overheads must not be negative; fix the calibration file")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def with_factors(self, values: dict[str, float], source: str) -> StepModelParams:
         return replace(self, **values, source=source)

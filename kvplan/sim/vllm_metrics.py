@@ -107,11 +107,3 @@ def format_serving_block(metrics: dict[str, Any], label: str = "modeled by kvpla
                          else row(f"{word} {name} (ms):", "n/a"))
     lines.append("=" * 50)
     return "\n".join(lines)
-
-
-def format_offline_block(metrics: dict[str, Any]) -> str:
-    """The lines `vllm bench throughput` and `vllm bench latency` print."""
-    return (f"Throughput: {metrics['requests_per_second']:.2f} requests/s, "
-            f"{metrics['tokens_per_second']:.2f} total tokens/s, "
-            f"{metrics['output_tokens_per_second']:.2f} output tokens/s\n"
-            f"Avg latency: {metrics['avg_latency']:.4f} seconds")

@@ -47,10 +47,6 @@ class GpuSpec:
     mig_parent: str | None = None
 
     @property
-    def memory_bytes(self) -> float:
-        return self.memory_gib * 2**30
-
-    @property
     def usable_memory_bytes(self) -> float:
         """Total memory as the CUDA driver exposes it; when unobserved, the datasheet figure x 0.99,
         or x 15/16 on a GDDR board with inline ECC."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvplan import cdiv
 from kvplan.spec.family_defaults import MLLAMA_CROSS_LAYERS
 
 # Nemotron-H's pattern characters and the list names newer transformers use for them
@@ -65,7 +66,7 @@ def decilm_ffn_width(ffn_mult: float, hidden: int) -> int:
     """DeciLM's FFN width from ffn_mult: 2/3 x mult x hidden, rounded up to a multiple of 256
     (vLLM's nemotron_nas._ffn_mult_to_intermediate_size)."""
     width = int(2 * ffn_mult * hidden / 3)
-    return -(-width // 256) * 256
+    return cdiv(width, 256) * 256
 
 
 def _decilm(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:

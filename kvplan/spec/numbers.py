@@ -122,15 +122,6 @@ def check_numbers(values: dict[str, Any], label: str = "--{name}") -> None:
             check_number(name, value, label.format(name=name.replace("_", "-")))
 
 
-def parse_number(text: str, name: str, label: str) -> int | float:
-    """A number typed as text (a `--sweep` or `--workload-param` value), checked by its rule."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{label}: '{text}' is not a number") from None
-    return check_number(name, value, label)
-
-
 SIZE_SUFFIXES = {"k": 1024, "m": 1024**2}  # 32k = 32,768 tokens, as `--sweep context=1k..128k` reads it
 
 

@@ -49,7 +49,3 @@ def weight_quant(name: str) -> WeightQuant:
         return recipe
     dtype_bytes(name)  # raises the one error for an unknown dtype
     return WeightQuant(name.lower())
-
-
-def weight_names() -> list[str]:
-    return sorted(RECIPES)

@@ -46,6 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kvplan import cdiv
 from kvplan.workload.request import Request
 
 TRACE_FORMATS: tuple[str, ...] = ("mooncake", "azure", "generic")
@@ -126,10 +127,10 @@ def _ints(value: Any, name: str) -> tuple[int, ...]:
 def _check_hashes(hashes: tuple[int, ...], prompt_len: int, block: int, name: str, tail: bool) -> None:
     """Hashes must cover the prompt: one per full block, plus one for a partial tail block
     (always when `tail`, as Mooncake does; optionally otherwise)."""
-    lowest = -(-prompt_len // block) if tail else prompt_len // block
-    if not lowest <= len(hashes) <= -(-prompt_len // block):
+    lowest = cdiv(prompt_len, block) if tail else prompt_len // block
+    if not lowest <= len(hashes) <= cdiv(prompt_len, block):
         raise BadLine(f"{name} has {len(hashes)} ids but a {prompt_len}-token prompt has "
-                      f"{-(-prompt_len // block)} blocks of {block} tokens")
+                      f"{cdiv(prompt_len, block)} blocks of {block} tokens")
 
 
 # --- per-format line parsers -------------------------------------------------------------

@@ -20,6 +20,7 @@ prefill chunk attends to everything kept plus the whole chunk, then is pruned (`
 
 from __future__ import annotations
 
+from kvplan import cdiv
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.policies import SINKS, PolicySpec, attended_tokens, held_tokens, used_tokens
 from kvplan.core.policies.slots import WINDOW_POLICIES
@@ -64,14 +65,14 @@ class PolicyBudget:
         window slides: an upper bound, as admission needs)."""
         size = self.block_size
         if self.spec.keeps_holes:
-            return -(-tokens // size) - len(seq.block_table)
+            return cdiv(tokens, size) - len(seq.block_table)
         if self.windowed:
             return (tokens - 1) // size - (seq.dropped_blocks + len(seq.block_table) - 1)
         if tokens - seq.num_computed <= 1:
             peak = attended_tokens(self.spec, seq.prompt_len, tokens)
         else:
             peak = self.kept(seq) + tokens - seq.num_computed
-        return -(-peak // size) - len(seq.block_table)
+        return cdiv(peak, size) - len(seq.block_table)
 
     def reservation_tokens(self, seq: Sequence) -> int:
         """The most tokens the sequence holds at once: a whole prompt read in one chunk on top
@@ -127,7 +128,7 @@ class PolicyBudget:
         copies = used_before + (length - written) - used  # each evicted token's hole is refilled
         self.copied_slots += copies
         self.copied_total += copies
-        target = -(-held // self.block_size)
+        target = cdiv(held, self.block_size)
         while len(seq.block_table) > target:
             pool.free([seq.block_table.pop()])
 

@@ -4,6 +4,7 @@ components the allocator composes (prefix_cache.py, budget.py, fork.py)."""
 
 from __future__ import annotations
 
+from kvplan import cdiv
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.kv.base import NO_HITS, Allocator, PrefixLookup
 from kvplan.core.kv.budget import PolicyBudget
@@ -96,13 +97,13 @@ class PagedAllocator(Allocator):
         """New blocks for the sequence to span `tokens` (an eviction policy's memory model)."""
         if self.budget is not None:
             return max(0, self.budget.blocks_needed(seq, tokens))
-        return max(0, -(-tokens // self.block_size) - len(seq.block_table))
+        return max(0, cdiv(tokens, self.block_size) - len(seq.block_table))
 
     def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool:
         if not hits.blocks:
             return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
         # Hits on free cached blocks leave the free queue too; a window's skipped blocks are not held.
-        new = -(-tokens // self.block_size) - hits.skipped - len(hits.blocks)
+        new = cdiv(tokens, self.block_size) - hits.skipped - len(hits.blocks)
         return self.pool.num_free - hits.free_cached - new >= self.watermark_blocks
 
     @property
@@ -183,7 +184,7 @@ class PagedAllocator(Allocator):
 
     def reservation_size(self, seq: Sequence) -> int:
         tokens = seq.final_len if self.budget is None else self.budget.reservation_tokens(seq)
-        return -(-tokens // self.block_size) * self.block_size
+        return cdiv(tokens, self.block_size) * self.block_size
 
     def planned_slots(self, seq: Sequence) -> int:
         return len(seq.block_table) * self.block_size  # nothing is reserved ahead

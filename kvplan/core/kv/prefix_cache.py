@@ -12,6 +12,7 @@ from operator import is_not
 
 import numpy as np
 
+from kvplan import cdiv
 from kvplan.core.block_pool import BlockPool, as_blocks
 from kvplan.core.hashing import block_hashes
 from kvplan.core.kv.base import PrefixLookup
@@ -48,7 +49,7 @@ class PrefixCache:
         self.block_size = block_size
         # Sliding window (tokens a query attends to, itself included): a hit needs the blocks
         # holding the window's other sliding_window - 1 tokens (vLLM's SlidingWindowManager).
-        self.window_blocks = -(-(sliding_window - 1) // block_size) if sliding_window else 0
+        self.window_blocks = cdiv(sliding_window - 1, block_size) if sliding_window else 0
         self.stats = PrefixStats()
         self.known_hashes: dict[int, list[int]] = {}  # request id -> block hashes, computed once per run
         self.tiers = tiers

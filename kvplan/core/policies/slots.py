@@ -27,6 +27,7 @@ Without a probed split (simulated runs: no weights) every layer is charged the b
 
 from __future__ import annotations
 
+from kvplan import cdiv
 from kvplan.core.policies.spec import SINKS, PolicySpec
 
 WINDOW_POLICIES = ("sliding-window", "streaming", "streaming-abspos")
@@ -42,7 +43,7 @@ def held_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
             return length
         return min(prompt_len, budget) + (length - prompt_len)
     if spec.name == "paged-eviction":
-        dropped_blocks = min(-(-(length - budget) // spec.block), (length - 1) // spec.block)
+        dropped_blocks = min(cdiv(length - budget, spec.block), (length - 1) // spec.block)
         return length - dropped_blocks * spec.block
     return budget
 
@@ -69,7 +70,7 @@ def held_blocks(spec: PolicySpec, prompt_len: int, length: int, block_size: int)
     if length <= 0:
         return 0
     if spec.keeps_holes:
-        return -(-length // block_size)
+        return cdiv(length, block_size)
     held = held_tokens(spec, prompt_len, length)
     if spec.name in WINDOW_POLICIES and held < length:
         first = length - held if spec.name == "sliding-window" else length - (held - min(SINKS, held))
@@ -77,7 +78,7 @@ def held_blocks(spec: PolicySpec, prompt_len: int, length: int, block_size: int)
         if spec.name != "sliding-window" and first // block_size > 0:
             window += 1  # the sink block
         return window
-    return -(-held // block_size)  # compacted; paged-eviction: whole old blocks + the newest
+    return cdiv(held, block_size)  # compacted; paged-eviction: whole old blocks + the newest
 
 
 def peak_held_tokens(spec: PolicySpec, prompt_len: int, length: int) -> int:
