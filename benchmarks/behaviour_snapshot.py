@@ -10,7 +10,7 @@ Prometheus text, the HTML page and the PNG charts).
   python benchmarks/behaviour_snapshot.py            # compares; exits 1 on any difference
 
 Takes about two minutes on 2 cores. The manifest was recorded before the package layout
-moved (issue 12); any later change that alters a figure must re-record it on purpose.
+moved; any later change that alters a figure must re-record it on purpose.
 """
 
 from __future__ import annotations

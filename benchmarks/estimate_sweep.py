@@ -1,6 +1,6 @@
 """Sweep rate of `kvplan estimate --sweep` against the scalar plan() loop, in one run.
 
-Target (issue 2): 100,000 configurations in well under 2 s on a 2-core machine.
+Target: 100,000 configurations in well under 2 s on a 2-core machine.
 Run: python benchmarks/estimate_sweep.py
 """
 

@@ -2,7 +2,7 @@
 
 Run: python benchmarks/gpu_results_md.py FOLDER >> benchmarks/RESULTS.md
 Reads env.txt, pytest.txt, decode.csv, prefill.csv and real_bench.jsonl (any may be
-missing: the section says so), and checks issue 17's targets: decode at batch 64, context
+missing: the section says so), and checks the targets: decode at batch 64, context
 8k, bf16 at >= 70% of HBM peak and faster than SDPA; fp8 >= 1.6x bf16 there; split-KV at
 batch 1, context 32k >= 3x faster than without.
 """
@@ -74,7 +74,7 @@ def main(folder: Path) -> None:
         else ["(no pytest.txt)"]
     decode, prefill = read_csv(folder / "decode.csv"), read_csv(folder / "prefill.csv")
     lines = ["", "## GPU check (benchmarks/gpu_check.sh)", "", "```", env, "```", "",
-             f"pytest -m gpu: {pytest_tail[0] if pytest_tail else '(empty)'}", "", "Targets (issue 17):", "",
+             f"pytest -m gpu: {pytest_tail[0] if pytest_tail else '(empty)'}", "", "Targets:", "",
              *targets(decode), "", "### Decode: kvplan paged kernel vs torch SDPA on contiguous bf16 KV", "",
              *table(decode, ["batch", "context", "kv", "split_kv", "ms", "gb_per_s", "hbm_fraction", "sdpa_ms",
                              "vs_sdpa", "rel_err"]),

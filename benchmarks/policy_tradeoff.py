@@ -1,5 +1,5 @@
 """Memory, speed and quality per eviction policy at budgets of 25%, 50% and 75% of the
-full cache (issue 16's trade-off table), written as results files and an HTML report.
+full cache (the trade-off table), written as results files and an HTML report.
 
 Simulated half: the long-reasoning workload on llama-3.1-8b / one L4 (a pool small enough
 to bind), the budget a share of its mean final sequence length; the simulator's per-policy

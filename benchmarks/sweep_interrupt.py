@@ -1,4 +1,4 @@
-"""How fast `kvplan sweep` stops after Ctrl-C (issue 18 target: within a second).
+"""How fast `kvplan sweep` stops after Ctrl-C (target: within a second).
 
 Starts a sweep of long points in a subprocess, waits until it is working (Ray: its
 "Started a local Ray instance" line, then a few seconds so the tasks run), sends SIGINT

@@ -1,4 +1,4 @@
-"""The promise every failing kvplan command keeps (issue 13), as one assertion.
+"""The promise every failing kvplan command keeps, as one assertion.
 
 exit code 2, exactly one line on stderr that starts with `error:` and names the culprit
 (or typer's own usage error for a value typer cannot parse, e.g. --tp nan: a box naming the option),

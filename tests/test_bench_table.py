@@ -1,4 +1,4 @@
-"""Issue 18: the bench table shows each feature's rows and fits the terminal, names whole."""
+"""The bench table shows each feature's rows and fits the terminal, names whole."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_the_default_workload_shares_prefixes_so_prefix_beats_paged(tmp_path: Pa
 
 
 def test_eviction_policies_show_tokens_dropped_not_sharing(tmp_path: Path) -> None:
-    """Issue 18: no tokens-dropped row for eviction policies, and their dropped tokens read as
+    """No tokens-dropped row for eviction policies, and their dropped tokens read as
     'shared token share'. One request, prompt 100, output 50: the engine writes KV for
     100 + 50 - 1 = 149 positions (the last sampled token is never fed back); a 32-token
     budget drops 149 - 32 = 117 of them. SnapKV compresses only the prompt (100 -> 32),

@@ -67,7 +67,7 @@ def test_sweep_writes_csv(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_sweep_table_cuts_nothing_and_titles_the_shared_settings(width: int) -> None:
-    """Issue 18: the README's sweep at 80 columns showed 'dee…', '1,0…', '68.…'."""
+    """The README's sweep at 80 columns showed 'dee…', '1,0…', '68.…'."""
     result = runner.invoke(app, ["estimate", "deepseek-v3", "--tp", "8", "--gpu", "h200", "--sweep",
                                  "context=1k..128k", "--sweep", "kv-dtype=fp16,fp8,int4"], env={"COLUMNS": str(width)})
     assert result.exit_code == 0, result.output
@@ -141,7 +141,7 @@ def test_estimate_names_the_engine_it_models() -> None:
     assert bad.exit_code == 2 and "--engine must be vllm or sglang" in bad.output
 
 
-# Issue 18: the estimate defects a new user met.
+# The estimate defects a new user met.
 def test_kv_budget_sizes_both_and_largest_context_stops_at_the_model_maximum() -> None:
     result = run("estimate", "llama-3.1-8b", "--context", "32768", "--kv-budget", "2048", "--json")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""Issue 13 fuzzing: random config fields, numbers and trace lines either work or fail with
+"""Fuzzing: random config fields, numbers and trace lines either work or fail with
 a ValueError (library) / the one-line contract (CLI); never another exception, never a
 nonsense result. Example counts are modest so the suite stays fast; the CLI-level
 variants of the big ones are marked slow."""

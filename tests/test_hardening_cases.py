@@ -1,4 +1,4 @@
-"""Issue 13, one hand-made case per reported symptom: every command fails with one line
+"""One hand-made case per reported symptom: every command fails with one line
 naming the culprit, exit 2, no traceback, and no existing file changed."""
 
 from __future__ import annotations

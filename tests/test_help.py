@@ -1,4 +1,4 @@
-"""Issue 18: --help a user can read: panels, valid names, brackets shown, no type placeholders
+"""--help a user can read: panels, valid names, brackets shown, no type placeholders
 (`<bool>`, `<int>`), nothing cut at 80 or 120 columns, for every command."""
 
 from __future__ import annotations

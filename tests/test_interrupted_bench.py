@@ -1,4 +1,4 @@
-"""Issue 18: Ctrl-C during a bench keeps the optimizations that finished, and says so."""
+"""Ctrl-C during a bench keeps the optimizations that finished, and says so."""
 
 from __future__ import annotations
 

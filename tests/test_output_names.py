@@ -1,4 +1,4 @@
-"""Issue 18: default result names never collide, and `latest` points at the newest run."""
+"""Default result names never collide, and `latest` points at the newest run."""
 
 from __future__ import annotations
 

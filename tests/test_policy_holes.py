@@ -1,4 +1,4 @@
-"""H2O's holes in a paged pool, the two layouts issue 16 asks to measure: compacted (each
+"""H2O's holes in a paged pool, both layouts measured: compacted (each
 hole refilled by one slot copy, charged as time) and left in place (no copy; the block
 frees only once it empties, which the simulator bounds by never; the holes are internal
 fragmentation). Small cases computed by hand."""

@@ -133,7 +133,7 @@ def test_window_policies_reproduce_the_reference_figures(stories) -> None:
     """Strict budget B attends to what the references' caches of B - 1 do (they attend to
     their budget plus the step's token), so B = 33 must give the figures measured with
     independent implementations at 32: kvplan's earlier sliding window 4.028, StreamingLLM
-    with positions re-indexed in the cache 4.119 (issue 16), original positions 3.879."""
+    with positions re-indexed in the cache 4.119, original positions 3.879."""
     from kvplan.quality.evaluate import evaluate
 
     model, tokens, _ = stories
@@ -147,7 +147,7 @@ def test_window_policies_reproduce_the_reference_figures(stories) -> None:
 
 def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -> None:
     """Per-KV-head H2O with 16 heavy + 16 recent tokens attending 33 (the reference's
-    budget-32 cache plus the new token) gives 3.892 (issue 16's paper-faithful run)."""
+    budget-32 cache plus the new token) gives 3.892 (the paper-faithful run)."""
     import kvplan.quality.evaluate as evaluate_module
 
     model, tokens, _ = stories
@@ -286,7 +286,7 @@ def test_kivi_bytes_and_quality(stories) -> None:
     kivi4 = evaluate(model, tokens, PolicySpec("full"), "kivi-int4", reference=reference)
     kivi2 = evaluate(model, tokens, PolicySpec("full"), "kivi-int2", reference=reference)
     # Keys per channel, zero points and a full-precision residual: 2 bits keep 4 levels;
-    # issue 16's asymmetric reference run gives 4.36 (a symmetric quantizer: 12.29).
+    # The asymmetric reference run gives 4.36 (a symmetric quantizer: 12.29).
     assert round(kivi2.perplexity, 2) == 4.36
     assert kivi4.perplexity < 1.01 * 3.661
     # Bytes measured from the packed tensors equal the estimator's, residual included:

@@ -1,5 +1,5 @@
 """Eviction inside the real engine's paged pool (real/eviction.py) against the simulator's
-memory model and the quality evaluator, on stories260K: the closed loop of issue 16."""
+memory model and the quality evaluator, on stories260K: the closed loop."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Per-tensor KV formats in the real engine: scales calibrated from the model's own K/V
-(issue 16), not vLLM's default 1.0, which rounds stories260K's K/V to integers."""
+"""Per-tensor KV formats in the real engine: scales calibrated from the model's own K/V,
+not vLLM's default 1.0, which rounds stories260K's K/V to integers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 18: the report page in headless Chromium at 1400 px: no table scrolls sideways, the
+"""The report page in headless Chromium at 1400 px: no table scrolls sideways, the
 page does not either, every chart image loads, and no chart is empty (each PNG draws data
 in colour, not only axes and text). Summaries open the page."""
 

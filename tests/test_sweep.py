@@ -147,7 +147,7 @@ def test_a_sweep_over_a_trace_uses_bench_defaults(tmp_path: Path) -> None:
 
 
 def test_study_table_keeps_names_whole_at_80_columns(study: Path, tmp_path: Path) -> None:
-    """Issue 18: the README's study printed 'contiguous-or…' at 80 columns."""
+    """The README's study printed 'contiguous-or…' at 80 columns."""
     result = CliRunner().invoke(app, ["sweep", str(study), "--out", str(tmp_path / "out"), "--workers", "1"],
                                 env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output

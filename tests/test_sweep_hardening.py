@@ -1,4 +1,4 @@
-"""Issue 13 for `kvplan sweep`: finished points are never lost, bad sweep files and foreign
+"""Hardening for `kvplan sweep`: finished points are never lost, bad sweep files and foreign
 results are one-line errors, failed points are named, and interrupts stop the workers."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the `kvplan bench` table shows: a registry of rows, each tied to the feature it is
-about, shown only when a run exercised that feature (issue 18).
+about, shown only when a run exercised that feature.
 
 A row names a metric (one home each: core/summary.py and friends), a format and a rule
 for when it appears; `comparison()` turns result records into plain strings, so the CLI

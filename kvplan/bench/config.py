@@ -60,7 +60,7 @@ class BenchConfig:
     # "roofline" = the bare roofline at datasheet peak, a lower bound; else a `kvplan calibrate`
     # file. Recorded only when set.
     step_model: str | None = None
-    # The simulated `vllm bench serve` client (issue 15, opt-in): a closed loop with at most
+    # The simulated `vllm bench serve` client (opt-in): a closed loop with at most
     # max_concurrency requests in flight, and/or vLLM-named figures (vllm_*) in the metrics.
     max_concurrency: int | None = None
     vllm_figures: bool = False

@@ -88,7 +88,7 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
                                   block_size, report)
             timeseries: dict[str, list[float]] = {}
         elif config.max_concurrency is not None or config.vllm_figures:
-            # Issue 15: the simulated `vllm bench serve` client (closed loop under a cap).
+            # The simulated `vllm bench serve` client (closed loop under a cap).
             engines[0].progress = report
             client = run_client(engines[0], requests, config.max_concurrency,
                                 float(config.workload.get("rate", math.inf)))

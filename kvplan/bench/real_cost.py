@@ -1,4 +1,4 @@
-"""What a real-mode bench will cost, said before it starts (issue 18).
+"""What a real-mode bench will cost, said before it starts.
 
 Real mode runs a transformers model on the device, so a default run on CPU can take half
 an hour. Before the matrix runs, a short warm-up pushes the first two requests (outputs

@@ -60,7 +60,7 @@ def configured(config: BenchConfig, built: Workload) -> BenchConfig:
 
 
 def default_out(config: BenchConfig) -> Path:
-    """reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run (issue 18), never an old one."""
+    """Reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run, never an old one."""
     name = load_model(config.sizing.model).name
     return timestamped_path(DEFAULT_FOLDER, f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}")
 
@@ -124,7 +124,7 @@ def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[s
         factory.check(optimization)
     names = variant_names(config, optimizations)
     total = len(built.requests)
-    if config.mode == "real":  # issue 18: say what it will cost first; the bars count tokens
+    if config.mode == "real":  # say what it will cost first; the bars count tokens
         from kvplan.bench.real_cost import measure_cost, request_tokens
 
         cost = measure_cost(factory, built.requests, len(names))

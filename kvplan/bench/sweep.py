@@ -93,7 +93,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
     points = spec.points()
-    # issue 13 (sweep_store.py): finished points outside this grid are kept, never dropped
+    # Finished points outside this grid are kept, never dropped (sweep_store.py)
     grid_ids = {p["point_id"] for p in points}
     finished = finished_records(results)
     done = {r.params["point_id"]: r for r in finished if r.params["point_id"] in grid_ids}
@@ -117,7 +117,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", wor
             if progress:
                 progress(1, len(points))
 
-        # issue 13: what finished is on disk; an interrupt terminates the local workers (bench/pool.py),
+        # What finished is on disk; an interrupt terminates the local workers (bench/pool.py),
         # and a child process drives Ray (bench/ray_driver.py)
         runner.map(run_point, todo, record)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]

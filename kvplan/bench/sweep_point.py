@@ -24,7 +24,7 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
     from kvplan.bench.run import prepare
 
     settings = {k: v for k, v in point.items() if k != "point_id"}
-    swept = dict(settings)  # issue 13: an error record names every setting of its point
+    swept = dict(settings)  # an error record names every setting of its point
     settings.setdefault("gpu", DEFAULT_GPU)
     try:
         optimization = settings.pop("optimization", "paged")

@@ -1,7 +1,7 @@
 """The request stream of a bench run, with the defaults `kvplan bench` and `kvplan sweep`
 share: a synthetic generator or a replayed trace, max_model_len defaulting to 4096 for
 synthetic workloads and to the model's maximum for traces (capped at 4096 in real mode),
---samples parallel samples per request, and (issue 15) `vllm bench serve`-shaped streams:
+--samples parallel samples per request, and `vllm bench serve`-shaped streams:
 --workload random (vLLM's random dataset) or --rate inf (every request sent at t = 0)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kvplan.workload.request import Request
 DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_RATE = 3.0
-# Issue 18: the default stream shares a prefix (one 1,024-token system prompt before each
+# The default stream shares a prefix (one 1,024-token system prompt before each
 # ShareGPT-like user message), so prefix caching shows what it buys on the default run.
 DEFAULT_WORKLOAD = "system-prompt"
 SHARED_VOCAB = 32000  # the shared-prefix generators' default vocabulary
@@ -41,7 +41,7 @@ class WorkloadSpec:
     time_scale: float = 1.0
     samples: int = 1
     params: dict[str, Any] = field(default_factory=dict)  # generator settings (--workload-param)
-    # vLLM-bench settings (issue 15), read for --workload random or --rate inf only.
+    # vLLM-bench settings, read for --workload random or --rate inf only.
     input_len: int = 1024
     output_len: int = 128
     random_range_ratio: float | None = None  # None: the client's default, fixed lengths

@@ -103,7 +103,7 @@ def bench(
     tokenizer: Annotated[Optional[Path], typer.Option(rich_help_panel="Real mode", metavar="FILE", help="A llama2.c tokenizer (tok*.bin) for --quality-text; default: the checkpoint's own.")] = None,
     kv_budget: Annotated[Optional[int], typer.Option(rich_help_panel="KV formats and policies", metavar="TOKENS", help="Tokens per layer an eviction policy keeps (sliding-window, streaming, h2o, snapkv, paged-eviction, entropy-budget).")] = None,
     report: Annotated[bool, typer.Option("--report", rich_help_panel="Output", metavar="", help="Also write the HTML/PNG report next to the results.")] = False,
-    # Issue 15: vLLM-bench-shaped load, and the opt-in calibrated step model.
+    # vLLM-bench-shaped load, and the opt-in calibrated step model.
     input_len: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="--workload random: vLLM's --input-len.")] = 1024,
     output_len: Annotated[int, typer.Option(rich_help_panel="Workload", metavar="N", help="--workload random: vLLM's --output-len.")] = 128,
     random_range_ratio: Annotated[Optional[float], typer.Option(rich_help_panel="Workload", metavar="X", help="--workload random: lengths uniform in [L(1-r), L(1+r)], or in [L r, L] as vLLM's client read it before 0.8.4 (--engine-version); default: fixed lengths.")] = None,
@@ -120,7 +120,7 @@ def bench(
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.core.scheduler import SchedulerConfig
 
-    check_numbers({"tp": tp, "rate": None if rate == math.inf else rate, "cv": cv, "num-requests": num_requests,  # issue 13: finite, in range
+    check_numbers({"tp": tp, "rate": None if rate == math.inf else rate, "cv": cv, "num-requests": num_requests,  # finite, in range
                    "max-model-len": max_model_len, "block-size": block_size,
                    "gpu-memory-utilization": gpu_memory_utilization, "kv-cache-gib": kv_cache_gib,
                    "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens,
@@ -194,7 +194,7 @@ def bench(
     if mode != "real" or model_path is None:  # a real --model-path run names its own checkpoint
         render_resolution(resolve_model(model))
     render_comparison(comparison(records), console)
-    if output_format == "vllm":  # issue 15: lay beside a measured `vllm bench serve` run
+    if output_format == "vllm":  # lay beside a measured `vllm bench serve` run
         from kvplan.sim.vllm_metrics import format_serving_block
 
         for record in records:

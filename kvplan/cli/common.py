@@ -70,7 +70,7 @@ def fail(message: str) -> None:
     raise typer.Exit(2) from None
 
 
-# Help panels (issue 18): options grouped by what they set, in every command's --help.
+# Help panels: options grouped by what they set, in every command's --help.
 HARDWARE, KV_PANEL, ENGINE, WORKLOAD, OUTPUT = ("Model and hardware", "KV formats and policies", "Engine",
                                                 "Workload", "Output")
 

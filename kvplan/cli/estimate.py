@@ -39,7 +39,7 @@ from kvplan.plan.capacity import (
 from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES, engine_generation, parse_version
 from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS
 from kvplan.plan.roofline import Roofline
-from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
+from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import check_numbers, parse_optional_count
 from kvplan.spec.resolve import load_gpu, resolve_model
@@ -80,7 +80,7 @@ def estimate(
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
     context_tokens, kv_budget_tokens = parse_optional_count(context, "context"), parse_optional_count(kv_budget, "kv-budget")
-    check_numbers({"tp": tp, "batch": batch, "block-size": block_size,  # issue 13: finite, in range
+    check_numbers({"tp": tp, "batch": batch, "block-size": block_size,  # finite, in range
                    "gpu-memory-utilization": gpu_memory_utilization, "params-b": params_b, "reserve-gib": reserve_gib,
                    "kv-cache-gib": kv_cache_gib, "gpu-mem-gib": gpu_mem_gib})
     if allocation not in ("full", "ideal"):
@@ -131,7 +131,7 @@ def _run_sweep(inputs: PlanInputs, specs: list[str], csv_path: Path | None, out:
     started = time.perf_counter()
     columns = sweep(inputs, axes)
     elapsed = time.perf_counter() - started
-    with restore_on_failure(csv_path, out):  # issue 13: both outputs or neither
+    with restore_on_failure(csv_path, out):  # both outputs or neither
         if csv_path:
             write_csv(columns, csv_path)
         if out:

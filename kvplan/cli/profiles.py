@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
 from kvplan.cli.help_format import Command, Group
-from kvplan.results.atomic import strict_json  # issue 13: no NaN/Infinity in JSON output
+from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import gpu_profiles, model_profiles
 from kvplan.spec.resolve import load_gpu, load_model

@@ -36,7 +36,7 @@ def sweep(
     from kvplan.results.atomic import write_text
     from kvplan.spec.numbers import check_numbers
 
-    check_numbers({"workers": workers})  # issue 13: --workers 0 is not a pool
+    check_numbers({"workers": workers})  # --workers 0 is not a pool
     spec = load_spec(study)
     total = len(spec.points())
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
@@ -51,7 +51,7 @@ def sweep(
         writer = csv.DictWriter(text, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows(rows)
-        write_text(out / "study.csv", text.getvalue())  # issue 13: atomic
+        write_text(out / "study.csv", text.getvalue())  # atomic
         slo = spec.slo_ttft_p90_s or DEFAULT_SLO_S
         shown = varying(rows)
         headers = [column.replace("_", " ") for column in shown]

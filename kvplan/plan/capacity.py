@@ -184,7 +184,7 @@ class CapacityPlan:
             "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
             "engine": i.engine,
             "params_total": i.model.params.total, "params_active": i.model.params.active,
-            # Byte counts are whole bytes (issue 18); budgets round down, as an allocator would.
+            # Byte counts are whole bytes; budgets round down, as an allocator would.
             "kv_bytes_per_token": round(i.model.kv_bytes_per_token(i.kv_format)),
             "kv_bytes_per_token_per_gpu": round(self.kv_bytes_per_token),
             "naive_kv_bytes_per_token": round(self.naive_kv_bytes_per_token),

@@ -29,13 +29,13 @@ _RANGE = re.compile(r"^(?P<start>[^.:]+)\.\.(?P<stop>[^.:]+)(?::(?P<step>.+))?$"
 
 
 def _number(text: str, kind: type, axis: str) -> float:
-    if kind is int:  # the same suffixes (32k) and rules as the flag of the same name (issue 18)
+    if kind is int:  # the same suffixes (32k) and rules as the flag of the same name
         return parse_count(text, axis, f"--sweep {axis}")
     try:
         value = float(text.strip())
     except ValueError:
         raise ValueError(f"--sweep {axis}: '{text.strip()}' is not a number; write e.g. {axis}=0.8,0.9") from None
-    # issue 13: the same finite range as the flag of the same name
+    # The same finite range as the flag of the same name
     return check_number(axis, value, f"--sweep {axis}")
 
 
@@ -149,7 +149,7 @@ def write_csv(columns: dict[str, Any], path: Any) -> None:
     from kvplan.results.atomic import atomic_file
 
     plain = [col.tolist() if hasattr(col, "tolist") else col for col in columns.values()]
-    with atomic_file(path) as temp, open(temp, "w", newline="") as handle:  # issue 13: whole file or none
+    with atomic_file(path) as temp, open(temp, "w", newline="") as handle:  # whole file or none
         writer = csv.writer(handle)
         writer.writerow(list(columns))
         writer.writerows(zip(*plain))

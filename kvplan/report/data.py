@@ -50,7 +50,7 @@ class ReportData:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # run_id -> run parameters
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     records: list[ResultRecord] = field(default_factory=list)  # bench records as written
-    fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)  # simulated vs measured (issue 15)
+    fidelity: pd.DataFrame = field(default_factory=pd.DataFrame)  # simulated vs measured
     plan: pd.DataFrame = field(default_factory=pd.DataFrame)  # `kvplan plan` candidates
 
 

@@ -1,4 +1,4 @@
-"""The answer first: a few sentences per study that open the report page (issue 18), e.g.
+"""The answer first: a few sentences per study that open the report page, e.g.
 "paged holds 2.0x the running requests of contiguous-oracle at equal memory; prefix
 caching saves 38% of prefill on this workload". Each sentence reads figures the results
 already hold (no new metric is computed here beyond ratios of recorded ones)."""

@@ -1,5 +1,5 @@
 """Tables a reader can scan: units, percentages, ratios as 1.23x, the important columns
-first (issue 18). The CSV files keep the raw numbers; these are for the HTML page only."""
+first. The CSV files keep the raw numbers; these are for the HTML page only."""
 
 from __future__ import annotations
 

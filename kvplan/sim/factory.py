@@ -1,6 +1,6 @@
 """Simulated engines for `kvplan bench`: the KV pool sized from the capacity plan of the
 target GPU, the allocator of the optimization, and the roofline step-time runner (or, opted
-in with step_model, issue 15's calibrated StepModelRunner)."""
+in with step_model, the calibrated StepModelRunner)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ class SimulatedRunner:
 
     def attention_costs(self, plan: StepPlan) -> tuple[float, float]:
         """KV bytes read and attention FLOPs of the step, each sequence at its own context
-        (shared with kvplan.sim.step_model, issue 15)."""
+        (shared with kvplan.sim.step_model)."""
         if self.windowed:
             return self._windowed_costs(plan)
         decode = plan.decode_pairs

@@ -25,7 +25,7 @@ class GpuSpec:
     host_link_gbps: float = 64.0
     nvme_gbps: float = 7.0
     price_per_hour: float | None = None
-    # GPU-to-GPU link for tensor-parallel all-reduce (issue 15 step model; see profiles/gpus.toml).
+    # GPU-to-GPU link for tensor-parallel all-reduce (the step model; see profiles/gpus.toml).
     family: str = "other"
     interconnect: str = "pcie-gen4"
     interconnect_gbps: float = 32.0  # per GPU, per direction

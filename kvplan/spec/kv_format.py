@@ -116,7 +116,7 @@ def parse_kv_format(name: str, model: ModelSpec | None = None) -> KVFormat:
     bits = int(match.group(1))
     if match.group(3):
         group = int(match.group(3))
-        per_byte = max(2, 8 // bits)  # issue 13: whole bytes per group, as kvplan.kernels packs them
+        per_byte = max(2, 8 // bits)  # whole bytes per group, as kvplan.kernels packs them
         if group < per_byte or group > 4096 or group & (group - 1):
             raise ValueError(f"KV format '{name}': the group size must be a power of two from {per_byte} to 4096 "
                              f"(a multiple of {per_byte}), e.g. int{bits}-g32 or int{bits}-g64")

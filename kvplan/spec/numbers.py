@@ -71,7 +71,7 @@ RULES: dict[str, NumberRule] = {
     "max-num-batched-tokens": _int(1, TOKENS_MAX),
     "swap-space-gib": _float(0.0, GIB_MAX, low_open=False),
     "samples": _int(1, 1024),
-    "input-len": _int(1, TOKENS_MAX),  # vLLM-bench random dataset (issue 15)
+    "input-len": _int(1, TOKENS_MAX),  # vLLM-bench random dataset
     "output-len": _int(1, TOKENS_MAX),
     "random-range-ratio": _float(0.0, 1.0, low_open=False),
     "burstiness": _float(0.0, 1e6),

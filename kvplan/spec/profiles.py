@@ -90,7 +90,7 @@ def read_config(path: Path) -> dict[str, Any]:
         config = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"malformed config '{file}': {err}; fix the JSON or re-download the file") from None
-    except RecursionError:  # issue 13: json's decoder recurses once per nesting level
+    except RecursionError:  # json's decoder recurses once per nesting level
         raise ValueError(f"malformed config '{file}': nested too deeply to be a model config; "
                          "pass a Hugging Face config.json") from None
     if not isinstance(config, dict):

@@ -278,7 +278,7 @@ def detect_format(path: Path) -> str:
         lines = [line.strip() for line in itertools.islice((line for line in f if line.strip()), DETECT_LINES)]
     if lines and lines[0].startswith("TIMESTAMP,"):
         return "azure"
-    # issue 13: a vote over the first lines, so one bad first line does not decide the format
+    # A vote over the first lines, so one bad first line does not decide the format
     mooncake = generic = 0
     for line in lines:
         try:
