@@ -1,4 +1,4 @@
-"""Engine metrics with the names and definitions fixed in DESIGN.md.
+"""Engine metrics with the names and definitions fixed in docs/metrics.md.
 
 The pool split (token states / reservation / internal / external fragmentation / free) is
 sampled after every step and averaged over time, weighting each step by its duration, as
@@ -130,7 +130,7 @@ class StepMetrics:
 
 
 def pool_split(allocator: Allocator, scheduler: Scheduler) -> tuple[int, int, int, int, int, int]:
-    """The pool, in slots, split as the vLLM paper's Fig. 2 does (DESIGN.md): token states,
+    """The pool, in slots, split as the vLLM paper's Fig. 2 does (docs/metrics.md): token states,
     reservation, internal fragmentation, external fragmentation, cached, free; the six sum
     to the pool size, and token states + reservation + internal = reserved."""
     used = scheduler.used_slots - allocator.shared_slots  # a block shared by several sequences counts once

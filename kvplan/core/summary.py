@@ -1,5 +1,5 @@
 """A run's summary metrics (RunResult.metrics), one small function per concern; the names
-and definitions are DESIGN.md's. Each reads the allocator through its stats interface."""
+and definitions are docs/metrics.md's. Each reads the allocator through its stats interface."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ A results file holds one JSON object per line with these fields:
     optimization    str: the optimization (or variant, e.g. prefix@kv-aware) of this record
     baseline        bool: the run's first optimization, which ratios compare against
     params          {...the run's inputs: model, gpu, tp, workload, seed, ...}
-    metrics         {...flat numbers named as in DESIGN.md...}
+    metrics         {...flat numbers named as in docs/metrics.md...}
     timeseries      {"t": [...], "<metric>": [...], ...}
 
 `params` and `metrics` stay dicts keyed by their flat names: the metric names are the

@@ -5,10 +5,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
-if TYPE_CHECKING:
-    from kvplan.spec.model import ModelSpec
+
+class HasDtype(Protocol):
+    """What a KV format needs of a model: its activation dtype (what `auto` means)."""
+
+    @property
+    def dtype(self) -> str: ...
 
 
 _DTYPE_BYTES = {
@@ -98,7 +102,7 @@ KV_FORMAT_NAMES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2"
                    "int2-g32", "int4-g64 (any int{8,4,2}-gN)", "kivi-int2", "kivi-int4")
 
 
-def parse_kv_format(name: str, model: ModelSpec | None = None) -> KVFormat:
+def parse_kv_format(name: str, model: HasDtype | None = None) -> KVFormat:
     """auto (the model's dtype), fp32, fp16, bf16, fp8[-e4m3|-e5m2], int8/int4/int2 (per token-head scales),
     int4-g64 (group-wise scales every 64 elements), int8-tensor (one scale per tensor)."""
     # vLLM and its logs write fp8_e4m3 / fp8_e5m2 (--kv-cache-dtype): the same formats

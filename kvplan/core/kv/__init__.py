@@ -20,8 +20,8 @@ _HOMES = {
     "NO_HITS": "kvplan.core.kv.base", "Allocator": "kvplan.core.kv.base", "PrefixLookup": "kvplan.core.kv.base",
     "PolicyBudget": "kvplan.core.kv.budget", "ContiguousAllocator": "kvplan.core.kv.contiguous",
     "ForkStats": "kvplan.core.kv.fork", "PagedAllocator": "kvplan.core.kv.paged",
-    "PrefixCache": "kvplan.core.kv.prefix_cache", "PrefixStats": "kvplan.core.kv.prefix_cache",
-    "hit_rate": "kvplan.core.kv.prefix_cache",
+    "PrefixCache": "kvplan.core.kv.prefix_cache", "PrefixStats": "kvplan.core.kv.prefix_stats",
+    "hit_rate": "kvplan.core.kv.prefix_stats",
 }
 __all__ = sorted([*_HOMES, "ALLOCATORS", "make_allocator"])
 

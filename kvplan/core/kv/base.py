@@ -18,7 +18,7 @@ from kvplan.core.sequence import Sequence
 if TYPE_CHECKING:
     from kvplan.core.block_pool import BlockPool
     from kvplan.core.kv.fork import ForkStats
-    from kvplan.core.kv.prefix_cache import PrefixStats
+    from kvplan.core.kv.prefix_stats import PrefixStats
     from kvplan.core.tiers import Tier, TieredCache
 
 
@@ -54,7 +54,7 @@ class Allocator(ABC):
     tiers: TieredCache | None = None
     retained_cap: int | None = None  # an eviction policy's token budget (None: no policy)
     trims = False  # True: call trim(seq) after each step (an eviction policy prunes)
-    # How the pool splits (DESIGN.md): slots held for tokens not generated yet, and free
+    # How the pool splits (docs/metrics.md): slots held for tokens not generated yet, and free
     # space cut into extents that a waiting request may be too large for.
     reserves_ahead = False
     fragments_externally = False

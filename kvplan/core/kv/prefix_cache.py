@@ -5,7 +5,6 @@ tier (then disk), and a lookup that runs out of device hits continues there."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from itertools import takewhile
 from operator import is_not
@@ -16,30 +15,11 @@ from kvplan import cdiv
 from kvplan.core.block_pool import BlockPool, as_blocks
 from kvplan.core.hashing import block_hashes
 from kvplan.core.kv.base import PrefixLookup
+from kvplan.core.kv.prefix_stats import PrefixStats
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import Tier, TieredCache
 
 _is_block = partial(is_not, None)  # a hash the pool holds maps to a block id, else None
-
-
-def hit_rate(hit_tokens: int, queried_tokens: int) -> float:
-    """The prefix hit rate (DESIGN.md): prompt tokens served from cache / prompt tokens
-    queried; 0 when nothing was queried. Every hit rate kvplan reports goes through here."""
-    return hit_tokens / queried_tokens if queried_tokens else 0.0
-
-
-@dataclass
-class PrefixStats:
-    """vLLM's prefix-cache counters, in tokens; preempted re-admissions counted apart."""
-
-    queries: int = 0
-    hits: int = 0
-    preempted_queries: int = 0
-    preempted_hits: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return hit_rate(self.hits, self.queries)
 
 
 class PrefixCache:
