@@ -100,6 +100,8 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
             metrics, timeseries = dict(result.metrics), result.timeseries
         metrics.update(factory.run_metrics(engines[0]))
         metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
+        if sizing.gpu_memory_utilization is not None:
+            metrics["gpu_memory_utilization_used"] = sizing.gpu_memory_utilization
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
         if requests:  # the full cache an eviction budget is a share of (report: policy trade-off)
             metrics["mean_sequence_tokens"] = sum(r.prompt_len + r.output_len for r in requests) / len(requests)

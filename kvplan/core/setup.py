@@ -115,6 +115,7 @@ class EngineSizing:
     slot_bytes: float
     capacity_slots: int
     max_model_len: int
+    gpu_memory_utilization: float | None = None  # what sized the pool (None: a fixed size)
 
 
 def make_tiers(sizing_config: SizingConfig, tier_config: TierConfig, optimization: Optimization,

@@ -23,6 +23,7 @@ from kvplan.core.setup import (
     TierConfig,
     make_tiers,
 )
+from kvplan.plan.engine_releases import default_utilization, parse_version
 from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.kivi_pool import KiviServing, check_kivi_serving
 from kvplan.real.model import load_causal_lm, resolve_device
@@ -34,8 +35,7 @@ from kvplan.spec.hf_config import model_spec_from_config
 if TYPE_CHECKING:
     import torch
 
-CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: 40% of the memory free after loading
-CUDA_FREE_SHARE = 0.4
+CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: --gpu-memory-utilization (cuda_kv_budget)
 CALIBRATION_TOKENS = 64  # greedy tokens whose K/V calibrate per-tensor scales
 ENTROPY_PROBE_TOKENS = 200  # greedy tokens whose attention entropy splits entropy-budget (the quality table's)
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
@@ -72,15 +72,35 @@ def check_real_spec(spec: ModelSpec) -> None:
                          "global_head_dim): run it in simulated mode")
 
 
-def kv_budget_bytes(kv_cache_gib: float | None, loaded: LoadedModel) -> float:
-    if kv_cache_gib is not None:
-        return kv_cache_gib * GIB
+def kv_budget_bytes(config: SizingConfig, loaded: LoadedModel) -> tuple[float, float | None]:
+    """The real KV pool in bytes, and the memory utilization it was sized at (None: a fixed
+    --kv-cache-gib, or the CPU default)."""
+    if config.kv_cache_gib is not None:
+        return config.kv_cache_gib * GIB, None
     if loaded.device == "cpu":
-        return CPU_KV_GIB * GIB
+        if config.gpu_memory_utilization is not None:
+            raise ValueError("--gpu-memory-utilization sizes a CUDA pool; on CPU pass --kv-cache-gib "
+                             f"(default {CPU_KV_GIB:g} GiB)")
+        return CPU_KV_GIB * GIB, None
     import torch
 
-    free, _ = torch.cuda.mem_get_info()
-    return free * CUDA_FREE_SHARE
+    free, total = torch.cuda.mem_get_info()
+    utilization = config.gpu_memory_utilization or default_utilization(
+        config.generation, parse_version(config.engine_version), total / GIB)
+    return cuda_kv_budget(free, total, utilization), utilization
+
+
+def cuda_kv_budget(free: float, total: float, utilization: float) -> float:
+    """vLLM's rule, simplified: the engine may use `utilization` of the card, and what is in
+    use once the model is loaded (weights, the CUDA context, other processes) comes off it.
+    vLLM also profiles a forward pass for activation memory; real mode does not (named in
+    the README), so its pool is somewhat larger than vLLM's at the same setting."""
+    in_use = total - free
+    budget = utilization * total - in_use
+    if budget <= 0:
+        raise ValueError(f"--gpu-memory-utilization {utilization:g} leaves no KV memory: {in_use / GIB:.2f} GiB of "
+                         f"{total / GIB:.2f} GiB is in use after loading the model; raise it or pass --kv-cache-gib")
+    return budget
 
 
 @dataclass
@@ -137,7 +157,7 @@ class RealEngineFactory:
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
         max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
         slot_bytes = spec.kv_bytes_per_token(kv_format)
-        budget = kv_budget_bytes(config.kv_cache_gib, loaded)
+        budget, utilization = kv_budget_bytes(config, loaded)
         blocks = math.floor(budget / (slot_bytes * config.block_size))
         if blocks * config.block_size < max_model_len:
             raise ValueError(f"the KV pool ({blocks * config.block_size:,} tokens in {budget / GIB:.4f} GiB) is too "
@@ -161,7 +181,8 @@ class RealEngineFactory:
                             backend=self.real.kernel_backend, seed=self.seed)
         if kv_format.scale == "kivi":
             runner.kivi = KiviServing(pool, config.block_size, kv_format.name)
-        sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
+        sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len,
+                              gpu_memory_utilization=utilization)
         tiers = make_tiers(config, self.tiers, optimization, sizing)
         recompute_s = 0.0
         if tiers is not None:  # real bytes: pinned host memory and files, timed
