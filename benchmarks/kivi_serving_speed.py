@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from kvplan.bench import SizingConfig, parse_optimization
-from kvplan.core.setup import RealConfig
+from kvplan.core.engine_factory import RealConfig
 from kvplan.real.factory import RealEngineFactory
 from kvplan.workload.request import Request
 

@@ -165,8 +165,8 @@ def test_sglang_defaults_by_release_by_hand() -> None:
 
 
 def test_sglang_bench_takes_its_own_limits() -> None:
+    from kvplan.core.engine_factory import SizingConfig, engine_scheduler
     from kvplan.core.scheduler import SchedulerConfig
-    from kvplan.core.setup import SizingConfig, engine_scheduler
 
     sizing = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", engine="sglang", engine_version="0.5.4")
     unset = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)

@@ -53,7 +53,7 @@ def test_ctrl_c_before_anything_finished_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_real_mode_says_what_it_will_cost_before_it_starts(shared_data: Path, tmp_path: Path) -> None:
-    from kvplan.core.setup import RealConfig
+    from kvplan.core.engine_factory import RealConfig
 
     said: list[str] = []
     model = str(shared_data / "models/stories260K/hf")

@@ -21,7 +21,7 @@ SLOW = pytest.mark.slow  # ~15 s each on 2 shared cores: the other cases cover t
 
 
 def config(shared_data: Path, mode: str) -> BenchConfig:
-    from kvplan.core.setup import RealConfig
+    from kvplan.core.engine_factory import RealConfig
 
     hf = str(shared_data / "models/stories260K/hf")
     sizing = SizingConfig(model=hf, gpu="l4", kv_dtype="fp32", block_size=16, kv_cache_gib=0.001, max_model_len=256)

@@ -46,7 +46,7 @@ def test_paged_layout_bytes_equal_the_estimator_and_round_trip_like_the_evaluato
 
 
 def config(shared_data: Path, block_size: int = 32) -> tuple[SizingConfig, object]:
-    from kvplan.core.setup import RealConfig
+    from kvplan.core.engine_factory import RealConfig
 
     hf = str(shared_data / "models/stories260K/hf")
     sizing = SizingConfig(model=hf, gpu="l4", kv_dtype="fp32", block_size=block_size, kv_cache_gib=0.001,

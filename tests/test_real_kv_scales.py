@@ -20,7 +20,7 @@ def first_divergence(tokens: list[int], reference: list[int]) -> int:
 
 def test_int8_tensor_scales_are_calibrated(shared_data: Path, monkeypatch) -> None:
     from kvplan.bench.matrix import engine_factory
-    from kvplan.core.setup import RealConfig
+    from kvplan.core.engine_factory import RealConfig
     from kvplan.real.factory import RealEngineFactory
 
     torch.set_num_threads(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.core.setup import GIB, SizingConfig
+from kvplan.core.engine_factory import GIB, SizingConfig
 from kvplan.real.factory import CPU_KV_GIB, LoadedModel, cuda_kv_budget, kv_budget_bytes
 
 torch = pytest.importorskip("torch")

@@ -16,8 +16,8 @@ _HOMES = {
     "engine_factory": "kvplan.bench.matrix", "run_matrix": "kvplan.bench.matrix", "variant_names": "kvplan.bench.matrix",
     "DEFAULT_OPTIMIZATIONS": "kvplan.bench.optimizations", "KV_FORMAT_PARTS": "kvplan.bench.optimizations",
     "parse_optimization": "kvplan.bench.optimizations", "parse_optimizations": "kvplan.bench.optimizations",
-    "EngineSizing": "kvplan.core.setup", "Optimization": "kvplan.core.setup", "RealConfig": "kvplan.core.setup",
-    "SizingConfig": "kvplan.core.setup", "TierConfig": "kvplan.core.setup",
+    "EngineSizing": "kvplan.core.engine_factory", "Optimization": "kvplan.core.engine_factory", "RealConfig": "kvplan.core.engine_factory",
+    "SizingConfig": "kvplan.core.engine_factory", "TierConfig": "kvplan.core.engine_factory",
 }
 __all__ = sorted(_HOMES)
 

@@ -15,8 +15,14 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from kvplan.core.engine_factory import (
+    EngineSizing,
+    Optimization,
+    RealConfig,
+    SizingConfig,
+    TierConfig,
+)
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import EngineSizing, Optimization, RealConfig, SizingConfig, TierConfig
 from kvplan.sim.cluster import RouterConfig
 
 MODES = ("simulated", "real")

@@ -10,9 +10,9 @@ from typing import Any
 
 from kvplan.bench.config import BenchConfig, record_params, run_id
 from kvplan.bench.optimizations import parse_optimization
+from kvplan.core.engine_factory import EngineFactory
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
 from kvplan.core.kv import hit_rate
-from kvplan.core.setup import EngineFactory
 from kvplan.results import ResultRecord, make_record
 from kvplan.sim.bench_client import run_client
 from kvplan.sim.cluster import RouterConfig, run_cluster

@@ -10,7 +10,7 @@ from kvplan.core.policies import POLICIES
 from kvplan.spec import parse_kv_format
 
 if TYPE_CHECKING:  # the engine's setup loads when a name is parsed, not for the names' help text
-    from kvplan.core.setup import Optimization
+    from kvplan.core.engine_factory import Optimization
 
 DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "prefix")
 KV_FORMAT_PARTS = ("fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "int8-tensor")
@@ -27,7 +27,7 @@ def names_help() -> str:
 
 
 def parse_optimization(text: str) -> Optimization:
-    from kvplan.core.setup import Optimization
+    from kvplan.core.engine_factory import Optimization
 
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:

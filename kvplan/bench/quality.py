@@ -24,7 +24,7 @@ def served_columns(rows: list[dict[str, Any]], optimizations: list[Any], tokens:
     from dataclasses import replace
 
     from kvplan.bench.optimizations import parse_optimization
-    from kvplan.core.setup import RealConfig, SizingConfig
+    from kvplan.core.engine_factory import RealConfig, SizingConfig
     from kvplan.kernels.kivi import KIVI_GROUP
     from kvplan.real.factory import RealEngineFactory
     from kvplan.real.teacher import served_logits, served_quality

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan.bench.optimizations import parse_optimization
-from kvplan.core.setup import EngineFactory
+from kvplan.core.engine_factory import EngineFactory
 from kvplan.workload.request import Request
 
 WARMUP_REQUESTS = 2

@@ -31,8 +31,8 @@ from kvplan.bench.config import BenchConfig, ClusterConfig
 from kvplan.bench.optimizations import parse_optimization
 from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
+from kvplan.core.engine_factory import SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import SizingConfig
 from kvplan.sim.disagg import Phase
 from kvplan.spec.kv_format import parse_kv_format
 from kvplan.spec.numbers import check_number

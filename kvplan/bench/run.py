@@ -15,8 +15,8 @@ from kvplan.bench.config import BenchConfig
 from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
+from kvplan.core.engine_factory import engine_scheduler
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import engine_scheduler
 from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import check_folder_target, restore_on_failure

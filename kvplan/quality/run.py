@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvplan.core.engine_factory import Optimization
 from kvplan.core.policies import PolicySpec
-from kvplan.core.setup import Optimization
 
 if TYPE_CHECKING:
     import torch

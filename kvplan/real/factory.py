@@ -11,10 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.core.engine import Engine
-from kvplan.core.kv import make_allocator
-from kvplan.core.policies import PolicySpec
-from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import (
+from kvplan.core.engine_factory import (
     GIB,
     EngineSizing,
     Optimization,
@@ -23,6 +20,9 @@ from kvplan.core.setup import (
     TierConfig,
     make_tiers,
 )
+from kvplan.core.kv import make_allocator
+from kvplan.core.policies import PolicySpec
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.plan.engine_releases import default_utilization, parse_version
 from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.kivi_pool import KiviServing, check_kivi_serving

@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from kvplan.core.engine import Engine
+from kvplan.core.engine_factory import Optimization, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import Optimization, SizingConfig
 from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.bench_client import ClientRun, run_client
@@ -100,7 +100,7 @@ def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Reque
                           engine_version=run.engine_version or None)
     generation = engine_generation(run.engine, run.engine_version)
     v0 = generation == "vllm-v0"
-    if generation == "sglang":  # the factory fills in SGLang's own limits (core.setup.engine_scheduler)
+    if generation == "sglang":  # the factory fills in SGLang's own limits (core.engine_factory.engine_scheduler)
         scheduler = SchedulerConfig(max_num_seqs=run.max_num_seqs, max_num_batched_tokens=run.max_num_batched_tokens)
     else:
         scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked,

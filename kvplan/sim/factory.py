@@ -9,10 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvplan.core.engine import Engine
-from kvplan.core.kv import make_allocator
-from kvplan.core.policies import PolicySpec
-from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.setup import (
+from kvplan.core.engine_factory import (
     GIB,
     EngineSizing,
     Optimization,
@@ -21,6 +18,9 @@ from kvplan.core.setup import (
     engine_scheduler,
     make_tiers,
 )
+from kvplan.core.kv import make_allocator
+from kvplan.core.policies import PolicySpec
+from kvplan.core.scheduler import SchedulerConfig
 from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.roofline import Roofline

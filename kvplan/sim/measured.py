@@ -283,7 +283,7 @@ def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
     (kvplan.plan.engine_releases.batch_defaults: `vllm serve`'s for serving runs, the offline
     LLM class's for `bench throughput` / `latency`). V0's offline scripts before 0.6.4 turned
     chunked prefill off unless asked (OFFLINE_SCRIPTS_USE_ENGINE_ARGS). SGLang runs take
-    SGLang's own limits instead (calibration.build_engine, core.setup.engine_scheduler)."""
+    SGLang's own limits instead (calibration.build_engine, core.engine_factory.engine_scheduler)."""
     offline = run.benchmark in ("throughput", "latency")
     generation = engine_generation(run.engine, run.engine_version)
     generation = generation if generation in ("vllm-v0", "vllm-v1") else "vllm-v1"
