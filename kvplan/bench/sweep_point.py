@@ -8,9 +8,10 @@ from typing import Any
 
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.workloads import WorkloadSpec
+from kvplan.core.engine_factory import SizingConfig
 from kvplan.results import ResultRecord, error_record
 
-DEFAULT_GPU = "l4"  # the default of `kvplan bench --gpu` (cli/bench.py), so a sweep without gpu matches bench
+DEFAULT_GPU = SizingConfig.gpu  # a sweep without gpu runs on `kvplan bench`'s default GPU
 # Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
 WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
 

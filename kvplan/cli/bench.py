@@ -21,6 +21,7 @@ from rich.progress import (
 )
 
 from kvplan.bench.comparison import comparison
+from kvplan.bench.optimizations import DEFAULT_OPTIMIZATIONS as OPTIMIZATIONS_BY_DEFAULT
 from kvplan.bench.optimizations import names_help
 from kvplan.bench.workloads import DEFAULT_WORKLOAD
 from kvplan.cli.bench_table import render_comparison
@@ -41,20 +42,22 @@ from kvplan.cli.common import (
     escape,
 )
 from kvplan.cli.resolution import render_resolution
+from kvplan.core.engine_factory import SizingConfig
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec.numbers import check_numbers
 from kvplan.spec.resolve import resolve_model
 
-DEFAULT_OPTIMIZATIONS = "contiguous-max,contiguous-pow2,contiguous-oracle,paged,prefix"
+DEFAULT_OPTIMIZATIONS = ",".join(OPTIMIZATIONS_BY_DEFAULT)
+SIZING = SizingConfig  # the sizing settings' defaults are declared there, once
 DEFAULT_ROUTERS = "round-robin,least-loaded,sticky,prefix-hash,kv-aware"
 
 
 @cli_errors("out")
 def bench(
-    model: ModelOpt = "llama-3.1-8b",
-    gpu: GpuOpt = "l4",
-    tp: TpOpt = 1,
-    kv_dtype: KvDtypeOpt = "auto",
+    model: ModelOpt = SIZING.model,
+    gpu: GpuOpt = SIZING.gpu,
+    tp: TpOpt = SIZING.tp,
+    kv_dtype: KvDtypeOpt = SIZING.kv_dtype,
     # show_default=False: the default list is one word that a narrow help column would cut; the help spells it out
     optimizations: Annotated[str, typer.Option(rich_help_panel="KV formats and policies", metavar="LIST", show_default=False, help=f"Comma-separated optimizations; the first is the baseline. Compose with +, e.g. paged+fp8, prefix+offload-cpu, h2o+int4. Names: {names_help()}. Default: {DEFAULT_OPTIMIZATIONS.replace(',', ', ')}.")] = DEFAULT_OPTIMIZATIONS,
     workload: Annotated[str, typer.Option(rich_help_panel="Workload", metavar="NAME", help="Synthetic workload: system-prompt (ShareGPT-like messages after one shared system prompt), sharegpt, alpaca, sharegpt-stats, long-reasoning, rag, chat, few-shot, random.")] = DEFAULT_WORKLOAD,
@@ -74,7 +77,7 @@ def bench(
     cv: Annotated[float, typer.Option(rich_help_panel="Workload", metavar="X", help="Coefficient of variation of gamma arrivals.")] = 1.0,
     num_requests: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="N", help="Requests to generate (default 1000), or the first N of a trace.")] = None,
     max_model_len: Annotated[Optional[int], typer.Option(rich_help_panel="Workload", metavar="TOKENS", help="Longest request; contiguous-max reserves this. Default 4096 for synthetic workloads, the model's maximum for traces.")] = None,
-    block_size: BlockSizeOpt = 16,
+    block_size: BlockSizeOpt = SIZING.block_size,
     gpu_memory_utilization: UtilOpt = None,
     kv_cache_gib: Annotated[Optional[float], typer.Option(rich_help_panel="Engine", metavar="GIB", help="Fix the KV budget per GPU instead of deriving it from memory.")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(rich_help_panel="Engine", metavar="N", help="Most sequences per step; default: the engine's for its release and GPU (vLLM: 1024 on >= 70 GiB GPUs but A100s, else 256).")] = None,

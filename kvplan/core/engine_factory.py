@@ -6,15 +6,17 @@ factory protocol the bench matrix calls. Pure data; no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kvplan.core.engine import Engine
-from kvplan.core.scheduler import SchedulerConfig
-from kvplan.core.tiers import Tier, TieredCache
 from kvplan.plan import sglang_defaults
 from kvplan.plan.engine_releases import batch_defaults, engine_generation, parse_version
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
+
+if TYPE_CHECKING:  # the CLI reads these settings' defaults, so this module loads no engine
+    from kvplan.core.engine import Engine
+    from kvplan.core.scheduler import SchedulerConfig
+    from kvplan.core.tiers import TieredCache
 
 GIB = 2**30
 
@@ -24,7 +26,7 @@ class SizingConfig:
     """Which model on which GPUs, and how its KV pool is sized."""
 
     model: str = "llama-3.1-8b"
-    gpu: str = "a100-80gb"
+    gpu: str = "l4"  # `kvplan bench` and sweeps read their defaults here
     tp: int = 1
     kv_dtype: str = "auto"
     block_size: int = 16
@@ -122,6 +124,8 @@ def make_tiers(sizing_config: SizingConfig, tier_config: TierConfig, optimizatio
                sizing: EngineSizing) -> TieredCache | None:
     """CPU (and disk) tiers sized in blocks of this optimization's format; bandwidths from
     the GPU profile (host link, NVMe) unless overridden."""
+    from kvplan.core.tiers import Tier, TieredCache
+
     if not optimization.offload:
         return None
     gpu = load_gpu(sizing_config.gpu)
