@@ -70,11 +70,6 @@ class BlockPool:
         return live[self._queued_at[live] == self._positions[self._head:self._tail]].tolist()
 
     @property
-    def num_cached(self) -> int:
-        """Blocks holding a prefix."""
-        return len(self.hash_to_block)
-
-    @property
     def block_to_hash(self) -> dict[int, int]:
         """Each block holding a prefix -> its hash; for inspection, O(pool)."""
         blocks = np.flatnonzero(self.block_hashes != NONE)

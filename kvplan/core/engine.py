@@ -38,14 +38,15 @@ class RunResult:
 
 class Engine:
     def __init__(self, allocator: Allocator, runner: Runner, config: SchedulerConfig, max_model_len: int) -> None:
-        if not config.chunked_prefill and (config.max_num_batched_tokens or 0) < max_model_len:
+        self.scheduler = Scheduler(allocator, config)  # refuses batch limits left unresolved
+        tokens = self.scheduler.max_num_batched_tokens
+        if not config.chunked_prefill and tokens < max_model_len:
             # A preempted request recomputes prompt + generated tokens in one step without
             # chunking; vLLM refuses this configuration for the same reason.
-            raise ValueError(f"without chunked prefill --max-num-batched-tokens ({config.max_num_batched_tokens}) "
+            raise ValueError(f"without chunked prefill --max-num-batched-tokens ({tokens}) "
                              f"must be at least --max-model-len ({max_model_len})")
         self.allocator = allocator
         self.runner = runner
-        self.scheduler = Scheduler(allocator, config)
         self.max_model_len = max_model_len
         self.step_metrics = StepMetrics()
         self.now = 0.0

@@ -22,10 +22,9 @@ TIMESERIES_POINTS = 400
 WAITING_SCAN = 64  # waiting requests inspected for the smallest reservation need
 
 
-# Per-step figures averaged over time: each step's value is weighted by its duration, and
-# the pool's figures are also divided by the pool size (shares of the pool).
-POOL_SHARES = (*SPLIT, "used", "logical", "reserved", "evicted")
-COUNTS = ("shared_refs", "block_refs", "running", "waiting", "kv_cache_usage")
+# Per-step pool figures, averaged over time as shares of the pool: each step's value is
+# weighted by its duration and divided by the pool size. ("used" is token states' average.)
+POOL_SHARES = (*SPLIT, "logical", "reserved", "evicted")
 
 
 @dataclass
@@ -61,7 +60,6 @@ class StepMetrics:
         columns["external_fragmentation"].append(external)
         columns["cached"].append(cached)
         columns["free"].append(free)
-        columns["used"].append(used)
         columns["logical"].append(scheduler.used_slots)
         columns["reserved"].append(reserved)
         columns["evicted"].append(allocator.evicted_slots)
@@ -102,6 +100,7 @@ class StepMetrics:
 
         column = {key: np.frombuffer(values, dtype=np.float64) for key, values in self.columns.items()}
         sums = {key: weighted(column[key], self.capacity) for key in POOL_SHARES}
+        sums["used"] = sums["token_states"]
         for key in ("shared_refs", "block_refs"):
             sums[key] = weighted(column[key]) if len(column[key]) else 0.0
         sums["running"] = weighted(np.asarray(self.trace_running, dtype=np.float64))

@@ -53,7 +53,7 @@ class PrefixCache:
             return self._window_lookup(hashes, limit)
         if self.tiers:
             hits = self._run(hashes, 0, limit)
-            return PrefixLookup(hits, self._free_count(as_blocks(hits)), self._tier_run(hashes[len(hits):limit]))
+            return PrefixLookup(hits, self._free_count(hits), self._tier_run(hashes[len(hits):limit]))
         # A request that cannot be admitted is looked up again while it waits. Its last run
         # stays valid while each of its blocks still holds the hash it held (a hash leaves the
         # pool only by eviction), and can only grow where it stopped (a hash joins the pool
@@ -80,9 +80,9 @@ class PrefixCache:
         found: Callable[[int], int | None] = self.pool.hash_to_block.get
         return list(takewhile(_is_block, map(found, hashes[start:limit])))  # type: ignore[arg-type]
 
-    def _free_count(self, hits: np.ndarray) -> int:
+    def _free_count(self, hits: list[int] | np.ndarray) -> int:
         """Hit blocks in the free queue: adopting them takes them out of it."""
-        return len(hits) - int(np.count_nonzero(self.pool.ref_counts[hits]))
+        return len(hits) - int(np.count_nonzero(self.pool.ref_counts[as_blocks(hits)]))
 
     def _window_lookup(self, hashes: list[int], limit: int) -> PrefixLookup:
         """vLLM's sliding-window hit: scanning leftwards from the limit, the first run of
@@ -100,7 +100,7 @@ class PrefixCache:
                 start = index
                 break
         blocks = [found[block_hash] for block_hash in hashes[start:start + run]]
-        return PrefixLookup(blocks, self._free_count(as_blocks(blocks)), [], skipped=start)
+        return PrefixLookup(blocks, self._free_count(blocks), [], skipped=start)
 
     def _tier_run(self, hashes: list[int]) -> list[tuple[int, Tier]]:
         """The prefix continues in the CPU / disk tiers: reload it if moving the blocks costs
