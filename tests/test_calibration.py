@@ -13,7 +13,8 @@ from test_step_model import small_run
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
-from kvplan.sim.calibration import Replay, fit, load_calibration, simulate
+from kvplan.sim.calibration import Replay, load_calibration, simulate
+from kvplan.sim.factor_fit import fit
 from kvplan.sim.measured import MeasuredRun, read_result
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
 from kvplan.spec.resolve import load_gpu

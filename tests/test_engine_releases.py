@@ -114,7 +114,7 @@ def test_bitsandbytes_dequantizes_its_widest_matrix_for_prefill() -> None:
     """Qwen2.5-7B: gate+up is 2 x 18,944 x 3,584 weights, wider than q/k/v; at 2 B each in 16 bit."""
     from dataclasses import replace
 
-    from kvplan.spec.checkpoint_quant import CheckpointQuant
+    from kvplan.spec.quant_storage import CheckpointQuant
 
     model = load_model("qwen2.5-7b-instruct")
     bnb = replace(model, checkpoint_quant=CheckpointQuant("bitsandbytes", "bnb-nf4", "int4", 4.0, 64, 32.0))
@@ -193,6 +193,6 @@ def test_random_range_ratio_by_client_release() -> None:
     assert new_in.min() >= 500 and new_in.max() <= 1500 and new_in.max() > 1000
     fixed, _ = random_lengths(np.random.default_rng(0), 10, 1000, 100, 1.0, below=True)
     assert set(fixed.tolist()) == {1000}
-    with pytest.raises(ValueError, match="give --engine-version"):
+    with pytest.raises(ValueError, match="give engine_version"):
         BenchLoad(range_ratio=1.0)
     BenchLoad(range_ratio=1.0, range_below=True)

@@ -14,7 +14,8 @@ import math
 
 import pytest
 
-from kvplan.plan.hybrid_kv import kv_cache_groups, mamba_block_size, vllm_kv_cache
+from kvplan.plan.hybrid_kv import vllm_kv_cache
+from kvplan.plan.kv_groups import kv_cache_groups, mamba_block_size
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import AttentionGroup, ModelSpec, ParamCount, parse_kv_format
 from kvplan.spec.resolve import load_model

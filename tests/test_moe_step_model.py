@@ -11,7 +11,8 @@ import pytest
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
 from kvplan.plan.roofline import Roofline
-from kvplan.sim.calibration import Replay, fitted_names, load_calibration, simulate
+from kvplan.sim.calibration import Replay, load_calibration, simulate
+from kvplan.sim.factor_fit import fitted_names
 from kvplan.sim.factor_table import FactorTable
 from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.step_model import CALIBRATION_FORMAT, DATASHEET, StepModelParams, StepModelRunner

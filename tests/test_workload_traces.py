@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.workload import TRACE_FORMATS, Request, TraceLoad, load_trace
-from kvplan.workload.traces import detect_format, parse_azure_timestamp
+from kvplan.workload.trace_formats import detect_format, parse_azure_timestamp
 
 MOONCAKE = "mooncake_fast25_synthetic_trace.jsonl"
 AZURE = "AzureLLMInferenceTrace_conv.csv"
@@ -122,7 +122,7 @@ def test_bad_generic_line_names_file_and_line(tmp_path: Path, bad: str | dict, r
         load_trace(path, fmt="generic")
     message = str(info.value)
     assert message.startswith(f"{path}:3: {reason}")  # the blank line still counts
-    assert "--skip-bad-lines" in message and "\n" not in message
+    assert "pass skip_bad_lines to skip it" in message and "\n" not in message  # the command line: --skip-bad-lines
     load = load_trace(path, fmt="generic", skip_bad_lines=True)
     assert (len(load.requests), load.skipped) == (2, 1)
 

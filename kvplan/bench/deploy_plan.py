@@ -31,8 +31,8 @@ from kvplan.bench.replica_search import (
     probe_item,
     search_bounds,
     search_item,
-    trace_rate,
 )
+from kvplan.bench.trials import trace_rate
 
 VERIFY_TOP = 3  # candidates verified as a cluster
 

@@ -33,11 +33,12 @@ from kvplan.bench.replica_search import (
     fewest_replicas,
     probe,
     search_bounds,
-    settled_run,
 )
 from kvplan.bench.slo import Slo
+from kvplan.bench.trials import settled_run
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.sim.disagg import Phase
+from kvplan.spec.setting_error import SettingError
 
 _FURTHEST = ("cost", "gpus", "latency", "memory")
 
@@ -47,8 +48,8 @@ def pool_demands(demand: Demand) -> tuple[Demand, Demand]:
     to the whole SLO from the moment a request's KV has arrived."""
     ttft = Slo(tuple(target for target in demand.slo.targets if target.figure == "ttft"))
     if not ttft.targets:
-        raise ValueError("--disagg sizes the prefill pool by time to first token: add a ttft target to --slo, "
-                         "e.g. --slo ttft_p90=2s,tpot_p90=60ms")
+        raise SettingError("{disagg} sizes the prefill pool by time to first token: add a ttft target to {slo}, "
+                           "e.g. {slo} ttft_p90=2s,tpot_p90=60ms")
     return (dataclasses.replace(demand, phase=Phase.PREFILL, slo=ttft),
             dataclasses.replace(demand, phase=Phase.DECODE))
 
@@ -164,7 +165,7 @@ def _decode_is_short(slo: Slo, metrics: dict[str, Any]) -> bool:
 
 def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
                  router: str) -> Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]:
-    """A Run (replica_search.settled_run) of the whole pipeline: x prefill pods behind the
+    """A Run (trials.settled_run) of the whole pipeline: x prefill pods behind the
     plan's router, the link, y decode pods behind least-loaded."""
     from kvplan.bench.config import BenchConfig
     from kvplan.bench.matrix import engine_factory

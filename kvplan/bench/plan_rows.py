@@ -17,9 +17,9 @@ from kvplan.bench.replica_search import (
     CapacityResult,
     Demand,
     refine,
-    settled_run,
     simulate_series,
 )
+from kvplan.bench.trials import settled_run
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
 MAX_EXTRA_REPLICAS = 4  # replicas a failing cluster may add before the plan gives up on it

@@ -3,7 +3,7 @@
 What vLLM v1 prints at startup for a model whose layers keep different amounts of KV
 (sliding-window + full attention, linear attention / Mamba state + full attention) is not
 "available bytes / bytes per token". It is the outcome of these steps (sources, vLLM
-repository, in kvplan's own words):
+repository, in kvplan's own words; steps 1-6, the groups, are kv_groups.py's):
 
 1. Each layer gets a spec with a page size: bytes of one block of `block_size` tokens of
    that layer (vllm/v1/kv_cache_interface.py: FullAttentionSpec / SlidingWindowSpec /
@@ -42,199 +42,17 @@ its prefill is done (sliding layers keep their window, not window + a prefill ch
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kvplan import cdiv
 from kvplan.plan.engine_releases import in_flight_batches, parse_version
+from kvplan.plan.kv_groups import KVCacheGroupSpec, kv_cache_groups
 from kvplan.plan.versions import Version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
-FULL_LENGTH_KINDS = ("full", "mla", "indexer")
 TOKENS_FROM_CONCURRENCY_SINCE = (0, 20)  # after v0.19.0 (issue #40691 shows the old formula there)
 HYBRID_ALLOCATOR_SINCE = (0, 9, 2)  # before it, windowed layers were sized at full length
-
-
-@dataclass(frozen=True)
-class KVCacheGroupSpec:
-    """One vLLM KV cache group: layers sharing one block table.
-
-    `num_layers` are the model's layers in the group, `group_size` the layers every group is
-    padded to; `page_size_bytes` is one layer's page after unification (what num_blocks is
-    counted in), `real_page_size_bytes` what the layer's data needs of it.
-    """
-
-    kind: str  # full / sliding / chunked / mla / indexer / state
-    num_layers: int
-    group_size: int
-    block_size: int
-    page_size_bytes: int
-    real_page_size_bytes: int
-    window: int | None = None
-    # a single all-layers group with per-layer page sizes (UniformTypeKVCacheSpecs): a block
-    # then costs the sum of the layers' pages
-    uniform_type_pages: tuple[int, ...] = ()
-
-    @property
-    def padding_layers(self) -> int:
-        return self.group_size - self.num_layers if not self.uniform_type_pages else 0
-
-    @property
-    def block_bytes(self) -> int:
-        """Bytes of one block of this group across the shared tensors (padding included)."""
-        if self.uniform_type_pages:
-            return sum(self.uniform_type_pages)
-        return self.page_size_bytes * self.group_size
-
-    @property
-    def wasted_bytes_per_block(self) -> int:
-        """Bytes of one block that hold no data: padding layers and padded (Mamba) pages."""
-        if self.uniform_type_pages:
-            return 0
-        return (self.padding_layers * self.page_size_bytes
-                + self.num_layers * (self.page_size_bytes - self.real_page_size_bytes))
-
-    @property
-    def span(self) -> int:
-        """A sliding or chunked group's window, in tokens."""
-        if self.window is None:
-            raise ValueError(f"a {self.kind} KV group needs its window")
-        return self.window
-
-    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int,
-                           state_blocks: int = 1) -> int:
-        """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
-        if self.kind == "sliding":
-            return cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
-        if self.kind == "chunked":
-            return cdiv(min(self.span + max_num_batched_tokens, max_model_len), self.block_size)
-        if self.kind == "state":
-            return state_blocks
-        return cdiv(max_model_len, self.block_size)
-
-    def blocks_held(self, max_model_len: int, state_blocks: int = 1) -> int:
-        """Blocks a max_model_len request still holds after its prefill (windows respected)."""
-        full = cdiv(max_model_len, self.block_size)
-        if self.kind == "sliding":
-            return min(full, cdiv(self.span - 1, self.block_size) + 1)
-        if self.kind == "chunked":
-            return min(full, cdiv(self.span, self.block_size))
-        if self.kind == "state":
-            return state_blocks
-        return full
-
-
-@dataclass(frozen=True)
-class _LayerType:
-    kind: str
-    num_layers: int
-    bytes_per_token: int  # per layer; 0 for state
-    state_bytes: int  # per layer, state kinds only
-    window: int | None
-
-
-def _layer_types(model: ModelSpec, fmt: KVFormat, tp: int, hybrid_manager: bool,
-                 draft_layers: int = 0) -> list[_LayerType]:
-    types = []
-    for g in model.groups:
-        if g.kind == "state":
-            types.append(_LayerType("state", g.num_layers, 0, g.state_bytes_per_layer // tp, None))
-            continue
-        kind, window = g.kind, g.window
-        if not hybrid_manager and kind in ("sliding", "chunked"):
-            kind, window = "full", None  # a FullAttentionSpec that remembers its window
-        per_token = int(math.ceil(g.bytes_per_token_layer(fmt, tp)))
-        types.append(_LayerType(kind, g.num_layers, per_token, 0, window))
-    if draft_layers:
-        # an MTP / EAGLE drafter's layers: full attention with the model's full-attention shape
-        base = next(t for t in types if t.kind == "full")
-        types.append(_LayerType("full", draft_layers, base.bytes_per_token, 0, None))
-    # the same spec in two ModelSpec groups is one vLLM bucket
-    merged: dict[tuple, _LayerType] = {}
-    for t in types:
-        key = (t.kind, t.bytes_per_token, t.state_bytes, t.window)
-        if key in merged:
-            old = merged[key]
-            merged[key] = _LayerType(t.kind, old.num_layers + t.num_layers, t.bytes_per_token, t.state_bytes, t.window)
-        else:
-            merged[key] = t
-    return list(merged.values())
-
-
-def mamba_block_size(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16,
-                     alignment: int = 16) -> int:
-    """The attention block size vLLM uses for an attention + Mamba/linear-attention model.
-
-    The smallest multiple of `alignment` tokens whose attention page (the full-attention layer's
-    bytes per token) holds one layer's state; kept if the user's block size is already larger
-    (HybridAttentionMambaModelConfig.verify_and_update_config). Other models: block_size.
-    """
-    states = [g for g in model.groups if g.kind == "state"]
-    attention = [g for g in model.groups if g.kind in ("full", "sliding", "chunked", "mla")]
-    if not states or not attention:
-        return block_size
-    per_token = int(math.ceil(next((g for g in attention if g.kind == "full"), attention[0])
-                              .bytes_per_token_layer(fmt, tp)))
-    state = max(g.state_bytes_per_layer // tp for g in states)
-    needed = alignment * cdiv(state, alignment * per_token)
-    return max(block_size, needed)
-
-
-def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16, *,
-                    hybrid_manager: bool = True, mamba_alignment: int = 16,
-                    draft_layers: int = 0) -> tuple[KVCacheGroupSpec, ...]:
-    """vLLM's KV cache groups for a model on one GPU (kv_cache_utils.get_kv_cache_groups).
-
-    One group per layer type (or several per type, each padded to the common group size), every
-    group's page unified to the largest page. draft_layers adds an MTP / EAGLE drafter's
-    full-attention layers (they join the target model's groups).
-    """
-    if tp <= 0 or block_size <= 0:
-        raise ValueError("tp and block_size must be positive")
-    types = _layer_types(model, fmt, tp, hybrid_manager, draft_layers)
-    if any(t.kind == "state" for t in types) and not hybrid_manager:
-        raise ValueError("vLLM cannot disable the hybrid KV cache manager for a model with "
-                         "linear-attention / Mamba state layers")
-    attn_block = mamba_block_size(model, fmt, tp, block_size, mamba_alignment)
-    pages = {id(t): (t.bytes_per_token * attn_block if t.kind != "state" else t.state_bytes) for t in types}
-
-    if len(types) == 1 or (all(t.kind in FULL_LENGTH_KINDS for t in types)
-                           and len({pages[id(t)] for t in types}) > 1):
-        # One group: a uniform spec, or full-length layers with per-layer page sizes.
-        total = sum(t.num_layers for t in types)
-        kind = types[0].kind if len({t.kind for t in types}) == 1 else "full"
-        if len(types) == 1:
-            t = types[0]
-            return (KVCacheGroupSpec(kind, total, total, attn_block, pages[id(t)], pages[id(t)], t.window),)
-        per_layer = tuple(pages[id(t)] for t in types for _ in range(t.num_layers))
-        return (KVCacheGroupSpec(kind, total, total, attn_block, max(per_layer), max(per_layer), None, per_layer),)
-
-    # unify_kv_cache_spec_page_size: the largest page wins.
-    max_page = max(pages.values())
-    unified = []
-    for t in types:
-        page = pages[id(t)]
-        block = attn_block
-        if t.kind != "state" and page != max_page:
-            if max_page % page:
-                raise ValueError(f"{t.kind} layers' page ({page:,} B) does not divide the largest page "
-                                 f"({max_page:,} B): vLLM cannot unify them by block size")
-            block = attn_block * (max_page // page)
-            page = max_page  # a larger block fills the page: nothing is padded
-        unified.append((t, block, page))
-
-    sizes = [t.num_layers for t, _, _ in unified]
-    group_size = min(sizes)
-    if max(sizes) < 1.5 * min(sizes):
-        group_size = max(sizes)
-    groups = []
-    for t, block, page in unified:
-        count = cdiv(t.num_layers, group_size)
-        for i in range(count):  # layers[i::count], as vLLM assigns them
-            members = len(range(i, t.num_layers, count))
-            groups.append(KVCacheGroupSpec(t.kind, members, group_size, block, max_page, page, t.window))
-    return tuple(groups)
 
 
 @dataclass(frozen=True)

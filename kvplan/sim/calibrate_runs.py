@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kvplan.sim.calibration import compared, fit, simulate
+from kvplan.sim.calibration import compared, simulate
+from kvplan.sim.factor_fit import fit
 from kvplan.sim.step_model import CALIBRATION_FORMAT, FACTOR_NAMES, StepModelParams
 
 HELD_OUT_FIGURES = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "median_tpot_ms", "median_ttft_ms",

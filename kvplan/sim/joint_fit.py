@@ -30,7 +30,8 @@ from typing import Callable
 
 import numpy as np
 
-from kvplan.sim.calibration import BOUNDS, INTERIOR, Replay, fitted_names, log_errors, nelder_mead
+from kvplan.sim.calibration import Replay, log_errors
+from kvplan.sim.factor_fit import BOUNDS, INTERIOR, fitted_names, nelder_mead
 from kvplan.sim.factor_table import (
     ENGINE_FACTORS,
     HARDWARE_FACTORS,

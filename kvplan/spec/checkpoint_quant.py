@@ -3,7 +3,8 @@
 Parsed from the config's fields only (never from the model's name): the element bits, the
 scales and zero points each quantized weight carries, and which parameter roles the
 checkpoint leaves in 16 bit. The layouts are the tensors the serving engines allocate for
-each method (vLLM's vllm/model_executor/layers/quantization/, transformers' quantizers):
+each method (vLLM's vllm/model_executor/layers/quantization/, transformers' quantizers); the
+record they fill is quant_storage.py's, ModelOpt's reader modelopt_quant.py's:
 
 - GPTQ (AutoGPTQ / GPTQModel; vLLM gptq.py, gptq_marlin.py): `qweight` int32 holding 32/bits
   values, `scales` [in/g, out] in the activation dtype (fp16), `qzeros` [in/g, out*bits/32]
@@ -59,74 +60,11 @@ quantized unless that list names it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from kvplan.spec.kept_modules import VISION_WORDS, as_list, kept_modules, pattern_role, role_formats
-
-SCALE_16 = 16  # fp16 / bf16 scales (GPTQ, AWQ, packed compressed-tensors)
-SCALE_32 = 32  # fp32 scales (fp8 blocks and channels, int8 channels, bitsandbytes absmax)
-
-
-@dataclass(frozen=True)
-class CheckpointQuant:
-    """How a checkpoint stores its quantized linear weights, and what it leaves in 16 bit.
-
-    Per quantized weight: `weight_bits` for the value, plus `scale_bits` and `zero_bits` per
-    `group_size` weights along the input dimension (group_size -1: per output channel, one per
-    row of `in_features`; 0: per tensor, not counted), or one `scale_bits` per `block` of
-    weights (fp8 block-wise), plus `nested_bits` per weight for second-level scales (bnb double
-    quant). `attention_kept`, `dense_kept` and `experts_kept` are the fractions of the decoder
-    layers' attention, dense / shared-expert MLP and routed experts a not-convert list keeps in
-    16 bit.
-    """
-
-    method: str
-    label: str
-    dtype: str  # the plain element dtype kvplan's roofline knows: fp8 / int8 / int4 / nvfp4 / mxfp4
-    weight_bits: float
-    group_size: int = 0
-    scale_bits: float = 0.0
-    zero_bits: float = 0.0
-    block: tuple[int, int] | None = None
-    nested_bits: float = 0.0
-    experts_only: bool = False  # MXFP4 (gpt-oss): only the routed experts are quantized
-    lm_head_quantized: bool = False
-    vision_quantized: bool = False
-    attention_kept: float = 0.0
-    dense_kept: float = 0.0
-    experts_kept: float = 0.0
-    source: str = ""
-    # MIXED_PRECISION: (role, format, fraction of the role) as the checkpoint states them; the
-    # rest of each role is 16 bit (the *_kept fields then hold that share).
-    mixed: tuple[tuple[str, str, float], ...] = ()
-
-    def role_bytes(self, role: str, in_features: int) -> float:
-        """Mean bytes per weight of one parameter role (attention, dense, experts, lm_head,
-        vision) as stored: its quantized share at its format's bytes with their scales, the
-        rest at 16 bit."""
-        stated = [(fmt, share) for r, fmt, share in self.mixed if r == role]
-        if stated:
-            quantized = sum(share for _, share in stated)
-            return sum(share * self._format_bytes(fmt, in_features) for fmt, share in stated) + (1.0 - quantized) * 2.0
-        kept = {"attention": self.attention_kept, "dense": self.dense_kept, "experts": self.experts_kept}.get(role, 0.0)
-        return (1.0 - kept) * self.bits_per_weight(in_features) / 8 + kept * 2.0
-
-    def _format_bytes(self, fmt: str, in_features: int) -> float:
-        """Bytes per weight of one of a mixed checkpoint's formats: its primary format as
-        bits_per_weight counts it, per-tensor fp8 one byte."""
-        return self.bits_per_weight(in_features) / 8 if fmt == self.dtype else MIXED_FORMAT_BYTES[fmt]
-
-    def bits_per_weight(self, in_features: int) -> float:
-        """Bits one quantized weight costs with its share of scales and zero points, for a
-        matrix of `in_features` inputs (used only by per-channel scales)."""
-        bits = self.weight_bits + self.nested_bits
-        if self.block is not None:
-            return bits + self.scale_bits / (self.block[0] * self.block[1])
-        group = in_features if self.group_size < 0 else self.group_size
-        if group > 0:
-            bits += (self.scale_bits + self.zero_bits) / group
-        return bits
+from kvplan.spec.kept_modules import VISION_WORDS, as_list, kept_modules, pattern_role
+from kvplan.spec.modelopt_quant import mixed_precision_quant, modelopt_quant
+from kvplan.spec.quant_storage import NVFP4, SCALE_16, SCALE_32, CheckpointQuant
 
 
 def _int_dtype(bits: float) -> str:
@@ -194,74 +132,8 @@ def _fbgemm_fp8(q: dict[str, Any]) -> CheckpointQuant:
                            source="fbgemm_fp8: fp8 + fp32 scale per output channel (vLLM fbgemm_fp8.py)")
 
 
-NVFP4: dict[str, Any] = dict(dtype="nvfp4", weight_bits=4.0, group_size=16, scale_bits=8.0)
 
 
-def _modelopt(q: dict[str, Any]) -> tuple[CheckpointQuant, list[str]]:
-    nested = q.get("quantization") if isinstance(q.get("quantization"), dict) else None
-    inner = nested or q
-    algo = str(inner.get("quant_algo", "")).upper()
-    entries = as_list(inner.get("exclude_modules")) + as_list(q.get("ignore")) + as_list(q.get("exclude_modules"))
-    if "NVFP4" in algo or "FP4" in algo:
-        group = int(inner.get("group_size") or 16)
-        return CheckpointQuant("modelopt", "nvfp4" if group == 16 else f"nvfp4-g{group}",
-                               **{**NVFP4, "group_size": group},
-                               source="modelopt NVFP4: fp4 + fp8 E4M3 scale per 16 + fp32 global scale "
-                                      "(vLLM modelopt.py ModelOptNvFp4Config)"), entries
-    if "FP8" in algo:
-        per_channel = "CHANNEL" in algo
-        block = "PB" in algo  # FP8_PB_WO: 128 x 128 blocks
-        if block:
-            return CheckpointQuant("modelopt", "fp8-block128", "fp8", 8.0, scale_bits=SCALE_32, block=(128, 128),
-                                   source="modelopt FP8_PB_WO (vLLM modelopt.py)"), entries
-        return CheckpointQuant("modelopt", "fp8-channel" if per_channel else "fp8", "fp8", 8.0,
-                               -1 if per_channel else 0, SCALE_32 if per_channel else 0.0,
-                               source=f"modelopt {algo} (vLLM modelopt.py ModelOptFp8Config)"), entries
-    raise ValueError(f"modelopt quant_algo '{algo}' is not one kvplan sizes (NVFP4, FP8*)")
-
-
-_MIXED_ORDER = ("nvfp4", "fp8")  # the narrowest format the checkpoint uses becomes `dtype`
-MIXED_FORMAT_BYTES = {"fp8": 1.0}  # a mixed checkpoint's FP8 layers: per-tensor scales, not counted
-
-
-def _mixed_precision(q: dict[str, Any], inner: dict[str, Any], entries: list[str], num_layers: int,
-                     has_vision: bool) -> CheckpointQuant:
-    """ModelOpt MIXED_PRECISION as one CheckpointQuant: `dtype` the narrowest format it uses,
-    `mixed` each role's stated split of formats (CheckpointQuant.role_bytes sizes them), the
-    *_kept fields the 16-bit rest."""
-    layers = inner.get("quantized_layers") or q.get("quantized_layers")
-    if not isinstance(layers, dict) or not layers:
-        raise ValueError("modelopt MIXED_PRECISION needs a non-empty 'quantized_layers' mapping")
-    formats: dict[str, str] = {}
-    group = 16
-    for name, info in layers.items():
-        algo = str(info.get("quant_algo", "") if isinstance(info, dict) else "").upper()
-        if "FP4" in algo:
-            formats[str(name)], group = "nvfp4", int(info.get("group_size") or 16)
-        elif algo == "FP8":
-            formats[str(name)] = "fp8"
-        else:
-            raise ValueError(f"modelopt MIXED_PRECISION layer '{name}' has quant_algo '{algo}'; "
-                             "kvplan sizes NVFP4, W4A16_NVFP4 and FP8")
-    fractions, whole = role_formats(formats, num_layers)
-    primary = next(f for f in _MIXED_ORDER if f in formats.values())
-    kept = kept_modules(entries, num_layers)
-
-    def sixteen_bit(part: str, floor: float) -> float:
-        return min(1.0, max(floor, 1.0 - sum(fractions[part].values())))
-
-    mixed = tuple((role, fmt, round(f, 6)) for role, split in fractions.items() for fmt, f in sorted(split.items()))
-    mixed += tuple((role, fmt, 1.0) for role, fmt in sorted(whole.items()))
-    label = "mixed-" + "+".join(f for f in _MIXED_ORDER if f in formats.values())
-    base: dict[str, Any] = dict(NVFP4, group_size=group) if primary == "nvfp4" else dict(dtype="fp8", weight_bits=8.0)
-    return CheckpointQuant("modelopt", label, **base,
-                           lm_head_quantized="lm_head" in whole and "lm_head" not in kept.roles,
-                           vision_quantized=has_vision and "vision" in whole and "vision" not in kept.roles,
-                           attention_kept=sixteen_bit("attention", kept.attention_kept),
-                           dense_kept=sixteen_bit("dense", kept.dense_kept),
-                           experts_kept=sixteen_bit("experts", kept.experts_kept), mixed=mixed,
-                           source="modelopt MIXED_PRECISION: per-layer NVFP4 / FP8 from quantized_layers, "
-                                  "the rest 16 bit (vLLM modelopt.py ModelOptMixedPrecisionConfig)")
 
 
 def _compressed_tensors(q: dict[str, Any]) -> CheckpointQuant:
@@ -373,8 +245,8 @@ def checkpoint_quant(cfg: dict[str, Any], num_layers: int) -> CheckpointQuant | 
         inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
         if str(inner.get("quant_algo", "")).upper() == "MIXED_PRECISION":
             entries += as_list(inner.get("exclude_modules")) + as_list(q.get("ignore"))
-            return _mixed_precision(q, inner, entries, num_layers, has_vision)
-        quant, extra = _modelopt(q)
+            return mixed_precision_quant(q, inner, entries, num_layers, has_vision)
+        quant, extra = modelopt_quant(q)
         entries += extra
         exhaustive = True
     elif method == "bitsandbytes" or q.get("load_in_4bit") or q.get("load_in_8bit"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.spec import AttentionGroup, ModelSpec
-from kvplan.spec.checkpoint_quant import CheckpointQuant, checkpoint_quant
+from kvplan.spec.checkpoint_quant import checkpoint_quant
 from kvplan.spec.config_checks import check_config
 from kvplan.spec.family_defaults import with_family_defaults
 from kvplan.spec.layers import (
@@ -26,6 +26,7 @@ from kvplan.spec.layers import (
 )
 from kvplan.spec.model import AttentionKind
 from kvplan.spec.params import count_params
+from kvplan.spec.quant_storage import CheckpointQuant
 from kvplan.spec.state_layers import state_bytes_per_layer
 from kvplan.spec.vision import encoder_tokens_per_image, vision_params
 

@@ -10,8 +10,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from kvplan.spec.checkpoint_quant import CheckpointQuant
 from kvplan.spec.kv_format import KVFormat
+from kvplan.spec.quant_storage import CheckpointQuant
+from kvplan.spec.setting_error import SettingError
 from kvplan.spec.weight_quant import SIXTEEN_BIT, WeightQuant, weight_quant
 
 AttentionKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "cross"]
@@ -337,7 +338,7 @@ class ModelSpec:
     def with_param_count(self, total: float) -> ModelSpec:
         """The same model with its parameter count overridden (each role scaled alike)."""
         if total <= 0:
-            raise ValueError(f"--params-b must be positive, got {total / 1e9:g}")
+            raise SettingError("{params_b} must be positive, got {got:g}", got=total / 1e9)
         scale = total / self.params.total
         p = self.params
         counts = replace(p, **{role: round(getattr(p, role) * scale) for role in (

@@ -35,105 +35,22 @@ then arrivals last, so changing only the arrival process keeps every prompt.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 import numpy as np
 
-from kvplan.workload.arrivals import arrival_times, check_inputs
-from kvplan.workload.lengths import SHAREGPT, cap_lengths, solve_mu
+from kvplan.workload.arrivals import arrival_times
+from kvplan.workload.lengths import SHAREGPT, solve_mu
+from kvplan.workload.prefix_checks import check_common, check_int, check_real
+from kvplan.workload.prompt_draws import (
+    TokenDrawer,
+    choose_distinct,
+    lognormal_lengths,
+    prefixed_requests,
+    zipf_probabilities,
+)
 from kvplan.workload.request import Request
 
 SHARED_PREFIX_KINDS: tuple[str, ...] = ("system-prompt", "rag", "chat", "few-shot")
 TURN_DISTRIBUTIONS: tuple[str, ...] = ("geometric", "lognormal")
-FIRST_TOKEN_ID = 3  # ids 0..2 are left for special tokens
-
-
-# --- validation ------------------------------------------------------------------------
-
-def _check_int(name: str, value: object, low: int, fix: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}; {fix}")
-
-
-def _check_real(name: str, value: object, fix: str, *, low: float = 0.0, allow_low: bool = False) -> None:
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
-            or not math.isfinite(value) or not (value >= low if allow_low else value > low)):
-        sign = ">=" if allow_low else ">"
-        raise ValueError(f"{name} must be a finite number {sign} {low}, got {value!r}; {fix}")
-
-
-# --- drawing ---------------------------------------------------------------------------
-
-class _Tokens:
-    """Draws token ids as shared Python ints, split into one tuple per requested length."""
-
-    def __init__(self, rng: np.random.Generator, vocab_size: int) -> None:
-        self.rng = rng
-        self.vocab_size = vocab_size
-        self.ints = np.arange(vocab_size).astype(object)  # one int object per id, shared by every tuple
-
-    def draw(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
-        lengths = np.asarray(lengths, dtype=np.int64)
-        ids = self.rng.integers(FIRST_TOKEN_ID, self.vocab_size, int(lengths.sum()))
-        flat = tuple(self.ints[ids].tolist())
-        ends = np.cumsum(lengths).tolist()
-        return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
-
-
-def _lengths(rng: np.random.Generator, mu: float, sigma: float, n: int, cap: int) -> np.ndarray:
-    """n integer lengths in [1, cap] from lognormal(mu, sigma) (mu from solve_mu, solved once)."""
-    return np.clip(np.rint(rng.lognormal(mu, sigma, n)), 1, cap).astype(np.int64)
-
-
-def zipf_probabilities(n: int, s: float) -> np.ndarray:
-    """P(rank r) = r^-s / H(n, s) for ranks 1..n (item i has rank i + 1)."""
-    weights = np.arange(1, n + 1, dtype=np.float64) ** -s
-    return weights / weights.sum()
-
-
-def _choose(rng: np.random.Generator, p: np.ndarray, n: int, k: int) -> np.ndarray:
-    """n rows of k distinct indices drawn with probabilities p, in draw order (Gumbel-top-k).
-
-    Adding Gumbel noise to log p and taking the k largest is exactly sequential sampling
-    without replacement; done in row chunks so memory stays bounded for large corpora.
-    """
-    if k == 1:  # plain categorical draws: much cheaper than noise over the whole corpus
-        return rng.choice(len(p), size=(n, 1), p=p)
-    out = np.empty((n, k), dtype=np.int64)
-    log_p = np.log(p)
-    chunk = max(1, 4_000_000 // len(p))
-    for start in range(0, n, chunk):
-        keys = log_p + rng.gumbel(size=(min(chunk, n - start), len(p)))
-        top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
-        order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1, kind="stable")
-        out[start:start + len(keys)] = np.take_along_axis(top, order, axis=1)
-    return out
-
-
-def _prefixed(rng: np.random.Generator, tokens: _Tokens, prefixes: list[tuple[int, ...]], choice: np.ndarray,
-              suffix: tuple[float, float], output: tuple[float, float], *, rate: float | None,
-              arrival: str, cv: float, max_model_len: int) -> list[Request]:
-    """Requests = chosen prefixes (rows of `choice`) + a unique suffix; (mean, sigma) lengths."""
-    n = len(choice)
-    prefix_len = np.array([len(p) for p in prefixes], dtype=np.int64)[choice].sum(axis=1)
-    room = np.maximum(max_model_len - 1 - prefix_len, 1)
-    suffix_len = np.minimum(_lengths(rng, solve_mu(suffix[0], suffix[1], float(room.max())), suffix[1], n,
-                                     int(room.max())), room)
-    cap = max_model_len - 1
-    output_len = _lengths(rng, solve_mu(output[0], output[1], cap), output[1], n, cap)
-    prompt_len, output_len = cap_lengths(prefix_len + suffix_len, output_len, max_model_len)
-    suffix_tokens = tokens.draw(np.maximum(prompt_len - prefix_len, 0))
-    output_tokens = tokens.draw(output_len)
-    arrivals = arrival_times(rng, n, arrival, rate, cv)
-    requests = []
-    for i, (row, length) in enumerate(zip(choice.tolist(), prompt_len.tolist())):
-        head = prefixes[row[0]] if len(row) == 1 else sum((prefixes[j] for j in row), ())
-        prompt = head + suffix_tokens[i] if len(head) < length else head[:length]
-        requests.append(Request(request_id=i, arrival_s=float(arrivals[i]), prompt_len=length,
-                                output_len=int(output_len[i]), prompt_tokens=prompt,
-                                output_tokens=output_tokens[i]))
-    return requests
 
 
 # --- generators ------------------------------------------------------------------------
@@ -144,18 +61,18 @@ def system_prompt(num_requests: int, *, rate: float | None, arrival: str = "pois
                   user_sigma: float = SHAREGPT.prompt_sigma, output_mean: float = SHAREGPT.output_mean,
                   output_sigma: float = SHAREGPT.output_sigma, vocab_size: int = 32000) -> list[Request]:
     """A shared system prompt (one of `num_system_prompts`, uniform) + a ShareGPT-like user turn."""
-    _check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (user_mean, user_sigma),
+    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (user_mean, user_sigma),
                   (output_mean, output_sigma))
-    _check_int("system_prompt_len", system_prompt_len, 1, "pass the system prompt's length in tokens")
+    check_int("system_prompt_len", system_prompt_len, 1, "pass the system prompt's length in tokens")
     if system_prompt_len > max_model_len - 2:
         raise ValueError(f"system_prompt_len {system_prompt_len} leaves no room for a user token and an output "
                          f"token in max_model_len {max_model_len}; raise max_model_len or shorten the prompt")
-    _check_int("num_system_prompts", num_system_prompts, 1, "use 1 for one shared system prompt")
+    check_int("num_system_prompts", num_system_prompts, 1, "use 1 for one shared system prompt")
     rng = np.random.default_rng(seed)
-    tokens = _Tokens(rng, vocab_size)
+    tokens = TokenDrawer(rng, vocab_size)
     prefixes = tokens.draw([system_prompt_len] * num_system_prompts)
     choice = rng.integers(0, num_system_prompts, (num_requests, 1))
-    return _prefixed(rng, tokens, prefixes, choice, (user_mean, user_sigma), (output_mean, output_sigma),
+    return prefixed_requests(rng, tokens, prefixes, choice, (user_mean, user_sigma), (output_mean, output_sigma),
                      rate=rate, arrival=arrival, cv=cv, max_model_len=max_model_len)
 
 
@@ -170,13 +87,13 @@ def rag(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: 
     mean doc_len. Documents keep their draw order in the prompt (retrieval order), so the same
     pair in the other order shares only its first document.
     """
-    _check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (question_mean, question_sigma),
+    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (question_mean, question_sigma),
                   (output_mean, output_sigma))
-    _check_int("num_documents", num_documents, 1, "use at least one document")
-    _check_int("doc_len", doc_len, 1, "pass the document length in tokens")
-    _check_real("doc_sigma", doc_sigma, "use 0 for fixed-length documents", allow_low=True)
-    _check_real("zipf_s", zipf_s, "use 0 for uniform popularity, ~1 for Zipf", allow_low=True)
-    _check_int("docs_per_request", docs_per_request, 1, "use at least one document per request")
+    check_int("num_documents", num_documents, 1, "use at least one document")
+    check_int("doc_len", doc_len, 1, "pass the document length in tokens")
+    check_real("doc_sigma", doc_sigma, "use 0 for fixed-length documents", allow_low=True)
+    check_real("zipf_s", zipf_s, "use 0 for uniform popularity, ~1 for Zipf", allow_low=True)
+    check_int("docs_per_request", docs_per_request, 1, "use at least one document per request")
     if docs_per_request > num_documents:
         raise ValueError(f"docs_per_request {docs_per_request} exceeds num_documents {num_documents}; "
                          "documents are distinct within a request, so lower docs_per_request")
@@ -184,12 +101,12 @@ def rag(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: 
         raise ValueError(f"{docs_per_request} documents of {doc_len} tokens leave no room for a question and an "
                          f"output token in max_model_len {max_model_len}; raise max_model_len or shorten doc_len")
     rng = np.random.default_rng(seed)
-    tokens = _Tokens(rng, vocab_size)
+    tokens = TokenDrawer(rng, vocab_size)
     lengths = (np.full(num_documents, doc_len) if doc_sigma == 0 else
-               _lengths(rng, solve_mu(doc_len, doc_sigma, None), doc_sigma, num_documents, max_model_len - 2))
+               lognormal_lengths(rng, solve_mu(doc_len, doc_sigma, None), doc_sigma, num_documents, max_model_len - 2))
     corpus = tokens.draw(lengths)
-    choice = _choose(rng, zipf_probabilities(num_documents, zipf_s), num_requests, docs_per_request)
-    return _prefixed(rng, tokens, corpus, choice, (question_mean, question_sigma), (output_mean, output_sigma),
+    choice = choose_distinct(rng, zipf_probabilities(num_documents, zipf_s), num_requests, docs_per_request)
+    return prefixed_requests(rng, tokens, corpus, choice, (question_mean, question_sigma), (output_mean, output_sigma),
                      rate=rate, arrival=arrival, cv=cv, max_model_len=max_model_len)
 
 
@@ -198,19 +115,19 @@ def few_shot(num_requests: int, *, rate: float | None, arrival: str = "poisson",
              zipf_s: float = 1.1, query_mean: float = 48.0, query_sigma: float = 1.0, output_mean: float = 32.0,
              output_sigma: float = 1.0, vocab_size: int = 32000) -> list[Request]:
     """Few-shot prompting: one of `num_templates` example blocks (Zipf popular) + a unique query."""
-    _check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (query_mean, query_sigma),
+    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (query_mean, query_sigma),
                   (output_mean, output_sigma))
-    _check_int("num_templates", num_templates, 1, "use at least one template")
-    _check_int("template_len", template_len, 1, "pass the template length in tokens")
-    _check_real("zipf_s", zipf_s, "use 0 for uniform popularity, ~1 for Zipf", allow_low=True)
+    check_int("num_templates", num_templates, 1, "use at least one template")
+    check_int("template_len", template_len, 1, "pass the template length in tokens")
+    check_real("zipf_s", zipf_s, "use 0 for uniform popularity, ~1 for Zipf", allow_low=True)
     if template_len > max_model_len - 2:
         raise ValueError(f"template_len {template_len} leaves no room for a query and an output token in "
                          f"max_model_len {max_model_len}; raise max_model_len or shorten template_len")
     rng = np.random.default_rng(seed)
-    tokens = _Tokens(rng, vocab_size)
+    tokens = TokenDrawer(rng, vocab_size)
     templates = tokens.draw([template_len] * num_templates)
-    choice = _choose(rng, zipf_probabilities(num_templates, zipf_s), num_requests, 1)
-    return _prefixed(rng, tokens, templates, choice, (query_mean, query_sigma), (output_mean, output_sigma),
+    choice = choose_distinct(rng, zipf_probabilities(num_templates, zipf_s), num_requests, 1)
+    return prefixed_requests(rng, tokens, templates, choice, (query_mean, query_sigma), (output_mean, output_sigma),
                      rate=rate, arrival=arrival, cv=cv, max_model_len=max_model_len)
 
 
@@ -224,23 +141,23 @@ def chat(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv:
     `rate` is session starts per second; `num_requests` counts turns. Sorted by arrival
     (ties: session, then turn) with ids 0..num_requests-1; session_id is f"s{k}", k in start order.
     """
-    _check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (user_mean, user_sigma),
+    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (user_mean, user_sigma),
                   (output_mean, output_sigma))
-    _check_real("turns_per_session", turns_per_session, "use 1 for single-turn sessions", low=1.0, allow_low=True)
+    check_real("turns_per_session", turns_per_session, "use 1 for single-turn sessions", low=1.0, allow_low=True)
     if turns_dist not in TURN_DISTRIBUTIONS:
         raise ValueError(f"unknown turns_dist {turns_dist!r}; use one of {', '.join(TURN_DISTRIBUTIONS)}")
-    _check_real("turns_sigma", turns_sigma, "use e.g. 1.0", allow_low=True)
-    _check_real("think_time", think_time, "pass the mean seconds between turns, e.g. 10", allow_low=True)
-    _check_real("decode_s_per_token", decode_s_per_token, "e.g. 0.02 s per output token", allow_low=True)
+    check_real("turns_sigma", turns_sigma, "use e.g. 1.0", allow_low=True)
+    check_real("think_time", think_time, "pass the mean seconds between turns, e.g. 10", allow_low=True)
+    check_real("decode_s_per_token", decode_s_per_token, "e.g. 0.02 s per output token", allow_low=True)
     rng = np.random.default_rng(seed)
-    tokens = _Tokens(rng, vocab_size)
+    tokens = TokenDrawer(rng, vocab_size)
     n, cap = num_requests, max_model_len - 1
     # Lengths first, as flat streams: at most n sessions, and each session consumes its turns
     # plus at most one turn that did not fit, so 2n entries always suffice.
     planned = (rng.geometric(1.0 / turns_per_session, n) if turns_dist == "geometric" else
-               _lengths(rng, solve_mu(turns_per_session, turns_sigma, None), turns_sigma, n, n))
-    user_len = _lengths(rng, solve_mu(user_mean, user_sigma, cap), user_sigma, 2 * n, cap).tolist()
-    drawn_output = _lengths(rng, solve_mu(output_mean, output_sigma, cap), output_sigma, 2 * n, cap).tolist()
+               lognormal_lengths(rng, solve_mu(turns_per_session, turns_sigma, None), turns_sigma, n, n))
+    user_len = lognormal_lengths(rng, solve_mu(user_mean, user_sigma, cap), user_sigma, 2 * n, cap).tolist()
+    drawn_output = lognormal_lengths(rng, solve_mu(output_mean, output_sigma, cap), output_sigma, 2 * n, cap).tolist()
     sessions: list[list[tuple[int, int]]] = []  # per session: (user length, output length) per turn
     pos, remaining = 0, n
     for turns in planned.tolist():
@@ -276,16 +193,6 @@ def chat(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv:
     return [Request(request_id=i, arrival_s=t, prompt_len=len(prompt), output_len=len(output),
                     prompt_tokens=prompt, output_tokens=output, session_id=f"s{k}")
             for i, (t, k, _, prompt, output) in enumerate(rows)]
-
-
-def _check_common(num_requests: int, arrival: str, rate: float | None, cv: float, max_model_len: int,
-                  vocab_size: int, suffix: tuple[float, float], output: tuple[float, float]) -> None:
-    """synthetic.py's checks plus the vocabulary and the (mean, sigma) of the unique parts."""
-    check_inputs(num_requests, arrival, rate, cv, max_model_len)
-    _check_int("vocab_size", vocab_size, FIRST_TOKEN_ID + 1, "ids start at 3, so use e.g. 32000")
-    for name, (mean, sigma) in (("user/query", suffix), ("output", output)):
-        _check_real(f"{name} mean length", mean, "pass a mean length in tokens, e.g. 64")
-        _check_real(f"{name} sigma", sigma, "use e.g. 1.0 (0 gives fixed lengths)", allow_low=True)
 
 
 # --- analysis --------------------------------------------------------------------------
