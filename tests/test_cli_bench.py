@@ -102,18 +102,3 @@ def test_a_run_that_serves_nothing_is_exit_2_and_writes_nothing(tmp_path: Path) 
     line = result.output.strip().splitlines()[-1]
     assert "all 5 requests were rejected" in line and "352 token slots" in line and "--kv-cache-gib" in line
     assert out.read_text() == "previous\n"
-
-
-def test_bench_reads_its_defaults_from_the_settings_that_declare_them() -> None:
-    import inspect
-
-    from kvplan.bench.optimizations import DEFAULT_OPTIMIZATIONS
-    from kvplan.bench.sweep_point import DEFAULT_GPU
-    from kvplan.cli.bench import bench
-    from kvplan.core.engine_factory import SizingConfig
-
-    defaults = {name: p.default for name, p in inspect.signature(bench).parameters.items()}
-    for name in ("model", "gpu", "tp", "kv_dtype", "block_size"):
-        assert defaults[name] == getattr(SizingConfig(), name), name
-    assert defaults["optimizations"].split(",") == list(DEFAULT_OPTIMIZATIONS)
-    assert DEFAULT_GPU == SizingConfig().gpu == "l4"

@@ -122,7 +122,7 @@ def test_chunked_prefill_splits_by_the_token_budget() -> None:
     engine, _ = tiny_engine(max_num_batched_tokens=4)
     result = engine.run([Request(0, 0.0, 10, 3)])
     assert result.metrics["engine_steps"] == 5  # chunks 4, 4, 2 (first token), then 2 decodes
-    with pytest.raises(ValueError, match="must be at least --max-model-len"):
+    with pytest.raises(ValueError, match="must be at least max_model_len"):
         tiny_engine(max_num_batched_tokens=4, chunked_prefill=False)  # vLLM refuses this too
     engine, _ = tiny_engine(max_num_batched_tokens=16, max_len=16, chunked_prefill=False)
     result = engine.run([Request(0, 0.0, 10, 3)])

@@ -83,7 +83,7 @@ def test_number_rules_accept_only_finite_values_in_range(name: str, value: Any) 
     try:
         checked = check_number(name, value)
     except ValueError as err:
-        assert f"--{name}" in str(err)
+        assert str(err).startswith(name)  # the setting; the command line words it as the flag
         return
     rule = RULES[name]
     assert math.isfinite(checked) and rule.low <= checked <= rule.high
@@ -98,7 +98,7 @@ def test_sweep_axis_text(axis: str, values: list[str], as_range: bool) -> None:
     try:
         name, points = parse_axis(f"{axis}={text}")
     except ValueError as err:
-        assert "--sweep" in str(err)
+        assert str(err).startswith("sweep")
         return
     assert points and all(math.isfinite(p) and p > 0 for p in points)
     assert len(set(points)) == len(points)

@@ -117,7 +117,7 @@ def test_products_match_on_token_boundaries(text: str, expected: str, not_expect
 
 @pytest.mark.parametrize("text", ["Intel Gaudi 2", "NVIDIA RTX 6000", "Quadro RTX 8000", "TPU v5e", "", "   "])
 def test_unknown_names_raise_with_the_fix(text: str) -> None:
-    with pytest.raises(ValueError, match="kvplan profiles gpus.*--gpu-mem-gib"):
+    with pytest.raises(ValueError, match="kvplan profiles gpus.*gpu_memory_gib"):
         read_gpu_name(text)
 
 

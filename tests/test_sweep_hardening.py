@@ -121,7 +121,7 @@ def test_a_sweep_without_gpu_uses_benchs_default_gpu(tmp_path: Path) -> None:
 
     bench_default = inspect.signature(bench).parameters["gpu"].default
     records = run_sweep(load_spec(_study(tmp_path, STUDY.replace("[2, 8, 32]", "[2]"))), tmp_path / "sw", workers=1)
-    assert records[0].params["gpu"] == bench_default == sweep_module.DEFAULT_GPU
+    assert records[0].params["gpu"] == bench_default == "l4"
 
 
 def _children(pid: int) -> list[int]:

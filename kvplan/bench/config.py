@@ -10,6 +10,7 @@ dict of every setting (`flat_settings`), and `BenchConfig.from_flat` reads the s
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
@@ -22,10 +23,14 @@ from kvplan.core.engine_factory import (
     SizingConfig,
     TierConfig,
 )
-from kvplan.core.scheduler import SchedulerConfig
-from kvplan.sim.cluster import RouterConfig
+from kvplan.core.router_config import RouterConfig
+from kvplan.core.scheduler_config import SchedulerConfig
+from kvplan.spec.setting_error import SettingError
 
 MODES = ("simulated", "real")
+# The batch limits a run leaves to the serving engine's own defaults (resolved for its
+# release and GPU before an engine is built, bench/run.py)
+ENGINE_LIMITS = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)
 
 
 @dataclass(frozen=True)
@@ -34,26 +39,24 @@ class ClusterConfig:
 
     pods: int = 1
     routers: tuple[str, ...] = ()
-    w_hit: float = 0.8  # kv-aware router: weight of the cached-prefix fraction
-    w_load: float = 0.2  # kv-aware router: weight of the load
+    w_hit: float = RouterConfig.w_hit  # kv-aware router: weight of the cached-prefix fraction
+    w_load: float = RouterConfig.w_load  # kv-aware router: weight of the load
 
     def __post_init__(self) -> None:
         if self.pods < 1:
-            raise ValueError(f"--pods must be at least 1, got {self.pods}")
+            raise SettingError("{pods} must be at least 1, got {got}", got=self.pods)
         for router in self.routers:
             RouterConfig(router)  # validates the name
 
     def variants(self) -> tuple[str | None, ...]:
         """The routers one optimization runs under; (None,) for a single engine."""
-        return (self.routers or ("round-robin",)) if self.pods > 1 else (None,)
+        return (self.routers or (RouterConfig.name,)) if self.pods > 1 else (None,)
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     sizing: SizingConfig = field(default_factory=SizingConfig)
-    # batch limits left to the serving engine's defaults (resolved before an engine is built)
-    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(max_num_seqs=None,
-                                                                                max_num_batched_tokens=None))
+    scheduler: SchedulerConfig = ENGINE_LIMITS
     workload: dict[str, Any] = field(default_factory=dict)  # how the requests were made, for the record
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
@@ -73,14 +76,18 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"--mode must be simulated or real, got '{self.mode}'")
+            raise SettingError("{mode} must be simulated or real, got '{got}'", got=self.mode)
         if self.mode == "real" and self.cluster.pods > 1:
-            raise ValueError("--pods needs simulated mode; real mode runs one engine")
+            raise SettingError("{pods} needs simulated mode; real mode runs one engine")
         if self.step_model is not None and self.mode != "simulated":
-            raise ValueError("--step-model / --calibration time simulated steps; drop them with --mode real")
+            raise SettingError("{step_model} time simulated steps; drop them with {mode} real")
         if (self.max_concurrency is not None or self.vllm_figures) and (self.mode != "simulated"
                                                                         or self.cluster.pods > 1):
-            raise ValueError("--max-concurrency and --format vllm need simulated mode with one pod")
+            raise SettingError("{max_concurrency} and {vllm_figures} need simulated mode with one "
+                               "pod")
+        if self.scheduler.preemption != "swap" and self.sizing.swap_space_gib:
+            # the swap area is set aside for swap preemption only; recorded as none otherwise
+            object.__setattr__(self, "sizing", dataclasses.replace(self.sizing, swap_space_gib=0.0))
 
     @classmethod
     def from_flat(cls, **settings: Any) -> BenchConfig:

@@ -51,6 +51,7 @@ class RayExecutor:
 
 Executor = LocalExecutor | RayExecutor
 EXECUTORS = {"local": LocalExecutor, "ray": RayExecutor}
+DEFAULT_EXECUTOR = "local"  # this machine's process pool
 
 
 def make_executor(name: str, workers: int | None = None, address: str | None = None) -> Executor:

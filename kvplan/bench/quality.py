@@ -11,6 +11,7 @@ from typing import Any
 
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.results import ResultRecord, make_record, write_jsonl
+from kvplan.spec.setting_error import SettingError
 
 GIB = 2**30
 DEFAULT_POOL_GIB = 0.25  # the KV pool max_concurrency is computed against, without --kv-cache-gib
@@ -74,7 +75,7 @@ def run_quality_table(model: str, model_path: Path | None, layers: int | None, d
         quality_setup(optimization, kv_budget)  # reject bad names before loading anything
     resolved = resolve_device(device)
     if resolved != "cpu":
-        raise ValueError("quality measurement runs on CPU (token by token); use --device cpu")
+        raise SettingError("quality measurement runs on CPU (token by token); use {device} cpu")
     tokens = load_tokens(text, tokenizer, str(model_path) if model_path else None)
     dtype = "fp32" if model_dtype == "auto" else model_dtype
     lm, _ = load_causal_lm(model, str(model_path) if model_path else None, layers, dtype, resolved, seed)

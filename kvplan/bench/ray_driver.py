@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
+from kvplan.spec.setting_error import SettingError
+
 POLL_S = 0.1  # longest wait for a Ray result before the driver checks for a stop request
 INIT_GRACE_S = 20.0  # how long an orphaned driver waits for ray.init before it exits without Ray's teardown
 RESULT, DONE, FAILED = "result", "done", "failed"
@@ -39,7 +41,7 @@ def run_on_ray(items: Sequence[Any], address: str | None, on_result: Callable[[A
     """Call on_result(work(item)) for every item, in completion order, on Ray; `work` is a
     module-level function (pickled by name), a sweep's run_point by default."""
     if importlib.util.find_spec("ray") is None:
-        raise ValueError("--executor ray needs Ray: pip install 'kvplan[ray]'")
+        raise SettingError("{executor} ray needs Ray: pip install 'kvplan[ray]'")
     read_fd, write_fd = os.pipe()
     try:
         child = subprocess.Popen([sys.executable, "-m", "kvplan.bench.ray_driver", str(write_fd)],

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kvplan.spec.setting_error import SettingError
+
 FIGURES = ("ttft", "tpot", "e2e")
 PERCENTILES = ("p50", "p90", "p99")
 _UNITS = {"ms": 1e-3, "s": 1.0, "": 1.0}
@@ -69,13 +71,14 @@ def parse_slo(text: str) -> Slo:
     for part in (p.strip() for p in text.split(",")):
         match = _TARGET.match(part.lower())
         if not match:
-            raise ValueError(f"--slo: cannot read '{part}'; write FIGURE_PCT=LIMIT with FIGURE one of "
-                             f"{', '.join(FIGURES)}, PCT one of {', '.join(PERCENTILES)}, e.g. ttft_p90=2s,tpot_p90=60ms")
+            raise SettingError("{slo}: cannot read '{part}'; write FIGURE_PCT=LIMIT with FIGURE one of {figures}, "
+                               "PCT one of {percentiles}, e.g. ttft_p90=2s,tpot_p90=60ms", part=part,
+                               figures=", ".join(FIGURES), percentiles=", ".join(PERCENTILES))
         figure, percentile, number, unit = match.groups()
         limit = float(number) * _UNITS[unit]
         if not math.isfinite(limit) or limit <= 0:
-            raise ValueError(f"--slo: the limit of '{part}' must be a positive time, e.g. 2s or 60ms")
+            raise SettingError("{slo}: the limit of '{part}' must be a positive time, e.g. 2s or 60ms", part=part)
         targets.append(Target(figure, percentile, limit))
     if len({(t.figure, t.percentile) for t in targets}) < len(targets):
-        raise ValueError("--slo names the same figure and percentile twice; give each once")
+        raise SettingError("{slo} names the same figure and percentile twice; give each once")
     return Slo(tuple(targets))

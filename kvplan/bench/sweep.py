@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.bench.config import FLAT_NAMES
-from kvplan.bench.executors import EXECUTORS, make_executor
+from kvplan.bench.executors import DEFAULT_EXECUTOR, EXECUTORS, make_executor
 from kvplan.bench.sweep_checks import check_sweep_data
-from kvplan.bench.sweep_point import DEFAULT_GPU, WORKLOAD_KEYS, run_point
+from kvplan.bench.sweep_point import WORKLOAD_KEYS, run_point
 from kvplan.bench.sweep_store import finished_records, rewrite
 from kvplan.results import ResultRecord, dumps
 
-__all__ = ["DEFAULT_GPU", "EXECUTORS", "SweepSpec", "load_spec", "point_id", "run_point", "run_sweep"]
+__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "SweepSpec", "load_spec", "point_id", "run_point",
+           "run_sweep"]
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,9 @@ def load_spec(path: str | Path) -> SweepSpec:
                      {str(k): float(v) for k, v in (data.get("prices") or {}).items()})
 
 
-def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = "local", workers: int | None = None,
-              address: str | None = None, progress: Callable[[int, int], None] | None = None,
+def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = DEFAULT_EXECUTOR,
+              workers: int | None = None, address: str | None = None,
+              progress: Callable[[int, int], None] | None = None,
               notify: Callable[[str], None] | None = None) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
     runner = make_executor(executor, workers, address)  # an unknown one fails before any output is touched

@@ -8,10 +8,8 @@ from typing import Any
 
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.workloads import WorkloadSpec
-from kvplan.core.engine_factory import SizingConfig
 from kvplan.results import ResultRecord, error_record
 
-DEFAULT_GPU = SizingConfig.gpu  # a sweep without gpu runs on `kvplan bench`'s default GPU
 # Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
 WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
 
@@ -19,14 +17,14 @@ WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadS
 def run_point(point: dict[str, Any]) -> ResultRecord:
     """One grid point -> one result record (or an error record). Runs in a worker.
 
-    The point's workload is made exactly as `kvplan bench` makes it (bench.run.prepare):
-    same defaults, max_model_len from the model for traces."""
+    The point's settings are read as `kvplan bench`'s options are (BenchConfig.from_flat,
+    WorkloadSpec): a setting the point leaves out takes the default bench's option shows, and
+    the workload is made as bench makes it (bench.run.prepare)."""
     from kvplan.bench.matrix import run_matrix
     from kvplan.bench.run import prepare
 
     settings = {k: v for k, v in point.items() if k != "point_id"}
     swept = dict(settings)  # an error record names every setting of its point
-    settings.setdefault("gpu", DEFAULT_GPU)
     try:
         optimization = settings.pop("optimization", "paged")
         workload = WorkloadSpec(**{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS})

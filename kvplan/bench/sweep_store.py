@@ -14,13 +14,14 @@ from pathlib import Path
 
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import write_text
+from kvplan.spec.setting_error import SettingError
 
 SWEEP_KINDS = ("bench", "error")
 
 
 def _foreign(results: Path, number: int, what: str) -> ValueError:
-    return ValueError(f"{results}:{number}: {what}; this results.jsonl was not written by kvplan sweep "
-                      "(or was edited), so it is left as it is: pass a new --out folder")
+    return SettingError("{where}: {what}; this results.jsonl was not written by kvplan sweep (or was edited), "
+                        "so it is left as it is: pass a new {out} folder", where=f"{results}:{number}", what=what)
 
 
 def finished_records(results: Path) -> list[ResultRecord]:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.spec import ModelSpec
+from kvplan.spec.setting_error import SettingError
+from kvplan.workload.bench_load import BenchLoad
 from kvplan.workload.request import Request
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -41,12 +43,13 @@ class WorkloadSpec:
     time_scale: float = 1.0
     samples: int = 1
     params: dict[str, Any] = field(default_factory=dict)  # generator settings (--workload-param)
-    # vLLM-bench settings, read for --workload random or --rate inf only.
-    input_len: int = 1024
-    output_len: int = 128
+    # vLLM-bench settings (defaults: vLLM's client's), read for --workload random or --rate inf
+    # only.
+    input_len: int = BenchLoad.input_len
+    output_len: int = BenchLoad.output_len
     random_range_ratio: float | None = None  # None: the client's default, fixed lengths
     range_below: bool = False  # the benchmark client before vLLM 0.8.4 read the ratio as a floor
-    burstiness: float = 1.0
+    burstiness: float = BenchLoad.burstiness
 
     @property
     def vllm_shaped(self) -> bool:
@@ -55,9 +58,10 @@ class WorkloadSpec:
 
     def __post_init__(self) -> None:
         if self.num_requests is not None and self.num_requests < 1:
-            raise ValueError(f"--num-requests must be at least 1, got {self.num_requests}")
+            raise SettingError("{num_requests} must be at least 1, got {got}",
+                               got=self.num_requests)
         if self.samples < 1:
-            raise ValueError(f"--samples must be at least 1, got {self.samples}")
+            raise SettingError("{samples} must be at least 1, got {got}", got=self.samples)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
     if max_model_len is None:
         max_model_len = default_max_model_len(model, mode, spec.trace is not None)
     if max_model_len < 2:
-        raise ValueError(f"--max-model-len must be at least 2, got {max_model_len}")
+        raise SettingError("{max_model_len} must be at least 2, got {got}", got=max_model_len)
     skipped = 0
     if spec.trace is not None:
         loaded = load_trace(spec.trace, spec.trace_format, skip_bad_lines=spec.skip_bad_lines,
@@ -109,7 +113,8 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
                                      arrival=spec.arrival, cv=spec.cv, seed=seed, max_model_len=max_model_len,
                                      stats_path=spec.stats_path, **params)
         except TypeError as err:  # an unknown --workload-param name
-            raise ValueError(f"--workload-param: {err}; see the generator's parameters in the README") from None
+            raise SettingError("{params}: {err}; see the generator's parameters in the README",
+                               err=err) from None
         info = {"kind": spec.kind, "rate": spec.rate, "arrival": spec.arrival, "cv": spec.cv, **params}
     if spec.samples > 1:  # parallel samples share the prompt's blocks copy-on-write
         requests = [dataclasses.replace(r, n=spec.samples) for r in requests]
@@ -118,10 +123,11 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
 
 
 def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], dict[str, Any]]:
-    from kvplan.workload.vllm_bench import BenchLoad, bench_requests
+    from kvplan.workload.vllm_bench import bench_requests
 
     if spec.kind not in VLLM_DATASETS:
-        raise ValueError(f"--rate inf goes with --workload random or sharegpt (vLLM's datasets), not {spec.kind}")
+        raise SettingError("{rate} inf goes with {workload} random or sharegpt (vLLM's datasets), "
+                           "not {kind}", kind=spec.kind)
     load = BenchLoad(dataset=spec.kind, num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
                      input_len=spec.input_len, output_len=spec.output_len, range_ratio=spec.random_range_ratio or 0.0,
                      range_below=spec.range_below and spec.random_range_ratio is not None, request_rate=spec.rate,
@@ -137,7 +143,7 @@ def parse_workload_params(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise ValueError(f"--workload-param '{pair}' needs NAME=VALUE, e.g. doc_len=2048")
+            raise SettingError("{params} '{pair}' needs NAME=VALUE, e.g. doc_len=2048", pair=pair)
         text = value.strip()
         try:
             params[name.strip()] = int(text)
@@ -148,6 +154,7 @@ def parse_workload_params(pairs: list[str]) -> dict[str, Any]:
                 params[name.strip()] = text
             else:  # "nan" and "inf" parse as floats but are never a setting
                 if not math.isfinite(params[name.strip()]):
-                    raise ValueError(f"--workload-param '{pair}': the value must be a finite number")
+                    raise SettingError("{params} '{pair}': the value must be a finite number",
+                                       pair=pair)
     return params
 

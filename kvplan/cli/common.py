@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvplan.cli.interrupts import Terminated, sigterm_raises
+from kvplan.spec.setting_error import SettingError
 
 console = Console()
 error_console = Console(stderr=True, highlight=False)
@@ -55,13 +56,32 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
 
 
 def error_message(err: BaseException) -> str:
-    """The first line of an error, naming the user's path for file-system errors."""
+    """The first line of an error, naming the user's path for file-system errors and each
+    setting a library error names by its flag."""
     if isinstance(err, RecursionError):
         return "input nested too deeply to be read; check the file"
-    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    text = err.named(flag_of) if isinstance(err, SettingError) else str(err)
+    message = text.splitlines()[0] if text else type(err).__name__
     if isinstance(err, OSError) and err.filename:
         message = f"cannot use '{err.filename}': {err.strerror}; check the path and permissions"
     return message
+
+
+# Settings whose flag is not the setting's name with dashes (library errors name settings,
+# kvplan.spec.setting_error). A setting whose value comes from two flags names both.
+FLAGS = {
+    "params": "--workload-param", "vllm_figures": "--format vllm",
+    "step_model": "--step-model / --calibration", "swap_slots": "--swap-space-gib",
+    "scheduler_steps": "--num-scheduler-steps",
+    "request_rate": "--rate", "range_ratio": "--random-range-ratio",  # vLLM's client's names
+    "reserve_bytes": "--reserve-gib", "kv_cache_bytes": "--kv-cache-gib",
+    "gpu_memory_gib": "--gpu-mem-gib",
+}
+
+
+def flag_of(setting: str) -> str:
+    """The command line's spelling of a setting: `max_num_seqs` -> `--max-num-seqs`."""
+    return FLAGS.get(setting) or "--" + setting.replace("_", "-")
 
 
 def fail(message: str) -> None:
@@ -73,6 +93,7 @@ def fail(message: str) -> None:
 # Help panels: options grouped by what they set, in every command's --help.
 HARDWARE, KV_PANEL, ENGINE, WORKLOAD, OUTPUT = ("Model and hardware", "KV formats and policies", "Engine",
                                                 "Workload", "Output")
+CLUSTER, REAL_MODE, TIERS = "Cluster", "Real mode", "Offload tiers"
 
 # Option aliases shared by estimate, bench and later commands.
 ModelOpt = Annotated[str, typer.Option("--model", "-m", rich_help_panel=HARDWARE, metavar="NAME", help="Profile name (kvplan profiles models) or a config.json / model dir.")]

@@ -17,16 +17,18 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kvplan.bench.executors import DEFAULT_EXECUTOR
 from kvplan.cli.common import cli_errors, console, error_console, escape
 from kvplan.cli.fit_table import fitted_table
 from kvplan.results import ResultRecord
+from kvplan.results.latest import DEFAULT_FOLDER
 
 
 @cli_errors()
 def sweep(
     study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices].")],
-    out: Annotated[Path, typer.Option(metavar="DIR", help="Output folder: results.jsonl (one record per point) and study.csv.")] = Path("reports/sweep"),
-    executor: Annotated[str, typer.Option(metavar="NAME", help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = "local",
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Output folder: results.jsonl (one record per point) and study.csv.")] = DEFAULT_FOLDER / "sweep",
+    executor: Annotated[str, typer.Option(metavar="NAME", help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = DEFAULT_EXECUTOR,
     address: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
     workers: Annotated[Optional[int], typer.Option(metavar="N", help="Local executor processes (default: the CPU count).")] = None,
 ) -> None:

@@ -17,6 +17,7 @@ from kvplan.core.metrics import StepMetrics
 from kvplan.core.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence, Status
 from kvplan.core.summary import run_summary
+from kvplan.spec.setting_error import SettingError
 from kvplan.workload.request import Request
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just ended
@@ -43,8 +44,8 @@ class Engine:
         if not config.chunked_prefill and tokens < max_model_len:
             # A preempted request recomputes prompt + generated tokens in one step without
             # chunking; vLLM refuses this configuration for the same reason.
-            raise ValueError(f"without chunked prefill --max-num-batched-tokens ({tokens}) "
-                             f"must be at least --max-model-len ({max_model_len})")
+            raise SettingError("without chunked prefill {max_num_batched_tokens} ({tokens}) must be at least "
+                               "{max_model_len} ({limit})", tokens=tokens, limit=max_model_len)
         self.allocator = allocator
         self.runner = runner
         self.max_model_len = max_model_len

@@ -31,6 +31,7 @@ from kvplan.plan import sglang_defaults
 from kvplan.plan.versions import Version, on_or_after, parse_version
 from kvplan.spec import ModelSpec
 from kvplan.spec.profiles import profiles_dir
+from kvplan.spec.setting_error import SettingError
 
 SAMPLER_BYTES_PER_LOGIT = {"sort-copy": 32.0, "sort": 28.0, "flashinfer": 10.0, "triton": 14.0, "v2": 2.0}
 SAMPLER_PATH_NAMES = {"sort-copy": "PyTorch sort top-k/top-p, 32 B per logit", "sort": "PyTorch sort top-k/top-p, 28 B per logit",
@@ -132,7 +133,7 @@ def engine_generation(engine: str | None, version: str | None = None) -> str:
     if name in GENERATIONS:
         return name
     if name not in ENGINE_NAMES:
-        raise ValueError(f"--engine must be vllm or sglang, got '{engine}'")
+        raise SettingError("{engine} must be vllm or sglang, got '{got}'", got=engine)
     if name == "sglang":
         return "sglang"
     release = parse_version(version)

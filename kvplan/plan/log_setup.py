@@ -21,6 +21,7 @@ from kvplan.spec.profiles import gpu_profiles
 from kvplan.spec.resolve import load_gpu, parse_query, strip_suffixes
 from kvplan.spec.resolve import resolve_model as resolve_name
 from kvplan.spec.server_log import ServerLog
+from kvplan.spec.setting_error import SettingError
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes:
     engine's KV arithmetic is predicted, and no GPU needs to be known."""
     setup = replace(setup, **overrides) if overrides else setup
     if setup.model is None:
-        raise ValueError(f"{setup.model_failure or 'the log names no model'}; pass --model NAME")
+        raise SettingError("{failure}; pass {model} NAME", failure=setup.model_failure or "the log names no model")
     model = setup.model
     gpu = setup.gpu or gpu_profiles()["h100-80gb"]
     if setup.gpu is not None:
@@ -161,7 +162,7 @@ def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes:
     elif kv_bytes is not None:
         total, source = gpu.usable_memory_bytes, "the log's available KV memory"
     else:
-        raise ValueError("the log does not name a GPU kvplan knows; pass --gpu PROFILE")
+        raise SettingError("the log does not name a GPU kvplan knows; pass {gpu} PROFILE")
     share = stage_layers_share(model, setup.pp)
     weights = loaded_weight_bytes_per_gpu(model, gpu, setup.tp, setup.weight_dtype, setup.engine, setup.expert_split)
     weights = weights * share if setup.pp > 1 else weights

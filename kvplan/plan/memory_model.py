@@ -52,6 +52,7 @@ from kvplan.plan.engine_releases import (
 )
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
+from kvplan.spec.setting_error import SettingError
 
 GIB = 2**30
 ENGINES = ("vllm-v1", "vllm-v0", "sglang")
@@ -98,7 +99,7 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
+            raise SettingError("{engine} must be one of {known}, got '{got}'", known=", ".join(ENGINES), got=self.engine)
         for name in ("max_num_batched_tokens", "max_num_seqs"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -24,6 +24,7 @@ from kvplan.core.engine import Engine
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
 from kvplan.sim.step_model import COST_FIELDS
+from kvplan.spec.setting_error import SettingError
 from kvplan.workload.request import Request
 
 
@@ -81,7 +82,7 @@ def run_client(engine: Engine, requests: list[Request], max_concurrency: int | N
                request_rate: float = math.inf, token_times: bool = True, record_costs: bool = False) -> ClientRun:
     """Send `requests` (arrival_s = scheduled send time) to `engine`; run until all end."""
     if max_concurrency is not None and max_concurrency < 1:
-        raise ValueError(f"--max-concurrency must be at least 1, got {max_concurrency}")
+        raise SettingError("{max_concurrency} must be at least 1, got {got}", got=max_concurrency)
     observer = StepObserver(engine.runner, token_times=token_times, costs=record_costs)
     engine.runner = observer
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))

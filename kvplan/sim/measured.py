@@ -30,6 +30,7 @@ from kvplan.plan.log_setup import weight_dtype_hint
 from kvplan.plan.versions import released_before
 from kvplan.sim.factor_table import engine_generation
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.setting_error import SettingError
 
 METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms", "latency_avg_s")
 # An offered rate up to this multiple of the saturation rate is not counted as saturating:
@@ -156,7 +157,7 @@ def read_vllm_block(path: Path, settings: dict[str, Any]) -> MeasuredRun:
 def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> MeasuredRun:
     for key in ("model", "gpu"):
         if not settings.get(key) and not (key == "model" and data.get("model_id")):
-            raise ValueError(f"{path}: the result does not name the {key}; pass --{key}")
+            raise SettingError("{where}: the result does not name the {what}; pass {" + key + "}", where=path, what=key)
     completed = int(_float(data.get("completed")) or settings.get("num_prompts") or 0)
     if completed < 1:
         raise ValueError(f"{path}: no completed requests in the result; pass a run that finished requests")
@@ -165,7 +166,7 @@ def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> 
     input_len = settings.get("input_len") or (round(total_in / completed) if total_in else None)
     output_len = settings.get("output_len") or (round(total_out / completed) if total_out else None)
     if dataset == "random" and not (input_len and output_len):
-        raise ValueError(f"{path}: the result has no token totals; pass --input-len and --output-len")
+        raise SettingError("{where}: the result has no token totals; pass {input_len} and {output_len}", where=path)
     rate = _float(data.get("request_rate"))
     concurrency = _float(data.get("max_concurrency")) or settings.get("max_concurrency")
     return MeasuredRun(

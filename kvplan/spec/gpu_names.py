@@ -33,8 +33,9 @@ from functools import cache
 
 from kvplan.spec.gpu import GpuSpec
 from kvplan.spec.profiles import gpu_profiles, lookup
+from kvplan.spec.setting_error import SettingError
 
-HINT = "run 'kvplan profiles gpus' for the list or pass --gpu-mem-gib"
+HINT = "run 'kvplan profiles gpus' for the list or pass {gpu_memory_gib}"  # a SettingError template
 # Series words that text may leave out before the model number ("A6000", "RTX 3090", "3090").
 OPTIONAL_PREFIXES = ("rtx",)
 # Package words as names write them -> the catalog's form.
@@ -166,10 +167,10 @@ def _pick_default(candidates: list[GpuSpec]) -> GpuSpec:
 def match_gpu_name(text: str) -> GpuMatch:
     """The catalog entry a GPU name names, with what was read and assumed (module docstring)."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"empty GPU name; {HINT}")
+        raise SettingError("empty GPU name; " + HINT)
     catalog = gpu_profiles()
     try:  # an exact profile name or alias, as the catalog's own lookup reads it
-        exact: GpuSpec | None = lookup(text, catalog, "GPU", HINT)
+        exact: GpuSpec | None = lookup(text, catalog, "GPU", "")
     except ValueError:
         exact = None
     if exact is not None:
@@ -191,12 +192,13 @@ def match_gpu_name(text: str) -> GpuMatch:
     low = _COUNT.sub(" ", low)
     products, figures = _find_products(_tokens(low))
     if not products:
-        raise ValueError(f"no GPU kvplan knows in '{text}'; {HINT}")
+        raise SettingError("no GPU kvplan knows in '{text}'; " + HINT, text=text)
     figures += [float(m) for m in _MEMORY.findall(low)]
 
     candidates = [s for p in products for s in catalog.values() if s.product == p and s.mig == profile]
     if not candidates:
-        raise ValueError(f"'{text}': no catalog entry for MIG {profile} on {' / '.join(products)}; {HINT}")
+        raise SettingError("'{text}': no catalog entry for MIG {profile} on {products}; " + HINT, text=text,
+                           profile=profile, products=" / ".join(products))
     notes = []
     candidates, unmatched = _by_memory(candidates, figures)
     if unmatched:

@@ -1,8 +1,10 @@
 """One set of rules for every number a user types: flags, `--sweep` axes and sweep files.
 
-RULES is keyed by the flag's name without dashes (`kv-cache-gib`); a sweep file's
-underscored names (`kv_cache_gib`) and `--sweep` axes map onto the same entry, so a value
-refused as a flag is refused as an axis too. Every rule demands a finite number (no NaN,
+RULES is keyed by the setting's name (`kv_cache_gib`); a flag's or a `--sweep` axis's
+dashed name (`kv-cache-gib`) maps onto the same entry, so a value refused as a flag is
+refused as an axis or a sweep-file key too. A refused value is a SettingError naming the
+setting (the command line words it as the flag), or a ValueError after the caller's label
+(a sweep file's table and key). Every rule demands a finite number (no NaN,
 no inf), a whole number where counts are meant, and a range; the upper bounds are far
 beyond any real deployment and exist to catch typos (1e300) before they reach numpy or an
 allocation. Grid products are bounded before a grid is built.
@@ -13,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from kvplan.spec.setting_error import SettingError
 
 GIB_MAX = 2.0**20  # 1 PiB expressed in GiB/GB: beyond any one machine
 TOKENS_MAX = 2**30  # the estimator's MAX_TOKENS
@@ -55,79 +59,97 @@ RULES: dict[str, NumberRule] = {
     "tp": _int(1, 1024),
     "batch": _int(1, TOKENS_MAX),
     "context": _int(1, TOKENS_MAX),
-    "max-model-len": _int(2, TOKENS_MAX),
-    "block-size": _int(1, 2**16),  # vLLM's largest is 256; 65,536 leaves room without int64 overflow
-    "gpu-memory-utilization": _float(0.0, 1.0),
-    "kv-cache-gib": _float(0.0, GIB_MAX),
-    "reserve-gib": _float(0.0, GIB_MAX, low_open=False),
-    "gpu-mem-gib": _float(0.0, GIB_MAX),
-    "params-b": _float(0.0, 1e7),
-    "kv-budget": _int(1, TOKENS_MAX),
+    "max_model_len": _int(2, TOKENS_MAX),
+    "block_size": _int(1, 2**16),  # vLLM's largest is 256; 65,536 leaves room without int64 overflow
+    "gpu_memory_utilization": _float(0.0, 1.0),
+    "kv_cache_gib": _float(0.0, GIB_MAX),
+    "reserve_gib": _float(0.0, GIB_MAX, low_open=False),
+    "gpu_mem_gib": _float(0.0, GIB_MAX),
+    "params_b": _float(0.0, 1e7),
+    "kv_budget": _int(1, TOKENS_MAX),
     # bench workload and scheduler
     "rate": _float(0.0, 1e9, low_open=False),  # 0 is fine for burst arrivals; poisson checks > 0 itself
     "cv": _float(0.0, 1e6, low_open=False),  # only gamma arrivals use it, and check it
-    "num-requests": _int(1, 10**8),
-    "max-num-seqs": _int(1, 2**20),
-    "max-num-batched-tokens": _int(1, TOKENS_MAX),
-    "swap-space-gib": _float(0.0, GIB_MAX, low_open=False),
+    "num_requests": _int(1, 10**8),
+    "max_num_seqs": _int(1, 2**20),
+    "max_num_batched_tokens": _int(1, TOKENS_MAX),
+    "swap_space_gib": _float(0.0, GIB_MAX, low_open=False),
     "samples": _int(1, 1024),
-    "input-len": _int(1, TOKENS_MAX),  # vLLM-bench random dataset
-    "output-len": _int(1, TOKENS_MAX),
-    "random-range-ratio": _float(0.0, 1.0, low_open=False),
+    "input_len": _int(1, TOKENS_MAX),  # vLLM-bench random dataset
+    "output_len": _int(1, TOKENS_MAX),
+    "random_range_ratio": _float(0.0, 1.0, low_open=False),
     "burstiness": _float(0.0, 1e6),
-    "max-concurrency": _int(1, 2**20),
+    "max_concurrency": _int(1, 2**20),
     "seed": _int(0, 2**63 - 1),
-    "time-scale": _float(0.0, 1e9),
+    "time_scale": _float(0.0, 1e9),
     "pods": _int(1, 2**14),
-    "w-hit": _float(0.0, 1e6, low_open=False),
-    "w-load": _float(0.0, 1e6, low_open=False),
-    "cpu-cache-gb": _float(0.0, GIB_MAX, low_open=False),
-    "disk-cache-gb": _float(0.0, GIB_MAX, low_open=False),
-    "host-link-gbps": _float(0.0, 1e6),
-    "nvme-gbps": _float(0.0, 1e6),
+    "w_hit": _float(0.0, 1e6, low_open=False),
+    "w_load": _float(0.0, 1e6, low_open=False),
+    "cpu_cache_gb": _float(0.0, GIB_MAX, low_open=False),
+    "disk_cache_gb": _float(0.0, GIB_MAX, low_open=False),
+    "host_link_gbps": _float(0.0, 1e6),
+    "nvme_gbps": _float(0.0, 1e6),
     "layers": _int(1, 2**16),
     "workers": _int(1, 4096),
     # plan
-    "max-gpus": _int(1, 2**20),
-    "kv-link-gbps": _float(0.0, 1e6),
+    "max_gpus": _int(1, 2**20),
+    "kv_link_gbps": _float(0.0, 1e6),
 }
 
 MAX_GRID_POINTS = 2_000_000  # an estimate sweep row costs ~200 B per column: ~7 GB beyond this
 MAX_SWEEP_POINTS = 100_000  # bench sweep points: each runs a whole simulation
 
 
+def setting_name(name: str) -> str:
+    """A flag's, axis's or sweep-file key's name as the setting's: `kv-cache-gib` -> `kv_cache_gib`."""
+    return name.strip().lower().replace("-", "_")
+
+
 def rule_for(name: str) -> NumberRule | None:
-    """The rule for a flag, a `--sweep` axis or a sweep-file key (dashes or underscores)."""
-    return RULES.get(name.strip().lower().replace("_", "-"))
+    """The rule for a setting, a flag, a `--sweep` axis or a sweep-file key (dashes or underscores)."""
+    return RULES.get(setting_name(name))
 
 
-def check_number(name: str, value: Any, label: str | None = None) -> int | float:
-    """`value` validated by the rule for `name`; ValueError naming `label` (default --NAME)."""
+def refused(name: str, problem: str, label: str | None = None, within: str | None = None,
+            separator: str = " ") -> ValueError:
+    """The error for a refused number: after `label` when given (plain text: a sweep file's
+    key), else a SettingError naming the setting, or naming `within` and the value's part of
+    it (an axis of `--sweep`)."""
+    if label is not None:
+        return ValueError(f"{label}{separator}{problem}")
+    if within is not None:
+        return SettingError(f"{{{within}}} {{axis}}{separator}{{problem}}", axis=name, problem=problem)
+    return SettingError(f"{{{setting_name(name)}}}{separator}{{problem}}", problem=problem)
+
+
+def check_number(name: str, value: Any, label: str | None = None, within: str | None = None) -> int | float:
+    """`value` validated by the rule for `name`; refused as `refused` words it."""
     rule = rule_for(name)
-    label = label or f"--{name.replace('_', '-')}"
     if rule is None:
         raise KeyError(f"no number rule for '{name}'")
+    problem = f"must be {rule.describe()}, got {_show(value)}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{label} must be {rule.describe()}, got {_show(value)}")
+        raise refused(name, problem, label, within)
     bad_range = value < rule.low or value > rule.high or (rule.low_open and value == rule.low)
     if not math.isfinite(value) or bad_range or (rule.kind is int and not float(value).is_integer()):
-        raise ValueError(f"{label} must be {rule.describe()}, got {_show(value)}")
+        raise refused(name, problem, label, within)
     return int(value) if rule.kind is int else float(value)
 
 
-def check_numbers(values: dict[str, Any], label: str = "--{name}") -> None:
-    """Check every value whose name has a rule (None means "not given" and passes)."""
+def check_numbers(values: dict[str, Any]) -> None:
+    """Check every value whose setting has a rule (None means "not given" and passes)."""
     for name, value in values.items():
         if value is not None and rule_for(name) is not None:
-            check_number(name, value, label.format(name=name.replace("_", "-")))
+            check_number(name, value)
 
 
 SIZE_SUFFIXES = {"k": 1024, "m": 1024**2}  # 32k = 32,768 tokens, as `--sweep context=1k..128k` reads it
 
 
-def parse_count(text: str, name: str, label: str) -> int | float:
+def parse_count(text: str, name: str, within: str | None = None) -> int | float:
     """A count typed as text with an optional k / m suffix (binary: 32k = 32,768), checked by
-    the rule for `name`; flags and `--sweep` axes read sizes through this one function."""
+    the rule for `name`; flags and `--sweep` axes (`within="sweep"`) read sizes through this
+    one function."""
     cleaned = str(text).strip().lower().replace(",", "").replace("_", "")
     scale = 1
     if cleaned and cleaned[-1] in SIZE_SUFFIXES:
@@ -135,18 +157,23 @@ def parse_count(text: str, name: str, label: str) -> int | float:
     try:
         value = float(cleaned) * scale
     except ValueError:
-        raise ValueError(f"{label}: '{text}' is not a number; write e.g. 32768 or 32k") from None
-    return check_number(name, value, label)
+        raise refused(name, f"'{text}' is not a number; write e.g. 32768 or 32k", within=within,
+                      separator=": ") from None
+    return check_number(name, value, within=within)
 
 
 def parse_optional_count(text: str | None, name: str) -> int | None:
     """A flag's count (`--context 32k`), or None when the flag was not given."""
-    return None if text is None else int(parse_count(text, name, f"--{name}"))
+    return None if text is None else int(parse_count(text, name))
 
 
-def check_grid_size(sizes: list[int], limit: int, label: str, fix: str) -> int:
-    """The product of axis sizes, refused above `limit` before anything is allocated."""
+def check_grid_size(sizes: list[int], limit: int, label: str, fix: str, within: str | None = None) -> int:
+    """The product of axis sizes, refused above `limit` before anything is allocated; the
+    error begins with `label`, after the setting `within` names when given."""
     total = math.prod(sizes)
     if total > limit:
-        raise ValueError(f"{label}: the grid has {total:,} points, more than {limit:,}; {fix}")
+        problem = f"{label}: the grid has {total:,} points, more than {limit:,}; {fix}"
+        if within is not None:
+            raise SettingError(f"{{{within}}}{{problem}}", problem=problem)
+        raise ValueError(problem)
     return total

@@ -25,53 +25,17 @@ get_request does. --max-concurrency is not a send time: the closed-loop client
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from kvplan.workload.bench_load import BenchLoad
 from kvplan.workload.request import Request
 from kvplan.workload.synthetic import sharegpt
 
 SHAREGPT_MIN_LEN = 4  # vLLM's is_valid_sequence: min_len
 SHAREGPT_MAX_PROMPT = 1024
 SHAREGPT_MAX_TOTAL = 2048
-
-
-@dataclass(frozen=True)
-class BenchLoad:
-    """What `vllm bench serve` was told: dataset, lengths, how many, how fast."""
-
-    dataset: str = "random"  # random or sharegpt
-    num_prompts: int = 1000
-    input_len: int = 1024
-    output_len: int = 128
-    range_ratio: float = 0.0
-    # vLLM's benchmark before 0.8.4 read the ratio as a floor: lengths in [len x r, len], its
-    # default 1.0 meaning fixed; from 0.8.4, [len x (1 - r), len x (1 + r)], default 0.0
-    range_below: bool = False
-    request_rate: float = math.inf
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.dataset not in ("random", "sharegpt"):
-            raise ValueError(f"unknown benchmark dataset '{self.dataset}'; use random or sharegpt")
-        if self.num_prompts < 1:
-            raise ValueError(f"--num-prompts must be at least 1, got {self.num_prompts}")
-        if self.input_len < 1 or self.output_len < 1:
-            raise ValueError("--input-len and --output-len must be at least 1")
-        if self.range_below and not 0.0 <= self.range_ratio <= 1.0:
-            raise ValueError(f"--random-range-ratio must be in [0, 1] (vLLM before 0.8.4), got {self.range_ratio}")
-        if not self.range_below and not 0.0 <= self.range_ratio < 1.0:
-            raise ValueError(f"--random-range-ratio must be in [0, 1) (vLLM 0.8.4 and later; before it 1.0 meant "
-                             f"fixed lengths: give --engine-version), got {self.range_ratio}")
-        if not self.request_rate > 0:
-            raise ValueError(f"--rate must be positive or inf, got {self.request_rate}")
-        if not self.burstiness > 0:
-            raise ValueError(f"--burstiness must be positive, got {self.burstiness}")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ValueError(f"--max-concurrency must be at least 1, got {self.max_concurrency}")
+__all__ = ["BenchLoad", "bench_requests", "random_lengths", "send_times", "sharegpt_lengths"]
 
 
 def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,

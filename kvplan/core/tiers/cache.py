@@ -22,7 +22,7 @@ from typing import Any
 from kvplan.core.tiers.arc import ARCSet
 from kvplan.core.tiers.lru import LRUSet
 
-TIER_POLICIES = ("lru", "arc")
+TIER_POLICIES = ("lru", "arc")  # the first is the default (TierConfig's too)
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Tier:
     name: str
     capacity_blocks: int
     bandwidth: float  # bytes/s to and from the device
-    policy: str = "lru"
+    policy: str = TIER_POLICIES[0]
     blocks: LRUSet | ARCSet = field(init=False)
     stats: TierStats = field(default_factory=TierStats)
 

@@ -1,0 +1,127 @@
+"""Engine: how the serving engine sizes its pool and schedules (SizingConfig's and
+SchedulerConfig's fields) and how its steps are timed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from kvplan.cli.common import ENGINE, BlockSizeOpt, EngineOpt, EngineVersionOpt, UtilOpt
+from kvplan.cli.panels.defaults import RUN, SIZING
+from kvplan.core.scheduler_config import SchedulerConfig
+
+SCHEDULER = RUN.scheduler  # batch limits left to the engine
+STEP_MODELS = ("fitted", "roofline")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    block_size: BlockSizeOpt = SIZING.block_size
+    gpu_memory_utilization: UtilOpt = SIZING.gpu_memory_utilization
+    kv_cache_gib: Annotated[
+        Optional[float],
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="GIB",
+            help="Fix the KV budget per GPU instead of deriving it from memory.",
+        ),
+    ] = SIZING.kv_cache_gib
+    max_num_seqs: Annotated[
+        Optional[int],
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="N",
+            help="Most sequences per step; default: the engine's for its release and GPU (vLLM: "
+            "1024 on >= 70 GiB GPUs but A100s, else 256).",
+        ),
+    ] = SCHEDULER.max_num_seqs
+    max_num_batched_tokens: Annotated[
+        Optional[int],
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="N",
+            help="Token budget per step; default: the engine's (vLLM serve: 8192 on >= 70 GiB "
+            "GPUs but A100s, else 2048).",
+        ),
+    ] = SCHEDULER.max_num_batched_tokens
+    engine: EngineOpt = SIZING.engine
+    engine_version: EngineVersionOpt = SIZING.engine_version
+    # one flag, no --chunked-prefill/--no- pair: the pair's second column squeezed the Engine
+    # panel's names at 80 columns
+    no_chunked_prefill: Annotated[
+        bool,
+        typer.Option(
+            "--no-chunked-prefill",
+            rich_help_panel=ENGINE,
+            metavar="",
+            help="Run each prefill whole in one step; by default long prefills are split across "
+            "steps (chunked prefill).",
+        ),
+    ] = not SCHEDULER.chunked_prefill
+    preemption: Annotated[
+        str,
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="NAME",
+            help="recompute (vLLM v1) or swap to a CPU area.",
+        ),
+    ] = SCHEDULER.preemption
+    swap_space_gib: Annotated[
+        float,
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="GIB",
+            help="CPU swap area per GPU for --preemption swap.",
+        ),
+    ] = SIZING.swap_space_gib
+    step_model: Annotated[
+        Optional[str],
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="NAME",
+            help="How steps are timed: fitted (the default: the step model with the shipped "
+            "factors of the GPU family and engine, printed with their held-out error) or "
+            "roofline (datasheet peak, a lower bound).",
+        ),
+    ] = RUN.step_model
+    calibration: Annotated[
+        Optional[Path],
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="FILE",
+            help="Time steps with the step model fitted by `kvplan calibrate` (this file).",
+        ),
+    ] = None
+
+    def check(self) -> None:
+        if self.step_model is not None and self.step_model not in STEP_MODELS:
+            raise ValueError(
+                f"--step-model must be fitted or roofline (or give --calibration FILE), "
+                f"got '{self.step_model}'"
+            )
+        if self.step_model is not None and self.calibration is not None:
+            raise ValueError(
+                f"--step-model {self.step_model} and --calibration FILE exclude each other; pick "
+                "one"
+            )
+
+    def settings(self) -> dict[str, Any]:
+        scheduler = SchedulerConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            chunked_prefill=not self.no_chunked_prefill,
+            preemption=self.preemption,
+        )
+        return {
+            "block_size": self.block_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "kv_cache_gib": self.kv_cache_gib,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "swap_space_gib": self.swap_space_gib,
+            "scheduler": scheduler,
+            "step_model": str(self.calibration) if self.calibration else self.step_model,
+        }
