@@ -1,10 +1,10 @@
-"""What the `kvplan bench` table shows: a registry of rows, each tied to the feature it is
-about, shown only when a run exercised that feature.
+"""What the `kvplan bench` table shows: rows of registered metrics, grouped by the feature
+each is about, a row shown only when a run exercised its feature.
 
-A row names a metric (one home each: core/summary.py and friends), a format and a rule
-for when it appears; `comparison()` turns result records into plain strings, so the CLI
-only lays them out. To add a feature's rows (an eviction policy's tokens dropped, a new
-tier), append Rows to ROWS; nothing else changes.
+A row names a metric of kvplan.core.metric_registry, which gives its label, unit and
+section (the metric's feature); the rows here only choose which metrics the table shows,
+in what order, when, and the notes under it. `comparison()` turns result records into plain
+strings, so the CLI only lays them out. To show a new metric, register it and add its Row.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
+from kvplan.core.metric_registry import Feature, Metric, Shape, Unit, metric
 from kvplan.results import ResultRecord
 
 Metrics = dict[str, Any]
@@ -21,86 +23,90 @@ _NUMBER = re.compile(r"\d+")
 PERCENTILES = ("p50", "p90", "p99")
 
 
-def _has(metric: str) -> Callable[[list[Metrics]], bool]:
-    return lambda runs: any(m.get(metric) is not None for m in runs)
-
-
-def _nonzero(metric: str) -> Callable[[list[Metrics]], bool]:
-    return lambda runs: any(m.get(metric) for m in runs)
-
-
-def _always(runs: list[Metrics]) -> bool:
-    return True
+class Shown(Enum):
+    ALWAYS = "always"
+    REPORTED = "when some run reports the metric"
+    NONZERO = "when some run's figure is not zero"
 
 
 @dataclass(frozen=True)
 class Row:
-    section: str
-    label: str
-    metric: str
-    fmt: str  # pct, int, float, rate, bytes, pcts (p50/p90/p99), pod_pcts, ratio, done
-    shown: Callable[[list[Metrics]], bool] = _always
-    hint: str = ""  # a short why, shown under the table when the row is
+    metric: str  # a registered metric: its label, unit and feature (the row's section)
+    shown: Shown = Shown.ALWAYS
+    hint: str = ""  # a short why, shown under the table after the row's label when the row is
+    pair: str = ""  # a second metric in the same cell, "first / second" (0 when it is missing)
+    ratio: bool = False  # the figure over the baseline run's, named by the metric's ratio_label
+    section: Feature | None = None  # a derived row's section, where not its metric's feature
+
+    @property
+    def entry(self) -> Metric:
+        return metric(self.metric)
+
+    @property
+    def label(self) -> str:
+        entry = self.entry
+        if self.ratio:
+            return entry.ratio_label
+        return _pair_label(entry.label, metric(self.pair).label) if self.pair else entry.label
+
+    @property
+    def heading(self) -> str:
+        return (self.section or self.entry.feature).value
+
+    def is_shown(self, runs: list[Metrics]) -> bool:
+        if self.shown is Shown.REPORTED:
+            return any(m.get(self.metric) is not None for m in runs)
+        if self.shown is Shown.NONZERO:
+            return any(m.get(self.metric) for m in runs)
+        return True
 
 
-POOL = "KV pool split (adds to 100%)"
+def _pair_label(first: str, second: str) -> str:
+    """Two labels in one, the words they start with said once: 'CPU bytes in / out'."""
+    words, others = first.split(), second.split()
+    shared = 0
+    while shared < min(len(words), len(others)) - 1 and words[shared] == others[shared]:
+        shared += 1
+    return " ".join(words) + " / " + " ".join(others[shared:])
+
+
+REPORTED, NONZERO = Shown.REPORTED, Shown.NONZERO
 ROWS: tuple[Row, ...] = (
-    Row(POOL, "token states", "token_states_share", "pct"),
-    Row(POOL, "reservation", "reservation_share", "pct"),
-    Row(POOL, "internal frag.", "internal_fragmentation_share", "pct"),
-    Row(POOL, "external frag.", "external_fragmentation_share", "pct"),
-    Row(POOL, "cached (prefix)", "cached_share", "pct", _nonzero("cached_share")),
-    Row(POOL, "free", "free_share", "pct"),
-    Row("KV use", "waste (1 - used/reserved)", "waste", "pct"),
-    Row("KV use", "KV cache usage", "kv_cache_usage_mean", "pct"),
-    Row("prefix caching", "prefix hit rate", "prefix_hit_rate", "pct", _has("prefix_hit_rate")),
-    Row("prefix caching", "infinite-cache bound", "prefix_hit_rate_upper_bound", "pct",
-        _has("prefix_hit_rate_upper_bound"), "infinite-cache bound: the hit rate of a cache that never evicts"),
-    Row("prefix caching", "prefill tokens saved", "prefill_tokens_saved", "int", _has("prefill_tokens_saved")),
-    Row("prefix caching", "cached blocks evicted", "cached_blocks_evicted", "int", _has("cached_blocks_evicted")),
-    Row("routing", "hit rate per pod", "pod_prefix_hit_rate", "pod_pcts", _has("pod_prefix_hit_rate")),
-    Row("routing", "requests per pod", "pod_requests", "pod_ints", _has("pod_requests")),
-    Row("routing", "load imbalance", "load_imbalance", "float", _has("load_imbalance"),
-        "load imbalance: max / mean requests per pod (1.00 = even)"),
-    Row("offload tiers", "CPU tier hit rate", "cpu_hit_rate", "pct", _has("cpu_hit_rate")),
-    Row("offload tiers", "CPU bytes in / out", "cpu_bytes", "bytes_io", _has("cpu_bytes_in")),
-    Row("offload tiers", "disk tier hit rate", "disk_hit_rate", "pct", _has("disk_hit_rate")),
-    Row("offload tiers", "disk bytes in / out", "disk_bytes", "bytes_io", _has("disk_bytes_in")),
-    Row("offload tiers", "reloads / recomputes", "offload", "reloads", _has("offload_reloads")),
-    Row("offload tiers", "hit rate, all tiers", "total_hit_rate", "pct", _has("total_hit_rate")),
-    Row("eviction policy", "tokens dropped", "tokens_dropped", "int", _has("tokens_dropped")),
-    Row("eviction policy", "slots copied", "eviction_copied_slots", "int", _has("eviction_copied_slots"),
-        "slots copied: K/V moved inside the pool by eviction (holes refilled; streaming: sinks written into "
+    Row("token_states_share"), Row("reservation_share"), Row("internal_fragmentation_share"),
+    Row("external_fragmentation_share"), Row("cached_share", NONZERO), Row("free_share"),
+    Row("waste"), Row("kv_cache_usage_mean"),
+    Row("prefix_hit_rate", REPORTED),
+    Row("prefix_hit_rate_upper_bound", REPORTED, "the hit rate of a cache that never evicts"),
+    Row("prefill_tokens_saved", REPORTED), Row("cached_blocks_evicted", REPORTED),
+    Row("pod_prefix_hit_rate", REPORTED), Row("pod_requests", REPORTED),
+    Row("load_imbalance", REPORTED, "max / mean requests per pod (1.00 = even)"),
+    Row("cpu_hit_rate", REPORTED), Row("cpu_bytes_in", REPORTED, pair="cpu_bytes_out"),
+    Row("disk_hit_rate", REPORTED), Row("disk_bytes_in", REPORTED, pair="disk_bytes_out"),
+    Row("offload_reloads", REPORTED, pair="offload_recomputes"), Row("total_hit_rate", REPORTED),
+    Row("tokens_dropped", REPORTED),
+    Row("eviction_copied_slots", REPORTED,
+        "K/V moved inside the pool by eviction (holes refilled; streaming: sinks written into "
         "each window), in slots of every layer; simulated runs charge compaction copies as time"),
-    Row("eviction policy", "blocks if holes kept", "eviction_hole_blocks_ratio", "float",
-        _has("eviction_hole_blocks_ratio"), "blocks if holes kept: blocks held with holes left in place, per "
-        "compacted block (measured on the run)"),
-    Row("eviction policy", "budget per layer", "layer_budgets", "pod_ints", _has("layer_budgets"),
-        "budget per layer: entropy-budget's split of layers x --kv-budget by attention entropy (real mode: probed "
-        "on the model's own 200-token greedy text from BOS, never the requests); one block table serves every "
-        "layer, so each sequence holds the largest layer budget in every layer and the smaller layers' unused "
-        "tail slots are internal fragmentation (a simplification: per-layer block tables, vLLM v1's KV-cache "
-        "groups, would hold each layer's own); simulated runs without a split charge every layer --kv-budget"),
-    Row("eviction policy", "dropped share of tokens", "evicted_token_share", "pct", _nonzero("evicted_token_share"),
-        "dropped share of tokens: of the running sequences' tokens, the share evicted (time-averaged)"),
-    Row("sharing", "shared token share", "shared_token_share", "pct", _nonzero("shared_token_share")),
-    Row("sharing", "parallel forks / CoW copies", "forks", "forks", _has("parallel_forks")),
-    Row("scheduling", "running (mean)", "running_mean", "float"),
-    Row("scheduling", "running (peak)", "running_peak", "int"),
-    Row("scheduling", "waiting (mean)", "waiting_mean", "float"),
-    Row("scheduling", "preemptions", "preemptions", "int"),
-    Row("scheduling", "recomputed tokens", "recomputed_tokens", "int"),
-    Row("scheduling", "swapped out (slots)", "swapped_out_slots", "int", _nonzero("swapped_out_slots")),
-    Row("throughput", "output tokens/s", "output_tokens_per_s", "rate"),
-    Row("throughput", "total tokens/s", "total_tokens_per_s", "rate"),
-    Row("throughput", "requests/s", "requests_per_s", "float"),
-    Row("throughput", "throughput vs base", "output_tokens_per_s", "ratio"),
-    Row("throughput", "concurrency vs base", "running_mean", "ratio",
-        hint="concurrency vs base: mean running requests against the baseline's"),
-    Row("latency", "TTFT", "ttft_s", "pcts"),
-    Row("latency", "TPOT", "tpot_s", "pcts"),
-    Row("latency", "E2E", "e2e_s", "pcts"),
-    Row("requests", "finished / rejected", "requests_finished", "done"),
+    Row("eviction_hole_blocks_ratio", REPORTED,
+        "blocks held with holes left in place, per compacted block (measured on the run)"),
+    Row("layer_budgets", REPORTED,
+        "entropy-budget's split of layers x --kv-budget by attention entropy (real mode: probed "
+        "on the model's own 200-token greedy text from BOS, never the requests); one block "
+        "table serves every layer, so each sequence holds the largest layer budget in every "
+        "layer and the smaller layers' unused tail slots are internal fragmentation (a "
+        "simplification: per-layer block tables, vLLM v1's KV-cache groups, would hold each "
+        "layer's own); simulated runs without a split charge every layer --kv-budget"),
+    Row("evicted_token_share", NONZERO,
+        "of the running sequences' tokens, the share evicted (time-averaged)"),
+    Row("shared_token_share", NONZERO), Row("parallel_forks", REPORTED, pair="cow_copies"),
+    Row("running_mean"), Row("running_peak"), Row("waiting_mean"), Row("preemptions"),
+    Row("recomputed_tokens"), Row("swapped_out_slots", NONZERO),
+    Row("output_tokens_per_s"), Row("total_tokens_per_s"), Row("requests_per_s"),
+    Row("output_tokens_per_s", ratio=True),
+    Row("running_mean", hint="mean running requests against the baseline's", ratio=True,
+        section=Feature.THROUGHPUT),
+    *(Row(f"{latency}_{p}") for latency in ("ttft_s", "tpot_s", "e2e_s") for p in PERCENTILES),
+    Row("requests_finished", pair="requests_rejected"),
 )
 
 
@@ -126,16 +132,12 @@ def comparison(records: list[ResultRecord]) -> Comparison:
     rows: list[ComparisonRow] = []
     hints: list[str] = []
     for row in ROWS:
-        if not row.shown(runs):
+        if not row.is_shown(runs):
             continue
-        if row.fmt == "pcts":  # one row per percentile: short cells keep the table narrow
-            rows += [ComparisonRow(row.section, f"{row.label} {p}", tuple(_seconds(m.get(f"{row.metric}_{p}")) for m in runs))
-                     for p in PERCENTILES]
-        else:
-            rows.append(ComparisonRow(row.section, row.label, tuple(_cell(row, m, base) for m in runs)))
+        rows.append(ComparisonRow(row.heading, row.label, tuple(_cell(row, m, base) for m in runs)))
         rows = [r for r in rows if any(cell != "-" for cell in r.cells)]  # a metric no run reports
         if row.hint:
-            hints.append(row.hint)
+            hints.append(f"{row.label}: {row.hint}")
     names = tuple(r.optimization for r in records)
     base_note = f"baseline: {names[0]} (the \"vs base\" rows divide by its figures)"
     return Comparison(_title(records[0]), names, tuple(rows),
@@ -220,29 +222,23 @@ def band_text(band: dict) -> str:
 
 
 def _cell(row: Row, metrics: Metrics, base: Metrics) -> str:
-    if row.fmt == "done":
-        return f"{metrics.get('requests_finished', 0):,} / {metrics.get('requests_rejected', 0):,}"
-    if row.fmt == "bytes_io":
-        into, out = metrics.get(f"{row.metric}_in"), metrics.get(f"{row.metric}_out")
-        return "-" if into is None else f"{_bytes(into)} / {_bytes(out or 0)}"
-    if row.fmt == "reloads":
-        reloads = metrics.get("offload_reloads")
-        return "-" if reloads is None else f"{reloads:,} / {metrics.get('offload_recomputes', 0):,}"
-    if row.fmt == "forks":
-        forks = metrics.get("parallel_forks")
-        return "-" if forks is None else f"{forks:,} / {metrics.get('cow_copies', 0):,}"
     value = metrics.get(row.metric)
-    if row.fmt == "ratio":
+    if row.ratio:
         reference = base.get(row.metric)
         return f"{value / reference:.2f}x" if value is not None and reference else "-"
     if value is None:
         return "-"
-    if row.fmt == "pod_pcts":
-        return " ".join(f"{100 * v:.0f}%" for v in value)
-    if row.fmt == "pod_ints":
-        return " ".join(f"{v:,}" for v in value)
-    return {"pct": lambda: f"{100 * value:.1f}%", "float": lambda: f"{value:,.2f}", "int": lambda: f"{value:,}",
-            "rate": lambda: f"{value:,.0f}"}[row.fmt]()
+    if row.pair:
+        second = _figure(metric(row.pair), metrics.get(row.pair) or 0)
+        return f"{_figure(row.entry, value)} / {second}"
+    return _figure(row.entry, value)
+
+
+def _figure(entry: Metric, value: Any) -> str:
+    """A value as the terminal shows its unit; lists (per pod, per layer) item by item."""
+    if entry.shape in (Shape.PER_POD, Shape.PER_LAYER):
+        return " ".join("-" if item is None else LIST_ITEM[entry.unit](item) for item in value)
+    return CELL[entry.unit](value)
 
 
 def _bytes(value: float) -> str:
@@ -252,7 +248,14 @@ def _bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
+def _seconds(value: float) -> str:
     return f"{value * 1e3:.0f}ms" if value < 1 else f"{value:.1f}s"
+
+
+# How the terminal shows each unit; a list (per pod, per layer) item by item, shorter.
+CELL: dict[Unit, Callable[[Any], str]] = {
+    Unit.SHARE: lambda v: f"{100 * v:.1f}%", Unit.COUNT: lambda v: f"{v:,}",
+    Unit.TOKENS_PER_S: lambda v: f"{v:,.0f}", Unit.REQUESTS_PER_S: lambda v: f"{v:,.2f}",
+    Unit.NUMBER: lambda v: f"{v:,.2f}", Unit.SECONDS: _seconds, Unit.BYTES: _bytes}
+LIST_ITEM: dict[Unit, Callable[[Any], str]] = {
+    Unit.SHARE: lambda v: f"{100 * v:.0f}%", Unit.COUNT: lambda v: f"{v:,}"}

@@ -1,5 +1,7 @@
 """A run's summary metrics (RunResult.metrics), one small function per concern; the names
-and definitions are docs/metrics.md's. Each reads the allocator through its stats interface."""
+and definitions are docs/metrics.md's, and every field is registered in metric_registry.py
+(a field added here needs its entry there). Each reads the allocator through its stats
+interface."""
 
 from __future__ import annotations
 

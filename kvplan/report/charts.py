@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from kvplan.core.metric_registry import Feature, by_feature, metric
 from kvplan.report.chart_registry import (
     CHARTS,
     Chart,
@@ -31,10 +32,11 @@ from kvplan.report.data import ReportData
 __all__ = ["CHARTS", "Chart", "render"]
 
 GIB = 2**30
-SPLIT = (("token_states_share", "token states", "#2b8a3e"), ("reservation_share", "reservation", "#74c0fc"),
-         ("internal_fragmentation_share", "internal frag.", "#f08c00"),
-         ("external_fragmentation_share", "external frag.", "#e03131"), ("cached_share", "cached (free)", "#b197fc"),
-         ("free_share", "free", "#dee2e6"))
+# The pool split's parts are the registry's POOL_SPLIT metrics, in its order; their colors:
+SPLIT_COLORS = {"token_states_share": "#2b8a3e", "reservation_share": "#74c0fc",
+                "internal_fragmentation_share": "#f08c00",
+                "external_fragmentation_share": "#e03131", "cached_share": "#b197fc",
+                "free_share": "#dee2e6"}
 VERDICT_COLORS = {"fits": "#2b8a3e", "kv-does-not-fit": "#f59f00", "weights-do-not-fit": "#c92a2a"}
 
 
@@ -45,9 +47,10 @@ def pool_split(data: ReportData) -> Figure:
     figure, axes = new_figure(height=0.5 * len(names) + 1.8)
     ax = axes[0][0]
     left = [0.0] * len(names)
-    for metric, label, color in SPLIT:
-        values = column(bench, metric, 100)
-        ax.barh(names, values, left=left, label=label, color=color, edgecolor="white")
+    for part in by_feature(Feature.POOL_SPLIT):
+        values = column(bench, part.name, 100)
+        ax.barh(names, values, left=left, label=part.column_label, color=SPLIT_COLORS[part.name],
+                edgecolor="white")
         for i, value in enumerate(values):
             if value >= 6:
                 ax.text(left[i] + value / 2, i, f"{value:.0f}%", ha="center", va="center", fontsize=8)
@@ -80,7 +83,7 @@ def throughput(data: ReportData) -> Figure:
             ratio = values[index] / base_value if base_value else 0.0
             ax.annotate(f"{ratio:.2f}x", (bars[index].get_x() + bars[index].get_width() / 2, values[index]),
                         ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel("output tokens/s")
+    ax.set_ylabel(metric("output_tokens_per_s").label)
     slanted(ax)
     return figure
 
@@ -124,10 +127,10 @@ def preemptions(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
     figure, axes = new_figure(width=10, height=3.4, cols=2)
-    axes[0][0].bar(names, column(bench, "preemptions"), color="#c92a2a")
-    axes[0][0].set_ylabel("preemptions")
-    axes[0][1].bar(names, column(bench, "recomputed_tokens"), color="#e8590c")
-    axes[0][1].set_ylabel("recomputed tokens")
+    for ax, name, color in ((axes[0][0], "preemptions", "#c92a2a"),
+                            (axes[0][1], "recomputed_tokens", "#e8590c")):
+        ax.bar(names, column(bench, name), color=color)
+        ax.set_ylabel(metric(name).label)
     for ax in axes[0]:
         slanted(ax)
     return figure
@@ -328,9 +331,10 @@ def tiers(data: ReportData) -> Figure:
     names = labels(data)
     figure, axes = new_figure(width=12, height=3.6, cols=3)
     bottom = [0.0] * len(names)
-    for metric, label, color in (("prefix_hit_rate", "device", "#1971c2"), ("cpu_hit_rate", "cpu", "#74c0fc"),
-                                 ("disk_hit_rate", "disk", "#a5d8ff")):
-        values = column(bench, metric, 100)
+    for name, label, color in (("prefix_hit_rate", "device", "#1971c2"),
+                               ("cpu_hit_rate", "cpu", "#74c0fc"),
+                               ("disk_hit_rate", "disk", "#a5d8ff")):
+        values = column(bench, name, 100)
         axes[0][0].bar(names, values, bottom=bottom, label=label, color=color)
         bottom = [a + b for a, b in zip(bottom, values)]
     axes[0][0].set_ylabel("prefix hit rate by tier (%)")

@@ -13,27 +13,22 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan.core.metric_registry import METRICS, metric
 from kvplan.results import ResultRecord, read_jsonl
 
-# Comparison-table columns: (metric, label, higher_is_better or None when neutral).
-COMPARISON: tuple[tuple[str, str, bool | None], ...] = (
-    ("token_states_share", "token states", True),
-    ("waste", "waste", False),
-    ("kv_cache_usage_mean", "KV usage", None),
-    ("running_mean", "mean running", True),
-    ("preemptions", "preemptions", False),
-    ("prefix_hit_rate", "prefix hit rate", True),
-    ("sharing_savings", "sharing savings", True),
-    ("load_imbalance", "load imbalance", False),
-    ("output_tokens_per_s", "output tok/s", True),
-    ("requests_per_s", "req/s", True),
-    ("ttft_s_p50", "TTFT p50 (s)", False),
-    ("ttft_s_p90", "TTFT p90 (s)", False),
-    ("tpot_s_p50", "TPOT p50 (s)", False),
-    ("e2e_s_p90", "E2E p90 (s)", False),
-    ("requests_rejected", "rejected", False),
-)
-RATIO_METRICS = ("output_tokens_per_s", "running_mean", "ttft_s_p50", "tpot_s_p50")
+# The comparison table's metrics (comparison.csv's columns, under their registered column
+# labels), and the ratio to the run's baseline of each metric the registry names a ratio for.
+COMPARISON = ("token_states_share", "waste", "kv_cache_usage_mean", "running_mean", "preemptions",
+              "prefix_hit_rate", "sharing_savings", "load_imbalance", "output_tokens_per_s",
+              "requests_per_s", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p90",
+              "requests_rejected")
+RATIO_METRICS = tuple(entry.name for entry in METRICS if entry.ratio_label)
+
+
+def ratio_column(name: str) -> str:
+    """comparison.csv's column of a metric's ratio to the baseline."""
+    return f"{name} vs base"
+
 
 # Alert checks from common practice for vLLM deployments (thresholds in the README).
 USAGE_ALERT = 0.90
@@ -108,12 +103,12 @@ def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
         for _, row in group.iterrows():
             entry: dict[str, Any] = {"run": run_id, "optimization": row["optimization"],
                                      "baseline": row["optimization"] == base["optimization"]}
-            for metric, label, _ in COMPARISON:
-                if metric in row and not _blank(row[metric]):
-                    entry[label] = row[metric]
-            for metric in RATIO_METRICS:
-                if metric in row and base.get(metric):
-                    entry[f"{metric} vs base"] = row[metric] / base[metric]
+            for name in COMPARISON:
+                if name in row and not _blank(row[name]):
+                    entry[metric(name).column_label] = row[name]
+            for name in RATIO_METRICS:
+                if name in row and base.get(name):
+                    entry[ratio_column(name)] = row[name] / base[name]
             rows.append(entry)
     return pd.DataFrame(rows)
 

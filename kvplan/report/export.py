@@ -11,29 +11,22 @@ import math
 
 import pandas as pd
 
-# (metric in results, exposed name, type, help)
-PROMETHEUS: tuple[tuple[str, str, str, str], ...] = (
-    ("kv_cache_usage_mean", "vllm:kv_cache_usage_perc", "gauge",
-     "KV-cache usage (allocated blocks / total), time-averaged. 1 means 100 percent usage."),
-    ("prefix_cache_queries", "vllm:prefix_cache_queries_total", "counter",
-     "Prefix cache queries, in prompt tokens."),
-    ("prefix_cache_hits", "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in prompt tokens."),
-    ("preemptions", "vllm:num_preemptions_total", "counter", "Cumulative number of preemptions."),
-    ("kv_cache_usage_peak", "kvplan_kv_cache_usage_peak", "gauge", "Peak KV-cache usage."),
-    ("token_states_share", "kvplan_token_states_share", "gauge", "Time-averaged share of the KV pool holding tokens."),
-    ("internal_fragmentation_share", "kvplan_internal_fragmentation_share", "gauge",
-     "Time-averaged share of the KV pool reserved but never used."),
-    ("external_fragmentation_share", "kvplan_external_fragmentation_share", "gauge",
-     "Time-averaged share of free KV slots no waiting request can use."),
-    ("waste", "kvplan_kv_waste_ratio", "gauge", "1 - used / reserved KV slots."),
-    ("running_mean", "kvplan_num_requests_running_mean", "gauge", "Mean number of running requests."),
-    ("waiting_mean", "kvplan_num_requests_waiting_mean", "gauge", "Mean number of waiting requests."),
-    ("output_tokens_per_s", "kvplan_output_tokens_per_second", "gauge", "Output token throughput."),
-    ("ttft_s_p50", "kvplan_time_to_first_token_seconds_p50", "gauge", "Median time to first token."),
-    ("ttft_s_p90", "kvplan_time_to_first_token_seconds_p90", "gauge", "p90 time to first token."),
-    ("tpot_s_p50", "kvplan_time_per_output_token_seconds_p50", "gauge", "Median time per output token."),
-    ("recomputed_tokens", "kvplan_recomputed_tokens_total", "counter", "Tokens recomputed after preemption."),
-)
+from kvplan.core.metric_registry import Prometheus, metric
+
+# The metrics the exposition carries, in its order (vLLM's names first); each one's exposed
+# name, type and help text are its registry entry's (kvplan.core.metric_registry).
+EXPORTED = ("kv_cache_usage_mean", "prefix_cache_queries", "prefix_cache_hits", "preemptions",
+            "kv_cache_usage_peak", "token_states_share", "internal_fragmentation_share",
+            "external_fragmentation_share", "waste", "running_mean", "waiting_mean",
+            "output_tokens_per_s", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "recomputed_tokens")
+
+
+def _exposition(name: str) -> tuple[Prometheus, str]:
+    """A registered metric's Prometheus name and kind, and its help text."""
+    entry = metric(name)
+    if entry.prometheus is None:
+        raise ValueError(f"'{name}' has no Prometheus name in kvplan.core.metric_registry")
+    return entry.prometheus, entry.description
 
 
 def _label(value: object) -> str:
@@ -42,17 +35,20 @@ def _label(value: object) -> str:
 
 def prometheus_text(bench: pd.DataFrame) -> str:
     lines = []
-    for metric, name, kind, help_text in PROMETHEUS:
-        if metric not in bench:
+    for name in EXPORTED:
+        if name not in bench:
             continue
+        exposed, help_text = _exposition(name)
         samples = []
         for _, row in bench.iterrows():
-            value = row[metric]
+            value = row[name]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
             labels = (f'model_name="{_label(row.get("model", ""))}",gpu="{_label(row.get("gpu", ""))}",'
                       f'optimization="{_label(row["optimization"])}",run_id="{_label(row["run_id"])}"')
-            samples.append(f"{name}{{{labels}}} {float(value):.10g}")
+            samples.append(f"{exposed.name}{{{labels}}} {float(value):.10g}")
         if samples:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
+            kind = "counter" if exposed.counter else "gauge"
+            lines += [f"# HELP {exposed.name} {help_text}", f"# TYPE {exposed.name} {kind}",
+                      *samples]
     return "\n".join(lines) + "\n"

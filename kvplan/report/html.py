@@ -11,8 +11,9 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan.core.metric_registry import metric
 from kvplan.report.chart_registry import Chart
-from kvplan.report.data import ReportData
+from kvplan.report.data import RATIO_METRICS, ReportData, ratio_column
 from kvplan.report.summary import summaries
 from kvplan.report.tables import formatted
 
@@ -49,11 +50,16 @@ def _table(frame: pd.DataFrame, first: tuple[str, ...] = (), drop: tuple[str, ..
     return f'<div class="scroll">{table}</div>'
 
 
-COMPARISON_FIRST = ("optimization", "baseline", "throughput vs base", "concurrency vs base", "output tok/s",
-                    "token states", "waste", "KV usage", "prefix hit rate", "load imbalance", "TTFT p50 (s)",
-                    "TTFT p90 (s)", "TPOT p50 (s)", "E2E p90 (s)", "preemptions", "rejected")
-VIEW_NAMES = {"output_tokens_per_s vs base": "throughput vs base", "running_mean vs base": "concurrency vs base",
-              "ttft_s_p50 vs base": "TTFT p50 vs base", "tpot_s_p50 vs base": "TPOT p50 vs base"}
+# The page's comparison table: the throughput and concurrency ratios, then the headline
+# metrics, under their registered labels (comparison.csv keeps every column).
+HEADLINE_RATIOS = ("output_tokens_per_s", "running_mean")
+HEADLINE = ("output_tokens_per_s", "token_states_share", "waste", "kv_cache_usage_mean",
+            "prefix_hit_rate", "load_imbalance", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50",
+            "e2e_s_p90", "preemptions", "requests_rejected")
+COMPARISON_FIRST = ("optimization", "baseline",
+                    *(metric(name).ratio_label for name in HEADLINE_RATIOS),
+                    *(metric(name).column_label for name in HEADLINE))
+VIEW_NAMES = {ratio_column(name): metric(name).ratio_label for name in RATIO_METRICS}
 ESTIMATE_FIRST = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "verdict", "max_concurrency",
                   "seq_kv_bytes", "kv_budget_bytes_per_gpu", "kv_cache_tokens", "max_batch_at_context")
 ESTIMATE_ROWS = 20

@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan.core.metric_registry import METRICS, Shape, Unit
+
 
 def pct(value: float) -> str:
     return f"{100 * value:.1f}%"
@@ -43,11 +45,17 @@ def check(value: Any) -> str:
     return "yes" if value is True else ""
 
 
-# Formatter by column label; the first matching rule wins (exact name, then suffix/contains).
+# How the page formats each unit of a registered metric (kvplan.core.metric_registry).
+BY_UNIT: dict[Unit, Callable[[Any], str]] = {
+    Unit.SHARE: pct, Unit.COUNT: count, Unit.TOKENS_PER_S: count, Unit.REQUESTS_PER_S: number,
+    Unit.NUMBER: number, Unit.SECONDS: seconds, Unit.BYTES: size, Unit.GB_PER_S: number}
+
+# Formatter by column label; the first matching rule wins (exact name, then suffix). Registered
+# metrics are formatted by unit under their column labels; the rest are other tables' columns.
 EXACT: dict[str, Callable[[Any], str]] = {
-    "token states": pct, "waste": pct, "KV usage": pct, "prefix hit rate": pct, "sharing savings": pct,
-    "load imbalance": number, "mean running": number, "preemptions": count, "rejected": count,
-    "output tok/s": count, "req/s": number, "baseline": check, "kv_budget": count,
+    **{entry.column_label: BY_UNIT[entry.unit] for entry in METRICS
+       if entry.unit in BY_UNIT and entry.shape is Shape.SCALAR and not entry.is_pattern},
+    "baseline": check, "kv_budget": count,
     "greedy_agreement": pct, "perplexity": lambda v: f"{v:.3f}", "kl_mean": lambda v: f"{v:.4f}",
     "max_concurrency": number, "kv_bytes_per_seq": size, "context": count, "batch": count, "tp": count,
     "seq_kv_bytes": size, "kv_budget_bytes_per_gpu": size, "kv_cache_tokens": count,
@@ -65,8 +73,6 @@ def _formatter(column: str) -> Callable[[Any], str] | None:
         return EXACT[column]
     if column.endswith("vs base"):
         return ratio
-    if column.endswith("(s)"):
-        return seconds
     return None
 
 

@@ -17,29 +17,18 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import block_hashes
 from kvplan.core.kv import hit_rate
+from kvplan.core.metric_registry import METRICS, REPORTED_BY_CLUSTER, ClusterRule, Metric
 from kvplan.core.metrics import request_metrics
+from kvplan.core.router_config import RouterConfig
 from kvplan.core.summary import throughput
 from kvplan.workload.request import Request
 
-ROUTERS = ("round-robin", "least-loaded", "sticky", "prefix-hash", "kv-aware")
 PREFIX_HASH_BLOCKS = 4
-
-
-@dataclass(frozen=True)
-class RouterConfig:
-    name: str = "round-robin"
-    w_hit: float = 0.8  # llm-d's default weight for the prefix-cache scorer
-    w_load: float = 0.2  # and for the load (queue) scorer
-
-    def __post_init__(self) -> None:
-        if self.name not in ROUTERS:
-            raise ValueError(f"unknown router '{self.name}'; use one of: {', '.join(ROUTERS)}")
 
 
 def _load(engine: Engine) -> int:
@@ -115,36 +104,44 @@ def run_cluster(pods: list[Engine], requests: list[Request], router_config: Rout
 
 
 def cluster_metrics(pods: list[Engine], assigned: list[int], requests: list[Request]) -> dict[str, Any]:
-    results = [pod.result() for pod in pods]
+    """The cluster's figures: each registered metric (kvplan.core.metric_registry) whose
+    cluster rule reports it, in the registry's order; the rule of every other pod figure
+    (POD_ONLY) says the cluster leaves it out, so none drops out unsaid."""
+    pod_metrics = [pod.result().metrics for pod in pods]
+    whole = _whole_cluster(pods, assigned, requests, pod_metrics)
+    return {entry.name: _aggregate(entry, pod_metrics, whole) for entry in METRICS
+            if entry.cluster in REPORTED_BY_CLUSTER}
+
+
+def _whole_cluster(pods: list[Engine], assigned: list[int], requests: list[Request],
+                   pod_metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures computed over the whole cluster (ClusterRule.CLUSTER): routing, the
+    makespan, throughput and latencies over every pod's requests, the pooled hit rate."""
     finished = [seq for pod in pods for seq in pod.finished]
     start = min(r.arrival_s for r in requests) if requests else 0.0
     makespan = max((pod.now for pod in pods), default=start) - start
-    queries = sum(r.metrics.get("prefix_cache_queries", 0) for r in results)
-    hits = sum(r.metrics.get("prefix_cache_hits", 0) for r in results)
+    queries = sum(m.get("prefix_cache_queries", 0) for m in pod_metrics)
+    hits = sum(m.get("prefix_cache_hits", 0) for m in pod_metrics)
     mean = sum(assigned) / len(assigned) if assigned else 0.0
-    rates = throughput(finished, makespan)
-    pod_running = [r.metrics["running_mean"] for r in results]
-    metrics: dict[str, Any] = {
+    return {
         "pods": len(pods),
-        "requests_finished": sum(r.metrics["requests_finished"] for r in results),
-        "requests_rejected": sum(r.metrics["requests_rejected"] for r in results),
         "makespan_s": makespan,
         "pod_requests": assigned,
-        "pod_running_mean": pod_running,
-        "pod_prefix_hit_rate": [r.metrics.get("prefix_hit_rate") for r in results],
-        "pod_kv_cache_usage_mean": [r.metrics["kv_cache_usage_mean"] for r in results],
         "load_imbalance": max(assigned) / mean if mean else 0.0,  # 1.0 = perfectly even
-        "prefix_cache_queries": queries,
-        "prefix_cache_hits": hits,
         "prefix_hit_rate": hit_rate(hits, queries),
-        "output_tokens_per_s": rates["output_tokens_per_s"],
-        "requests_per_s": rates["requests_per_s"],
-        "preemptions": sum(r.metrics["preemptions"] for r in results),
-        "running_mean": sum(pod_running),
-        "kv_cache_usage_mean": sum(r.metrics["kv_cache_usage_mean"] for r in results) / len(results),
+        **throughput(finished, makespan),
         **request_metrics(finished),
     }
-    for key in ("token_states_share", "reservation_share", "internal_fragmentation_share",
-                "external_fragmentation_share", "cached_share", "free_share", "waste", "sharing_savings"):
-        metrics[key] = sum(r.metrics[key] for r in results) / len(results)
-    return metrics
+
+
+def _aggregate(entry: Metric, pod_metrics: list[dict[str, Any]], whole: dict[str, Any]) -> Any:
+    match entry.cluster:
+        case ClusterRule.SUM:
+            return sum(m.get(entry.name, 0) for m in pod_metrics)
+        case ClusterRule.POD_MEAN:
+            return sum(m[entry.name] for m in pod_metrics) / len(pod_metrics)
+        case ClusterRule.PER_POD:
+            return [m.get(entry.per_pod_of) for m in pod_metrics]
+        case ClusterRule.CLUSTER:
+            return whole[entry.name]
+    raise ValueError(f"a cluster does not report '{entry.name}' ({entry.cluster.value})")
