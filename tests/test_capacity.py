@@ -29,7 +29,7 @@ def test_vllm_llama3_8b_on_a100_40gb_report() -> None:
     result = plan(inputs("llama-3.1-8b", "a100-40gb", context=8192, kv_cache_bytes=5691 * 2 * MIB))
     assert result.block_bytes == 2 * MIB
     assert result.num_blocks == 5691
-    assert round(result.kv_budget_bytes / GIB, 2) == 11.12
+    assert round(result.kv_pool_bytes / GIB, 2) == 11.12
     assert result.kv_cache_tokens == 91_056
     assert round(result.max_concurrency, 2) == 11.12
     # The rounded 11.12 GiB budget gives the same answer within 0.05%.
@@ -45,7 +45,7 @@ def test_budget_blocks_and_concurrency_by_hand() -> None:
     budget = usable - weights - 2 * GIB
     blocks = math.floor(budget / (16 * 131_072))
     assert result.weight_bytes_per_gpu == weights
-    assert result.kv_budget_bytes == pytest.approx(budget)
+    assert result.kv_pool_bytes == pytest.approx(budget)
     assert result.num_blocks == blocks
     assert result.kv_cache_tokens == blocks * 16
     assert result.max_concurrency == pytest.approx(blocks * 16 / 4096)
@@ -59,8 +59,8 @@ def test_issue_example_70b_tp2_fp8_32k_batch16() -> None:
     assert result.seq_bytes == 32768 * 81_920
     assert result.verdict == "kv-does-not-fit"
     largest = result.max_context
-    assert 16 * math.ceil(largest / 16) * 16 * 81_920 <= result.pool_bytes
-    assert 16 * math.ceil((largest + 16) / 16) * 16 * 81_920 > result.pool_bytes
+    assert 16 * math.ceil(largest / 16) * 16 * 81_920 <= result.allocatable_bytes
+    assert 16 * math.ceil((largest + 16) / 16) * 16 * 81_920 > result.allocatable_bytes
     assert any("max-model-len" in tip for tip in result.suggestions)
     assert any(tip.startswith("TP=4") for tip in result.suggestions)
 
@@ -88,8 +88,8 @@ def test_hybrid_state_is_paid_per_sequence() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"tp": 3}, "must divide"), ({"batch": 0}, "--batch"), ({"context": -5}, "--context"),
-    ({"gpu_memory_utilization": 1.5}, "utilization"), ({"block_size": 0}, "block-size"),
+    ({"tp": 3}, "must divide"), ({"batch": 0}, "^batch"), ({"context": -5}, "^context"),
+    ({"gpu_memory_utilization": 1.5}, "utilization"), ({"block_size": 0}, "^block_size"),
 ])
 def test_impossible_inputs_raise(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -78,7 +78,7 @@ def test_sglang_keeps_no_activation_reserve() -> None:
 
 
 def test_bad_engine_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="--engine must be one of"):
+    with pytest.raises(ValueError, match="engine must be one of"):
         EngineSettings(engine="trt-llm")
 
 
@@ -87,7 +87,7 @@ def test_reserve_and_kv_overrides_still_win() -> None:
                         gpu_memory_utilization=0.9)  # the #12330 log's setting
     result = plan(inputs)
     assert result.reserve_bytes == 9.47 * GIB
-    assert result.kv_budget_bytes == pytest.approx(35.55 * GIB - 8_030_261_248 * 2 - 9.47 * GIB)
+    assert result.kv_pool_bytes == pytest.approx(35.55 * GIB - 8_030_261_248 * 2 - 9.47 * GIB)
     assert engine_memory(inputs).engine == "vllm-v1"
 
 

@@ -99,7 +99,7 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
             result = engines[0].run(requests, report)
             metrics, timeseries = dict(result.metrics), result.timeseries
         metrics.update(factory.run_metrics(engines[0]))
-        metrics["kv_budget_bytes_per_gpu"] = sizing.kv_budget_bytes
+        metrics["kv_budget_bytes_per_gpu"] = sizing.kv_pool_bytes
         if sizing.gpu_memory_utilization is not None:
             metrics["gpu_memory_utilization_used"] = sizing.gpu_memory_utilization
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes

@@ -1,20 +1,27 @@
 """What an engine factory needs to set up one engine, shared by simulated (kvplan.sim) and
 real (kvplan.real) mode: the engine sizing settings, the offload-tier settings, real-mode
-settings, one parsed optimization, the resulting sizing, the tier construction, and the
-factory protocol the bench matrix calls. Pure data; no torch."""
+settings, one parsed optimization, the resulting sizing, the tier construction, the
+eviction policy an optimization runs, and the factory protocol the bench matrix calls.
+The pool's own arithmetic (max_model_len default, whole blocks) is the capacity plan's
+(kvplan.plan.capacity), so the estimator and both modes size it alike. Pure data; no torch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kvplan.core.tiers.cache import TIER_POLICIES
 from kvplan.plan import sglang_defaults
+from kvplan.plan.capacity import max_model_len_for
 from kvplan.plan.engine_releases import batch_defaults, engine_generation, parse_version
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.setting_error import SettingError
 
 if TYPE_CHECKING:  # the CLI reads these settings' defaults, so this module loads no engine
     from kvplan.core.engine import Engine
+    from kvplan.core.policies import PolicySpec
     from kvplan.core.scheduler import SchedulerConfig
     from kvplan.core.tiers import TieredCache
 
@@ -34,12 +41,14 @@ class SizingConfig:
     kv_cache_gib: float | None = None
     max_model_len: int | None = None
     weight_dtype: str | None = None
-    swap_space_gib: float = 0.0
-    # The serving engine and release being modeled ("vllm" or "sglang"; None: vLLM, and no
-    # version: the newest release's behaviour): whose startup profile sizes the pool
-    # (plan/memory_model.py, with the scheduler's own batch limits), whose batch limits a
-    # scheduler that sets none gets, and whose step-model overheads time the steps.
-    engine: str | None = None
+    # CPU swap area per GPU for swap preemption, vLLM's default; a run that recomputes sets
+    # none aside (BenchConfig records 0)
+    swap_space_gib: float = 4.0
+    # The serving engine and release being modeled ("vllm" or "sglang"; no version: the newest
+    # release's behaviour): whose startup profile sizes the pool (plan/memory_model.py, with
+    # the scheduler's own batch limits), whose batch limits a scheduler that sets none gets,
+    # and whose step-model overheads time the steps.
+    engine: str = "vllm"
     engine_version: str | None = None
 
     @property
@@ -49,9 +58,9 @@ class SizingConfig:
     def __post_init__(self) -> None:
         self.generation  # validates the engine name
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"--block-size must be a power of two, got {self.block_size}")
+            raise SettingError("{block_size} must be a power of two, got {got}", got=self.block_size)
         if self.swap_space_gib < 0:
-            raise ValueError("--swap-space-gib must not be negative")
+            raise SettingError("{swap_space_gib} must not be negative")
 
 
 def engine_scheduler(config: SizingConfig, scheduler: SchedulerConfig, pool_slots: int | None = None) -> SchedulerConfig:
@@ -65,7 +74,7 @@ def engine_scheduler(config: SizingConfig, scheduler: SchedulerConfig, pool_slot
     if scheduler.max_num_seqs is not None and scheduler.max_num_batched_tokens is not None and not sglang:
         return scheduler
     gpu = load_gpu(config.gpu)
-    max_model_len = config.max_model_len or load_model(config.model).max_position_embeddings or 4096
+    max_model_len = max_model_len_for(load_model(config.model), config.max_model_len)
     version = parse_version(config.engine_version)
     defaults = batch_defaults(config.generation, version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len)
     seqs = defaults.max_num_seqs
@@ -80,7 +89,7 @@ class TierConfig:
 
     cpu_cache_gb: float = 64.0
     disk_cache_gb: float = 512.0
-    tier_policy: str = "lru"
+    tier_policy: str = TIER_POLICIES[0]
     host_link_gbps: float | None = None  # default: the GPU profile's
     nvme_gbps: float | None = None
     disk_dir: str | None = None  # real mode's disk tier (default: a temporary folder)
@@ -113,7 +122,7 @@ class Optimization:
 class EngineSizing:
     model: ModelSpec
     kv_format: KVFormat
-    kv_budget_bytes: float
+    kv_pool_bytes: float  # the KV pool per GPU (records: kv_budget_bytes_per_gpu)
     slot_bytes: float
     capacity_slots: int
     max_model_len: int
@@ -139,6 +148,24 @@ def make_tiers(sizing_config: SizingConfig, tier_config: TierConfig, optimizatio
             raise ValueError(f"--{name}-cache-gb must not be negative and its bandwidth must be positive")
         tiers.append(Tier(name, int(gigabytes * 1e9 // block_bytes), bandwidth * 1e9, tier_config.tier_policy))
     return TieredCache(tiers, block_bytes)
+
+
+def eviction_policy(optimization: Optimization, kv_budget: int | None, block_size: int,
+                    layer_budgets: Callable[[], tuple[int, ...] | None]) -> PolicySpec | None:
+    """The eviction policy the optimization runs, keeping `kv_budget` tokens in pages of one
+    pool block (None: the optimization has none). `layer_budgets` gives the per-layer split
+    of a policy that splits its budget across layers (entropy-budget) and is asked only for
+    such a policy (real mode probes it on the model)."""
+    from kvplan.core.policies import PolicySpec
+    from kvplan.core.policies.registry import lookup
+
+    if not optimization.policy:
+        return None
+    if kv_budget is None or kv_budget <= block_size:
+        raise SettingError("'{name}' needs {kv_budget} larger than one block ({block} tokens)", name=optimization.name,
+                           block=block_size)
+    split = layer_budgets() if lookup(optimization.policy).splits_layers else None
+    return PolicySpec(optimization.policy, kv_budget, block=block_size, layer_budgets=split)
 
 
 class EngineFactory(Protocol):

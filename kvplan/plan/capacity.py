@@ -1,10 +1,12 @@
 """Analytic sizing: bytes per token, GPU fit, blocks, concurrency, roofline.
 
 The figures follow how vLLM sizes its KV cache: usable memory = the driver's total x
-gpu_memory_utilization; KV budget = usable - weights - the reserve the engine's profiling
+gpu_memory_utilization; KV pool = usable - weights - the reserve the engine's profiling
 run takes (activation peak, non-torch memory, CUDA graphs: plan/memory_model.py, per
-engine version); blocks = budget // (block_size x bytes per token); "GPU KV cache size" =
+engine version); blocks = pool // (block_size x bytes per token); "GPU KV cache size" =
 blocks x block_size tokens; "maximum concurrency" = KV cache tokens / max_model_len.
+The max_model_len default and the block count are the engines' too (kvplan.sim.factory,
+kvplan.real.factory): `max_model_len_for`, `whole_blocks`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,23 @@ from kvplan.plan.hybrid_kv import vllm_kv_cache
 from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings, MemoryProfile, predict_memory
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
+from kvplan.spec.setting_error import SettingError
 
 GIB = 2**30
 MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
+DEFAULT_MAX_MODEL_LEN = 4096  # for a model whose config names no max_position_embeddings
+
+
+def max_model_len_for(model: ModelSpec, asked: int | None = None) -> int:
+    """The longest sequence an engine serves: the length asked for, else the model's
+    max_position_embeddings, else DEFAULT_MAX_MODEL_LEN."""
+    return asked or model.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+
+
+def whole_blocks(pool_bytes: float, slot_bytes: float, block_size: int) -> int:
+    """Blocks of `block_size` slots a KV pool of `pool_bytes` holds, rounded down as an
+    allocator does (none in an empty or negative pool)."""
+    return math.floor(pool_bytes / (slot_bytes * block_size)) if pool_bytes > 0 else 0
 
 
 def engine_memory(inputs: PlanInputs, tp: int | None = None, context: int | None = None) -> MemoryProfile:
@@ -44,7 +60,7 @@ class PlanInputs:
     block_size: int = 16
     gpu_memory_utilization: float | None = None  # the engine version's default if None
     reserve_bytes: float | None = None
-    kv_cache_bytes: float | None = None  # a fixed KV budget per GPU, as vLLM's kv_cache_memory_bytes
+    kv_cache_bytes: float | None = None  # a fixed KV pool per GPU, as vLLM's kv_cache_memory_bytes
     weight_dtype: str | None = None
     respect_windows: bool = False  # size sliding-window layers at their window (ideal)
     gpu_memory_gib: float | None = None
@@ -55,27 +71,28 @@ class PlanInputs:
     engine_version: tuple[int, int, int] | None = None  # the newest behaviour if None
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.tp >= 1, f"--tp must be at least 1, got {self.tp}"),
-            (self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),
-            (self.block_size >= 1, f"--block-size must be positive, got {self.block_size}"),
-            (0 < self.utilization <= 1,
-             f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}"),
+        checks = [  # (holds, the error's template, the value it names)
+            (self.tp >= 1, "{tp} must be at least 1, got {got}", self.tp),
+            (self.batch >= 1, "{batch} must be at least 1, got {got}", self.batch),
+            (self.block_size >= 1, "{block_size} must be positive, got {got}", self.block_size),
+            (0 < self.utilization <= 1, "{gpu_memory_utilization} must be in (0, 1], got {got}",
+             self.gpu_memory_utilization),
             (self.context is None or 1 <= self.context <= MAX_TOKENS,
-             f"--context must be between 1 and {MAX_TOKENS:,} tokens, got {self.context}"),
-            (self.batch <= MAX_TOKENS, f"--batch must be at most {MAX_TOKENS:,}, got {self.batch}"),
-            (self.reserve_bytes is None or self.reserve_bytes >= 0, "--reserve-gib must not be negative"),
-            (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "--kv-cache-gib must be positive"),
-            (self.gpu_memory_gib is None or self.gpu_memory_gib > 0, "--gpu-mem-gib must be positive"),
-            (self.kv_budget is None or self.kv_budget >= 1, "--kv-budget must be at least 1 token"),
+             "{context} must be between 1 and {most:,} tokens, got {got}", self.context),
+            (self.batch <= MAX_TOKENS, "{batch} must be at most {most:,}, got {got}", self.batch),
+            (self.reserve_bytes is None or self.reserve_bytes >= 0, "{reserve_bytes} must not be negative", None),
+            (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "{kv_cache_bytes} must be positive", None),
+            (self.gpu_memory_gib is None or self.gpu_memory_gib > 0, "{gpu_memory_gib} must be positive", None),
+            (self.kv_budget is None or self.kv_budget >= 1, "{kv_budget} must be at least 1 token", None),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        for holds, template, got in checks:
+            if not holds:
+                raise SettingError(template, got=got, most=MAX_TOKENS)
         self.engine_settings  # validates engine and batching limits
         if self.model.num_heads % self.tp:
-            raise ValueError(f"--tp {self.tp} must divide the {self.model.num_heads} attention heads "
-                             f"of {self.model.name}; try {', '.join(map(str, valid_tps(self.model)[:5]))}")
+            raise SettingError("{tp} {got} must divide the {heads} attention heads of {name}; try {valid}",
+                               got=self.tp, heads=self.model.num_heads, name=self.model.name,
+                               valid=", ".join(map(str, valid_tps(self.model)[:5])))
 
     @property
     def utilization(self) -> float:
@@ -87,7 +104,7 @@ class PlanInputs:
 
     @property
     def max_model_len(self) -> int:
-        return self.context or self.model.max_position_embeddings or 4096
+        return max_model_len_for(self.model, self.context)
 
     @property
     def engine_settings(self) -> EngineSettings:
@@ -105,7 +122,7 @@ class CapacityPlan:
     usable_bytes: float
     weight_bytes_per_gpu: float
     reserve_bytes: float
-    kv_budget_bytes: float
+    kv_pool_bytes: float  # the KV pool per GPU (records: kv_budget_bytes_per_gpu)
     kv_bytes_per_token: float  # per GPU, every layer at full length
     naive_kv_bytes_per_token: float
     num_blocks: int
@@ -128,34 +145,34 @@ class CapacityPlan:
         return self.num_blocks * self.inputs.block_size
 
     @property
-    def pool_bytes(self) -> float:
-        """KV memory sequences can use: whole blocks, plus the remainder for models whose
-        linear-attention layers keep a per-sequence state outside the blocks."""
+    def allocatable_bytes(self) -> float:
+        """Of the KV pool, what sequences can use: whole blocks, plus the remainder for
+        models whose linear-attention layers keep a per-sequence state outside the blocks."""
         if self.inputs.model.state_bytes_per_seq(self.inputs.tp):
-            return max(0.0, self.kv_budget_bytes)
+            return max(0.0, self.kv_pool_bytes)
         return self.num_blocks * self.block_bytes
 
     @property
     def max_concurrency(self) -> float:
         """vLLM's 'Maximum concurrency for M tokens per request'."""
-        return self.pool_bytes / self.seq_bytes if self.seq_bytes else math.inf
+        return self.allocatable_bytes / self.seq_bytes if self.seq_bytes else math.inf
 
     def engine_report(self) -> dict[str, float | int] | None:
-        """What the engine itself prints for this budget: vLLM v1's KV cache groups (hybrid
+        """What the engine itself prints for this pool: vLLM v1's KV cache groups (hybrid
         models get one group per layer type, pages unified) or SGLang's token pool, beside
         kvplan's own figures; None for vLLM V0, which prints blocks of one full-length table."""
         i = self.inputs
-        budget = max(0.0, self.kv_budget_bytes)
+        kv_pool = max(0.0, self.kv_pool_bytes)
         if i.engine == "vllm-v1":
             batched = engine_memory(i).batched_tokens
-            cache = vllm_kv_cache(i.model, i.kv_format, i.tp, budget, i.max_model_len, i.block_size,
+            cache = vllm_kv_cache(i.model, i.kv_format, i.tp, kv_pool, i.max_model_len, i.block_size,
                                   max_num_batched_tokens=batched)
             return {"reported_tokens": cache.reported_tokens, "reported_concurrency": cache.reported_concurrency,
                     "true_concurrency": cache.true_concurrency, "kv_cache_groups": len(cache.groups),
                     "block_size": cache.block_size, "page_size_bytes": cache.page_size_bytes,
                     "padding_bytes": cache.padding_bytes}
         if i.engine == "sglang":
-            pool = sglang_kv_tokens(i.model, i.kv_format, i.tp, budget)
+            pool = sglang_kv_tokens(i.model, i.kv_format, i.tp, kv_pool)
             return {"reported_tokens": pool.max_total_num_tokens,
                     "reported_concurrency": pool.max_total_num_tokens / i.max_model_len,
                     "swa_tokens": pool.swa_tokens or 0}
@@ -184,7 +201,7 @@ class CapacityPlan:
             "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
             "engine": i.engine,
             "params_total": i.model.params.total, "params_active": i.model.params.active,
-            # Byte counts are whole bytes; budgets round down, as an allocator would.
+            # Byte counts are whole bytes; pool sizes round down, as an allocator would.
             "kv_bytes_per_token": round(i.model.kv_bytes_per_token(i.kv_format)),
             "kv_bytes_per_token_per_gpu": round(self.kv_bytes_per_token),
             "naive_kv_bytes_per_token": round(self.naive_kv_bytes_per_token),
@@ -193,7 +210,7 @@ class CapacityPlan:
             "request_kv_bytes_per_gpu": math.ceil(self.seq_bytes * i.batch),
             "usable_bytes_per_gpu": math.floor(self.usable_bytes), "weight_bytes_per_gpu": math.ceil(self.weight_bytes_per_gpu),
             "reserve_bytes_per_gpu": math.ceil(self.reserve_bytes),
-            "kv_budget_bytes_per_gpu": math.floor(self.kv_budget_bytes),
+            "kv_budget_bytes_per_gpu": math.floor(self.kv_pool_bytes),
             "block_bytes_per_gpu": round(self.block_bytes), "num_blocks": self.num_blocks,
             "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 4),
             "max_batch_at_context": self.max_batch, "max_context_at_batch": self.max_context,
@@ -220,10 +237,11 @@ def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool, budgeted
     return total
 
 
-def _max_context(inputs: PlanInputs, budget: float, batch: int, limit: int) -> int:
-    """Largest context up to `limit` whose `batch` sequences fit the budget (binary search:
-    windows make the size piecewise linear; a --kv-budget makes it flat, so the limit binds)."""
-    fits = lambda n: batch * _seq_bytes(inputs, n, inputs.respect_windows) <= budget  # noqa: E731
+def _max_context(inputs: PlanInputs, allocatable: float, batch: int, limit: int) -> int:
+    """Largest context up to `limit` whose `batch` sequences fit in `allocatable` bytes
+    (binary search: windows make the size piecewise linear; a --kv-budget makes it flat, so
+    the limit binds)."""
+    fits = lambda n: batch * _seq_bytes(inputs, n, inputs.respect_windows) <= allocatable  # noqa: E731
     if not fits(1):
         return 0
     if fits(limit):
@@ -242,30 +260,31 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     memory = engine_memory(inputs)
     usable, weights = memory.usable_bytes, memory.weight_bytes
     reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else memory.reserve_bytes
-    budget = inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
+    kv_pool = inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
     per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
-    blocks = max(0, math.floor(budget / (per_token * inputs.block_size)))
+    blocks = whole_blocks(kv_pool, per_token, inputs.block_size)
     context = inputs.max_model_len
     seq_full = _seq_bytes(inputs, context, False)
     seq_ideal = _seq_bytes(inputs, context, True)
     seq = seq_ideal if inputs.respect_windows else seq_full
-    shell = CapacityPlan(inputs, usable, weights, reserve, budget, per_token,
+    shell = CapacityPlan(inputs, usable, weights, reserve, kv_pool, per_token,
                          model.naive_kv_bytes_per_token(inputs.kv_format), blocks, seq,
                          seq_ideal, seq_full, _seq_bytes(inputs, context, inputs.respect_windows, budgeted=False),
                          0, 0, "", (), ())
-    pool = shell.pool_bytes
-    max_batch = int(pool // seq) if seq else 0
-    max_context = _max_context(inputs, pool, inputs.batch, shell.context_limit) if pool > 0 else 0
+    allocatable = shell.allocatable_bytes
+    max_batch = int(allocatable // seq) if seq else 0
+    max_context = (_max_context(inputs, allocatable, inputs.batch, shell.context_limit)
+                   if allocatable > 0 else 0)
 
     reasons: list[str] = []
     if weights + reserve > usable and inputs.kv_cache_bytes is None:
         verdict = "weights-do-not-fit"
         reasons.append(f"weights need {weights / GIB:.1f} GiB per GPU + {reserve / GIB:.1f} GiB reserve, "
                        f"but only {usable / GIB:.1f} GiB is usable at {inputs.utilization:.0%}")
-    elif seq * inputs.batch > pool:
+    elif seq * inputs.batch > allocatable:
         verdict = "kv-does-not-fit"
         reasons.append(f"{inputs.batch} x {context:,} tokens need {seq * inputs.batch / GIB:.2f} GiB of KV "
-                       f"per GPU; the KV budget is {max(budget, 0) / GIB:.2f} GiB")
+                       f"per GPU; the KV budget is {max(kv_pool, 0) / GIB:.2f} GiB")
     else:
         verdict = "fits"
     result = replace(shell, max_batch=max_batch, max_context=max_context, verdict=verdict,

@@ -18,6 +18,7 @@ from kvplan.results import ResultRecord
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.setting_error import SettingError
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
 CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
@@ -30,42 +31,46 @@ _RANGE = re.compile(r"^(?P<start>[^.:]+)\.\.(?P<stop>[^.:]+)(?::(?P<step>.+))?$"
 
 def _number(text: str, kind: type, axis: str) -> float:
     if kind is int:  # the same suffixes (32k) and rules as the flag of the same name
-        return parse_count(text, axis, f"--sweep {axis}")
+        return parse_count(text, axis, within="sweep")
     try:
         value = float(text.strip())
     except ValueError:
-        raise ValueError(f"--sweep {axis}: '{text.strip()}' is not a number; write e.g. {axis}=0.8,0.9") from None
+        raise SettingError("{sweep} {axis}: '{text}' is not a number; write e.g. {axis}=0.8,0.9", axis=axis,
+                           text=text.strip()) from None
     # The same finite range as the flag of the same name
-    return check_number(axis, value, f"--sweep {axis}")
+    return check_number(axis, value, within="sweep")
 
 
 def parse_axis(spec: str) -> tuple[str, list[Any]]:
     """'context=1k..128k' (doubling), 'batch=8..64:8' (stepped), 'kv-dtype=fp16,fp8' (listed)."""
     if "=" not in spec:
-        raise ValueError(f"--sweep '{spec}' needs NAME=VALUES, e.g. context=1k..128k or kv-dtype=fp16,fp8")
+        raise SettingError("{sweep} '{spec}' needs NAME=VALUES, e.g. context=1k..128k or kv-dtype=fp16,fp8",
+                           spec=spec)
     name, values = (part.strip() for part in spec.split("=", 1))
     name = name.replace("_", "-")
     if name in ("kv-dtype", "model", "gpu"):
         items = [v.strip() for v in values.split(",") if v.strip()]
         if not items:
-            raise ValueError(f"--sweep {name}: no values given")
+            raise SettingError("{sweep} {axis}: no values given", axis=name)
         return name, list(dict.fromkeys(items))  # a repeated value is one point, not two rows
     if name == "tp":
         return name, list(dict.fromkeys(int(_number(v, int, name)) for v in values.split(",")))
     if name not in NUMERIC_AXES:
-        raise ValueError(f"--sweep: unknown axis '{name}'; use one of: "
-                         f"{', '.join(sorted([*NUMERIC_AXES, *CATEGORICAL_AXES]))}")
+        raise SettingError("{sweep}: unknown axis '{axis}'; use one of: {known}", axis=name,
+                           known=", ".join(sorted([*NUMERIC_AXES, *CATEGORICAL_AXES])))
     kind = NUMERIC_AXES[name]
     match = _RANGE.match(values)
     if not match:
         return name, list(dict.fromkeys(_number(v, kind, name) for v in values.split(",")))
     start, stop = _number(match["start"], kind, name), _number(match["stop"], kind, name)
     if stop < start:
-        raise ValueError(f"--sweep {name}: range {values} runs backwards; write the smaller value first")
+        raise SettingError("{sweep} {axis}: range {values} runs backwards; write the smaller value first",
+                           axis=name, values=values)
     points: list[float] = []
     step = _number(match["step"], kind, name) if match["step"] else None
     count = (stop - start) / step if step else math.log2(stop / start)
-    check_grid_size([int(count) + 2], MAX_GRID_POINTS, f"--sweep {name}={values}", "use a larger step")
+    check_grid_size([int(count) + 2], MAX_GRID_POINTS, f" {name}={values}", "use a larger step",
+                    within="sweep")
     value = start
     while value <= stop * (1 + 1e-9):
         points.append(value)
@@ -80,7 +85,7 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
     import numpy as np
 
     sizes = [len(values) for values in axes.values()]
-    check_grid_size(sizes, MAX_GRID_POINTS, "--sweep", "sweep fewer values or use coarser steps")
+    check_grid_size(sizes, MAX_GRID_POINTS, "", "sweep fewer values or use coarser steps", within="sweep")
     models = [load_model(m) for m in axes.get("model", [])] or [base.model]
     gpus = [load_gpu(g) for g in axes.get("gpu", [])] or [base.gpu]
     formats = [parse_kv_format(f) for f in axes.get("kv-dtype", [])] or [base.kv_format]
@@ -99,8 +104,8 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
         reserve = (np.full(n, base.reserve_bytes) if base.reserve_bytes is not None
                    else np.array([profiles[int(c)].reserve_bytes for c in context]))
         usable = profiles[int(context[0])].total_bytes * util
-        budget = np.full(n, base.kv_cache_bytes) if base.kv_cache_bytes is not None else usable - weights - reserve
-        blocks = np.maximum(0, np.floor(budget / (per_token * block)))
+        kv_pool = np.full(n, base.kv_cache_bytes) if base.kv_cache_bytes is not None else usable - weights - reserve
+        blocks = np.maximum(0, np.floor(kv_pool / (per_token * block)))
         state = model.state_bytes_per_seq(point.tp)
         seq = np.full(n, float(state))
         for group in model.token_groups:
@@ -108,10 +113,10 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
             if base.kv_budget is not None:
                 tokens = np.minimum(tokens, base.kv_budget)
             seq += np.ceil(tokens / block) * block * group.bytes_per_token(fmt, point.tp)
-        pool = np.maximum(0, budget) if state else blocks * block * per_token
+        allocatable = np.maximum(0, kv_pool) if state else blocks * block * per_token
         weights_fail = (weights + reserve > usable) & (base.kv_cache_bytes is None)
         verdict = np.where(weights_fail, "weights-do-not-fit",
-                           np.where(seq * batch > pool, "kv-does-not-fit", "fits"))
+                           np.where(seq * batch > allocatable, "kv-does-not-fit", "fits"))
         values = {
             "model": [model.name] * n, "gpu": [gpu.name] * n, "tp": np.full(n, point.tp),
             "kv_dtype": [fmt.name] * n, "context": context.astype(int), "batch": batch.astype(int),
@@ -120,9 +125,10 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
             "kv_bytes_per_token": np.full(n, round(model.kv_bytes_per_token(fmt)), dtype=np.int64),
             "seq_kv_bytes": np.rint(seq).astype(np.int64),
             "weight_bytes_per_gpu": np.full(n, round(weights), dtype=np.int64),
-            "kv_budget_bytes_per_gpu": np.floor(budget).astype(np.int64),
+            "kv_budget_bytes_per_gpu": np.floor(kv_pool).astype(np.int64),
             "num_blocks": blocks.astype(np.int64), "kv_cache_tokens": (blocks * block).astype(np.int64),
-            "max_concurrency": np.round(pool / seq, 4), "max_batch_at_context": np.floor(pool / seq).astype(np.int64),
+            "max_concurrency": np.round(allocatable / seq, 4),
+            "max_batch_at_context": np.floor(allocatable / seq).astype(np.int64),
             "verdict": verdict,
         }
         for column in COLUMNS:

@@ -4,7 +4,6 @@ manager as simulated mode, and wall-clock step times."""
 
 from __future__ import annotations
 
-import math
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,24 +17,29 @@ from kvplan.core.engine_factory import (
     RealConfig,
     SizingConfig,
     TierConfig,
+    eviction_policy,
     make_tiers,
 )
 from kvplan.core.kv import make_allocator
+from kvplan.core.kv.base import Allocator
+from kvplan.core.kv.paged import PagedAllocator
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
+from kvplan.plan.capacity import max_model_len_for, whole_blocks
 from kvplan.plan.engine_releases import default_utilization, parse_version
 from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.kivi_pool import KiviServing, check_kivi_serving
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.real.runner import RealRunner
 from kvplan.real.streaming import SinkCopies
-from kvplan.spec import ModelSpec, parse_kv_format
+from kvplan.spec import KVFormat, ModelSpec, parse_kv_format
 from kvplan.spec.hf_config import model_spec_from_config
+from kvplan.spec.setting_error import SettingError
 
 if TYPE_CHECKING:
     import torch
 
-CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: --gpu-memory-utilization (cuda_kv_budget)
+CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: --gpu-memory-utilization (cuda_kv_pool_bytes)
 CALIBRATION_TOKENS = 64  # greedy tokens whose K/V calibrate per-tensor scales
 ENTROPY_PROBE_TOKENS = 200  # greedy tokens whose attention entropy splits entropy-budget (the quality table's)
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
@@ -72,35 +76,36 @@ def check_real_spec(spec: ModelSpec) -> None:
                          "global_head_dim): run it in simulated mode")
 
 
-def kv_budget_bytes(config: SizingConfig, loaded: LoadedModel) -> tuple[float, float | None]:
+def kv_pool_bytes(config: SizingConfig, loaded: LoadedModel) -> tuple[float, float | None]:
     """The real KV pool in bytes, and the memory utilization it was sized at (None: a fixed
     --kv-cache-gib, or the CPU default)."""
     if config.kv_cache_gib is not None:
         return config.kv_cache_gib * GIB, None
     if loaded.device == "cpu":
         if config.gpu_memory_utilization is not None:
-            raise ValueError("--gpu-memory-utilization sizes a CUDA pool; on CPU pass --kv-cache-gib "
-                             f"(default {CPU_KV_GIB:g} GiB)")
+            raise SettingError("{gpu_memory_utilization} sizes a CUDA pool; on CPU pass {kv_cache_gib} "
+                               "(default {default:g} GiB)", default=CPU_KV_GIB)
         return CPU_KV_GIB * GIB, None
     import torch
 
     free, total = torch.cuda.mem_get_info()
     utilization = config.gpu_memory_utilization or default_utilization(
         config.generation, parse_version(config.engine_version), total / GIB)
-    return cuda_kv_budget(free, total, utilization), utilization
+    return cuda_kv_pool_bytes(free, total, utilization), utilization
 
 
-def cuda_kv_budget(free: float, total: float, utilization: float) -> float:
+def cuda_kv_pool_bytes(free: float, total: float, utilization: float) -> float:
     """vLLM's rule, simplified: the engine may use `utilization` of the card, and what is in
     use once the model is loaded (weights, the CUDA context, other processes) comes off it.
     vLLM also profiles a forward pass for activation memory; real mode does not (named in
     the README), so its pool is somewhat larger than vLLM's at the same setting."""
     in_use = total - free
-    budget = utilization * total - in_use
-    if budget <= 0:
-        raise ValueError(f"--gpu-memory-utilization {utilization:g} leaves no KV memory: {in_use / GIB:.2f} GiB of "
-                         f"{total / GIB:.2f} GiB is in use after loading the model; raise it or pass --kv-cache-gib")
-    return budget
+    pool_bytes = utilization * total - in_use
+    if pool_bytes <= 0:
+        raise SettingError("{gpu_memory_utilization} {utilization:g} leaves no KV memory: {in_use:.2f} GiB of "
+                           "{total:.2f} GiB is in use after loading the model; raise it or pass {kv_cache_gib}",
+                           utilization=utilization, in_use=in_use / GIB, total=total / GIB)
+    return pool_bytes
 
 
 @dataclass
@@ -132,13 +137,9 @@ class RealEngineFactory:
                                optimization.offload, optimization.policy, kv_format.name)
 
     def _policy(self, optimization: Optimization) -> PolicySpec | None:
-        if not optimization.policy:
+        policy = eviction_policy(optimization, self.kv_budget, self.sizing.block_size, self.entropy_split)
+        if policy is None:
             return None
-        block = self.sizing.block_size
-        if self.kv_budget is None or self.kv_budget <= block:
-            raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block ({block} tokens)")
-        split = self.entropy_split() if optimization.policy == "entropy-budget" else None
-        policy = PolicySpec(optimization.policy, self.kv_budget, block=block, layer_budgets=split)  # pages: pool blocks
         check_real_policy(policy)
         if policy.reindexes_positions:
             from kvplan.quality.layer_cache import rope_inv_freq
@@ -147,7 +148,6 @@ class RealEngineFactory:
         return policy
 
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
-        from kvplan.kernels.quant import allocate_kv_cache
         from kvplan.real.tier_storage import TensorTierStorage
 
         config, loaded = self.sizing, self.loaded
@@ -155,52 +155,31 @@ class RealEngineFactory:
         self.check(optimization)
         policy = self._policy(optimization)
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
-        max_model_len = config.max_model_len or spec.max_position_embeddings or 4096
+        max_model_len = max_model_len_for(spec, config.max_model_len)
         slot_bytes = spec.kv_bytes_per_token(kv_format)
-        budget, utilization = kv_budget_bytes(config, loaded)
-        blocks = math.floor(budget / (slot_bytes * config.block_size))
+        pool_bytes, utilization = kv_pool_bytes(config, loaded)
+        blocks = whole_blocks(pool_bytes, slot_bytes, config.block_size)
         if blocks * config.block_size < max_model_len:
-            raise ValueError(f"the KV pool ({blocks * config.block_size:,} tokens in {budget / GIB:.4f} GiB) is too "
-                             f"small for one request of max_model_len {max_model_len} on {spec.name}; "
+            raise ValueError(f"the KV pool ({blocks * config.block_size:,} tokens in {pool_bytes / GIB:.4f} GiB) is "
+                             f"too small for one request of max_model_len {max_model_len} on {spec.name}; "
                              "raise --kv-cache-gib")
-        group = spec.token_groups[0]
-        store_dtype = next(p.dtype for p in loaded.model.parameters())
-        if kv_format.scale == "kivi":  # quantized blocks; the residual lives beside them (real/kivi_pool.py)
-            from kvplan.kernels.kivi import allocate_kivi_cache
-
-            pool = [allocate_kivi_cache(kv_format.bits, blocks, group.num_kv_heads, group.head_dim,
-                                        device=loaded.device) for _ in range(spec.num_layers)]
-        else:
-            pool = [allocate_kv_cache(kv_format.name, blocks, config.block_size, group.num_kv_heads, group.head_dim,
-                                      dtype=store_dtype, device=loaded.device) for _ in range(spec.num_layers)]
-        if kv_format.scale == "tensor":  # fp8 / intB-tensor: scales calibrated, not vLLM's default 1.0
-            for cache, (k_scale, v_scale) in zip(pool, self._tensor_scales(kv_format.name)):
-                cache.k_scale.fill_(k_scale)
-                cache.v_scale.fill_(v_scale)
-        runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
-                            backend=self.real.kernel_backend, seed=self.seed)
-        if kv_format.scale == "kivi":
-            runner.kivi = KiviServing(pool, config.block_size, kv_format.name)
-        sizing = EngineSizing(spec, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len,
+        pool = self._allocate_pool(kv_format, blocks)
+        sizing = EngineSizing(spec, kv_format, pool_bytes, slot_bytes, blocks * config.block_size, max_model_len,
                               gpu_memory_utilization=utilization)
         tiers = make_tiers(config, self.tiers, optimization, sizing)
         recompute_s = 0.0
-        if tiers is not None:  # real bytes: pinned host memory and files, timed
-            disk = Path(self.tiers.disk_dir) if self.tiers.disk_dir else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
-            tiers.storage = TensorTierStorage(pool, disk, on_restore=runner.forget_block)
-            params = sum(p.numel() for p in loaded.model.parameters())
-            recompute_s = 2.0 * params / CPU_FLOPS if loaded.device == "cpu" else 0.0
+        if tiers is not None and loaded.device == "cpu":
+            recompute_s = 2.0 * sum(p.numel() for p in loaded.model.parameters()) / CPU_FLOPS
         allocator = make_allocator(optimization.allocator, blocks * config.block_size, config.block_size,
                                    max_model_len, prefix_caching=optimization.prefix_caching, tiers=tiers,
                                    recompute_s_per_token=recompute_s, policy=policy)
-        if policy is not None:  # the pool's tensors follow the block manager's memory model
-            from kvplan.quality.layer_cache import rope_inv_freq
-
-            sinks = None
-            if policy.name in ("streaming", "streaming-abspos"):
-                sinks = SinkCopies(policy.budget, config.block_size,
-                                   rope_inv_freq(loaded.model) if policy.reindexes_positions else None)
-            runner.eviction = RealEviction(policy, allocator.budget, config.block_size, sinks=sinks)
+        kivi = KiviServing(pool, config.block_size, kv_format.name) if kv_format.scale == "kivi" else None
+        runner = RealRunner(loaded.model, pool, config.block_size, loaded.vocab_size, loaded.device,
+                            backend=self.real.kernel_backend, seed=self.seed,
+                            eviction=self._eviction(policy, allocator), kivi=kivi)
+        if tiers is not None:  # real bytes: pinned host memory and files, timed
+            disk = Path(self.tiers.disk_dir) if self.tiers.disk_dir else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
+            tiers.storage = TensorTierStorage(pool, disk, on_restore=runner.forget_block)
         # Swapping needs a host tier with real copies (the offload tiers); real mode recomputes.
         # Limits left to the engine take kvplan's own defaults: a real run serves on this machine,
         # not on the --gpu profile whose vLLM defaults simulated runs take.
@@ -208,6 +187,42 @@ class RealEngineFactory:
         scheduler = replace(self.scheduler.resolved(plain.max_num_seqs, plain.max_num_batched_tokens),
                             preemption="recompute", swap_slots=0)
         return Engine(allocator, runner, scheduler, max_model_len), sizing
+
+    def _allocate_pool(self, kv_format: KVFormat, blocks: int) -> list[Any]:
+        """One cache per layer of `blocks` blocks in the format, on the model's device and dtype:
+        KIVI's quantized blocks (the residual lives beside them: real/kivi_pool.py) or paged
+        blocks, whose per-tensor scales (fp8 / intB-tensor) are calibrated, not vLLM's default 1.0."""
+        from kvplan.kernels.quant import allocate_kv_cache
+
+        spec, device = self.loaded.spec, self.loaded.device
+        group = spec.token_groups[0]
+        if kv_format.scale == "kivi":
+            from kvplan.kernels.kivi import allocate_kivi_cache
+
+            return [allocate_kivi_cache(kv_format.bits, blocks, group.num_kv_heads, group.head_dim, device=device)
+                    for _ in range(spec.num_layers)]
+        store_dtype = next(p.dtype for p in self.loaded.model.parameters())
+        pool = [allocate_kv_cache(kv_format.name, blocks, self.sizing.block_size, group.num_kv_heads,
+                                  group.head_dim, dtype=store_dtype, device=device) for _ in range(spec.num_layers)]
+        if kv_format.scale == "tensor":
+            for cache, (k_scale, v_scale) in zip(pool, self._tensor_scales(kv_format.name)):
+                cache.k_scale.fill_(k_scale)
+                cache.v_scale.fill_(v_scale)
+        return pool
+
+    def _eviction(self, policy: PolicySpec | None, allocator: Allocator) -> RealEviction | None:
+        """The eviction policy working on the pool's tensors, which follow the slots the block
+        manager's memory model (`allocator.budget`) holds."""
+        if policy is None:
+            return None
+        assert isinstance(allocator, PagedAllocator)  # make_allocator's only allocator for a policy
+        from kvplan.quality.layer_cache import rope_inv_freq
+
+        sinks = None
+        if policy.policy.sinks:
+            sinks = SinkCopies(policy.budget, self.sizing.block_size,
+                               rope_inv_freq(self.loaded.model) if policy.reindexes_positions else None)
+        return RealEviction(policy, allocator.budget, self.sizing.block_size, sinks=sinks)
 
     def greedy_text(self, tokens: int) -> list[int]:
         """The model's own greedy text from BOS (`tokens` generated): what real mode calibrates

@@ -9,6 +9,7 @@ from typing import Any
 from kvplan.spec.hf_config import text_config
 from kvplan.spec.profiles import model_profiles, read_config
 from kvplan.spec.resolve import load_model
+from kvplan.spec.setting_error import SettingError
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -28,7 +29,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked but no CUDA GPU is available; use --device cpu")
+        raise SettingError("{device} cuda was asked but no CUDA GPU is available; use {device} cpu")
     if device != "cpu" and not device.startswith("cuda"):
         raise ValueError(f"unknown device '{device}'; use cpu, cuda or auto")
     return device
@@ -60,7 +61,7 @@ def load_causal_lm(model: str, model_path: str | None, layers: int | None, dtype
         config = {k: v for k, v in config.items() if k not in ("quantization_config", "auto_map")}
         if layers is not None:
             if layers < 1:
-                raise ValueError(f"--layers must be at least 1, got {layers}")
+                raise SettingError("{layers} must be at least 1, got {got}", got=layers)
             config["num_hidden_layers"] = min(layers, int(config["num_hidden_layers"]))
             if isinstance(config.get("layer_types"), list):
                 config["layer_types"] = config["layer_types"][: config["num_hidden_layers"]]

@@ -4,19 +4,31 @@ transformers model running every step; time is measured wall-clock.
 A step packs every scheduled sequence's new tokens into one [1, T] batch, decode tokens
 first: attention (kvplan/real/attention.py) writes the step's K/V into the paged cache
 (`write_kv`), then runs the decode tokens through `paged_attention` and the prefill
-chunks through `paged_prefill`, both reading K/V through the block tables. Slot mappings,
-positions and block tables are built with numpy array operations, not per token.
+chunks through `paged_prefill`, both reading K/V through the block tables.
+
+A step runs in two halves: `prepare` lays the packed tokens out (positions, slots and block
+tables with numpy array operations, not per token: `lay_out`), picks the logits rows to
+keep (teacher forcing keeps every row of a forced sequence) and builds the attention's step
+context, the eviction and KIVI hooks' included; `execute` runs the forward pass and samples.
+`step_time` times both.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from kvplan import cdiv
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
 from kvplan.real.attention import ATTENTION_NAME, StepContext, check_supported, register_attention
+
+if TYPE_CHECKING:
+    from kvplan.real.eviction import RealEviction
+    from kvplan.real.kivi_pool import KiviServing
 
 
 def _as_slots(cache: Any) -> Any:
@@ -34,13 +46,78 @@ def _as_slots(cache: Any) -> Any:
                    k_scale=view(cache.k_scale), v_scale=view(cache.v_scale))
 
 
+@dataclass(frozen=True)
+class StepLayout:
+    """Where one step's packed tokens go: decode tokens first (one per sequence), then prefill
+    chunks, each sequence's tokens contiguous."""
+
+    order: list[tuple[Sequence, int]]  # (sequence, new tokens) in packed order
+    counts: np.ndarray  # new tokens per sequence
+    first_index: np.ndarray  # each sequence's first row among the packed tokens
+    positions: np.ndarray  # each packed token's position in its sequence (RoPE's)
+    slot_ends: np.ndarray  # slots each sequence holds once the step is written
+    slot_starts: np.ndarray  # where each sequence's new tokens start in its slots
+    slots: np.ndarray  # each packed token's slot in the pool
+    tables: np.ndarray  # one block table per sequence, padded with -1
+    num_decode: int
+    done: np.ndarray  # the step reaches the sequence's last known token, so it samples one
+    contiguous: bool  # tables are one-slot "blocks": a contiguous allocator's extents
+
+
+def lay_out(order: list[tuple[Sequence, int]], block_size: int, eviction: RealEviction | None) -> StepLayout:
+    """The step's positions, slots and block tables, from the block manager's state."""
+    n = len(order)
+    counts = np.fromiter((count for _, count in order), dtype=np.int64, count=n)
+    starts = np.fromiter((seq.num_computed for seq, _ in order), dtype=np.int64, count=n)
+    ends = starts + counts
+    # Where the new tokens go in each sequence's slots: their positions, unless an
+    # eviction policy keeps fewer (real/eviction.py); RoPE positions stay the tokens' own.
+    slot_starts = starts if eviction is None else np.fromiter(
+        (eviction.slot_start(seq) for seq, _ in order), dtype=np.int64, count=n)
+    slot_ends = slot_starts + counts
+    contiguous = bool(order) and order[0][0].extent is not None
+    block = 1 if contiguous else block_size
+    if contiguous:  # one-slot "blocks": the table is the extent's slot range
+        firsts = np.fromiter((seq.extent[0] for seq, _ in order), dtype=np.int64, count=n)
+        tables = firsts[:, None] + np.arange(int(ends.max()), dtype=np.int64)[None, :]
+    else:
+        widths = cdiv(slot_ends, block)
+        tables = np.full((n, int(widths.max()) if n else 0), -1, dtype=np.int64)
+        for row, (seq, _) in enumerate(order):
+            tables[row, :widths[row]] = seq.block_table[:widths[row]]
+    owner = np.repeat(np.arange(n), counts)
+    first_index = np.cumsum(counts) - counts
+    positions = starts[owner] + np.arange(len(owner)) - first_index[owner]
+    in_slots = positions if eviction is None else slot_starts[owner] + np.arange(len(owner)) - first_index[owner]
+    slots = tables[owner, in_slots // block] * block + in_slots % block
+    done = ends == np.fromiter((seq.prompt_len + seq.num_generated for seq, _ in order), dtype=np.int64, count=n)
+    return StepLayout(order, counts, first_index, positions, slot_ends, slot_starts, slots, tables,
+                      int(np.count_nonzero(counts == 1)), done, contiguous)
+
+
+@dataclass(frozen=True)
+class PreparedStep:
+    """One step ready for the model: its tokens, where they go, and which logits it keeps."""
+
+    ids: list[int]  # the packed token ids
+    layout: StepLayout
+    keep: np.ndarray  # packed rows whose logits the model returns: forced sequences' rows first
+    forced_rows: list[tuple[Sequence, int]]  # (teacher-forced sequence, rows kept), leading `keep`
+    sampled: list[Sequence]  # one per kept row after the forced ones
+    context: StepContext
+
+
 class RealRunner:
-    """Executes step plans on a transformers model; greedy decoding; measured time."""
+    """Executes step plans on a transformers model; greedy decoding; measured time.
+
+    The hooks are fixed at construction: `eviction` when the engine runs an eviction policy
+    (real/eviction.py), `kivi` when the pool stores KIVI (real/kivi_pool.py)."""
 
     mode = "real"
 
     def __init__(self, model: Any, pool: list[Any], block_size: int, vocab_size: int, device: str,
-                 backend: str | None = None, seed: int = 0) -> None:
+                 backend: str | None = None, seed: int = 0, eviction: RealEviction | None = None,
+                 kivi: KiviServing | None = None) -> None:
         import torch
 
         check_supported(model.config)
@@ -56,6 +133,8 @@ class RealRunner:
         self.device = torch.device(device)
         self.backend = backend
         self.seed = seed
+        self.eviction = eviction
+        self.kivi = kivi
         self.tokens: dict[tuple[int, int], list[int]] = {}
         self.step_logits: dict[tuple[int, int], Any] = {}  # last step's sampled logits (quality checks)
         self.block_tokens: dict[int, tuple[int, ...]] = {}  # full paged block -> the tokens written in it
@@ -64,8 +143,6 @@ class RealRunner:
         # Teacher forcing (kvplan/real/teacher.py): a sequence's next tokens come from its text,
         # not the argmax, and every row's logits are kept, prompt rows included.
         self.forced: dict[tuple[int, int], list[int]] = {}
-        self.eviction: Any = None  # a RealEviction when the engine runs an eviction policy (real/eviction.py)
-        self.kivi: Any = None  # a KiviServing when the pool stores KIVI (real/kivi_pool.py)
 
     @property
     def kv_bytes(self) -> int:
@@ -88,8 +165,6 @@ class RealRunner:
             elif seq.request.prompt_tokens is not None:
                 tokens = list(seq.request.prompt_tokens)
             else:  # length-only workloads get deterministic pseudo-random prompts
-                import numpy as np
-
                 rng = np.random.default_rng((self.seed, seq.request.request_id))
                 tokens = rng.integers(3, self.vocab_size, seq.prompt_len).tolist()
             self.tokens[key] = tokens
@@ -117,93 +192,99 @@ class RealRunner:
             self.block_tokens[table[j - dropped]] = tuple(tokens[j * size:(j + 1) * size])
 
     def step_time(self, plan: StepPlan) -> float:
-        import numpy as np
-        import torch
-
         started = time.perf_counter()
+        self.execute(self.prepare(plan))
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter() - started + plan.transfer_s  # offload copies were timed as they ran
+
+    def prepare(self, plan: StepPlan) -> PreparedStep:
+        """Lay the step out, read its tokens and build the attention's step context."""
         # Decode tokens first (one per sequence), then prefill chunks: each kernel gets a contiguous slice.
         order = sorted(plan.scheduled, key=lambda item: item[1] != 1)
-        counts = np.fromiter((count for _, count in order), dtype=np.int64, count=len(order))
-        starts = np.fromiter((seq.num_computed for seq, _ in order), dtype=np.int64, count=len(order))
-        ends = starts + counts
-        # Where the new tokens go in each sequence's slots: their positions, unless an
-        # eviction policy keeps fewer (real/eviction.py); RoPE positions stay the tokens' own.
-        eviction = self.eviction
-        slot_starts = starts if eviction is None else np.fromiter(
-            (eviction.slot_start(seq) for seq, _ in order), dtype=np.int64, count=len(order))
-        slot_ends = slot_starts + counts
-        contiguous = bool(order) and order[0][0].extent is not None
-        block = 1 if contiguous else self.block_size
-        ids: list[int] = []
-        for seq, count in order:
-            start = seq.num_computed
-            tokens = self.tokens_of(seq)
-            ids.extend(tokens[start:start + count])
-            if not contiguous and (eviction is None or eviction.positional):
-                self._check_and_record(seq, tokens, start, start + count)
-        if contiguous:  # one-slot "blocks": the table is the extent's slot range
-            firsts = np.fromiter((seq.extent[0] for seq, _ in order), dtype=np.int64, count=len(order))
-            tables = firsts[:, None] + np.arange(int(ends.max()), dtype=np.int64)[None, :]
-        else:
-            widths = cdiv(slot_ends, block)
-            tables = np.full((len(order), int(widths.max()) if len(order) else 0), -1, dtype=np.int64)
-            for row, (seq, _) in enumerate(order):
-                tables[row, :widths[row]] = seq.block_table[:widths[row]]
-        owner = np.repeat(np.arange(len(order)), counts)
-        first_index = np.cumsum(counts) - counts
-        positions = starts[owner] + np.arange(len(owner)) - first_index[owner]
-        in_slots = positions if eviction is None else slot_starts[owner] + np.arange(len(owner)) - first_index[owner]
-        slots = tables[owner, in_slots // block] * block + in_slots % block
-        num_decode = int(np.count_nonzero(counts == 1))
-        done = ends == np.fromiter((seq.prompt_len + seq.num_generated for seq, _ in order), dtype=np.int64,
-                                   count=len(order))
-        sampled = [seq for (seq, _), last in zip(order, done) if last]
-        keep = (first_index + counts - 1)[done]
-        forced_rows: list[tuple[Sequence, int]] = []  # (sequence, rows kept) in `keep` order
-        if self.forced:  # forced sequences' rows first, then one row per sampled sequence
-            rows, sampled_rows, sampled = [], [], []
-            for (seq, count), first, last in zip(order, first_index.tolist(), done):
-                if (seq.request.request_id, seq.sample_index) in self.forced:
-                    rows.extend(range(first, first + count))
-                    forced_rows.append((seq, count))
-                elif last:
-                    sampled_rows.append(first + count - 1)
-                    sampled.append(seq)
-            keep = np.array(rows + sampled_rows, dtype=np.int64)
+        layout = lay_out(order, self.block_size, self.eviction)
+        ids = self._token_ids(layout)
+        keep, forced_rows, sampled = self._rows_to_keep(layout)
+        return PreparedStep(ids, layout, keep, forced_rows, sampled, self._context(layout))
 
-        def tensor(array: Any, dtype: Any) -> Any:
-            return torch.from_numpy(np.ascontiguousarray(array)).to(device=self.device, dtype=dtype)
+    def execute(self, step: PreparedStep) -> None:
+        """The forward pass, then each sampling sequence's next token (greedy, or its text's)."""
+        import torch
 
-        prefill_counts = counts[num_decode:]
-        ctx = StepContext(
-            pool=self.slot_pool if contiguous else self.pool,
-            slot_mapping=tensor(slots, torch.int64),
-            num_decode=num_decode,
-            decode_tables=tensor(tables[:num_decode], torch.int32),
-            decode_lens=tensor(slot_ends[:num_decode], torch.int32),
-            decode_max_len=int(slot_ends[:num_decode].max()) if num_decode else 0,
-            prefill_tables=tensor(tables[num_decode:], torch.int32),
-            prefill_query_start=tensor(np.concatenate([[0], np.cumsum(prefill_counts)]), torch.int32),
-            prefill_lens=tensor(slot_ends[num_decode:], torch.int32),
-            prefill_max_query=int(prefill_counts.max()) if len(prefill_counts) else 0,
-            backend=self.backend,
-            eviction=None if eviction is None else eviction.begin_step(order, slot_starts),
-            kivi=None if self.kivi is None else self.kivi.begin_step(order, num_decode, self.device))
         with torch.inference_mode():
-            output = self.model(input_ids=torch.tensor([ids], device=self.device),
-                                position_ids=tensor(positions[None, :], torch.long),
-                                kvplan_ctx=ctx, logits_to_keep=tensor(keep, torch.long), use_cache=False)
+            output = self.model(input_ids=torch.tensor([step.ids], device=self.device),
+                                position_ids=self._tensor(step.layout.positions[None, :], torch.long),
+                                kvplan_ctx=step.context, logits_to_keep=self._tensor(step.keep, torch.long),
+                                use_cache=False)
         logits = output.logits[0].float()
-        if forced_rows:
-            logits = self._take_forced(forced_rows, logits)
+        if step.forced_rows:
+            logits = self._take_forced(step.forced_rows, logits)
         next_tokens = logits.argmax(dim=-1).tolist()
-        for seq, token, row in zip(sampled, next_tokens, logits):
+        for seq, token, row in zip(step.sampled, next_tokens, logits):
             self.tokens_of(seq).append(token)
             if self.keep_logits:
                 self.step_logits.setdefault((seq.request.request_id, seq.sample_index), []).append(row)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - started + plan.transfer_s
+
+    def _token_ids(self, layout: StepLayout) -> list[int]:
+        """The packed token ids; blocks prefix caching may hit are checked and recorded on the way."""
+        check = not layout.contiguous and (self.eviction is None or self.eviction.positional)
+        ids: list[int] = []
+        for seq, count in layout.order:
+            start = seq.num_computed
+            tokens = self.tokens_of(seq)
+            ids.extend(tokens[start:start + count])
+            if check:
+                self._check_and_record(seq, tokens, start, start + count)
+        return ids
+
+    def _rows_to_keep(self, layout: StepLayout) -> tuple[np.ndarray, list[tuple[Sequence, int]], list[Sequence]]:
+        """The packed rows whose logits the step needs: the last row of each sequence that
+        samples; with teacher forcing, every row of a forced sequence first."""
+        order, counts, first_index, done = layout.order, layout.counts, layout.first_index, layout.done
+        if not self.forced:
+            sampled = [seq for (seq, _), last in zip(order, done) if last]
+            return (first_index + counts - 1)[done], [], sampled
+        rows: list[int] = []
+        sampled_rows: list[int] = []
+        forced_rows: list[tuple[Sequence, int]] = []
+        sampled = []
+        for (seq, count), first, last in zip(order, first_index.tolist(), done):
+            if (seq.request.request_id, seq.sample_index) in self.forced:
+                rows.extend(range(first, first + count))
+                forced_rows.append((seq, count))
+            elif last:
+                sampled_rows.append(first + count - 1)
+                sampled.append(seq)
+        return np.array(rows + sampled_rows, dtype=np.int64), forced_rows, sampled
+
+    def _context(self, layout: StepLayout) -> StepContext:
+        """What every layer's attention reads this step: slots, block tables and lengths as
+        tensors on the device, and the hooks' plans for the step."""
+        import torch
+
+        num_decode, tables, slot_ends = layout.num_decode, layout.tables, layout.slot_ends
+        prefill_counts = layout.counts[num_decode:]
+        return StepContext(
+            pool=self.slot_pool if layout.contiguous else self.pool,
+            slot_mapping=self._tensor(layout.slots, torch.int64),
+            num_decode=num_decode,
+            decode_tables=self._tensor(tables[:num_decode], torch.int32),
+            decode_lens=self._tensor(slot_ends[:num_decode], torch.int32),
+            decode_max_len=int(slot_ends[:num_decode].max()) if num_decode else 0,
+            prefill_tables=self._tensor(tables[num_decode:], torch.int32),
+            prefill_query_start=self._tensor(np.concatenate([[0], np.cumsum(prefill_counts)]), torch.int32),
+            prefill_lens=self._tensor(slot_ends[num_decode:], torch.int32),
+            prefill_max_query=int(prefill_counts.max()) if len(prefill_counts) else 0,
+            backend=self.backend,
+            eviction=None if self.eviction is None else self.eviction.begin_step(layout.order, layout.slot_starts),
+            kivi=None if self.kivi is None else self.kivi.begin_step(layout.order, num_decode, self.device))
+
+    def _tensor(self, array: np.ndarray, dtype: Any) -> Any:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device=self.device, dtype=dtype)
 
     def _take_forced(self, forced_rows: list[tuple[Sequence, int]], logits: Any) -> Any:
         """Record the forced sequences' rows (they lead `logits` in order) and append their
@@ -217,4 +298,4 @@ class RealRunner:
             tokens = self.tokens_of(seq)
             if seq.num_computed + count == seq.prompt_len + seq.num_generated:
                 tokens.append(self.forced[key][len(tokens)])
-        return logits[row:]  # offload copies were timed as they ran
+        return logits[row:]

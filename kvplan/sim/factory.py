@@ -4,7 +4,6 @@ in with step_model, the calibrated StepModelRunner)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,12 +15,12 @@ from kvplan.core.engine_factory import (
     SizingConfig,
     TierConfig,
     engine_scheduler,
+    eviction_policy,
     make_tiers,
 )
 from kvplan.core.kv import make_allocator
-from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.capacity import PlanInputs, plan
+from kvplan.plan.capacity import PlanInputs, max_model_len_for, plan, whole_blocks
 from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.factor_table import UNSEEN_FAMILY, factor_key, held_out_band
@@ -39,13 +38,13 @@ FITTED, ROOFLINE = "fitted", "roofline"
 
 
 def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: Optimization) -> EngineSizing:
-    """The KV budget per GPU from the capacity plan, in slots of the optimization's format.
+    """The KV pool per GPU from the capacity plan, in slots of the optimization's format.
 
     Linear-attention state (hybrids) is set aside for max_num_seqs sequences up front.
     """
     model = load_model(config.model)
     kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, model)
-    max_model_len = config.max_model_len or model.max_position_embeddings or 4096
+    max_model_len = max_model_len_for(model, config.max_model_len)
     scheduler = engine_scheduler(config, scheduler)
     inputs = PlanInputs(model=model, gpu=load_gpu(config.gpu), tp=config.tp, kv_format=kv_format,
                         context=max_model_len, block_size=config.block_size,
@@ -55,13 +54,13 @@ def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: 
                         engine_version=parse_version(config.engine_version),
                         max_num_batched_tokens=scheduler.max_num_batched_tokens, max_num_seqs=scheduler.max_num_seqs)
     capacity = plan(inputs, suggest=False)
-    budget = capacity.kv_budget_bytes - model.state_bytes_per_seq(config.tp) * (scheduler.max_num_seqs or 0)
+    kv_pool_bytes = capacity.kv_pool_bytes - model.state_bytes_per_seq(config.tp) * (scheduler.max_num_seqs or 0)
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
-    blocks = math.floor(budget / (slot_bytes * config.block_size)) if budget > 0 else 0
+    blocks = whole_blocks(kv_pool_bytes, slot_bytes, config.block_size)
     if blocks < 1:
         raise ValueError(f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
-                         f"{budget / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib")
-    return EngineSizing(model, kv_format, budget, slot_bytes, blocks * config.block_size, max_model_len)
+                         f"{kv_pool_bytes / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib")
+    return EngineSizing(model, kv_format, kv_pool_bytes, slot_bytes, blocks * config.block_size, max_model_len)
 
 
 @dataclass(frozen=True)
@@ -86,14 +85,7 @@ class SimulatedEngineFactory:
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
         config = self.sizing
         sizing = size_engine(config, self.scheduler, optimization)
-        policy = None
-        if optimization.policy:
-            if self.kv_budget is None or self.kv_budget <= config.block_size:
-                raise ValueError(f"'{optimization.name}' needs --kv-budget larger than one block "
-                                 f"({config.block_size} tokens)")
-            split = self.layer_budgets if optimization.policy == "entropy-budget" else None
-            policy = PolicySpec(optimization.policy, self.kv_budget, block=config.block_size,  # pages are pool blocks
-                                layer_budgets=split)
+        policy = eviction_policy(optimization, self.kv_budget, config.block_size, lambda: self.layer_budgets)
         roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
         # The policy's memory model (kvplan.core.policies) decides the blocks each sequence
         # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM.
