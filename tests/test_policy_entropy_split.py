@@ -51,7 +51,7 @@ def test_unused_tail_slots_are_internal_fragmentation() -> None:
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(name="h2o", budget=8, layer_budgets=(4, 12)), "belong to entropy-budget"),
-    (dict(name="entropy-budget", budget=8, layer_budgets=(4, 11)), "sum to --kv-budget x layers"),
+    (dict(name="entropy-budget", budget=8, layer_budgets=(4, 11)), "sum to kv_budget x layers"),
 ])
 def test_bad_splits_are_refused(kwargs, message: str) -> None:
     with pytest.raises(ValueError, match=message):

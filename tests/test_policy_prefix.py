@@ -9,12 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
-from kvplan.core.kv.paged import PREFIX_CONFLICTS
-from kvplan.core.policies import POLICIES
+from kvplan.core.policies import policies
 
 
 def test_every_policy_but_the_sliding_window_has_a_reason() -> None:
-    assert set(PREFIX_CONFLICTS) == set(POLICIES) - {"sliding-window"}
+    conflicting = {name for name, policy in policies().items() if policy.prefix_conflict}
+    assert conflicting == set(policies()) - {"sliding-window"}
 
 
 @pytest.mark.parametrize(("name", "why"), [("h2o", "never computes the cached prefix's attention"),

@@ -13,18 +13,22 @@ from kvplan.core.policies import (
     held_tokens,
     keep_h2o,
     keep_paged,
-    keep_sliding,
     keep_snapkv,
-    keep_streaming,
     split_budget,
 )
 
 
+def _window_keep(name: str, count: int, budget: int) -> list[int]:
+    spec = PolicySpec(name, max(budget, 5))
+    return spec.policy.keep(spec, None, [list(range(count))], budget)
+
+
 def test_sliding_and_streaming_keep_sets() -> None:
-    assert keep_sliding(10, 4) == [6, 7, 8, 9]
-    assert keep_sliding(3, 4) == [0, 1, 2]
-    assert keep_streaming(10, 6) == [0, 1, 2, 3, 8, 9]  # 4 sinks + the 2 most recent
-    assert keep_streaming(5, 6) == [0, 1, 2, 3, 4]
+    assert _window_keep("sliding-window", 10, 4) == [6, 7, 8, 9]
+    assert _window_keep("sliding-window", 3, 4) == [0, 1, 2]
+    assert _window_keep("streaming", 10, 6) == [0, 1, 2, 3, 8, 9]  # 4 sinks + the 2 most recent
+    assert _window_keep("streaming", 5, 6) == [0, 1, 2, 3, 4]
+    assert _window_keep("streaming-abspos", 10, 6) == [0, 1, 2, 3, 8, 9]
 
 
 def test_h2o_selects_per_kv_head() -> None:
@@ -148,11 +152,13 @@ def test_window_policies_reproduce_the_reference_figures(stories) -> None:
 def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -> None:
     """Per-KV-head H2O with 16 heavy + 16 recent tokens attending 33 (the reference's
     budget-32 cache plus the new token) gives 3.892 (the paper-faithful run)."""
-    import kvplan.quality.evaluate as evaluate_module
+    from kvplan.core.policies.h2o import H2O
+    from kvplan.quality.evaluate import evaluate
 
     model, tokens, _ = stories
-    monkeypatch.setattr(evaluate_module, "keep_h2o", lambda scores, budget: keep_h2o(scores, budget, budget // 2 + 1))
-    result = evaluate_module.evaluate(model, tokens, PolicySpec("h2o", 33))
+    monkeypatch.setattr(H2O, "keep", lambda self, spec, scores, positions, budget:
+                        keep_h2o(scores, budget, budget // 2 + 1))
+    result = evaluate(model, tokens, PolicySpec("h2o", 33))
     assert round(result.perplexity, 3) == 3.892
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan.core.kv import ALLOCATORS
-from kvplan.core.policies import POLICIES
+from kvplan.core.policies.registry import policy_names
 from kvplan.spec import parse_kv_format
 
 if TYPE_CHECKING:  # the engine's setup loads when a name is parsed, not for the names' help text
@@ -23,7 +23,7 @@ def names_help() -> str:
     """Every valid optimization name, grouped, for `kvplan bench --help` (brackets escaped for rich)."""
     return (f"allocators: {', '.join(ALLOCATORS)}; prefix; offload: {', '.join(OFFLOAD_PARTS)}; "
             f"KV formats: {', '.join(KV_FORMAT_PARTS)}, int4-g64, int2-g32, kivi-int4 ...; "
-            f"eviction (with --kv-budget): {', '.join(POLICIES)}")
+            f"eviction (with --kv-budget): {', '.join(policy_names())}")
 
 
 def parse_optimization(text: str) -> Optimization:
@@ -41,7 +41,7 @@ def parse_optimization(text: str) -> Optimization:
         elif part in OFFLOAD_PARTS:
             prefix = True  # the tiers hold prefix-cache blocks
             offload = OFFLOAD_PARTS[part]
-        elif part in POLICIES:
+        elif part in policy_names():
             policy = part
         elif part in ALLOCATORS:
             if allocator:
@@ -51,7 +51,7 @@ def parse_optimization(text: str) -> Optimization:
             parse_kv_format(part)
             kv_dtype = part
         else:
-            known = ", ".join((*ALLOCATORS, "prefix", *OFFLOAD_PARTS, *POLICIES, *KV_FORMAT_PARTS,
+            known = ", ".join((*ALLOCATORS, "prefix", *OFFLOAD_PARTS, *policy_names(), *KV_FORMAT_PARTS,
                                "int4-gN", FULL))
             raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
     if prefix and allocator not in (None, "paged"):

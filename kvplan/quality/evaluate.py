@@ -20,16 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.core.policies import (
-    PolicySpec,
-    held_tokens,
-    keep_h2o,
-    keep_paged,
-    keep_sliding,
-    keep_snapkv,
-    keep_streaming,
-    split_budget,
-)
+from kvplan.core.policies import PolicySpec, held_tokens, split_budget
 from kvplan.quality.kivi import KiviLayer, kivi_bits
 from kvplan.quality.layer_cache import LayerCache, reindexed_keys, rope_inv_freq
 
@@ -85,7 +76,7 @@ def policy_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     cache.record(received, entropy, state.spec.window)
     if cache.kivi is not None:
         cache.kivi.settle()
-    elif state.spec.name == "snapkv" and state.step == state.prompt_len - 1:
+    elif state.spec.policy.selects_after_prompt and state.step == state.prompt_len - 1:
         _compress_prompt(state, cache)
     return out.to(query.dtype)[None, None], None
 
@@ -102,26 +93,19 @@ def _prune(state: EvalState, layer: int, cache: LayerCache) -> None:
     """Strict budget: with the step's token written, evict down to the budget before attending."""
     spec, count = state.spec, cache.count
     budget = state.layer_budgets[layer] if state.layer_budgets else spec.budget
-    if not spec.evicts or spec.name == "snapkv" or budget is None or count <= budget:
+    if not spec.evicts or spec.policy.selects_after_prompt or budget is None or count <= budget:
         return
-    if spec.name == "sliding-window":
-        cache.keep(keep_sliding(count, budget))
-    elif spec.name in ("streaming", "streaming-abspos"):
-        cache.keep(keep_streaming(count, budget))
-    elif spec.name == "paged-eviction":
-        cache.keep(keep_paged(cache.scores, list(cache.positions[0]), budget, spec.block))
-    else:  # h2o, and entropy-budget's per-layer selection
-        cache.keep(keep_h2o(cache.scores, budget))
+    cache.keep(spec.policy.keep(spec, cache.scores, cache.positions, budget))
 
 
 def _compress_prompt(state: EvalState, cache: LayerCache) -> None:
-    """SnapKV, once the prompt is read: the last `window` queries vote, per KV head."""
+    """Once the prompt is read (SnapKV): the last `window` queries vote, per KV head."""
     spec, count = state.spec, cache.count
     if count <= spec.budget:
         return
     window = min(spec.window, count - 1)
     votes = sum(row[:, : count - window] for row in cache.window_rows[-window:])
-    cache.keep(keep_snapkv(votes, spec.budget, window, spec.kernel))
+    cache.keep(spec.policy.keep_after_prompt(spec, votes, window))
 
 
 def run_policy(model: Any, tokens: list[int], spec: PolicySpec, kv_format: str | None = None,
@@ -195,13 +179,14 @@ def calibrate(model: Any, calibration: list[int], spec: PolicySpec, kv_format: s
     from kvplan.kernels.quant import get_format
 
     per_tensor = bool(kv_format) and not kivi_bits(kv_format) and get_format(kv_format).scale == "tensor"
-    if spec.name != "entropy-budget" and not per_tensor:
+    splits = spec.policy.splits_layers
+    if not splits and not per_tensor:
         return None, None
     if not calibration:
-        raise ValueError("entropy-budget and per-tensor KV formats need a calibration text other than the one scored")
+        raise ValueError(f"{spec.name if splits else kv_format} needs a calibration text other than the one scored")
     _, probe = run_policy(model, calibration, PolicySpec("full"))
     budgets = scales = None
-    if spec.name == "entropy-budget":
+    if splits:
         entropies = [layer.entropy / max(1, layer.entropy_steps) for layer in probe.layers]
         budgets = split_budget(spec.budget * len(entropies), entropies)
     if per_tensor:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvplan.core.engine_factory import Optimization
 from kvplan.core.policies import PolicySpec
+from kvplan.spec.setting_error import SettingError
 
 if TYPE_CHECKING:
     import torch
@@ -35,13 +36,13 @@ def load_tokens(text_path: Path, tokenizer: Path | None, model_path: str | None)
 
         return Llama2cTokenizer(tokenizer).encode(text)
     if not model_path:
-        raise ValueError("--quality-text needs --tokenizer (a llama2.c tok*.bin) or a --model-path with a tokenizer")
+        raise SettingError("{quality_text} needs {tokenizer} (a llama2.c tok*.bin) or a {model_path} with a tokenizer")
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(model_path, local_files_only=True)(text)["input_ids"]
     except Exception:
-        raise ValueError(f"no tokenizer in '{model_path}'; pass --tokenizer") from None
+        raise SettingError("no tokenizer in '{path}'; pass {tokenizer}", path=str(model_path)) from None
 
 
 def run_quality(model: torch.nn.Module, tokens: list[int], optimizations: list[Optimization], budget: int | None,

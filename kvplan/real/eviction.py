@@ -41,25 +41,18 @@ import numpy as np
 
 from kvplan import cdiv
 from kvplan.core.kv.budget import PolicyBudget
-from kvplan.core.policies import PolicySpec, held_tokens, keep_h2o, keep_paged, keep_snapkv
-from kvplan.core.policies.slots import WINDOW_POLICIES
+from kvplan.core.policies import PolicySpec, held_tokens
 from kvplan.core.sequence import Sequence
 from kvplan.real import pool_slots
 from kvplan.real.streaming import SinkCopies
-
-REAL_POLICIES = ("h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "streaming-abspos",
-                 "entropy-budget")
-# Why the others stay out of the paged pool (one line each, shown as the refusal).
-REFUSED = {
-    "h2o-holes": "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
-                 "report the blocks holes would hold: eviction_hole_blocks_ratio)",
-}
+from kvplan.spec.setting_error import SettingError
 
 
 def check_real_policy(spec: PolicySpec) -> None:
-    if spec.name not in REAL_POLICIES:
-        raise ValueError(f"real mode cannot run '{spec.name}': {REFUSED.get(spec.name, 'not implemented')}; "
-                         "measure it with --quality-text or in simulated mode")
+    refusal = spec.policy.real_refusal
+    if refusal is not None:
+        raise SettingError("real mode cannot run '{policy}': {refusal}; measure it with {quality_text} or in "
+                           "simulated mode", policy=spec.name, refusal=refusal)
 
 
 @dataclass
@@ -100,19 +93,19 @@ class RealEviction:
 
     @property
     def compacted(self) -> bool:
-        return self.spec.name not in WINDOW_POLICIES
+        return self.spec.policy.compacts
 
     @property
     def positional(self) -> bool:
         """Every held slot keeps its own token (no moves, no sink copies): blocks may be shared."""
-        return self.spec.name == "sliding-window"
+        return self.spec.policy.positional
 
     def slot_start(self, seq: Sequence) -> int:
         """Where the step's first new token goes, in the sequence's slot coordinates."""
         if not self.compacted:
             return seq.num_computed - seq.dropped_blocks * self.block_size
         count = seq.prompt_len + seq.num_generated - seq.num_computed
-        if count <= 1 and self.spec.name != "snapkv":  # may evict before writing
+        if count <= 1 and not self.spec.policy.selects_after_prompt:  # may evict before writing
             return held_tokens(self.spec, seq.prompt_len, seq.num_computed + 1) - 1
         return self.budget.kept(seq)
 
@@ -180,16 +173,15 @@ class RealEviction:
         return variant if self.compacted else replace(variant, sliding_window=self.spec.budget)
 
     def _keep(self, scores: Any, positions: Any, held: int) -> Any:
-        """Kept slot indices per head [heads, held], sorted, for slots in any order."""
-        if self.spec.name == "paged-eviction":
-            order = np.argsort(positions[0], kind="stable")  # every head holds the same tokens
-            kept = keep_paged(scores[:, order], positions[0][order].tolist(), self.spec.budget, self.spec.block)
-            kept = np.sort(order[kept])
-            keep = np.tile(kept, (scores.shape[0], 1))
-        else:  # h2o's recent half is by token position, so slots are ranked by position first
-            order = np.argsort(positions, axis=1, kind="stable")
-            chosen = keep_h2o(np.take_along_axis(scores, order, axis=1), held)
-            keep = np.sort(np.take_along_axis(order, chosen, axis=1), axis=1)
+        """Kept slot indices per head [heads, held], sorted, for slots in any order: the
+        policy selects over each head's slots ranked by token position (h2o's recent half
+        and paged-eviction's pages are by position)."""
+        order = np.argsort(positions, axis=1, kind="stable")
+        chosen = np.asarray(self.spec.policy.keep(self.spec, np.take_along_axis(scores, order, axis=1),
+                                                  np.take_along_axis(positions, order, axis=1), held))
+        if chosen.ndim == 1:  # one kept set for every head
+            chosen = np.tile(chosen, (scores.shape[0], 1))
+        keep = np.sort(np.take_along_axis(order, chosen, axis=1), axis=1)
         if keep.shape[1] != held:
             raise RuntimeError(f"{self.spec.name} kept {keep.shape[1]} slots, the memory model says {held}")
         return keep
@@ -263,8 +255,8 @@ class RealEviction:
         positions = np.concatenate([self.positions[step.key][layer], new_positions], axis=1)
         held = self.layer_held(step, layer, step.length)
         keep = None
-        if self.spec.name == "snapkv":
-            scores = np.zeros((heads, lens))  # snapkv scores once, from its observation window
+        if self.spec.policy.selects_after_prompt:
+            scores = np.zeros((heads, lens))  # scored once, from the prompt's observation window
             if step.length - step.count < step.prompt_len <= step.length:
                 keep = self._snapkv_keep(layer, cache, step, q, scale, held)
             elif step.length < step.prompt_len:
@@ -306,7 +298,7 @@ class RealEviction:
         keys = pool_slots.read_keys(cache, step.table, prompt, self.block_size)
         probs = pool_slots.attention_probs(keys, queries, np.arange(prompt - window, prompt), scale)
         votes = probs.sum(axis=1)[:, : prompt - window]
-        keep = keep_snapkv(votes, self.spec.budget, window, self.spec.kernel)
+        keep = self.spec.policy.keep_after_prompt(self.spec, votes, window)
         tail = np.tile(np.arange(prompt, step.slot_start + step.count), (keep.shape[0], 1))  # recomputed outputs
         keep = np.concatenate([keep, tail], axis=1)
         if keep.shape[1] != held:

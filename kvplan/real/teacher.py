@@ -18,7 +18,9 @@ from kvplan.workload.request import Request
 
 
 def served_prompt_len(policy: str | None, count: int) -> int:
-    return count // 2 if policy == "snapkv" else 1
+    from kvplan.core.policies.registry import lookup
+
+    return count // 2 if policy and lookup(policy).selects_after_prompt else 1
 
 
 def served_logits(factory: Any, optimization: Any, tokens: list[int]) -> Any:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from kvplan import cdiv
 from kvplan.core.block_pool import BlockPool
-from kvplan.core.policies import SINKS, PolicySpec, attended_tokens, held_tokens, used_tokens
-from kvplan.core.policies.slots import WINDOW_POLICIES
+from kvplan.core.policies import PolicySpec, attended_tokens, held_tokens, used_tokens
+from kvplan.core.policies.base import WindowPolicy
 from kvplan.core.sequence import Sequence
 
 
@@ -33,8 +33,10 @@ class PolicyBudget:
             raise ValueError(f"policy '{spec.name}' needs a token budget")
         self.spec = spec
         self.block_size = block_size
-        self.windowed = spec.name in WINDOW_POLICIES
-        self.sink = self.windowed and spec.name != "sliding-window"  # StreamingLLM keeps block 0
+        # window policies keep tokens at their positions; StreamingLLM's sinks keep block 0
+        self.window = spec.policy if isinstance(spec.policy, WindowPolicy) else None
+        self.windowed = self.window is not None
+        self.sink = self.window is not None and self.window.sinks > 0
         self.evicted_slots = 0  # tokens of live sequences the policy dropped
         self.evicted_total = 0  # every token the policy dropped over the run
         self.copied_slots = 0  # compaction copies not yet charged
@@ -55,10 +57,9 @@ class PolicyBudget:
     def _first_logical(self, length: int) -> int:
         """The first logical block a window still needs after `length` tokens (block 0 aside)."""
         held = held_tokens(self.spec, 0, length)  # windows do not depend on the prompt
-        if held >= length:
+        if held >= length or self.window is None:
             return 0
-        start = length - held + (min(SINKS, held) if self.sink else 0)
-        return start // self.block_size
+        return self.window.window_start(length, held) // self.block_size
 
     def blocks_needed(self, seq: Sequence, tokens: int) -> int:
         """New blocks the step bringing the sequence to `tokens` takes (before a decode step's

@@ -14,24 +14,6 @@ from kvplan.core.policies import PolicySpec
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
 
-# Why each eviction policy but sliding-window does not compose with prefix caching (a cached
-# block is shared read-only by every request that hits it). sliding-window composes as
-# vLLM's SlidingWindowManager does (prefix_cache.py, budget.py).
-_NO_SCORES = ("a request that hits the prefix cache never computes the cached prefix's attention, so {} has no "
-              "scores to choose from")
-_SINKS = ("StreamingLLM writes the 4 sinks over the first slots of each query's window, so its blocks stop "
-          "holding the tokens their hashes name and cannot be shared")
-PREFIX_CONFLICTS = {
-    "h2o": _NO_SCORES.format("H2O"),
-    "h2o-holes": _NO_SCORES.format("H2O"),
-    "entropy-budget": _NO_SCORES.format("entropy-budget's H2O"),
-    "paged-eviction": _NO_SCORES.format("block-wise eviction"),
-    "snapkv": "SnapKV compresses each prompt in place from its own observation window, so a compressed block no "
-              "longer holds the tokens another request's hit reads",
-    "streaming": _SINKS,
-    "streaming-abspos": _SINKS,
-}
-
 
 class PagedAllocator(Allocator):
     pool: BlockPool  # always present here (Allocator's may be None)
@@ -41,16 +23,19 @@ class PagedAllocator(Allocator):
                  tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
                  copy_s_per_slot: float = 0.0) -> None:
         evicting = policy if policy is not None and policy.evicts else None
-        if evicting is not None and prefix_caching and evicting.name in PREFIX_CONFLICTS:
-            raise ValueError(f"prefix caching cannot be combined with '{evicting.name}': "
-                             f"{PREFIX_CONFLICTS[evicting.name]}; use one or the other")
+        # A cached block is shared read-only by every request that hits it: the policy says
+        # why it cannot keep that promise (sliding-window can, as vLLM's SlidingWindowManager).
+        conflict = evicting.policy.prefix_conflict if evicting is not None else None
+        if evicting is not None and conflict is not None and prefix_caching:
+            raise ValueError(f"prefix caching cannot be combined with '{evicting.name}': {conflict}; "
+                             "use one or the other")
         if tiers is not None and not prefix_caching:
             raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
         if tiers is not None and evicting is not None:
             raise ValueError(f"offload tiers cannot be combined with '{evicting.name}': a tier reload continues a "
                              "prefix hit block by block from its start, while a window's hit is the run of blocks "
                              "before the hit point; use one or the other")
-        window = evicting.budget if evicting is not None and prefix_caching else None  # only sliding-window gets here
+        window = evicting.budget if evicting is not None and prefix_caching else None  # only a positional window gets here
         self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
