@@ -145,7 +145,7 @@ def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, n
 
 @pytest.mark.parametrize("name", ["h2o-holes"])
 def test_real_mode_refuses_policies_it_cannot_evict(real_factory, name: str) -> None:
-    with pytest.raises(ValueError, match=f"real mode cannot run '{name}': .*; measure it with --quality-text"):
+    with pytest.raises(ValueError, match=f"real mode cannot run '{name}': .*; measure it with quality_text"):
         real_factory.build(parse_optimization(name))
 
 
