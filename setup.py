@@ -3,4 +3,10 @@ kvplan.kernels and kvplan.profiles_data (their folders are mapped in pyproject.t
 
 from setuptools import find_packages, setup
 
-setup(packages=[*find_packages(include=["kvplan", "kvplan.*"]), "kvplan.kernels", "kvplan.profiles_data"])
+setup(
+    packages=[
+        *find_packages(include=["kvplan", "kvplan.*"]),
+        "kvplan.kernels",
+        "kvplan.profiles_data",
+    ]
+)

@@ -36,10 +36,14 @@ from kvplan.workload import make_workload
 NUM_REQUESTS = 10_000
 TARGET_S = 10.0
 SETUPS = [
-    ("OPT-13B / A100-40GB / 11.2 GiB KV (vLLM paper)",
-     SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048)),
-    ("Llama-3.1-8B / L4 (kvplan bench default)",
-     SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)),
+    (
+        "OPT-13B / A100-40GB / 11.2 GiB KV (vLLM paper)",
+        SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
+    ),
+    (
+        "Llama-3.1-8B / L4 (kvplan bench default)",
+        SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096),
+    ),
 ]
 
 
@@ -63,10 +67,18 @@ def makespan_lower_bound(engine: Engine, finished: list) -> float:
         reads += p + (o - 1) * (p + 1 + n) // 2
         max_steps_one = max(max_steps_one, o)
         sampled += o
-    steps = max(max_steps_one, math.ceil(tokens / config.max_num_batched_tokens),
-                math.ceil(sampled / config.max_num_seqs), math.ceil(reads / engine.allocator.capacity_slots))
-    memory = (steps * roof.weight_bytes_read(1) + reads * runner.read_bytes_per_token) / roof.bandwidth
-    per_pair = min(runner.decode_flops_per_pair, runner.prefill_flops_per_pair)  # MLA: decode and prefill differ
+    steps = max(
+        max_steps_one,
+        math.ceil(tokens / config.max_num_batched_tokens),
+        math.ceil(sampled / config.max_num_seqs),
+        math.ceil(reads / engine.allocator.capacity_slots),
+    )
+    memory = (
+        steps * roof.weight_bytes_read(1) + reads * runner.read_bytes_per_token
+    ) / roof.bandwidth
+    per_pair = min(
+        runner.decode_flops_per_pair, runner.prefill_flops_per_pair
+    )  # MLA: decode and prefill differ
     compute = (roof.linear_flops(tokens) + pairs * per_pair) / roof.peak_flops
     return max(memory, compute)
 
@@ -74,10 +86,18 @@ def makespan_lower_bound(engine: Engine, finished: list) -> float:
 def main() -> int:
     failed = False
     for label, config in SETUPS:
-        requests = make_workload("sharegpt", NUM_REQUESTS, rate=None, arrival="burst", seed=0,
-                                 max_model_len=config.max_model_len)
+        requests = make_workload(
+            "sharegpt",
+            NUM_REQUESTS,
+            rate=None,
+            arrival="burst",
+            seed=0,
+            max_model_len=config.max_model_len,
+        )
         started, cpu_started = time.perf_counter(), time.process_time()
-        engine, sizing = SimulatedEngineFactory(config, SchedulerConfig(), step_model="roofline").build(parse_optimization("paged"))
+        engine, sizing = SimulatedEngineFactory(
+            config, SchedulerConfig(), step_model="roofline"
+        ).build(parse_optimization("paged"))
         result = engine.run(requests)
         wall = time.perf_counter() - started
         # CPU time is what the replay itself costs; wall time also counts waiting for a core on a
@@ -88,14 +108,22 @@ def main() -> int:
         verdict = "PASS" if wall < TARGET_S else "FAIL"
         failed |= verdict == "FAIL"
         bound = makespan_lower_bound(engine, result.finished)
-        print(f"{label}: {sizing.capacity_slots:,} KV slots, max_model_len {sizing.max_model_len}, "
-              f"{NUM_REQUESTS:,} ShareGPT-like requests, burst arrival")
-        print(f"  replay: {wall:.2f} s wall ({cpu:.2f} s CPU), {steps:,} engine steps, {steps / wall:,.0f} steps/s, "
-              f"{NUM_REQUESTS / wall:,.0f} requests/s ({m['requests_finished']:,} finished, "
-              f"{m['requests_rejected']:,} rejected, {m['preemptions']:,} preemptions)")
-        print(f"  target {TARGET_S:.0f} s: {wall:.2f} s = {wall / TARGET_S:.2f}x of budget, {verdict}")
-        print(f"  peer (analytic roofline lower bound on modeled makespan): {bound:,.1f} s; "
-              f"engine modeled makespan {m['makespan_s']:,.1f} s = {m['makespan_s'] / bound:.2f}x the bound")
+        print(
+            f"{label}: {sizing.capacity_slots:,} KV slots, max_model_len {sizing.max_model_len}, "
+            f"{NUM_REQUESTS:,} ShareGPT-like requests, burst arrival"
+        )
+        print(
+            f"  replay: {wall:.2f} s wall ({cpu:.2f} s CPU), {steps:,} engine steps, {steps / wall:,.0f} steps/s, "
+            f"{NUM_REQUESTS / wall:,.0f} requests/s ({m['requests_finished']:,} finished, "
+            f"{m['requests_rejected']:,} rejected, {m['preemptions']:,} preemptions)"
+        )
+        print(
+            f"  target {TARGET_S:.0f} s: {wall:.2f} s = {wall / TARGET_S:.2f}x of budget, {verdict}"
+        )
+        print(
+            f"  peer (analytic roofline lower bound on modeled makespan): {bound:,.1f} s; "
+            f"engine modeled makespan {m['makespan_s']:,.1f} s = {m['makespan_s'] / bound:.2f}x the bound"
+        )
     return 1 if failed else 0
 
 

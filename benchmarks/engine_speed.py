@@ -40,7 +40,10 @@ from kvplan.sim.bench_client import run_client
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.workload import load_trace
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake_fast25_conversation_trace.jsonl"
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[2]
+    / "shared/data/traces/mooncake_fast25_conversation_trace.jsonl"
+)
 SLOTS = 400_000
 TARGETS_S = {16: 10.0, 512: 4.0}
 CLOSED_LOOP_RATIO = 1.2
@@ -50,14 +53,23 @@ STARTUP_OVER_PYTHON_S = 0.29  # the issue's 0.35 s estimate start with `python -
 DEFAULT_BENCH_S = 3.0
 
 
-def best_of(requests: list, block_size: int, max_concurrency: int | None = None) -> tuple[dict, float]:
+def best_of(
+    requests: list, block_size: int, max_concurrency: int | None = None
+) -> tuple[dict, float]:
     runs = [replay(requests, block_size, max_concurrency) for _ in range(REPEATS)]
     return runs[0][0], min(seconds for _, seconds in runs)
 
 
-def replay(requests: list, block_size: int, max_concurrency: int | None = None) -> tuple[dict, float]:
-    config = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=block_size, max_model_len=131072,
-                          kv_cache_gib=SLOTS * 131072 / 2**30)  # 128 KiB of KV per token
+def replay(
+    requests: list, block_size: int, max_concurrency: int | None = None
+) -> tuple[dict, float]:
+    config = SizingConfig(
+        model="llama-3.1-8b",
+        gpu="h100-80gb",
+        block_size=block_size,
+        max_model_len=131072,
+        kv_cache_gib=SLOTS * 131072 / 2**30,
+    )  # 128 KiB of KV per token
     started = time.process_time()
     engine, _ = SimulatedEngineFactory(config).build(parse_optimization("prefix"))
     engine.allocator.use_known_hashes(hashes_by_request(requests, block_size))
@@ -88,16 +100,24 @@ def scaled_run(count: int) -> tuple[float, float]:
     from kvplan.bench.run import prepare
     from kvplan.bench.workloads import WorkloadSpec
 
-    sizing = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_gib=SLOTS * 131072 / 2**30)
-    config, built = prepare(BenchConfig(sizing=sizing), WorkloadSpec(kind="sharegpt", rate=20.0, num_requests=count))
+    sizing = SizingConfig(
+        model="llama-3.1-8b", gpu="h100-80gb", kv_cache_gib=SLOTS * 131072 / 2**30
+    )
+    config, built = prepare(
+        BenchConfig(sizing=sizing), WorkloadSpec(kind="sharegpt", rate=20.0, num_requests=count)
+    )
     try:
         Path("/proc/self/clear_refs").write_text("5")
         before, peak = _status_kib("VmRSS"), lambda: _status_kib("VmHWM")
     except OSError:
-        before, peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                        lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        before, peak = (
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        )
     started = time.process_time()
-    engine, _ = SimulatedEngineFactory(config.sizing, config.scheduler).build(parse_optimization("prefix"))
+    engine, _ = SimulatedEngineFactory(config.sizing, config.scheduler).build(
+        parse_optimization("prefix")
+    )
     engine.run(built.requests)
     return time.process_time() - started, (peak() - before) / 1024
 
@@ -105,11 +125,17 @@ def scaled_run(count: int) -> tuple[float, float]:
 def scaling() -> None:
     print("  scaling (ShareGPT-like, 20 req/s, prefix), one process per size:")
     for count in SCALING:
-        done = subprocess.run([sys.executable, __file__, "--scaled", str(count)], capture_output=True, text=True,
-                              check=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--scaled", str(count)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         seconds, mib = (float(v) for v in done.stdout.split())
-        print(f"    {count:>6,} requests: {seconds:6.2f} CPU s, peak memory +{mib:5.0f} MiB over the run, "
-              f"{seconds / count * 1e6:6.0f} us and {mib * 1024 / count:5.1f} KiB per request")
+        print(
+            f"    {count:>6,} requests: {seconds:6.2f} CPU s, peak memory +{mib:5.0f} MiB over the run, "
+            f"{seconds / count * 1e6:6.0f} us and {mib * 1024 / count:5.1f} KiB per request"
+        )
 
 
 def wall_s(command: list[str], cwd: str, runs: int = 7) -> float:
@@ -129,14 +155,20 @@ def startup() -> None:
     against a bare interpreter measured beside them."""
     python, scratch = [sys.executable], tempfile.mkdtemp()
     bare = wall_s([*python, "-c", "pass"], scratch)
-    estimate = wall_s([*python, "-m", "kvplan", "estimate", "llama-3.1-8b", "--gpu", "h100-80gb"], scratch)
+    estimate = wall_s(
+        [*python, "-m", "kvplan", "estimate", "llama-3.1-8b", "--gpu", "h100-80gb"], scratch
+    )
     over = estimate - bare
-    print(f"  kvplan estimate llama-3.1-8b --gpu h100-80gb: {estimate:.2f} s wall (median of 7), `python -c pass` "
-          f"{bare:.2f} s: {over:.2f} s over a bare interpreter (target <= {STARTUP_OVER_PYTHON_S:g} s over it: "
-          f"{'met' if over <= STARTUP_OVER_PYTHON_S else 'missed'})")
+    print(
+        f"  kvplan estimate llama-3.1-8b --gpu h100-80gb: {estimate:.2f} s wall (median of 7), `python -c pass` "
+        f"{bare:.2f} s: {over:.2f} s over a bare interpreter (target <= {STARTUP_OVER_PYTHON_S:g} s over it: "
+        f"{'met' if over <= STARTUP_OVER_PYTHON_S else 'missed'})"
+    )
     bench = wall_s([*python, "-m", "kvplan", "bench", "--out", "bench.json"], scratch, runs=3)
-    print(f"  default kvplan bench (1,000 requests x 5 optimizations): {bench:.2f} s wall (median of 3; target <= "
-          f"{DEFAULT_BENCH_S:g} s: {'met' if bench <= DEFAULT_BENCH_S else 'missed'})")
+    print(
+        f"  default kvplan bench (1,000 requests x 5 optimizations): {bench:.2f} s wall (median of 3; target <= "
+        f"{DEFAULT_BENCH_S:g} s: {'met' if bench <= DEFAULT_BENCH_S else 'missed'})"
+    )
 
 
 def same_work(requests: list, nano_vllm: str | None) -> None:
@@ -149,19 +181,25 @@ def same_work(requests: list, nano_vllm: str | None) -> None:
     print(f"  same work as nano-vllm's block manager (each prompt alone, output 1; {how}):")
     for block_size in TARGETS_S:
         metrics, seconds = replay(alone, block_size, max_concurrency=1)
-        line = (f"    block {block_size}: kvplan {seconds:.2f} CPU s, hits {metrics['prefix_cache_hits']:,} of "
-                f"{metrics['prefix_cache_queries']:,} tokens")
+        line = (
+            f"    block {block_size}: kvplan {seconds:.2f} CPU s, hits {metrics['prefix_cache_hits']:,} of "
+            f"{metrics['prefix_cache_queries']:,} tokens"
+        )
         if checkout is None:
             print(line)
             continue
         try:
-            hits, queried, peer_s = nano_vllm_peer.replay(checkout, requests, block_size, SLOTS // block_size)
+            hits, queried, peer_s = nano_vllm_peer.replay(
+                checkout, requests, block_size, SLOTS // block_size
+            )
         except ImportError as error:  # xxhash
             print(f"{line}; nano-vllm skipped: {error}")
             continue
         ratio = peer_s / seconds
-        print(f"{line}; nano-vllm {peer_s:.2f} CPU s, hits {hits:,} of {queried:,}: kvplan {ratio:.1f}x faster "
-              f"(target >= {PEER_RATIO:g}x: {'met' if ratio >= PEER_RATIO else 'missed'})")
+        print(
+            f"{line}; nano-vllm {peer_s:.2f} CPU s, hits {hits:,} of {queried:,}: kvplan {ratio:.1f}x faster "
+            f"(target >= {PEER_RATIO:g}x: {'met' if ratio >= PEER_RATIO else 'missed'})"
+        )
 
 
 def main(trace: Path = DEFAULT_TRACE, nano_vllm: str | None = None) -> int:
@@ -169,18 +207,24 @@ def main(trace: Path = DEFAULT_TRACE, nano_vllm: str | None = None) -> int:
         print(f"trace {trace} not found; pass its path")
         return 0
     requests = load_trace(trace).requests
-    print(f"Mooncake conversation trace: {len(requests):,} requests, Llama-3.1-8B, H100 pool of {SLOTS:,} slots, prefix")
+    print(
+        f"Mooncake conversation trace: {len(requests):,} requests, Llama-3.1-8B, H100 pool of {SLOTS:,} slots, prefix"
+    )
     for block_size, target in TARGETS_S.items():
         metrics, seconds = best_of(requests, block_size)
         verdict = "met" if seconds <= target else "missed"
-        print(f"  block {block_size}: {seconds:.2f} CPU s, best of {REPEATS} ({metrics['engine_steps']:,} steps), prefix hits "
-              f"{metrics['prefix_cache_hits']:,} of {metrics['prefix_cache_queries']:,} tokens "
-              f"(target <= {target:g} s: {verdict})")
+        print(
+            f"  block {block_size}: {seconds:.2f} CPU s, best of {REPEATS} ({metrics['engine_steps']:,} steps), prefix hits "
+            f"{metrics['prefix_cache_hits']:,} of {metrics['prefix_cache_queries']:,} tokens "
+            f"(target <= {target:g} s: {verdict})"
+        )
     open_metrics, open_s = best_of(requests, 512)
     closed_metrics, closed_s = best_of(requests, 512, max_concurrency=256)
     ratio = closed_s / open_s
-    print(f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
-          f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})")
+    print(
+        f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
+        f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})"
+    )
     same_work(requests, nano_vllm)
     scaling()
     startup()
@@ -193,6 +237,8 @@ if __name__ == "__main__":
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--nano-vllm", help="a nano-vllm checkout (else $NANO_VLLM_DIR, or a clone made now)")
+    parser.add_argument(
+        "--nano-vllm", help="a nano-vllm checkout (else $NANO_VLLM_DIR, or a clone made now)"
+    )
     args = parser.parse_args()
     sys.exit(main(args.trace, args.nano_vllm))

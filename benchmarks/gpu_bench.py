@@ -53,7 +53,9 @@ def setup(dry: bool) -> tuple[Any, Any, Any]:
     return torch, device, torch.float16 if dry else torch.bfloat16
 
 
-def timer(torch: Any, device: Any, fn: Callable[[], Any], warmup: int = WARMUP, iters: int = ITERS) -> float:
+def timer(
+    torch: Any, device: Any, fn: Callable[[], Any], warmup: int = WARMUP, iters: int = ITERS
+) -> float:
     """Median milliseconds of `iters` calls after `warmup` untimed ones."""
     for _ in range(warmup):
         fn()
@@ -65,7 +67,10 @@ def timer(torch: Any, device: Any, fn: Callable[[], Any], warmup: int = WARMUP, 
             times.append((time.perf_counter() - started) * 1e3)
         return statistics.median(times)
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(iters)
+    ]
     for start, end in events:
         start.record()
         fn()
@@ -79,16 +84,30 @@ def paged_pool(torch: Any, device: Any, fmt: str, dtype: Any, batch: int, contex
     from kvplan.kernels.quant import allocate_kv_cache
 
     per_seq = -(-context // BLOCK)
-    cache = allocate_kv_cache(fmt, batch * per_seq, BLOCK, KV_HEADS, HEAD_DIM, dtype=dtype, device=device)
+    cache = allocate_kv_cache(
+        fmt, batch * per_seq, BLOCK, KV_HEADS, HEAD_DIM, dtype=dtype, device=device
+    )
     for tensor in (cache.key_cache, cache.value_cache):
         for first in range(0, tensor.shape[0], 4096):  # in slices: no full-size fp32 temporary
-            part = tensor[first:first + 4096]
+            part = tensor[first : first + 4096]
             if cache.fmt.is_float:
-                part.copy_(torch.randn(part.shape, generator=gen, device=device, dtype=dtype).to(part.dtype))
+                part.copy_(
+                    torch.randn(part.shape, generator=gen, device=device, dtype=dtype).to(
+                        part.dtype
+                    )
+                )
             elif part.dtype == torch.int8:
-                part.copy_(torch.randint(-127, 128, part.shape, generator=gen, device=device, dtype=torch.int8))
+                part.copy_(
+                    torch.randint(
+                        -127, 128, part.shape, generator=gen, device=device, dtype=torch.int8
+                    )
+                )
             else:
-                part.copy_(torch.randint(0, 256, part.shape, generator=gen, device=device, dtype=torch.uint8))
+                part.copy_(
+                    torch.randint(
+                        0, 256, part.shape, generator=gen, device=device, dtype=torch.uint8
+                    )
+                )
     for scale in (cache.k_scale, cache.v_scale):
         if scale is not None and scale.dim() == 4:
             scale.copy_(torch.rand(scale.shape, generator=gen, device=device) * 0.02 + 0.005)
@@ -125,23 +144,66 @@ def decode_rows(dry: bool) -> Iterator[dict[str, Any]]:
                 args = (cache.key_cache, cache.value_cache)
                 scales = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale)
                 check = min(batch, 2)
-                err = rel_err(paged_attention(query[:check], *args, tables[:check], lens[:check], HEAD_DIM ** -0.5,
-                                              **scales, max_seq_len=context),
-                              paged_attention(query[:check], *args, tables[:check], lens[:check], HEAD_DIM ** -0.5,
-                                              **scales, backend="torch"))
+                err = rel_err(
+                    paged_attention(
+                        query[:check],
+                        *args,
+                        tables[:check],
+                        lens[:check],
+                        HEAD_DIM**-0.5,
+                        **scales,
+                        max_seq_len=context,
+                    ),
+                    paged_attention(
+                        query[:check],
+                        *args,
+                        tables[:check],
+                        lens[:check],
+                        HEAD_DIM**-0.5,
+                        **scales,
+                        backend="torch",
+                    ),
+                )
                 splits_variants = [("auto", None)]
                 if batch == 1 and context == max(contexts):
                     splits_variants.append(("off", 1))
                 for split_label, splits in splits_variants:
-                    ms = timer(torch, device, lambda: paged_attention(
-                        query, *args, tables, lens, HEAD_DIM ** -0.5, **scales, num_splits=splits,
-                        max_seq_len=context), warmup=1 if dry else WARMUP, iters=1 if dry else ITERS)
-                    moved = kv_bytes(cache, batch, context) + tables.numel() * 4 + 2 * query.numel() * query.element_size()
+                    ms = timer(
+                        torch,
+                        device,
+                        lambda: paged_attention(
+                            query,
+                            *args,
+                            tables,
+                            lens,
+                            HEAD_DIM**-0.5,
+                            **scales,
+                            num_splits=splits,
+                            max_seq_len=context,
+                        ),
+                        warmup=1 if dry else WARMUP,
+                        iters=1 if dry else ITERS,
+                    )
+                    moved = (
+                        kv_bytes(cache, batch, context)
+                        + tables.numel() * 4
+                        + 2 * query.numel() * query.element_size()
+                    )
                     gbps = moved / ms / 1e6
-                    row = dict(kind="decode", batch=batch, context=context, kv=fmt, split_kv=split_label,
-                               ms=round(ms, 4), gb_per_s=round(gbps, 1), hbm_fraction=round(gbps / HBM_GBPS, 3),
-                               sdpa_ms=round(sdpa_ms, 4), vs_sdpa=round(sdpa_ms / ms, 2),
-                               rel_err=f"{err:.2e}", ok=err <= TOL)
+                    row = dict(
+                        kind="decode",
+                        batch=batch,
+                        context=context,
+                        kv=fmt,
+                        split_kv=split_label,
+                        ms=round(ms, 4),
+                        gb_per_s=round(gbps, 1),
+                        hbm_fraction=round(gbps / HBM_GBPS, 3),
+                        sdpa_ms=round(sdpa_ms, 4),
+                        vs_sdpa=round(sdpa_ms / ms, 2),
+                        rel_err=f"{err:.2e}",
+                        ok=err <= TOL,
+                    )
                     print(",".join(str(v) for v in row.values()), flush=True)
                     yield row
                 cache = tables = None  # freed (the timed closures above read these names)
@@ -149,14 +211,21 @@ def decode_rows(dry: bool) -> Iterator[dict[str, Any]]:
                     torch.cuda.empty_cache()
 
 
-def sdpa_decode_ms(torch: Any, device: Any, dtype: Any, batch: int, context: int, gen: Any) -> float:
+def sdpa_decode_ms(
+    torch: Any, device: Any, dtype: Any, batch: int, context: int, gen: Any
+) -> float:
     q = torch.randn(batch, HEADS, 1, HEAD_DIM, generator=gen, device=device).to(dtype)
     k = torch.randn(batch, KV_HEADS, context, HEAD_DIM, generator=gen, device=device).to(dtype)
     v = torch.randn(batch, KV_HEADS, context, HEAD_DIM, generator=gen, device=device).to(dtype)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     dry = device.type == "cpu"
-    ms = timer(torch, device, lambda: sdpa(q, k, v, enable_gqa=True), warmup=1 if dry else WARMUP,
-               iters=1 if dry else ITERS)
+    ms = timer(
+        torch,
+        device,
+        lambda: sdpa(q, k, v, enable_gqa=True),
+        warmup=1 if dry else WARMUP,
+        iters=1 if dry else ITERS,
+    )
     q = k = v = None  # freed (the timed closure above reads these names)
     return ms
 
@@ -176,24 +245,56 @@ def prefill_rows(dry: bool) -> Iterator[dict[str, Any]]:
         q4 = query.reshape(batch, length, HEADS, HEAD_DIM).transpose(1, 2)
         k4 = torch.randn(batch, KV_HEADS, length, HEAD_DIM, generator=gen, device=device).to(dtype)
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        sdpa_ms = timer(torch, device, lambda: sdpa(q4, k4, k4, is_causal=True, enable_gqa=True),
-                        warmup=1 if dry else WARMUP, iters=1 if dry else 10)
+        sdpa_ms = timer(
+            torch,
+            device,
+            lambda: sdpa(q4, k4, k4, is_causal=True, enable_gqa=True),
+            warmup=1 if dry else WARMUP,
+            iters=1 if dry else 10,
+        )
         for fmt in formats:
             cache, tables = paged_pool(torch, device, fmt, dtype, batch, length, gen)
-            common = dict(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, max_query_len=length)
-            args = (query, cache.key_cache, cache.value_cache, tables, starts, lens, HEAD_DIM ** -0.5)
+            common = dict(
+                fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, max_query_len=length
+            )
+            args = (query, cache.key_cache, cache.value_cache, tables, starts, lens, HEAD_DIM**-0.5)
             got = paged_prefill(*args, **common)
-            check = slice(0, min(length, 64))  # the first prompt's first tokens, through the torch path
-            ref = paged_prefill(query[check], cache.key_cache, cache.value_cache, tables[:1],
-                                torch.tensor([0, check.stop], device=device, dtype=torch.int32),
-                                torch.tensor([check.stop], device=device, dtype=torch.int32), HEAD_DIM ** -0.5,
-                                fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale, backend="torch")
+            check = slice(
+                0, min(length, 64)
+            )  # the first prompt's first tokens, through the torch path
+            ref = paged_prefill(
+                query[check],
+                cache.key_cache,
+                cache.value_cache,
+                tables[:1],
+                torch.tensor([0, check.stop], device=device, dtype=torch.int32),
+                torch.tensor([check.stop], device=device, dtype=torch.int32),
+                HEAD_DIM**-0.5,
+                fmt=cache.fmt,
+                k_scale=cache.k_scale,
+                v_scale=cache.v_scale,
+                backend="torch",
+            )
             err = rel_err(got[check], ref)
-            ms = timer(torch, device, lambda: paged_prefill(*args, **common), warmup=1 if dry else WARMUP,
-                       iters=1 if dry else 10)
-            row = dict(kind="prefill", batch=batch, context=length, kv=fmt, ms=round(ms, 3),
-                       tflops=round(flops / ms / 1e9, 1), sdpa_ms=round(sdpa_ms, 3),
-                       sdpa_tflops=round(flops / sdpa_ms / 1e9, 1), rel_err=f"{err:.2e}", ok=err <= TOL)
+            ms = timer(
+                torch,
+                device,
+                lambda: paged_prefill(*args, **common),
+                warmup=1 if dry else WARMUP,
+                iters=1 if dry else 10,
+            )
+            row = dict(
+                kind="prefill",
+                batch=batch,
+                context=length,
+                kv=fmt,
+                ms=round(ms, 3),
+                tflops=round(flops / ms / 1e9, 1),
+                sdpa_ms=round(sdpa_ms, 3),
+                sdpa_tflops=round(flops / sdpa_ms / 1e9, 1),
+                rel_err=f"{err:.2e}",
+                ok=err <= TOL,
+            )
             print(",".join(str(v) for v in row.values()), flush=True)
             yield row
             cache = tables = None  # freed before the next size
@@ -209,7 +310,11 @@ def main() -> None:
     # Each row is written as soon as it is measured: a stage cut short by its timeout keeps what it has.
     with open(args.out, "w", newline="") as handle:
         writer = None
-        for row in decode_rows(args.cpu_dry_run) if args.what == "decode" else prefill_rows(args.cpu_dry_run):
+        for row in (
+            decode_rows(args.cpu_dry_run)
+            if args.what == "decode"
+            else prefill_rows(args.cpu_dry_run)
+        ):
             if writer is None:
                 writer = csv.DictWriter(handle, fieldnames=list(row))
                 writer.writeheader()

@@ -24,9 +24,14 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 # (name, storage, query dtype, scale mode, is_int, values per byte, bits, group_len)
-FORMATS = [("bf16", "bf16", "bf16", 0, False, 1, 16, 128), ("fp8-e4m3", "fp8e4nv", "bf16", 1, False, 1, 8, 128),
-           ("int8", "i8", "bf16", 2, True, 1, 8, 128), ("int4", "u8", "bf16", 2, True, 2, 4, 128),
-           ("int4-g32", "u8", "fp16", 3, True, 2, 4, 32), ("fp32", "fp32", "fp32", 0, False, 1, 32, 128)]
+FORMATS = [
+    ("bf16", "bf16", "bf16", 0, False, 1, 16, 128),
+    ("fp8-e4m3", "fp8e4nv", "bf16", 1, False, 1, 8, 128),
+    ("int8", "i8", "bf16", 2, True, 1, 8, 128),
+    ("int4", "u8", "bf16", 2, True, 2, 4, 128),
+    ("int4-g32", "u8", "fp16", 3, True, 2, 4, 32),
+    ("fp32", "fp32", "fp32", 0, False, 1, 32, 128),
+]
 DOT = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
 
 
@@ -44,39 +49,93 @@ def signature(fn, pointers: dict[str, str], constexprs: dict) -> dict[str, str]:
     return sig
 
 
-def compile_one(fn, pointers: dict[str, str], constexprs: dict, num_warps: int = 4, num_stages: int = 2) -> None:
+def compile_one(
+    fn, pointers: dict[str, str], constexprs: dict, num_warps: int = 4, num_stages: int = 2
+) -> None:
     jitted = jit_on_first_use(fn)
-    src = triton.compiler.ASTSource(fn=jitted, signature=signature(fn, pointers, constexprs), constexprs=constexprs)
+    src = triton.compiler.ASTSource(
+        fn=jitted, signature=signature(fn, pointers, constexprs), constexprs=constexprs
+    )
     triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
 
 
 def main() -> int:
     failures = 0
     for name, storage, qdt, mode, is_int, vpb, bits, glen in FORMATS:
-        common = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, SCALE_MODE=mode, IS_INT=is_int, VPB=vpb,
-                      BITS=bits, GROUP_LEN=glen, DOT_DTYPE=DOT[qdt], PRECISION="ieee" if qdt == "fp32" else "tf32")
-        pointers = {"out_ptr": f"*{qdt}", "q_ptr": f"*{qdt}", "k_ptr": f"*{storage}", "v_ptr": f"*{storage}",
-                    "table_ptr": "*i32", "lens_ptr": "*i32", "qstart_ptr": "*i32"}
+        common = dict(
+            HEAD_DIM=128,
+            HEAD_DIM_PAD=128,
+            BLOCK_SIZE=16,
+            SCALE_MODE=mode,
+            IS_INT=is_int,
+            VPB=vpb,
+            BITS=bits,
+            GROUP_LEN=glen,
+            DOT_DTYPE=DOT[qdt],
+            PRECISION="ieee" if qdt == "fp32" else "tf32",
+        )
+        pointers = {
+            "out_ptr": f"*{qdt}",
+            "q_ptr": f"*{qdt}",
+            "k_ptr": f"*{storage}",
+            "v_ptr": f"*{storage}",
+            "table_ptr": "*i32",
+            "lens_ptr": "*i32",
+            "qstart_ptr": "*i32",
+        }
         jobs = [
-            ("decode", decode_kernel, dict(common, GROUP=4, GROUP_PAD=16, BLOCK_N=64, HAS_SOFTCAP=False,
-                                           HAS_SINKS=False, NUM_SPLITS=1)),
-            ("decode split+sinks+softcap", decode_kernel, dict(common, GROUP=8, GROUP_PAD=16, BLOCK_N=128,
-                                                               HAS_SOFTCAP=True, HAS_SINKS=True, NUM_SPLITS=8)),
-            ("prefill", prefill_kernel, dict(common, GROUP=4, BLOCK_M=128, BLOCK_N=64, HAS_SOFTCAP=True,
-                                             HAS_SINKS=True)),
+            (
+                "decode",
+                decode_kernel,
+                dict(
+                    common,
+                    GROUP=4,
+                    GROUP_PAD=16,
+                    BLOCK_N=64,
+                    HAS_SOFTCAP=False,
+                    HAS_SINKS=False,
+                    NUM_SPLITS=1,
+                ),
+            ),
+            (
+                "decode split+sinks+softcap",
+                decode_kernel,
+                dict(
+                    common,
+                    GROUP=8,
+                    GROUP_PAD=16,
+                    BLOCK_N=128,
+                    HAS_SOFTCAP=True,
+                    HAS_SINKS=True,
+                    NUM_SPLITS=8,
+                ),
+            ),
+            (
+                "prefill",
+                prefill_kernel,
+                dict(common, GROUP=4, BLOCK_M=128, BLOCK_N=64, HAS_SOFTCAP=True, HAS_SINKS=True),
+            ),
         ]
         for label, fn, constexprs in jobs:
             started = time.perf_counter()
             try:
                 compile_one(fn, pointers, constexprs, num_warps=8 if label == "prefill" else 4)
-                print(f"ok   {name:9s} {label:28s} {time.perf_counter() - started:5.1f}s", flush=True)
+                print(
+                    f"ok   {name:9s} {label:28s} {time.perf_counter() - started:5.1f}s", flush=True
+                )
             except Exception as err:  # report every failure, not just the first
                 failures += 1
                 first = str(err).strip().splitlines()
-                print(f"FAIL {name:9s} {label:28s} {type(err).__name__}: {' | '.join(first[-6:])}", flush=True)
+                print(
+                    f"FAIL {name:9s} {label:28s} {type(err).__name__}: {' | '.join(first[-6:])}",
+                    flush=True,
+                )
     try:
-        compile_one(decode_reduce_kernel, {"out_ptr": "*bf16"},
-                    dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=8, HAS_SINKS=True))
+        compile_one(
+            decode_reduce_kernel,
+            {"out_ptr": "*bf16"},
+            dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=8, HAS_SINKS=True),
+        )
         print("ok   reduce", flush=True)
     except Exception as err:
         failures += 1

@@ -59,7 +59,10 @@ def time_ms(fn: Callable[[], Any]) -> float:
     for _ in range(WARMUP):
         fn()
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ITERS)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(ITERS)
+    ]
     for start, end in events:
         start.record()
         fn()
@@ -95,19 +98,37 @@ def build_paged(fmt: str, k: Any, v: Any, tables: Any) -> Any:
     from kvplan.kernels.quant import allocate_kv_cache, quantize, tensor_scale
 
     batch, _, context, _ = k.shape
-    cache = allocate_kv_cache(fmt, batch * context // BLOCK_SIZE, BLOCK_SIZE, KV_HEADS, HEAD_DIM,
-                              dtype=torch.float16, device=k.device)
-    scales = (tensor_scale(k, fmt), tensor_scale(v, fmt)) if cache.fmt.scale == "tensor" else (None, None)
+    cache = allocate_kv_cache(
+        fmt,
+        batch * context // BLOCK_SIZE,
+        BLOCK_SIZE,
+        KV_HEADS,
+        HEAD_DIM,
+        dtype=torch.float16,
+        device=k.device,
+    )
+    scales = (
+        (tensor_scale(k, fmt), tensor_scale(v, fmt))
+        if cache.fmt.scale == "tensor"
+        else (None, None)
+    )
     if scales[0] is not None:
         cache.k_scale.copy_(scales[0])
         cache.v_scale.copy_(scales[1])
-    for src, dst, scale in ((k, cache.key_cache, cache.k_scale), (v, cache.value_cache, cache.v_scale)):
-        raw = dst.view(torch.uint8) if dst.element_size() == 1 else dst  # indexed stores lack fp8 kernels
+    for src, dst, scale in (
+        (k, cache.key_cache, cache.k_scale),
+        (v, cache.value_cache, cache.v_scale),
+    ):
+        raw = (
+            dst.view(torch.uint8) if dst.element_size() == 1 else dst
+        )  # indexed stores lack fp8 kernels
         for b0 in range(0, batch, CHUNK):  # chunked: quantize's fp32 temporaries stay small
-            stored = quantize(src[b0:b0 + CHUNK], cache.fmt, scale)[0]
+            stored = quantize(src[b0 : b0 + CHUNK], cache.fmt, scale)[0]
             stored = stored.view(torch.uint8) if stored.element_size() == 1 else stored
             n = stored.shape[0]
-            raw[tables[b0:b0 + n].long()] = stored.view(n, KV_HEADS, -1, BLOCK_SIZE, HEAD_DIM).permute(0, 2, 3, 1, 4)
+            raw[tables[b0 : b0 + n].long()] = stored.view(
+                n, KV_HEADS, -1, BLOCK_SIZE, HEAD_DIM
+            ).permute(0, 2, 3, 1, 4)
     return cache
 
 
@@ -120,7 +141,10 @@ def fp8_reference(q: Any, k: Any, v: Any, cache: Any, gqa: bool) -> Any:
 
     kd, vd = deq(k, cache.k_scale), deq(v, cache.v_scale)
     if not gqa:
-        kd, vd = kd.repeat_interleave(HEADS // KV_HEADS, 1), vd.repeat_interleave(HEADS // KV_HEADS, 1)
+        kd, vd = (
+            kd.repeat_interleave(HEADS // KV_HEADS, 1),
+            vd.repeat_interleave(HEADS // KV_HEADS, 1),
+        )
     return sdpa_decode(q[:CHECK_SEQS].float(), kd, vd, gqa)
 
 
@@ -135,12 +159,18 @@ def run_context(context: int, device: Any, gqa: bool) -> list[dict[str, Any]]:
     v = torch.randn(shape, generator=gen, device=device, dtype=torch.float16)
     q16 = torch.randn(BATCH, HEADS, HEAD_DIM, generator=gen, device=device, dtype=torch.float16)
     num_blocks = BATCH * context // BLOCK_SIZE
-    tables = torch.randperm(num_blocks, generator=gen, device=device).view(BATCH, -1).to(torch.int32)
+    tables = (
+        torch.randperm(num_blocks, generator=gen, device=device).view(BATCH, -1).to(torch.int32)
+    )
     seq_lens = torch.full((BATCH,), context, dtype=torch.int32, device=device)
-    scale = HEAD_DIM ** -0.5
+    scale = HEAD_DIM**-0.5
     extra = 2 * q16.numel() * 2 + tables.numel() * 4  # query + output + block table bytes
 
-    ks, vs = (k, v) if gqa else (k.repeat_interleave(HEADS // KV_HEADS, 1), v.repeat_interleave(HEADS // KV_HEADS, 1))
+    ks, vs = (
+        (k, v)
+        if gqa
+        else (k.repeat_interleave(HEADS // KV_HEADS, 1), v.repeat_interleave(HEADS // KV_HEADS, 1))
+    )
     ref16 = sdpa_decode(q16, ks, vs, gqa)
     sdpa_ms = time_ms(lambda: sdpa_decode(q16, ks, vs, gqa))
     sdpa_bytes = 2 * ks.numel() * ks.element_size() + 2 * q16.numel() * 2
@@ -153,17 +183,39 @@ def run_context(context: int, device: Any, gqa: bool) -> list[dict[str, Any]]:
         q = q16 if fmt == "fp16" else q16.to(torch.bfloat16)
 
         def call() -> Any:
-            return paged_attention(q, cache.key_cache, cache.value_cache, tables, seq_lens, scale, cache.fmt,
-                                   cache.k_scale, cache.v_scale, backend="triton")
+            return paged_attention(
+                q,
+                cache.key_cache,
+                cache.value_cache,
+                tables,
+                seq_lens,
+                scale,
+                cache.fmt,
+                cache.k_scale,
+                cache.v_scale,
+                backend="triton",
+            )
 
         out = call()
         if fmt == "fp16":
             diff = (out.float() - ref16.float()).abs().max().item()
         else:
-            diff = (out[:CHECK_SEQS].float() - fp8_reference(q, k, v, cache, gqa)).abs().max().item()
+            diff = (
+                (out[:CHECK_SEQS].float() - fp8_reference(q, k, v, cache, gqa)).abs().max().item()
+            )
         kv_bytes = 2 * cache.key_cache.numel() * cache.key_cache.element_size()
-        rows.append({"context": context, "fmt": fmt, "ms": time_ms(call), "bytes": kv_bytes + extra,
-                     "sdpa_ms": sdpa_ms, "sdpa_bytes": sdpa_bytes, "diff": diff, "ok": diff < TOL})
+        rows.append(
+            {
+                "context": context,
+                "fmt": fmt,
+                "ms": time_ms(call),
+                "bytes": kv_bytes + extra,
+                "sdpa_ms": sdpa_ms,
+                "sdpa_bytes": sdpa_bytes,
+                "diff": diff,
+                "ok": diff < TOL,
+            }
+        )
         cache = out = None  # freed (call() reads cache)
         torch.cuda.empty_cache()
     k = v = q16 = ref16 = tables = seq_lens = None  # freed before the next context
@@ -182,25 +234,41 @@ def report(rows: list[dict[str, Any]], device_name: str, gqa: bool) -> str:
 
     match = gpu_peak_tbps(device_name)
     peak = match[1] if match else None
-    lines = [f"## Paged decode attention: kvplan Triton vs torch SDPA ({datetime.date.today().isoformat()})", "",
-             f"- GPU: {device_name}; torch {torch.__version__} (CUDA {torch.version.cuda}), "
-             f"triton {triton.__version__}",
-             f"- HBM peak: {peak} TB/s (kvplan GPU profile '{match[0]}')" if match else "- unknown GPU peak",
-             f"- Llama-3.1-8B decode: {HEADS} q heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, block {BLOCK_SIZE}, "
-             f"batch {BATCH}; shuffled block tables; median of {ITERS} CUDA-event timings after {WARMUP} warmup",
-             "- SDPA peer: contiguous [batch, 8, context, 128] fp16, "
-             + ("enable_gqa=True" if gqa else "KV pre-expanded with repeat_interleave (its 4x bytes counted)"),
-             "- check: max abs diff vs SDPA (fp16) / fp32 SDPA on the dequantized fp8 values (fp8), tolerance "
-             f"{TOL:g}", "",
-             "| context | KV | kvplan ms | kvplan TB/s | of peak | SDPA fp16 ms | SDPA TB/s | of peak "
-             "| kvplan / SDPA time | max abs diff |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        f"## Paged decode attention: kvplan Triton vs torch SDPA ({datetime.date.today().isoformat()})",
+        "",
+        f"- GPU: {device_name}; torch {torch.__version__} (CUDA {torch.version.cuda}), "
+        f"triton {triton.__version__}",
+        f"- HBM peak: {peak} TB/s (kvplan GPU profile '{match[0]}')"
+        if match
+        else "- unknown GPU peak",
+        f"- Llama-3.1-8B decode: {HEADS} q heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, block {BLOCK_SIZE}, "
+        f"batch {BATCH}; shuffled block tables; median of {ITERS} CUDA-event timings after {WARMUP} warmup",
+        "- SDPA peer: contiguous [batch, 8, context, 128] fp16, "
+        + (
+            "enable_gqa=True"
+            if gqa
+            else "KV pre-expanded with repeat_interleave (its 4x bytes counted)"
+        ),
+        "- check: max abs diff vs SDPA (fp16) / fp32 SDPA on the dequantized fp8 values (fp8), tolerance "
+        f"{TOL:g}",
+        "",
+        "| context | KV | kvplan ms | kvplan TB/s | of peak | SDPA fp16 ms | SDPA TB/s | of peak "
+        "| kvplan / SDPA time | max abs diff |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         tbps, sdpa_tbps = r["bytes"] / r["ms"] / 1e9, r["sdpa_bytes"] / r["sdpa_ms"] / 1e9
-        lines.append(f"| {r['context'] // 1024}k | {r['fmt']} | {r['ms']:.3f} | {tbps:.2f} | {pct(tbps, peak)} "
-                     f"| {r['sdpa_ms']:.3f} | {sdpa_tbps:.2f} | {pct(sdpa_tbps, peak)} "
-                     f"| {r['ms'] / r['sdpa_ms']:.2f} | {r['diff']:.1e} {'ok' if r['ok'] else 'FAIL'} |")
-    lines += ["", "| context | kvplan fp16 ms | kvplan fp8-e4m3 ms | fp8 / fp16 time |", "|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['context'] // 1024}k | {r['fmt']} | {r['ms']:.3f} | {tbps:.2f} | {pct(tbps, peak)} "
+            f"| {r['sdpa_ms']:.3f} | {sdpa_tbps:.2f} | {pct(sdpa_tbps, peak)} "
+            f"| {r['ms'] / r['sdpa_ms']:.2f} | {r['diff']:.1e} {'ok' if r['ok'] else 'FAIL'} |"
+        )
+    lines += [
+        "",
+        "| context | kvplan fp16 ms | kvplan fp8-e4m3 ms | fp8 / fp16 time |",
+        "|---:|---:|---:|---:|",
+    ]
     by_key = {(r["context"], r["fmt"]): r["ms"] for r in rows}
     for context in sorted({r["context"] for r in rows}):
         f16, f8 = by_key[(context, "fp16")], by_key[(context, "fp8-e4m3")]
@@ -227,11 +295,18 @@ def main(argv: list[str] | None = None) -> int:
     for context in QUICK_CONTEXTS if args.quick else CONTEXTS:
         rows += run_context(context, device, gqa)
         for r in rows[-2:]:
-            print(f"# {context // 1024}k {r['fmt']}: kvplan {r['ms']:.3f} ms, SDPA {r['sdpa_ms']:.3f} ms, "
-                  f"max abs diff {r['diff']:.1e}", file=sys.stderr, flush=True)
+            print(
+                f"# {context // 1024}k {r['fmt']}: kvplan {r['ms']:.3f} ms, SDPA {r['sdpa_ms']:.3f} ms, "
+                f"max abs diff {r['diff']:.1e}",
+                file=sys.stderr,
+                flush=True,
+            )
     print(report(rows, device_name, gqa))
     if not all(r["ok"] for r in rows):
-        print(f"\ncorrectness FAILED (max abs diff >= {TOL:g}) in at least one configuration", file=sys.stderr)
+        print(
+            f"\ncorrectness FAILED (max abs diff >= {TOL:g}) in at least one configuration",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

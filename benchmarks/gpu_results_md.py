@@ -38,19 +38,25 @@ def targets(decode: list[dict[str, str]]) -> list[str]:
     fp8 = find(decode, batch="64", context="8192", kv="fp8-e4m3", split_kv="auto")
     if bf16:
         frac, vs = float(bf16["hbm_fraction"]), float(bf16["vs_sdpa"])
-        out.append(f"- decode batch 64, 8k, bf16: {frac:.0%} of HBM peak (target >= 70%: "
-                   f"{'met' if frac >= 0.7 else 'missed'}), {vs:.2f}x SDPA's speed (target > 1: "
-                   f"{'met' if vs > 1 else 'missed'})")
+        out.append(
+            f"- decode batch 64, 8k, bf16: {frac:.0%} of HBM peak (target >= 70%: "
+            f"{'met' if frac >= 0.7 else 'missed'}), {vs:.2f}x SDPA's speed (target > 1: "
+            f"{'met' if vs > 1 else 'missed'})"
+        )
     if bf16 and fp8:
         ratio = float(bf16["ms"]) / float(fp8["ms"])
-        out.append(f"- fp8 KV vs bf16 at that shape: {ratio:.2f}x faster (target >= 1.6x: "
-                   f"{'met' if ratio >= 1.6 else 'missed'})")
+        out.append(
+            f"- fp8 KV vs bf16 at that shape: {ratio:.2f}x faster (target >= 1.6x: "
+            f"{'met' if ratio >= 1.6 else 'missed'})"
+        )
     on = find(decode, batch="1", context="32768", kv="bf16", split_kv="auto")
     off = find(decode, batch="1", context="32768", kv="bf16", split_kv="off")
     if on and off:
         ratio = float(off["ms"]) / float(on["ms"])
-        out.append(f"- split-KV at batch 1, 32k, bf16: {ratio:.2f}x faster than one split (target >= 3x: "
-                   f"{'met' if ratio >= 3 else 'missed'})")
+        out.append(
+            f"- split-KV at batch 1, 32k, bf16: {ratio:.2f}x faster than one split (target >= 3x: "
+            f"{'met' if ratio >= 3 else 'missed'})"
+        )
     return out or ["- no decode rows: targets not checked"]
 
 
@@ -61,27 +67,80 @@ def real_bench(path: Path) -> list[str]:
     for line in path.read_text().splitlines():
         record = json.loads(line)
         m = record.get("metrics", {})
-        rows.append({"optimization": record.get("optimization"),
-                     **{k: (f"{m[k]:.4g}" if isinstance(m.get(k), float) else m.get(k, ""))
-                        for k in ("output_tokens_per_s", "ttft_s_p50", "tpot_s_p50", "kv_cache_usage_peak",
-                                  "waste", "preemptions")}})
+        rows.append(
+            {
+                "optimization": record.get("optimization"),
+                **{
+                    k: (f"{m[k]:.4g}" if isinstance(m.get(k), float) else m.get(k, ""))
+                    for k in (
+                        "output_tokens_per_s",
+                        "ttft_s_p50",
+                        "tpot_s_p50",
+                        "kv_cache_usage_peak",
+                        "waste",
+                        "preemptions",
+                    )
+                },
+            }
+        )
     return table(rows, list(rows[0])) if rows else ["(empty real_bench.jsonl)"]
 
 
 def main(folder: Path) -> None:
-    env = (folder / "env.txt").read_text().strip() if (folder / "env.txt").is_file() else "(no env.txt)"
-    pytest_tail = (folder / "pytest.txt").read_text().strip().splitlines()[-1:] if (folder / "pytest.txt").is_file() \
+    env = (
+        (folder / "env.txt").read_text().strip()
+        if (folder / "env.txt").is_file()
+        else "(no env.txt)"
+    )
+    pytest_tail = (
+        (folder / "pytest.txt").read_text().strip().splitlines()[-1:]
+        if (folder / "pytest.txt").is_file()
         else ["(no pytest.txt)"]
+    )
     decode, prefill = read_csv(folder / "decode.csv"), read_csv(folder / "prefill.csv")
-    lines = ["", "## GPU check (benchmarks/gpu_check.sh)", "", "```", env, "```", "",
-             f"pytest -m gpu: {pytest_tail[0] if pytest_tail else '(empty)'}", "", "Targets:", "",
-             *targets(decode), "", "### Decode: kvplan paged kernel vs torch SDPA on contiguous bf16 KV", "",
-             *table(decode, ["batch", "context", "kv", "split_kv", "ms", "gb_per_s", "hbm_fraction", "sdpa_ms",
-                             "vs_sdpa", "rel_err"]),
-             "", "### Prefill (causal, fresh prompts)", "",
-             *table(prefill, ["batch", "context", "kv", "ms", "tflops", "sdpa_ms", "sdpa_tflops", "rel_err"]),
-             "", "### Real mode: random-weight Llama-3.1-8B shape, 4 layers, bf16", "",
-             *real_bench(folder / "real_bench.jsonl"), ""]
+    lines = [
+        "",
+        "## GPU check (benchmarks/gpu_check.sh)",
+        "",
+        "```",
+        env,
+        "```",
+        "",
+        f"pytest -m gpu: {pytest_tail[0] if pytest_tail else '(empty)'}",
+        "",
+        "Targets:",
+        "",
+        *targets(decode),
+        "",
+        "### Decode: kvplan paged kernel vs torch SDPA on contiguous bf16 KV",
+        "",
+        *table(
+            decode,
+            [
+                "batch",
+                "context",
+                "kv",
+                "split_kv",
+                "ms",
+                "gb_per_s",
+                "hbm_fraction",
+                "sdpa_ms",
+                "vs_sdpa",
+                "rel_err",
+            ],
+        ),
+        "",
+        "### Prefill (causal, fresh prompts)",
+        "",
+        *table(
+            prefill, ["batch", "context", "kv", "ms", "tflops", "sdpa_ms", "sdpa_tflops", "rel_err"]
+        ),
+        "",
+        "### Real mode: random-weight Llama-3.1-8B shape, 4 layers, bf16",
+        "",
+        *real_bench(folder / "real_bench.jsonl"),
+        "",
+    ]
     print("\n".join(lines))
 
 

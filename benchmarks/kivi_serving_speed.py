@@ -32,8 +32,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    sizing = SizingConfig(model=str(args.model), gpu="l4", kv_dtype="fp32", block_size=32, kv_cache_gib=0.01,
-                          max_model_len=512)
+    sizing = SizingConfig(
+        model=str(args.model),
+        gpu="l4",
+        kv_dtype="fp32",
+        block_size=32,
+        kv_cache_gib=0.01,
+        max_model_len=512,
+    )
     factory = RealEngineFactory(sizing, RealConfig(device="cpu", model_path=str(args.model)))
     best: dict[str, float] = {}
     for _ in range(args.repeat):
@@ -44,7 +50,9 @@ def main() -> None:
             best[name] = min(best.get(name, float("inf")), time.process_time() - started)
     for name in FORMATS:
         rate = REQUESTS * OUTPUT / best[name]
-        print(f"{name:10s} {rate:7.0f} output tok/s per CPU-second  {best['fp32'] / best[name]:.2f}x fp32")
+        print(
+            f"{name:10s} {rate:7.0f} output tok/s per CPU-second  {best['fp32'] / best[name]:.2f}x fp32"
+        )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, tr
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.workload import load_trace
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake_fast25_synthetic_trace.jsonl"
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake_fast25_synthetic_trace.jsonl"
+)
 TARGET_S = 10.0
 
 
@@ -41,25 +43,39 @@ def main(trace: Path = DEFAULT_TRACE, block_size: int = 16) -> int:
         print(f"trace {trace} not found; pass its path")
         return 2
     requests = load_trace(trace).requests
-    config = SizingConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=block_size, max_model_len=131072)
+    config = SizingConfig(
+        model="llama-3.1-8b", gpu="h100-80gb", block_size=block_size, max_model_len=131072
+    )
     prefix, prefix_s = replay(requests, config, "prefix")
     paged, paged_s = replay(requests, config, "paged")
     started = time.perf_counter()
     hits, queried = infinite_cache_hit_tokens(requests, block_size)
     bound_s = time.perf_counter() - started
-    print(f"Mooncake synthetic trace: {len(requests):,} requests, Llama-3.1-8B on one H100 80GB, block {block_size}, "
-          f"{prefix['pool_slots']:,} KV slots")
-    print(f"  prefix hit rate {prefix['prefix_hit_rate']:.1%} of prompt tokens "
-          f"(upper bound with an infinite cache: {hits / queried:.1%}, computed in {bound_s:.2f} s; "
-          f"trace's own block bound {trace_block_bound(requests):.1%})")
-    print(f"  preempted re-admissions: {prefix['preempted_prefix_hits']:,} of {prefix['preempted_prefix_queries']:,} "
-          f"tokens hit; cached blocks evicted {prefix['cached_blocks_evicted']:,}")
-    print(f"  TTFT p50 {prefix['ttft_s_p50']:.1f} s with prefix caching vs {paged['ttft_s_p50']:.1f} s without "
-          f"(modeled); output tokens/s {prefix['output_tokens_per_s']:,.0f} vs {paged['output_tokens_per_s']:,.0f}")
+    print(
+        f"Mooncake synthetic trace: {len(requests):,} requests, Llama-3.1-8B on one H100 80GB, block {block_size}, "
+        f"{prefix['pool_slots']:,} KV slots"
+    )
+    print(
+        f"  prefix hit rate {prefix['prefix_hit_rate']:.1%} of prompt tokens "
+        f"(upper bound with an infinite cache: {hits / queried:.1%}, computed in {bound_s:.2f} s; "
+        f"trace's own block bound {trace_block_bound(requests):.1%})"
+    )
+    print(
+        f"  preempted re-admissions: {prefix['preempted_prefix_hits']:,} of {prefix['preempted_prefix_queries']:,} "
+        f"tokens hit; cached blocks evicted {prefix['cached_blocks_evicted']:,}"
+    )
+    print(
+        f"  TTFT p50 {prefix['ttft_s_p50']:.1f} s with prefix caching vs {paged['ttft_s_p50']:.1f} s without "
+        f"(modeled); output tokens/s {prefix['output_tokens_per_s']:,.0f} vs {paged['output_tokens_per_s']:,.0f}"
+    )
     verdict = "PASS" if prefix_s < TARGET_S else "FAIL"
-    print(f"  replay with prefix caching: {prefix_s:.2f} s wall ({prefix['engine_steps']:,} steps), "
-          f"target {TARGET_S:.0f} s: {prefix_s / TARGET_S:.2f}x of budget, {verdict}")
-    print(f"  peer (paged, no prefix caching, same run): {paged_s:.2f} s; prefix / paged = {prefix_s / paged_s:.2f}x")
+    print(
+        f"  replay with prefix caching: {prefix_s:.2f} s wall ({prefix['engine_steps']:,} steps), "
+        f"target {TARGET_S:.0f} s: {prefix_s / TARGET_S:.2f}x of budget, {verdict}"
+    )
+    print(
+        f"  peer (paged, no prefix caching, same run): {paged_s:.2f} s; prefix / paged = {prefix_s / paged_s:.2f}x"
+    )
     return 0 if verdict == "PASS" else 1
 
 

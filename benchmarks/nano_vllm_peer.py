@@ -39,10 +39,17 @@ def find_checkout(given: str | None) -> tuple[Path | None, str]:
             return Path(candidate), f"nano-vllm from {candidate}"
     try:
         CACHE_DIR.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "clone", "--quiet", "--depth", "1", REPOSITORY, str(CACHE_DIR)], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            ["git", "clone", "--quiet", "--depth", "1", REPOSITORY, str(CACHE_DIR)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     except (OSError, subprocess.SubprocessError) as error:
-        return None, f"no nano-vllm checkout (--nano-vllm DIR or $NANO_VLLM_DIR) and cloning {REPOSITORY} failed ({type(error).__name__})"
+        return (
+            None,
+            f"no nano-vllm checkout (--nano-vllm DIR or $NANO_VLLM_DIR) and cloning {REPOSITORY} failed ({type(error).__name__})",
+        )
     return CACHE_DIR, f"nano-vllm cloned into {CACHE_DIR}"
 
 
@@ -72,7 +79,9 @@ def prompt_tokens(request: Any) -> list[int]:
     return (ids[positions // span] * span + positions % span).tolist()
 
 
-def replay(checkout: Path, requests: list[Any], block_size: int, num_blocks: int) -> tuple[int, int, float]:
+def replay(
+    checkout: Path, requests: list[Any], block_size: int, num_blocks: int
+) -> tuple[int, int, float]:
     """Every prompt alone through nano-vllm's block manager, in arrival order: (hit tokens,
     queried tokens, CPU seconds). Building the token lists is not timed."""
     BlockManager, Sequence = load_block_manager(checkout)

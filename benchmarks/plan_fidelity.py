@@ -42,7 +42,11 @@ def load_of(run: MeasuredRun) -> float | None:
     """The load a sweep varies: the batch of a latency run, else a finite request rate."""
     if run.benchmark == "latency":
         return float(run.num_prompts)
-    if run.benchmark == "serving" and run.max_concurrency is None and math.isfinite(run.request_rate):
+    if (
+        run.benchmark == "serving"
+        and run.max_concurrency is None
+        and math.isfinite(run.request_rate)
+    ):
         return run.request_rate
     return None
 
@@ -54,7 +58,9 @@ def highest(points: list[tuple[float, float]], target: float) -> int:
 
 def main() -> int:
     if not DATA.is_file() or not PREDICTIONS.is_file():
-        print(f"needs {DATA} and {PREDICTIONS} (python benchmarks/serving_fidelity.py writes the latter)")
+        print(
+            f"needs {DATA} and {PREDICTIONS} (python benchmarks/serving_fidelity.py writes the latter)"
+        )
         return 0
     runs = {run.run_id: run for run in load_dataset(DATA)[0]}
     sweeps: dict[tuple[str, str], list[tuple[float, dict[str, float]]]] = defaultdict(list)
@@ -77,7 +83,10 @@ def main() -> int:
         row = {}
         for column in COLUMNS:
             predicted = [(load, metrics[column]) for load, metrics in points]
-            steps = [abs(highest(predicted, target) - highest(measured, target)) for _, target in measured]
+            steps = [
+                abs(highest(predicted, target) - highest(measured, target))
+                for _, target in measured
+            ]
             ok = sum(step <= 1 for step in steps)
             hits[column] += ok
             exact[column] += sum(step == 0 for step in steps)
@@ -85,13 +94,17 @@ def main() -> int:
         cases += len(measured)
         loads = ", ".join(f"{load:g}" for load, _ in points)
         print(f"| {sweep} | {figure} | {loads} | " + " | ".join(row[c] for c in COLUMNS) + " |")
-    print(f"\n{cases} (sweep, figure, target) cases from {sum(1 for k, p in sweeps.items() if len({load for load, _ in p}) >= 3)}"
-          " load sweeps; share whose predicted highest load within the target is within one step of the measured:")
+    print(
+        f"\n{cases} (sweep, figure, target) cases from {sum(1 for k, p in sweeps.items() if len({load for load, _ in p}) >= 3)}"
+        " load sweeps; share whose predicted highest load within the target is within one step of the measured:"
+    )
     for column in COLUMNS:
         share = hits[column] / cases if cases else float("nan")
         verdict = "met" if share >= TARGET else "missed"
-        print(f"  {column:22s} {hits[column]}/{cases} = {100 * share:.0f}%  (target >= {100 * TARGET:.0f}%: {verdict}); "
-              f"the same load exactly: {exact[column]}/{cases}")
+        print(
+            f"  {column:22s} {hits[column]}/{cases} = {100 * share:.0f}%  (target >= {100 * TARGET:.0f}%: {verdict}); "
+            f"the same load exactly: {exact[column]}/{cases}"
+        )
     return 0
 
 

@@ -19,13 +19,28 @@ from kvplan.bench.replica_search import Candidate, Demand
 from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
 
-PRICES = {"h100-80gb": 2.49, "h200": 3.50, "a100-80gb": 1.60, "l40s": 0.86}  # illustrative $/GPU-hour
+PRICES = {
+    "h100-80gb": 2.49,
+    "h200": 3.50,
+    "a100-80gb": 1.60,
+    "l40s": 0.86,
+}  # illustrative $/GPU-hour
 TARGET_S = 60.0
 
 
 def main() -> None:
-    demand = Demand(model="llama-3.1-70b", rate=10.0, slo=parse_slo("ttft_p90=2s"), workload=WorkloadSpec(kind="sharegpt"))
-    candidates = [Candidate(gpu, tp, dtype) for gpu in sorted(PRICES) for tp in (1, 2, 4, 8) for dtype in ("auto", "fp8")]
+    demand = Demand(
+        model="llama-3.1-70b",
+        rate=10.0,
+        slo=parse_slo("ttft_p90=2s"),
+        workload=WorkloadSpec(kind="sharegpt"),
+    )
+    candidates = [
+        Candidate(gpu, tp, dtype)
+        for gpu in sorted(PRICES)
+        for tp in (1, 2, 4, 8)
+        for dtype in ("auto", "fp8")
+    ]
     executor = LocalExecutor(os.cpu_count() or 1)
     for disagg in (False, True):
         start = time.perf_counter()
@@ -33,10 +48,12 @@ def main() -> None:
         wall = time.perf_counter() - start
         winner = plan.winner
         verdict = "met" if wall < TARGET_S else "missed"
-        print(f"{len(candidates)} candidates{' + disaggregated pools' if disagg else ''}: {wall:.1f} s wall on "
-              f"{executor.workers} worker(s), {plan.simulations} simulations (target < {TARGET_S:g} s: {verdict}); "
-              f"winner {winner.layout if winner else None}, {winner.gpus if winner else '-'} GPUs, "
-              f"${winner.usd_per_hour if winner else 0:.2f}/h")
+        print(
+            f"{len(candidates)} candidates{' + disaggregated pools' if disagg else ''}: {wall:.1f} s wall on "
+            f"{executor.workers} worker(s), {plan.simulations} simulations (target < {TARGET_S:g} s: {verdict}); "
+            f"winner {winner.layout if winner else None}, {winner.gpus if winner else '-'} GPUs, "
+            f"${winner.usd_per_hour if winner else 0:.2f}/h"
+        )
 
 
 if __name__ == "__main__":

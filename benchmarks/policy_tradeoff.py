@@ -29,12 +29,16 @@ def simulated(requests: int, out_dir: Path) -> list[Path]:
     from kvplan.results import write_jsonl
     from kvplan.workload import make_workload
 
-    workload = make_workload("long-reasoning", requests, rate=None, arrival="burst", seed=0, max_model_len=8192)
+    workload = make_workload(
+        "long-reasoning", requests, rate=None, arrival="burst", seed=0, max_model_len=8192
+    )
     mean_len = sum(r.prompt_len + r.output_len for r in workload) / len(workload)
     paths = []
     for share in SHARES:
         budget = int(share * mean_len)
-        config = BenchConfig(SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192), kv_budget=budget)
+        config = BenchConfig(
+            SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192), kv_budget=budget
+        )
         records = run_matrix(config, workload, ["paged", *POLICIES, *SIMULATED_ONLY])
         paths.append(write_jsonl(out_dir / f"simulated-{round(100 * share)}.jsonl", records))
     return paths
@@ -48,8 +52,20 @@ def quality(out_dir: Path) -> list[Path]:
     count = len(load_tokens(text, tokenizer, str(STORIES / "hf")))
     paths = []
     for share in SHARES:
-        run = run_quality_table("stories260K", STORIES / "hf", None, "cpu", "fp32", 0, ["fp32", *POLICIES], text,
-                                tokenizer, int(share * count), None, out_dir / f"quality-{round(100 * share)}.jsonl")
+        run = run_quality_table(
+            "stories260K",
+            STORIES / "hf",
+            None,
+            "cpu",
+            "fp32",
+            0,
+            ["fp32", *POLICIES],
+            text,
+            tokenizer,
+            int(share * count),
+            None,
+            out_dir / f"quality-{round(100 * share)}.jsonl",
+        )
         paths.append(run.out)
     return paths
 

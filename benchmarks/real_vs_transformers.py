@@ -44,12 +44,19 @@ def workload(vocab: int) -> list[Request]:
     rng = np.random.default_rng(0)
     prompts = rng.integers(32, 257, NUM)
     outputs = rng.integers(16, 257, NUM)
-    return [Request(i, 0.0, int(p), int(o), prompt_tokens=tuple(rng.integers(3, vocab, int(p)).tolist()))
-            for i, (p, o) in enumerate(zip(prompts, outputs))]
+    return [
+        Request(
+            i, 0.0, int(p), int(o), prompt_tokens=tuple(rng.integers(3, vocab, int(p)).tolist())
+        )
+        for i, (p, o) in enumerate(zip(prompts, outputs))
+    ]
 
 
 def warm_up(requests: list[Request]) -> list[Request]:
-    return [Request(r.request_id, 0.0, r.prompt_len, 8, prompt_tokens=r.prompt_tokens) for r in requests[:8]]
+    return [
+        Request(r.request_id, 0.0, r.prompt_len, 8, prompt_tokens=r.prompt_tokens)
+        for r in requests[:8]
+    ]
 
 
 class Clock:
@@ -67,13 +74,25 @@ def run_kvplan(model, requests: list[Request]) -> tuple[tuple[float, float], int
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     blocks = 4096
-    pool = [allocate_kv_cache("fp32", blocks, BLOCK, config.num_key_value_heads, head_dim, dtype=torch.float32)
-            for _ in range(config.num_hidden_layers)]
+    pool = [
+        allocate_kv_cache(
+            "fp32", blocks, BLOCK, config.num_key_value_heads, head_dim, dtype=torch.float32
+        )
+        for _ in range(config.num_hidden_layers)
+    ]
     runner = RealRunner(model, pool, BLOCK, config.vocab_size, "cpu", backend="torch")
-    engine = Engine(make_allocator("paged", blocks * BLOCK, BLOCK, 512, watermark=0.0), runner,
-                    SchedulerConfig(max_num_seqs=NUM), 512)
-    Engine(make_allocator("paged", blocks * BLOCK, BLOCK, 512, watermark=0.0), runner,
-           SchedulerConfig(max_num_seqs=NUM), 512).run(warm_up(requests))
+    engine = Engine(
+        make_allocator("paged", blocks * BLOCK, BLOCK, 512, watermark=0.0),
+        runner,
+        SchedulerConfig(max_num_seqs=NUM),
+        512,
+    )
+    Engine(
+        make_allocator("paged", blocks * BLOCK, BLOCK, 512, watermark=0.0),
+        runner,
+        SchedulerConfig(max_num_seqs=NUM),
+        512,
+    ).run(warm_up(requests))
     runner.tokens.clear()
     started = Clock()
     result = engine.run(requests)
@@ -89,16 +108,22 @@ def run_transformers(model, requests: list[Request]) -> tuple[tuple[float, float
         ids = torch.zeros((len(reqs), longest_prompt), dtype=torch.long)
         mask = torch.zeros_like(ids)
         for row, request in enumerate(reqs):  # left padding, as decoder-only generation needs
-            ids[row, longest_prompt - request.prompt_len:] = torch.tensor(request.prompt_tokens)
-            mask[row, longest_prompt - request.prompt_len:] = 1
+            ids[row, longest_prompt - request.prompt_len :] = torch.tensor(request.prompt_tokens)
+            mask[row, longest_prompt - request.prompt_len :] = 1
         return ids, mask, max(r.output_len for r in reqs)
 
     def generate(reqs: list[Request]):
         ids, mask, longest_output = batch(reqs)
         with torch.inference_mode():
-            return model.generate(ids, attention_mask=mask, max_new_tokens=longest_output,
-                                  min_new_tokens=longest_output, do_sample=False, pad_token_id=0,
-                                  return_dict_in_generate=True)
+            return model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=longest_output,
+                min_new_tokens=longest_output,
+                do_sample=False,
+                pad_token_id=0,
+                return_dict_in_generate=True,
+            )
 
     generate(warm_up(requests))
     started = Clock()
@@ -141,20 +166,32 @@ def main(model_dir: Path = DEFAULT_MODEL, threads: int = 1, repeat: int = 3) -> 
         walls = ", ".join(f"{useful / wall:,.0f}" for wall, _ in times)
         return f"best {rate(times, 0):,.0f} output tok/s (runs: {walls}; by CPU time {rate(times, 1):,.0f})"
 
-    print(f"{name}: {NUM} requests, prompts 32..256, outputs 16..256 ({useful:,} output tokens), CPU, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), best of {repeat}")
-    print(f"  kvplan real mode (continuous batching, paged KV): {runs(kv_runs)}, "
-          f"peak KV {kv_peak / 2**20:.2f} MiB (pool preallocated: {kv_pool / 2**20:.1f} MiB)")
-    print(f"  transformers generate (static batch, dynamic cache): {runs(hf_runs)}, "
-          f"peak KV {hf_peak / 2**20:.2f} MiB")
-    print(f"  kvplan / transformers: tokens/s {rate(kv_runs, 0) / rate(hf_runs, 0):.2f}x (best vs best; "
-          f"by CPU time {rate(kv_runs, 1) / rate(hf_runs, 1):.2f}x), peak KV bytes {kv_peak / hf_peak:.2f}x")
+    print(
+        f"{name}: {NUM} requests, prompts 32..256, outputs 16..256 ({useful:,} output tokens), CPU, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), best of {repeat}"
+    )
+    print(
+        f"  kvplan real mode (continuous batching, paged KV): {runs(kv_runs)}, "
+        f"peak KV {kv_peak / 2**20:.2f} MiB (pool preallocated: {kv_pool / 2**20:.1f} MiB)"
+    )
+    print(
+        f"  transformers generate (static batch, dynamic cache): {runs(hf_runs)}, "
+        f"peak KV {hf_peak / 2**20:.2f} MiB"
+    )
+    print(
+        f"  kvplan / transformers: tokens/s {rate(kv_runs, 0) / rate(hf_runs, 0):.2f}x (best vs best; "
+        f"by CPU time {rate(kv_runs, 1) / rate(hf_runs, 1):.2f}x), peak KV bytes {kv_peak / hf_peak:.2f}x"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", nargs="?", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for both sides (default 1)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side, alternating (default 3)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads for both sides (default 1)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed runs per side, alternating (default 3)"
+    )
     args = parser.parse_args()
     main(args.model_dir, args.threads, args.repeat)

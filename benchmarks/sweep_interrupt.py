@@ -23,8 +23,13 @@ STUDY = '[fixed]\nnum_requests = 20000\nworkload = "sharegpt"\n[axes]\nrate = [1
 RAY_READY = "Started a local Ray instance"
 
 
-def _wait_until_working(log: Path, process: subprocess.Popen[bytes], ready_line: str | None,
-                        settle_s: float, limit_s: float = 120.0) -> None:
+def _wait_until_working(
+    log: Path,
+    process: subprocess.Popen[bytes],
+    ready_line: str | None,
+    settle_s: float,
+    limit_s: float = 120.0,
+) -> None:
     deadline = time.monotonic() + limit_s
     while ready_line and ready_line not in log.read_text(errors="replace"):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -33,11 +38,22 @@ def _wait_until_working(log: Path, process: subprocess.Popen[bytes], ready_line:
     time.sleep(settle_s)
 
 
-def stop_seconds(folder: Path, extra: list[str], ready_line: str | None, settle_s: float) -> tuple[float | None, int]:
+def stop_seconds(
+    folder: Path, extra: list[str], ready_line: str | None, settle_s: float
+) -> tuple[float | None, int]:
     study = folder / "study.toml"
     study.write_text(STUDY)
     log = folder / "stderr.txt"
-    command = [sys.executable, "-m", "kvplan", "sweep", str(study), "--out", str(folder / "out"), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "kvplan",
+        "sweep",
+        str(study),
+        "--out",
+        str(folder / "out"),
+        *extra,
+    ]
     with log.open("wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         _wait_until_working(log, process, ready_line, settle_s)
@@ -53,8 +69,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--executor", default="all", choices=("local", "ray", "all"))
     args = parser.parse_args()
-    local = [("local, 2 workers", ["--workers", "2"], None, 6.0),
-             ("in-process, 1 worker", ["--workers", "1"], None, 6.0)]
+    local = [
+        ("local, 2 workers", ["--workers", "2"], None, 6.0),
+        ("in-process, 1 worker", ["--workers", "1"], None, 6.0),
+    ]
     ray = [("ray", ["--executor", "ray"], RAY_READY, 4.0)]
     cases = {"local": local, "ray": ray, "all": local + ray}[args.executor]
     for label, extra, ready_line, settle_s in cases:

@@ -12,10 +12,16 @@ from pathlib import Path
 
 from kvplan.bench.sweep import SweepSpec, run_sweep
 
-SPEC = SweepSpec(fixed={"workload": "sharegpt", "num_requests": 400, "model": "llama-3.1-8b"},
-                 axes={"gpu": ["l4", "a100-80gb"], "rate": [1, 2, 4, 8],
-                       "optimization": ["contiguous-oracle", "paged"]},
-                 slo_ttft_p90_s=5.0, prices={})
+SPEC = SweepSpec(
+    fixed={"workload": "sharegpt", "num_requests": 400, "model": "llama-3.1-8b"},
+    axes={
+        "gpu": ["l4", "a100-80gb"],
+        "rate": [1, 2, 4, 8],
+        "optimization": ["contiguous-oracle", "paged"],
+    },
+    slo_ttft_p90_s=5.0,
+    prices={},
+)
 
 
 def timed(label: str, out: Path, **kwargs: object) -> tuple[float, bytes]:
@@ -32,7 +38,9 @@ def main() -> None:
         print(f"{len(SPEC.points())} points, 400 requests each")
         one, reference = timed("local, 1 process", root / "one", workers=1)
         two, pooled = timed("local, 2 processes", root / "two", workers=2)
-        print(f"local speed-up with 2 processes: {one / two:.2f}x; identical results: {pooled == reference}")
+        print(
+            f"local speed-up with 2 processes: {one / two:.2f}x; identical results: {pooled == reference}"
+        )
         try:
             import ray
         except ImportError:
@@ -42,13 +50,19 @@ def main() -> None:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         startup = time.perf_counter() - started
         try:
-            seconds, via_ray = timed("ray, 2 workers (after start-up)", root / "ray", executor="ray")
+            seconds, via_ray = timed(
+                "ray, 2 workers (after start-up)", root / "ray", executor="ray"
+            )
         finally:
             ray.shutdown()
-        print(f"ray start-up {startup:.1f} s; ray / 1 process: {one / seconds:.2f}x; identical results: "
-              f"{via_ray == reference}")
-        print("Ray scales by adding workers or nodes (--address HOST:PORT); each point is one task, so a grid "
-              "of N points runs in about N / workers point-times plus start-up.")
+        print(
+            f"ray start-up {startup:.1f} s; ray / 1 process: {one / seconds:.2f}x; identical results: "
+            f"{via_ray == reference}"
+        )
+        print(
+            "Ray scales by adding workers or nodes (--address HOST:PORT); each point is one task, so a grid "
+            "of N points runs in about N / workers point-times plus start-up."
+        )
 
 
 if __name__ == "__main__":

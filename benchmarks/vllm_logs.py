@@ -47,33 +47,58 @@ SAMPLER_V0 = 24.0
 # The #12330 fixture is kvplan's own explain test input (a bug report's log, activation peak
 # 9.37 GiB for an 8B model), scored beside the dataset but never a calibration source.
 FIXTURE_ID = "issue12330"
-_CAPACITY_FIELDS = ("gpu_kv_cache_tokens", "num_gpu_blocks", "max_tokens_in_kv_from_error",
-                    "sglang_kv_tokens_allocated", "sglang_max_total_num_tokens")
+_CAPACITY_FIELDS = (
+    "gpu_kv_cache_tokens",
+    "num_gpu_blocks",
+    "max_tokens_in_kv_from_error",
+    "sglang_kv_tokens_allocated",
+    "sglang_max_total_num_tokens",
+)
 
 
 def records() -> list[dict]:
     rows = [json.loads(line) for line in LOGS.read_text().splitlines() if line.strip()]
-    fixture = {"id": FIXTURE_ID, "quote": FIXTURE.read_text(), "model": "meta-llama/Meta-Llama-3-8B",
-               "gpu": "A100 40GB", "tensor_parallel_size": 1, "gpu_memory_utilization": None,
-               "max_model_len": None, "caveats": "", "notes": "vLLM issue #12330 (Jan 2025)"}
+    fixture = {
+        "id": FIXTURE_ID,
+        "quote": FIXTURE.read_text(),
+        "model": "meta-llama/Meta-Llama-3-8B",
+        "gpu": "A100 40GB",
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": None,
+        "max_model_len": None,
+        "caveats": "",
+        "notes": "vLLM issue #12330 (Jan 2025)",
+    }
     return rows + [fixture]
 
 
 def setup_for(record: dict) -> tuple[ServerLog, ServerSetup]:
     log = parse_server_log(record["quote"])
     tp = log.tensor_parallel_size or record.get("tensor_parallel_size") or record.get("num_gpus")
-    filled = replace(log, tensor_parallel_size=tp,
-                     gpu_memory_utilization=log.gpu_memory_utilization or record.get("gpu_memory_utilization"),
-                     max_model_len=log.max_model_len or record.get("max_model_len"))
-    return log, server_setup(filled, model_name=log.model or record.get("model"), gpu_name=record.get("gpu") or log.gpu_name,
-                             version=record.get("engine_version"), date=record.get("source_date"))
+    filled = replace(
+        log,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=log.gpu_memory_utilization or record.get("gpu_memory_utilization"),
+        max_model_len=log.max_model_len or record.get("max_model_len"),
+    )
+    return log, server_setup(
+        filled,
+        model_name=log.model or record.get("model"),
+        gpu_name=record.get("gpu") or log.gpu_name,
+        version=record.get("engine_version"),
+        date=record.get("source_date"),
+    )
 
 
-def logged_capacity(log: ServerLog, setup: ServerSetup, reported: dict | None = None) -> tuple[str, int] | None:
+def logged_capacity(
+    log: ServerLog, setup: ServerSetup, reported: dict | None = None
+) -> tuple[str, int] | None:
     """The KV capacity figure the server printed, as (unit, value); the record's `reported`
     figures win where the log shows several (rec005 prints the blocks before and after a fix)."""
     if reported:
-        log = replace(log, **{k: v for k, v in reported.items() if k in _CAPACITY_FIELDS and v is not None})
+        log = replace(
+            log, **{k: v for k, v in reported.items() if k in _CAPACITY_FIELDS and v is not None}
+        )
     if log.gpu_kv_cache_tokens is not None:
         return "tokens", log.gpu_kv_cache_tokens
     if log.num_gpu_blocks is not None:
@@ -83,13 +108,18 @@ def logged_capacity(log: ServerLog, setup: ServerSetup, reported: dict | None = 
     if log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens:
         return "tokens", log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens
     if log.available_kv_gib is not None and log.available_kv_gib > 0:
-        return "GiB", log.available_kv_gib  # the KV budget itself: tokens = budget / bytes per token
+        return (
+            "GiB",
+            log.available_kv_gib,
+        )  # the KV budget itself: tokens = budget / bytes per token
     return None
 
 
 def weights_bytes(setup: ServerSetup) -> float:
     gpu = setup.gpu
-    return Roofline(setup.model, gpu, setup.tp, parse_kv_format("bf16"), setup.weight_dtype).weight_bytes_per_gpu
+    return Roofline(
+        setup.model, gpu, setup.tp, parse_kv_format("bf16"), setup.weight_dtype
+    ).weight_bytes_per_gpu
 
 
 def fit(rows: list[tuple[dict, ServerLog, ServerSetup]], skip: str | None = None) -> MemoryFit:
@@ -103,15 +133,27 @@ def fit(rows: list[tuple[dict, ServerLog, ServerSetup]], skip: str | None = None
         if log.cuda_graph_gib is not None:
             graphs.append(log.cuda_graph_gib)
         activation = log.peak_activation_gib
-        if activation is None and log.peak_torch_memory_gib is not None and log.weights_gib is not None:
-            activation = log.peak_torch_memory_gib - log.weights_gib  # the ~0.6.4 line counts weights in
+        if (
+            activation is None
+            and log.peak_torch_memory_gib is not None
+            and log.weights_gib is not None
+        ):
+            activation = (
+                log.peak_torch_memory_gib - log.weights_gib
+            )  # the ~0.6.4 line counts weights in
         if activation is None or setup.model is None or setup.engine != "vllm-v0":
             continue
         tokens = max(setup.max_model_len or 2048, 2048)
         sampler = 256 * setup.model.vocab_size * SAMPLER_V0
         forward = activation * GIB - sampler - dequantized_weight_bytes(setup.model, setup.tp)
         scales.append(forward / (tokens * activation_elements_per_token(setup.model, setup.tp) * 2))
-    return MemoryFit(statistics.median(scales), SAMPLER_V0, statistics.median(non_torch), statistics.median(graphs), "")
+    return MemoryFit(
+        statistics.median(scales),
+        SAMPLER_V0,
+        statistics.median(non_torch),
+        statistics.median(graphs),
+        "",
+    )
 
 
 def _logged_kv_bytes(log: ServerLog, setup: ServerSetup) -> float | None:
@@ -135,60 +177,120 @@ def _in_unit(prediction, unit: str) -> float:
 def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
     results = []
     for record, log, setup in rows:
-        row = {"id": record["id"], "engine": setup.engine, "model": setup.model_match or "-",
-               "gpu": setup.gpu.name if setup.gpu else ("log total" if setup.logged_total_bytes else "-"),
-               "tp": setup.tp, "status": "", "unit": "", "logged": None, "predicted": None, "error": None,
-               "loo_error": None, "kv_gib_logged": log.available_kv_gib, "kv_gib_predicted": None,
-               "kv_arith_error": None, "caveats": record.get("caveats") or ""}
+        row = {
+            "id": record["id"],
+            "engine": setup.engine,
+            "model": setup.model_match or "-",
+            "gpu": setup.gpu.name
+            if setup.gpu
+            else ("log total" if setup.logged_total_bytes else "-"),
+            "tp": setup.tp,
+            "status": "",
+            "unit": "",
+            "logged": None,
+            "predicted": None,
+            "error": None,
+            "loo_error": None,
+            "kv_gib_logged": log.available_kv_gib,
+            "kv_gib_predicted": None,
+            "kv_arith_error": None,
+            "caveats": record.get("caveats") or "",
+        }
         figure = logged_capacity(log, setup, record.get("reported"))
         if setup.model is None:
-            row["status"] = "not sizeable: " + (setup.model_failure or "no model named").split(": tried")[0]
+            row["status"] = (
+                "not sizeable: " + (setup.model_failure or "no model named").split(": tried")[0]
+            )
         elif not setup.known:
-            row["status"] = f"not sizeable: GPU '{record.get('gpu') or log.gpu_name}' unknown and no total memory logged"
+            row["status"] = (
+                f"not sizeable: GPU '{record.get('gpu') or log.gpu_name}' unknown and no total memory logged"
+            )
         elif figure is None:
             row["status"] = "no KV capacity figure printed"
-        logged_kv = log.available_kv_gib * GIB if log.available_kv_gib and log.available_kv_gib > 0 else None
-        if setup.model is not None and logged_kv is not None and figure is not None and figure[0] != "GiB":
+        logged_kv = (
+            log.available_kv_gib * GIB
+            if log.available_kv_gib and log.available_kv_gib > 0
+            else None
+        )
+        if (
+            setup.model is not None
+            and logged_kv is not None
+            and figure is not None
+            and figure[0] != "GiB"
+        ):
             # The engine's KV arithmetic alone: from the memory the log says it had to the
             # tokens or blocks it printed (needs the model only, not the GPU).
-            arithmetic = _in_unit(predict_capacity(setup, fit=fit_now, kv_bytes=logged_kv), figure[0])
-            row["kv_arith_error"] = (arithmetic - figure[1]) / figure[1] * 100 if figure[1] else None
+            arithmetic = _in_unit(
+                predict_capacity(setup, fit=fit_now, kv_bytes=logged_kv), figure[0]
+            )
+            row["kv_arith_error"] = (
+                (arithmetic - figure[1]) / figure[1] * 100 if figure[1] else None
+            )
             if not setup.known:
-                row.update(status="scored from the logged KV memory", unit=figure[0], logged=figure[1],
-                           predicted=arithmetic, error=row["kv_arith_error"])
+                row.update(
+                    status="scored from the logged KV memory",
+                    unit=figure[0],
+                    logged=figure[1],
+                    predicted=arithmetic,
+                    error=row["kv_arith_error"],
+                )
         if setup.known and setup.model is not None:
             prediction = predict_capacity(setup, fit=fit_now)
             row["kv_gib_predicted"] = round(prediction.kv_bytes / GIB, 2)
             if figure is not None:
                 unit, value = figure
                 predicted = _in_unit(prediction, unit)
-                row.update(unit=unit, logged=value, predicted=predicted,
-                           error=(predicted - value) / value * 100 if value else (0.0 if predicted == value else 100.0))
+                row.update(
+                    unit=unit,
+                    logged=value,
+                    predicted=predicted,
+                    error=(predicted - value) / value * 100
+                    if value
+                    else (0.0 if predicted == value else 100.0),
+                )
                 if not row["status"]:
                     held_out = fit(ROWS, skip=record["id"])
                     again = predict_capacity(setup, fit=held_out)
                     redo = _in_unit(again, unit)
-                    row["loo_error"] = (redo - value) / value * 100 if value else (0.0 if redo == value else 100.0)
+                    row["loo_error"] = (
+                        (redo - value) / value * 100 if value else (0.0 if redo == value else 100.0)
+                    )
         row["status"] = row["status"] or "scored"
         results.append(row)
     return results
 
 
 def write_fit(new: MemoryFit, results: list[dict]) -> None:
-    lines = ["# vLLM / SGLang startup memory model: fitted mechanism parameters (kvplan/plan/memory_model.py).",
-             "# Written by `python benchmarks/vllm_logs.py --fit` from ../shared/data/serving/vllm_startup_logs.jsonl",
-             "# and tests/data/vllm_issue_12330.log. Each parameter is the median of the logs that print its",
-             "# component; sampler bytes per logit are physical counts, not fitted (see the benchmark).",
-             "", "[fit]"]
-    for name in ("activation_scale", "sampler_bytes_per_logit_v0", "non_torch_gib", "cuda_graph_gib"):
+    lines = [
+        "# vLLM / SGLang startup memory model: fitted mechanism parameters (kvplan/plan/memory_model.py).",
+        "# Written by `python benchmarks/vllm_logs.py --fit` from ../shared/data/serving/vllm_startup_logs.jsonl",
+        "# and tests/data/vllm_issue_12330.log. Each parameter is the median of the logs that print its",
+        "# component; sampler bytes per logit are physical counts, not fitted (see the benchmark).",
+        "",
+        "[fit]",
+    ]
+    for name in (
+        "activation_scale",
+        "sampler_bytes_per_logit_v0",
+        "non_torch_gib",
+        "cuda_graph_gib",
+    ):
         lines.append(f"{name} = {getattr(new, name):.4f}")
-    lines.append('source = "medians over the shipped vLLM/SGLang startup logs (benchmarks/vllm_logs.py)"')
-    lines += ["", "# Residual per log: predicted - logged KV capacity, % (LOO: refitted without the row)", "[residuals]"]
+    lines.append(
+        'source = "medians over the shipped vLLM/SGLang startup logs (benchmarks/vllm_logs.py)"'
+    )
+    lines += [
+        "",
+        "# Residual per log: predicted - logged KV capacity, % (LOO: refitted without the row)",
+        "[residuals]",
+    ]
     for row in results:
         if row["error"] is not None:
             loo = f", loo_pct = {row['loo_error']:.2f}" if row["loo_error"] is not None else ""
-            lines.append(f'{row["id"]} = {{ unit = "{row["unit"]}", logged = {row["logged"]}, predicted = {row["predicted"]}, '
-                         f'error_pct = {row["error"]:.2f}{loo}, status = "{row["status"]}" }}')
+            lines.append(
+                f'{row["id"]} = {{ unit = "{row["unit"]}", logged = {row["logged"]}, predicted = {row["predicted"]}, '
+                f'error_pct = {row["error"]:.2f}{loo}, status = "{row["status"]}" }}'
+            )
     (profiles_dir() / "memory_model.toml").write_text("\n".join(lines) + "\n")
 
 
@@ -203,35 +305,51 @@ def main() -> None:
     if "--fit" in sys.argv:
         write_fit(current, results)
         load_memory_fit.cache_clear()
-    print(f"{'log':<11} {'engine':<8} {'model':<22} {'gpu':<10} {'tp':>2} {'logged':>10} {'kvplan':>10} "
-          f"{'err %':>7} {'LOO %':>7} {'arith %':>7} {'KV GiB log/kvplan':>18}  status")
+    print(
+        f"{'log':<11} {'engine':<8} {'model':<22} {'gpu':<10} {'tp':>2} {'logged':>10} {'kvplan':>10} "
+        f"{'err %':>7} {'LOO %':>7} {'arith %':>7} {'KV GiB log/kvplan':>18}  status"
+    )
     for r in results:
         err = f"{r['error']:+.1f}" if r["error"] is not None else "-"
         loo = f"{r['loo_error']:+.1f}" if r["loo_error"] is not None else ""
         arith = f"{r['kv_arith_error']:+.1f}" if r["kv_arith_error"] is not None else ""
         kv = f"{r['kv_gib_logged'] if r['kv_gib_logged'] is not None else '-'}/{r['kv_gib_predicted'] if r['kv_gib_predicted'] is not None else '-'}"
-        logged = f"{r['logged']:,} {r['unit'][0]}" if r["logged"] is not None else "-"  # t(okens), b(locks), G(iB)
+        logged = (
+            f"{r['logged']:,} {r['unit'][0]}" if r["logged"] is not None else "-"
+        )  # t(okens), b(locks), G(iB)
         predicted = f"{r['predicted']:,}" if r["predicted"] is not None else "-"
-        print(f"{r['id']:<11} {r['engine']:<8} {r['model'][:22]:<22} {r['gpu'][:10]:<10} {r['tp']:>2} {logged:>10} "
-              f"{predicted:>10} {err:>7} {loo:>7} {arith:>7} {kv:>18}  {r['status']}")
+        print(
+            f"{r['id']:<11} {r['engine']:<8} {r['model'][:22]:<22} {r['gpu'][:10]:<10} {r['tp']:>2} {logged:>10} "
+            f"{predicted:>10} {err:>7} {loo:>7} {arith:>7} {kv:>18}  {r['status']}"
+        )
         worst = r["loo_error"] if r["loo_error"] is not None else r["error"]
-        if r["caveats"] and (not r["status"].startswith("scored") or worst is None or abs(worst) > 10):
-            print(f"{'':<11} the record says: {r['caveats'][:150]}")  # its own reason, not a verdict here
+        if r["caveats"] and (
+            not r["status"].startswith("scored") or worst is None or abs(worst) > 10
+        ):
+            print(
+                f"{'':<11} the record says: {r['caveats'][:150]}"
+            )  # its own reason, not a verdict here
     shipped = [r for r in results if r["id"] != FIXTURE_ID]
     scored = [r for r in shipped if r["status"].startswith("scored")]
     sizeable = [r for r in shipped if not r["status"].startswith("not sizeable")]
     errors = [abs(r["loo_error"] if r["loo_error"] is not None else r["error"]) for r in scored]
     within = sum(e <= 10 for e in errors)
-    print(f"\nparsed {len(results)} logs without error ({len(shipped)} shipped + the #12330 fixture); "
-          f"sizeable from what they show: {len(sizeable)}/{len(shipped)} = {len(sizeable) / len(shipped):.0%} "
-          f"(target >= 80%); scored (a KV figure printed): {len(scored)}")
+    print(
+        f"\nparsed {len(results)} logs without error ({len(shipped)} shipped + the #12330 fixture); "
+        f"sizeable from what they show: {len(sizeable)}/{len(shipped)} = {len(sizeable) / len(shipped):.0%} "
+        f"(target >= 80%); scored (a KV figure printed): {len(scored)}"
+    )
     if errors:
-        print(f"within +-10%: {within}/{len(errors)} = {within / len(errors):.0%} (target >= 80%)   "
-              f"median |error| {statistics.median(errors):.1f}% (target < 5%)   [leave-one-out figures]")
+        print(
+            f"within +-10%: {within}/{len(errors)} = {within / len(errors):.0%} (target >= 80%)   "
+            f"median |error| {statistics.median(errors):.1f}% (target < 5%)   [leave-one-out figures]"
+        )
     fixture = next(r for r in results if r["id"] == FIXTURE_ID)
     if fixture["predicted"] is not None:
-        print(f"issue #12330 fixture (Llama-3-8B, A100-40GB, vllm-v0, no overrides): kvplan {fixture['predicted']:,} "
-              f"blocks vs logged {fixture['logged']:,} ({fixture['error']:+.1f}%)")
+        print(
+            f"issue #12330 fixture (Llama-3-8B, A100-40GB, vllm-v0, no overrides): kvplan {fixture['predicted']:,} "
+            f"blocks vs logged {fixture['logged']:,} ({fixture['error']:+.1f}%)"
+        )
     print(f"fit: {current}")
 
 

@@ -37,8 +37,15 @@ _LAZY = {
     "tensor_scale": "quant",
 }
 
-__all__ = ["BACKENDS", "interpreting", "jit_on_first_use", "select_backend", "triton_available", "triton_helper",
-           *_LAZY]
+__all__ = [
+    "BACKENDS",
+    "interpreting",
+    "jit_on_first_use",
+    "select_backend",
+    "triton_available",
+    "triton_helper",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -123,5 +130,7 @@ def select_backend(backend: str | None, on_cuda: bool) -> str:
         if not triton_available():
             raise ValueError("backend 'triton' needs the triton package")
         if not (on_cuda or interpreting()):
-            raise ValueError("backend 'triton' needs CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors")
+            raise ValueError(
+                "backend 'triton' needs CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors"
+            )
     return backend

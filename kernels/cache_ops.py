@@ -26,10 +26,18 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 _KIND_CAST, _KIND_FP8, _KIND_INT = 0, 1, 2
 
 
-def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-             slot_mapping: torch.Tensor, fmt: str | CacheFormat = "none",
-             k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None, *,
-             backend: str | None = None) -> None:
+def write_kv(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    fmt: str | CacheFormat = "none",
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    *,
+    backend: str | None = None,
+) -> None:
     """Store key/value [num_tokens, num_kv_heads, head_dim] at slot_mapping (int64 [num_tokens]).
 
     slot = block_id * block_size + offset; -1 skips the token (padding). Caches are
@@ -50,23 +58,36 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, va
             _launch_write(src, cache, scale, slot_mapping, cf)
 
 
-def _check_write_args(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                      value_cache: torch.Tensor, slot_mapping: torch.Tensor, cf: CacheFormat,
-                      k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> None:
+def _check_write_args(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    cf: CacheFormat,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+) -> None:
     if key.dim() != 3 or key.shape != value.shape:
-        raise ValueError(f"key/value must both be [num_tokens, num_kv_heads, head_dim], got "
-                         f"{tuple(key.shape)} and {tuple(value.shape)}")
+        raise ValueError(
+            f"key/value must both be [num_tokens, num_kv_heads, head_dim], got "
+            f"{tuple(key.shape)} and {tuple(value.shape)}"
+        )
     num_tokens, num_kv_heads, head_dim = key.shape
     expected = (num_kv_heads, cf.packed_dim(head_dim))
     for cache in (key_cache, value_cache):
         if cache.dim() != 4 or tuple(cache.shape[2:]) != expected or cache.shape != key_cache.shape:
-            raise ValueError(f"caches must be [num_blocks, block_size, {expected[0]}, {expected[1]}], "
-                             f"got {tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
+            raise ValueError(
+                f"caches must be [num_blocks, block_size, {expected[0]}, {expected[1]}], "
+                f"got {tuple(key_cache.shape)} and {tuple(value_cache.shape)}"
+            )
         if cache.dtype != cf.storage:
             raise ValueError(f"format {cf.name} stores {cf.storage}, but a cache is {cache.dtype}")
     if slot_mapping.shape != (num_tokens,) or slot_mapping.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"slot_mapping must be int32/int64 [{num_tokens}], got "
-                         f"{slot_mapping.dtype} {tuple(slot_mapping.shape)}")
+        raise ValueError(
+            f"slot_mapping must be int32/int64 [{num_tokens}], got "
+            f"{slot_mapping.dtype} {tuple(slot_mapping.shape)}"
+        )
     if cf.per_token_scales:
         scale_shape = (*key_cache.shape[:3], cf.num_groups(head_dim))
         for scale in (k_scale, v_scale):
@@ -74,9 +95,16 @@ def _check_write_args(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
                 raise ValueError(f"format {cf.name} needs fp32 scale caches of shape {scale_shape}")
 
 
-def _write_kv_torch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                    value_cache: torch.Tensor, slot_mapping: torch.Tensor, cf: CacheFormat,
-                    k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> None:
+def _write_kv_torch(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    cf: CacheFormat,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+) -> None:
     """Vectorized fallback: quantize every kept token at once, then one indexed store per tensor."""
     slots = slot_mapping.long()
     if bool((slots < 0).any()):  # padding tokens (slot -1) are dropped
@@ -93,7 +121,10 @@ def _store(cache: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None
     """cache[slot // block_size, slot % block_size] = rows; a contiguous cache is seen as
     [slots, ...] so the store is one index_copy_ instead of a two-index put."""
     if cache.is_contiguous():
-        if cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # no index_copy_ for fp8: copy the bytes
+        if cache.dtype in (
+            torch.float8_e4m3fn,
+            torch.float8_e5m2,
+        ):  # no index_copy_ for fp8: copy the bytes
             cache, rows = cache.view(torch.uint8), rows.view(torch.uint8)
         cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, rows)
     else:
@@ -105,8 +136,13 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _launch_write(src: torch.Tensor, cache: torch.Tensor, scale: torch.Tensor | None,
-                  slot_mapping: torch.Tensor, cf: CacheFormat) -> None:
+def _launch_write(
+    src: torch.Tensor,
+    cache: torch.Tensor,
+    scale: torch.Tensor | None,
+    slot_mapping: torch.Tensor,
+    cf: CacheFormat,
+) -> None:
     num_tokens, num_kv_heads, head_dim = src.shape
     if num_tokens == 0:
         return
@@ -124,12 +160,26 @@ def _launch_write(src: torch.Tensor, cache: torch.Tensor, scale: torch.Tensor | 
     fp8 = torch.finfo(cf.storage) if kind == _KIND_FP8 else None
     kernel = jit_on_first_use(_write_kv_kernel)
     kernel[(num_tokens, num_kv_heads)](
-        src, cache, scale, slot_mapping,
-        src.stride(0), src.stride(1), *cache.stride()[:3], *scale_strides,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=_next_pow2(head_dim), BLOCK_SIZE=cache.shape[1], KIND=kind,
-        PER_TOKEN=cf.per_token_scales, BITS=cf.bits, QMAX=cf.qmax if kind == _KIND_INT else 1,
-        VPB=vpb, GROUP_LEN=group_len, NG_PAD=_next_pow2(num_groups),
-        BYTES_PER_GROUP=bytes_per_group, BPG_PAD=_next_pow2(bytes_per_group),
+        src,
+        cache,
+        scale,
+        slot_mapping,
+        src.stride(0),
+        src.stride(1),
+        *cache.stride()[:3],
+        *scale_strides,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=_next_pow2(head_dim),
+        BLOCK_SIZE=cache.shape[1],
+        KIND=kind,
+        PER_TOKEN=cf.per_token_scales,
+        BITS=cf.bits,
+        QMAX=cf.qmax if kind == _KIND_INT else 1,
+        VPB=vpb,
+        GROUP_LEN=group_len,
+        NG_PAD=_next_pow2(num_groups),
+        BYTES_PER_GROUP=bytes_per_group,
+        BPG_PAD=_next_pow2(bytes_per_group),
         FP8_MANT=round(-math.log2(fp8.eps)) if fp8 else 0,
         FP8_EMIN=round(math.log2(fp8.smallest_normal)) if fp8 else 0,
         FP8_MAX=fp8.max if fp8 else 0.0,
@@ -137,12 +187,33 @@ def _launch_write(src: torch.Tensor, cache: torch.Tensor, scale: torch.Tensor | 
 
 
 def _write_kv_kernel(
-    src_ptr, cache_ptr, scale_ptr, slot_ptr,
-    stride_st, stride_sh, stride_cb, stride_ct, stride_ch, stride_xb, stride_xt, stride_xh,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, KIND: tl.constexpr,
-    PER_TOKEN: tl.constexpr, BITS: tl.constexpr, QMAX: tl.constexpr, VPB: tl.constexpr,
-    GROUP_LEN: tl.constexpr, NG_PAD: tl.constexpr, BYTES_PER_GROUP: tl.constexpr, BPG_PAD: tl.constexpr,
-    FP8_MANT: tl.constexpr, FP8_EMIN: tl.constexpr, FP8_MAX: tl.constexpr,
+    src_ptr,
+    cache_ptr,
+    scale_ptr,
+    slot_ptr,
+    stride_st,
+    stride_sh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_xb,
+    stride_xt,
+    stride_xh,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    KIND: tl.constexpr,
+    PER_TOKEN: tl.constexpr,
+    BITS: tl.constexpr,
+    QMAX: tl.constexpr,
+    VPB: tl.constexpr,
+    GROUP_LEN: tl.constexpr,
+    NG_PAD: tl.constexpr,
+    BYTES_PER_GROUP: tl.constexpr,
+    BPG_PAD: tl.constexpr,
+    FP8_MANT: tl.constexpr,
+    FP8_EMIN: tl.constexpr,
+    FP8_MAX: tl.constexpr,
 ):
     """One program per (token, kv head): encode one vector and store it (and its scales)."""
     tok = tl.program_id(0)
@@ -188,7 +259,9 @@ def _write_kv_kernel(
             absmax = tl.max(tl.max(tl.abs(x), axis=2), axis=1)
             scale = tl.math.div_rn(absmax, tl.full(absmax.shape, QMAX, tl.float32))
             gs = tl.arange(0, NG_PAD)
-            scale_row = scale_ptr + block * stride_xb + (slot % BLOCK_SIZE) * stride_xt + head * stride_xh
+            scale_row = (
+                scale_ptr + block * stride_xb + (slot % BLOCK_SIZE) * stride_xt + head * stride_xh
+            )
             tl.store(scale_row + gs, scale, mask=gs * GROUP_LEN < limit)
             # An all-zero group stores scale 0 and divides by 1, so q = 0 rather than NaN.
             safe = tl.where(scale > 0.0, scale, 1.0)

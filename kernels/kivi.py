@@ -39,7 +39,9 @@ def kivi_bits(fmt: str | None) -> int:
     return 0
 
 
-def quantize_asymmetric(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_asymmetric(
+    x: torch.Tensor, bits: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Quantize along the last dim, one (scale, min) per row; returns (packed uint8, scale, min)."""
     levels = 2**bits - 1
     low = x.amin(-1, keepdim=True)
@@ -49,13 +51,16 @@ def quantize_asymmetric(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch
     return pack_bits(q - 2 ** (bits - 1), bits), scale[..., 0], low[..., 0]
 
 
-def dequantize_asymmetric(packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bits: int,
-                          n: int) -> torch.Tensor:
+def dequantize_asymmetric(
+    packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bits: int, n: int
+) -> torch.Tensor:
     q = unpack_bits(packed, bits, n).float() + 2 ** (bits - 1)
     return q * scale[..., None] + low[..., None]
 
 
-def settle_counts(keys_waiting: int, values_full: int, residual: int = KIVI_RESIDUAL) -> tuple[int, int]:
+def settle_counts(
+    keys_waiting: int, values_full: int, residual: int = KIVI_RESIDUAL
+) -> tuple[int, int]:
     """After a step's attention: (oldest waiting keys to quantize, oldest full values to quantize)."""
     return keys_waiting - keys_waiting % residual, max(0, values_full - residual)
 
@@ -64,21 +69,32 @@ def value_width(head_dim: int, group: int = KIVI_GROUP) -> int:
     """Channels sharing a value's (scale, min); head_dim must be a multiple of it."""
     width = min(group, head_dim)
     if head_dim % width:
-        raise ValueError(f"KIVI groups values by {width} channels; head_dim {head_dim} is not a multiple")
+        raise ValueError(
+            f"KIVI groups values by {width} channels; head_dim {head_dim} is not a multiple"
+        )
     return width
 
 
-def quantize_values(values: torch.Tensor, bits: int, group: int = KIVI_GROUP
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_values(
+    values: torch.Tensor, bits: int, group: int = KIVI_GROUP
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """values [..., head_dim] per token -> packed [..., groups, width * bits / 8], scale/min [..., groups]."""
     width = value_width(values.shape[-1], group)
     return quantize_asymmetric(values.float().reshape(*values.shape[:-1], -1, width), bits)
 
 
-def dequantize_values(packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bits: int,
-                      head_dim: int, group: int = KIVI_GROUP) -> torch.Tensor:
+def dequantize_values(
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    low: torch.Tensor,
+    bits: int,
+    head_dim: int,
+    group: int = KIVI_GROUP,
+) -> torch.Tensor:
     width = value_width(head_dim, group)
-    return dequantize_asymmetric(packed, scale, low, bits, width).reshape(*packed.shape[:-2], head_dim)
+    return dequantize_asymmetric(packed, scale, low, bits, width).reshape(
+        *packed.shape[:-2], head_dim
+    )
 
 
 def quantize_keys(keys: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -87,8 +103,9 @@ def quantize_keys(keys: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Te
     return quantize_asymmetric(keys.float().transpose(-1, -2), bits)
 
 
-def dequantize_keys(packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bits: int,
-                    group: int = KIVI_GROUP) -> torch.Tensor:
+def dequantize_keys(
+    packed: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, bits: int, group: int = KIVI_GROUP
+) -> torch.Tensor:
     """Inverse of quantize_keys: [..., G, head_dim] fp32."""
     return dequantize_asymmetric(packed, scale, low, bits, group).transpose(-1, -2)
 
@@ -120,7 +137,14 @@ class KiviPagedCache:
 
     @property
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.key_packed, self.key_scale, self.key_min, self.value_packed, self.value_scale, self.value_min)
+        return (
+            self.key_packed,
+            self.key_scale,
+            self.key_min,
+            self.value_packed,
+            self.value_scale,
+            self.value_min,
+        )
 
     def key_block_bytes(self, blocks: torch.Tensor) -> int:
         """Bytes the quantized key groups in `blocks` occupy, measured from the tensors."""
@@ -133,27 +157,51 @@ class KiviPagedCache:
     def store_keys(self, blocks: torch.Tensor, keys: torch.Tensor) -> None:
         """keys [len(blocks), G, kv_heads, head_dim]: each block's whole group, quantized per channel."""
         packed, scale, low = quantize_keys(keys.transpose(1, 2), self.bits)
-        for tensor, rows in ((self.key_packed, packed), (self.key_scale, scale), (self.key_min, low)):
+        for tensor, rows in (
+            (self.key_packed, packed),
+            (self.key_scale, scale),
+            (self.key_min, low),
+        ):
             tensor.index_copy_(0, blocks, rows)
 
     def store_values(self, slots: torch.Tensor, values: torch.Tensor) -> None:
         """values [len(slots), kv_heads, head_dim]: per token, at flat slots."""
         packed, scale, low = quantize_values(values, self.bits)
-        for tensor, rows in ((self.value_packed, packed), (self.value_scale, scale), (self.value_min, low)):
+        for tensor, rows in (
+            (self.value_packed, packed),
+            (self.value_scale, scale),
+            (self.value_min, low),
+        ):
             tensor.flatten(0, 1).index_copy_(0, slots, rows)
 
     def read_blocks(self, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The blocks' K and V as attention reads them, [len(blocks), G, kv_heads, head_dim]
         fp32 each (slots not quantized yet read as zeros: the caller overlays the residual)."""
-        keys = dequantize_keys(self.key_packed[blocks], self.key_scale[blocks], self.key_min[blocks], self.bits,
-                               self.block_size)
-        values = dequantize_values(self.value_packed[blocks], self.value_scale[blocks], self.value_min[blocks],
-                                   self.bits, self.head_dim)
+        keys = dequantize_keys(
+            self.key_packed[blocks],
+            self.key_scale[blocks],
+            self.key_min[blocks],
+            self.bits,
+            self.block_size,
+        )
+        values = dequantize_values(
+            self.value_packed[blocks],
+            self.value_scale[blocks],
+            self.value_min[blocks],
+            self.bits,
+            self.head_dim,
+        )
         return keys.transpose(1, 2), values
 
 
-def allocate_kivi_cache(bits: int, num_blocks: int, num_kv_heads: int, head_dim: int, *,
-                        device: torch.device | str = "cpu") -> KiviPagedCache:
+def allocate_kivi_cache(
+    bits: int,
+    num_blocks: int,
+    num_kv_heads: int,
+    head_dim: int,
+    *,
+    device: torch.device | str = "cpu",
+) -> KiviPagedCache:
     """Zeroed KIVI tensors for `num_blocks` blocks of G tokens."""
     group, width = KIVI_GROUP, value_width(head_dim)
     groups = head_dim // width
@@ -162,8 +210,12 @@ def allocate_kivi_cache(bits: int, num_blocks: int, num_kv_heads: int, head_dim:
         return torch.zeros(shape, dtype=dtype, device=device)
 
     return KiviPagedCache(
-        bits, head_dim,
+        bits,
+        head_dim,
         zeros(num_blocks, num_kv_heads, head_dim, group * bits // 8, dtype=torch.uint8),
-        zeros(num_blocks, num_kv_heads, head_dim), zeros(num_blocks, num_kv_heads, head_dim),
+        zeros(num_blocks, num_kv_heads, head_dim),
+        zeros(num_blocks, num_kv_heads, head_dim),
         zeros(num_blocks, group, num_kv_heads, groups, width * bits // 8, dtype=torch.uint8),
-        zeros(num_blocks, group, num_kv_heads, groups), zeros(num_blocks, group, num_kv_heads, groups))
+        zeros(num_blocks, group, num_kv_heads, groups),
+        zeros(num_blocks, group, num_kv_heads, groups),
+    )

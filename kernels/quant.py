@@ -122,11 +122,19 @@ def get_format(fmt: str | CacheFormat, dtype: torch.dtype | None = None) -> Cach
         return CacheFormat(spec.name, _FLOAT_STORAGE[spec.name], spec.bits, True, spec.scale)
     if spec.bits not in (8, 4, 2):
         raise ValueError(f"KV format '{fmt}': only 8-, 4- and 2-bit ints are implemented")
-    out = CacheFormat(spec.name, torch.int8 if spec.bits == 8 else torch.uint8, spec.bits, False,
-                      spec.scale, spec.group_size)
+    out = CacheFormat(
+        spec.name,
+        torch.int8 if spec.bits == 8 else torch.uint8,
+        spec.bits,
+        False,
+        spec.scale,
+        spec.group_size,
+    )
     if out.scale == "group" and out.group_size % out.values_per_byte:
         # A byte must never straddle two groups, or its halves would need two scales.
-        raise ValueError(f"KV format '{fmt}': group size must be a multiple of {out.values_per_byte}")
+        raise ValueError(
+            f"KV format '{fmt}': group size must be a multiple of {out.values_per_byte}"
+        )
     return out
 
 
@@ -158,12 +166,23 @@ class PagedKVCache:
         return self.key_cache.shape[2]
 
 
-def allocate_kv_cache(fmt: str | CacheFormat, num_blocks: int, block_size: int, num_kv_heads: int,
-                      head_dim: int, *, dtype: torch.dtype | None = None,
-                      device: torch.device | str = "cpu") -> PagedKVCache:
+def allocate_kv_cache(
+    fmt: str | CacheFormat,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+) -> PagedKVCache:
     """Allocate zeroed K/V caches for `fmt`; per-tensor scales start at 1.0 (vLLM's default)."""
-    for label, value in (("num_blocks", num_blocks), ("block_size", block_size),
-                         ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+    for label, value in (
+        ("num_blocks", num_blocks),
+        ("block_size", block_size),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+    ):
         if value <= 0:
             raise ValueError(f"{label} must be positive, got {value}")
     cf = get_format(fmt, dtype)
@@ -220,8 +239,9 @@ def unpack_bits(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     return (u - 2 ** (bits - 1)).reshape(*packed.shape[:-1], -1)[..., :n]
 
 
-def quantize(x: torch.Tensor, fmt: str | CacheFormat,
-             scale: torch.Tensor | float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def quantize(
+    x: torch.Tensor, fmt: str | CacheFormat, scale: torch.Tensor | float | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Encode vectors x [..., head_dim] for storage.
 
     Returns (stored [..., packed_dim] in fmt.storage, per-token scales [..., num_groups]
@@ -240,7 +260,9 @@ def quantize(x: torch.Tensor, fmt: str | CacheFormat,
         q = torch.round(y).clamp(-cf.qmax, cf.qmax)
         return _store_ints(q, cf), None
     glen, ngroups = cf.group_len(head_dim), cf.num_groups(head_dim)
-    xg = torch.nn.functional.pad(xf, (0, ngroups * glen - head_dim)).reshape(*x.shape[:-1], ngroups, glen)
+    xg = torch.nn.functional.pad(xf, (0, ngroups * glen - head_dim)).reshape(
+        *x.shape[:-1], ngroups, glen
+    )
     scales = xg.abs().amax(-1) / cf.qmax
     # An all-zero group has scale 0; divide by 1 instead so it stores q = 0, not NaN.
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
@@ -253,8 +275,9 @@ def _store_ints(q: torch.Tensor, cf: CacheFormat) -> torch.Tensor:
     return q.to(torch.int8) if cf.bits == 8 else pack_bits(q, cf.bits)
 
 
-def dequantize(stored: torch.Tensor, scales: torch.Tensor | float | None, fmt: str | CacheFormat,
-               head_dim: int) -> torch.Tensor:
+def dequantize(
+    stored: torch.Tensor, scales: torch.Tensor | float | None, fmt: str | CacheFormat, head_dim: int
+) -> torch.Tensor:
     """Decode stored vectors [..., packed_dim] back to fp32 [..., head_dim].
 
     `scales` is per-token [..., num_groups] for token-head/group formats, a per-tensor
@@ -274,4 +297,6 @@ def dequantize(stored: torch.Tensor, scales: torch.Tensor | float | None, fmt: s
 
 
 def _as_scalar(scale: torch.Tensor | float | None, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(1.0 if scale is None else scale, dtype=torch.float32, device=device).reshape(())
+    return torch.as_tensor(
+        1.0 if scale is None else scale, dtype=torch.float32, device=device
+    ).reshape(())

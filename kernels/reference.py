@@ -14,10 +14,16 @@ from .quant import CacheFormat, dequantize, get_format, quantize
 from .variant import PLAIN, AttentionVariant
 
 
-def write_kv_reference(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                       value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                       fmt: str | CacheFormat = "none", k_scale: torch.Tensor | None = None,
-                       v_scale: torch.Tensor | None = None) -> None:
+def write_kv_reference(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    fmt: str | CacheFormat = "none",
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+) -> None:
     """Store token t's K/V [num_tokens, num_kv_heads, head_dim] at slot_mapping[t], in place.
 
     slot = block_id * block_size + offset; a negative slot (padding) is skipped. For
@@ -40,26 +46,52 @@ def write_kv_reference(key: torch.Tensor, value: torch.Tensor, key_cache: torch.
                     scale[block, offset, head] = scales
 
 
-def paged_attention_reference(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                              block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                              fmt: str | CacheFormat = "none", k_scale: torch.Tensor | None = None,
-                              v_scale: torch.Tensor | None = None,
-                              variant: AttentionVariant = PLAIN) -> torch.Tensor:
+def paged_attention_reference(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    fmt: str | CacheFormat = "none",
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    variant: AttentionVariant = PLAIN,
+) -> torch.Tensor:
     """Decode attention: query [num_seqs, num_heads, head_dim] -> same shape and dtype.
 
     Sequence i's one query sits at position seq_lens[i] - 1 and attends to its cached
     tokens (see `paged_prefill_reference`). A sequence of length 0 gets a zero output.
     """
     query_start = torch.arange(query.shape[0] + 1)
-    return paged_prefill_reference(query, key_cache, value_cache, block_tables, query_start, seq_lens, scale,
-                                   fmt, k_scale, v_scale, variant)
+    return paged_prefill_reference(
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        query_start,
+        seq_lens,
+        scale,
+        fmt,
+        k_scale,
+        v_scale,
+        variant,
+    )
 
 
-def paged_prefill_reference(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                            block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float, fmt: str | CacheFormat = "none", k_scale: torch.Tensor | None = None,
-                            v_scale: torch.Tensor | None = None,
-                            variant: AttentionVariant = PLAIN) -> torch.Tensor:
+def paged_prefill_reference(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    fmt: str | CacheFormat = "none",
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    variant: AttentionVariant = PLAIN,
+) -> torch.Tensor:
     """Varlen attention over paged KV: query [num_tokens, num_heads, head_dim] -> same shape and dtype.
 
     Sequence i owns queries query_start[i] .. query_start[i+1] - 1, its newest tokens: with
@@ -88,8 +120,8 @@ def paged_prefill_reference(query: torch.Tensor, key_cache: torch.Tensor, value_
             lo = variant.first_key(position)
             if position < lo or position < 0:
                 continue
-            k = torch.stack(keys[lo:position + 1])  # [visible, num_kv_heads, head_dim]
-            v = torch.stack(values[lo:position + 1])
+            k = torch.stack(keys[lo : position + 1])  # [visible, num_kv_heads, head_dim]
+            v = torch.stack(values[lo : position + 1])
             for h in range(num_heads):
                 scores = (k[:, h // group] @ query[row, h].float()) * scale
                 if variant.softcap is not None:
@@ -101,8 +133,14 @@ def paged_prefill_reference(query: torch.Tensor, key_cache: torch.Tensor, value_
     return out.to(query.dtype)
 
 
-def _read_token(cache: torch.Tensor, scale: torch.Tensor | None, cf: CacheFormat, block: int,
-                offset: int, head_dim: int) -> torch.Tensor:
+def _read_token(
+    cache: torch.Tensor,
+    scale: torch.Tensor | None,
+    cf: CacheFormat,
+    block: int,
+    offset: int,
+    head_dim: int,
+) -> torch.Tensor:
     """One token's vectors for every KV head, dequantized to fp32 [num_kv_heads, head_dim]."""
     stored = cache[block, offset]
     if cf.per_token_scales:

@@ -26,11 +26,20 @@ from .variant import AttentionVariant
 from .varlen_plan import BucketPlan, varlen_plan
 
 
-def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                           block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor,
-                           scale: float, cf: CacheFormat, k_scale: torch.Tensor | float | None,
-                           v_scale: torch.Tensor | float | None, variant: AttentionVariant,
-                           plan_cache: dict | None = None) -> torch.Tensor:
+def paged_attention_varlen(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    cf: CacheFormat,
+    k_scale: torch.Tensor | float | None,
+    v_scale: torch.Tensor | float | None,
+    variant: AttentionVariant,
+    plan_cache: dict | None = None,
+) -> torch.Tensor:
     """query [num_tokens, H, D] -> same shape and dtype (semantics of `reference.paged_prefill_reference`).
 
     plan_cache: a dict the caller keeps for one batch of tables and lengths (one model step):
@@ -50,8 +59,18 @@ def paged_attention_varlen(query: torch.Tensor, key_cache: torch.Tensor, value_c
             plan_cache[key] = plans
     out = torch.zeros_like(query)
     for index, plan in enumerate(plans):
-        attended = _bucket_attention(query, key_cache, value_cache, scale, cf, k_scale, v_scale, variant, plan,
-                                     _Scratch(plan_cache, index))
+        attended = _bucket_attention(
+            query,
+            key_cache,
+            value_cache,
+            scale,
+            cf,
+            k_scale,
+            v_scale,
+            variant,
+            plan,
+            _Scratch(plan_cache, index),
+        )
         out.index_copy_(0, plan.out_rows, attended.to(query.dtype))
     return out
 
@@ -74,9 +93,18 @@ class _Scratch:
         return buffer
 
 
-def _bucket_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, scale: float,
-                      cf: CacheFormat, k_scale: torch.Tensor | float | None, v_scale: torch.Tensor | float | None,
-                      variant: AttentionVariant, plan: BucketPlan, scratch: _Scratch) -> torch.Tensor:
+def _bucket_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    scale: float,
+    cf: CacheFormat,
+    k_scale: torch.Tensor | float | None,
+    v_scale: torch.Tensor | float | None,
+    variant: AttentionVariant,
+    plan: BucketPlan,
+    scratch: _Scratch,
+) -> torch.Tensor:
     """One bucket: its real queries' outputs [len(plan.out_rows), H, D] in fp32."""
     num_heads, head_dim = query.shape[1:]
     num_kv_heads = key_cache.shape[2]
@@ -102,7 +130,11 @@ def _bucket_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
     if max_q == 1:  # decode: every row of a KV head shares the one mask row
         allowed = plan.allowed[:, None]
     else:
-        allowed = plan.allowed[:, None, None].expand(-1, 1, group, -1, -1).reshape(tiles, 1, group * max_q, max_k)
+        allowed = (
+            plan.allowed[:, None, None]
+            .expand(-1, 1, group, -1, -1)
+            .reshape(tiles, 1, group * max_q, max_k)
+        )
     if variant.softcap is None and variant.sinks is None:
         # Padding query rows see no key and come out NaN; they are never copied to `out`.
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
@@ -110,7 +142,11 @@ def _bucket_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         attended = _scored_attention(q, k, v, allowed, scale, variant, num_kv_heads, group, max_q)
     attended = attended.reshape(tiles, num_kv_heads, group, max_q, head_dim).permute(0, 3, 1, 2, 4)
     attended = attended.reshape(tiles, max_q, num_heads, head_dim)
-    return attended.reshape(tiles * max_q, num_heads, head_dim) if plan.q_valid is None else attended[plan.q_valid]
+    return (
+        attended.reshape(tiles * max_q, num_heads, head_dim)
+        if plan.q_valid is None
+        else attended[plan.q_valid]
+    )
 
 
 # Decode packs the KV heads into one gemm while KV heads x head_dim is at most this: the
@@ -118,8 +154,14 @@ def _bucket_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
 PACKED_HEADS_MAX_WIDTH = 128
 
 
-def _packed_heads_decode(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float,
-                         variant: AttentionVariant) -> torch.Tensor:
+def _packed_heads_decode(
+    query: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float,
+    variant: AttentionVariant,
+) -> torch.Tensor:
     """Decode with all KV heads in one gemm per sequence: query [S, H, D], k/v [S, Lk, KV, D] fp32,
     bias [S, 1, Lk] (0 or -inf).
 
@@ -132,8 +174,12 @@ def _packed_heads_decode(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     num_seqs, num_heads, head_dim = query.shape
     max_k, num_kv_heads = k.shape[1], k.shape[2]
     group = num_heads // num_kv_heads
-    eye = torch.eye(num_kv_heads, dtype=torch.float32, device=query.device).view(1, num_kv_heads, 1, num_kv_heads, 1)
-    q = (query.view(num_seqs, num_kv_heads, group, 1, head_dim) * eye).reshape(num_seqs, num_heads, -1)
+    eye = torch.eye(num_kv_heads, dtype=torch.float32, device=query.device).view(
+        1, num_kv_heads, 1, num_kv_heads, 1
+    )
+    q = (query.view(num_seqs, num_kv_heads, group, 1, head_dim) * eye).reshape(
+        num_seqs, num_heads, -1
+    )
     keys = k.reshape(num_seqs, max_k, -1).transpose(1, 2)
     if variant.softcap is None:
         scores = torch.baddbmm(bias, q, keys, alpha=scale)
@@ -144,13 +190,30 @@ def _packed_heads_decode(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         sinks = variant.sinks.to(device=query.device, dtype=torch.float32).view(1, num_heads, 1)
         scores = torch.cat([scores, sinks.expand(num_seqs, -1, -1)], dim=-1)
     probs = torch.softmax(scores, dim=-1)[..., :max_k]
-    out = torch.bmm(probs, v.reshape(num_seqs, max_k, -1)).view(num_seqs, num_kv_heads, group, num_kv_heads, head_dim)
-    out = torch.diagonal(out, dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(num_seqs, num_heads, head_dim)
-    return out.nan_to_num_(0.0)  # a sequence that sees no key (empty) has only -inf scores: zeros, as elsewhere
+    out = torch.bmm(probs, v.reshape(num_seqs, max_k, -1)).view(
+        num_seqs, num_kv_heads, group, num_kv_heads, head_dim
+    )
+    out = (
+        torch.diagonal(out, dim1=1, dim2=3)
+        .permute(0, 3, 1, 2)
+        .reshape(num_seqs, num_heads, head_dim)
+    )
+    return out.nan_to_num_(
+        0.0
+    )  # a sequence that sees no key (empty) has only -inf scores: zeros, as elsewhere
 
 
-def _scored_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float,
-                      variant: AttentionVariant, num_kv_heads: int, group: int, max_q: int) -> torch.Tensor:
+def _scored_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+    variant: AttentionVariant,
+    num_kv_heads: int,
+    group: int,
+    max_q: int,
+) -> torch.Tensor:
     """Attention with a logit softcap and/or sinks: q [S, KV, G*Lq, D], k/v [S, KV, Lk, D]."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if variant.softcap is not None:
@@ -158,8 +221,12 @@ def _scored_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed
     scores = scores.masked_fill(~allowed, float("-inf"))
     max_k = k.shape[2]
     if variant.sinks is not None:
-        sinks = variant.sinks.to(device=q.device, dtype=torch.float32).reshape(1, num_kv_heads, group, 1, 1)
-        sinks = sinks.expand(q.shape[0], num_kv_heads, group, max_q, 1).reshape(*scores.shape[:-1], 1)
+        sinks = variant.sinks.to(device=q.device, dtype=torch.float32).reshape(
+            1, num_kv_heads, group, 1, 1
+        )
+        sinks = sinks.expand(q.shape[0], num_kv_heads, group, max_q, 1).reshape(
+            *scores.shape[:-1], 1
+        )
         scores = torch.cat([scores, sinks], dim=-1)
     # A query that sees no key has only -inf scores; softmax gives NaN there, and we want zeros.
     probs = torch.softmax(scores, dim=-1)[..., :max_k].nan_to_num(0.0)

@@ -19,15 +19,55 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
 
 def decode_kernel(
-    out_ptr, part_ptr, stat_ptr, q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, table_ptr, lens_ptr,
-    sm_scale, softcap, window, chunk, split_len,
-    stride_os, stride_oh, stride_qs, stride_qh,
-    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-    stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, stride_table,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr,
-    GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SCALE_MODE: tl.constexpr, IS_INT: tl.constexpr,
-    VPB: tl.constexpr, BITS: tl.constexpr, GROUP_LEN: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    out_ptr,
+    part_ptr,
+    stat_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    sink_ptr,
+    table_ptr,
+    lens_ptr,
+    sm_scale,
+    softcap,
+    window,
+    chunk,
+    split_len,
+    stride_os,
+    stride_oh,
+    stride_qs,
+    stride_qh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_ksb,
+    stride_kst,
+    stride_ksh,
+    stride_vsb,
+    stride_vst,
+    stride_vsh,
+    stride_table,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SCALE_MODE: tl.constexpr,
+    IS_INT: tl.constexpr,
+    VPB: tl.constexpr,
+    BITS: tl.constexpr,
+    GROUP_LEN: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -40,17 +80,54 @@ def decode_kernel(
     d = tl.arange(0, HEAD_DIM_PAD)
     heads = kv_head * GROUP + g
     qmask = (g[:, None] < GROUP) & (d[None, :] < HEAD_DIM)
-    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :], mask=qmask, other=0.0)
+    q = tl.load(
+        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :], mask=qmask, other=0.0
+    )
     q = q.to(DOT_DTYPE)
     table_row = table_ptr + seq.to(tl.int64) * stride_table
     pos = tl.full([GROUP_PAD], 0, tl.int32) + (seq_len - 1)
     lo_rows = tl.full([GROUP_PAD], 0, tl.int32) + lo
     m_i, l_i, acc = attend_range(
-        q, start, end, pos, lo_rows, table_row, kv_head, d,
-        k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-        stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
-        GROUP_PAD, HEAD_DIM_PAD, BLOCK_N, BLOCK_SIZE, HEAD_DIM, SCALE_MODE, IS_INT, VPB, BITS, GROUP_LEN,
-        DOT_DTYPE, PRECISION, HAS_SOFTCAP)
+        q,
+        start,
+        end,
+        pos,
+        lo_rows,
+        table_row,
+        kv_head,
+        d,
+        k_ptr,
+        v_ptr,
+        ks_ptr,
+        vs_ptr,
+        stride_kb,
+        stride_kt,
+        stride_kh,
+        stride_vb,
+        stride_vt,
+        stride_vh,
+        stride_ksb,
+        stride_kst,
+        stride_ksh,
+        stride_vsb,
+        stride_vst,
+        stride_vsh,
+        sm_scale,
+        softcap,
+        GROUP_PAD,
+        HEAD_DIM_PAD,
+        BLOCK_N,
+        BLOCK_SIZE,
+        HEAD_DIM,
+        SCALE_MODE,
+        IS_INT,
+        VPB,
+        BITS,
+        GROUP_LEN,
+        DOT_DTYPE,
+        PRECISION,
+        HAS_SOFTCAP,
+    )
 
     if NUM_SPLITS == 1:
         if HAS_SINKS:
@@ -59,8 +136,11 @@ def decode_kernel(
             sink = tl.zeros([GROUP_PAD], tl.float32)
         # A query that saw no key (empty sequence) returns zeros.
         out = finish_softmax(m_i, l_i, acc, sink, HAS_SINKS)
-        tl.store(out_ptr + seq * stride_os + heads[:, None] * stride_oh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=qmask)
+        tl.store(
+            out_ptr + seq * stride_os + heads[:, None] * stride_oh + d[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=qmask,
+        )
     else:
         # Partials: acc [S, H, NUM_SPLITS, HEAD_DIM_PAD], stats [S, H, NUM_SPLITS, 2] (max, sum), contiguous.
         row = (seq * (GROUP * tl.num_programs(1)) + heads) * NUM_SPLITS + split
@@ -70,8 +150,16 @@ def decode_kernel(
 
 
 def decode_reduce_kernel(
-    out_ptr, part_ptr, stat_ptr, sink_ptr, stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_SINKS: tl.constexpr,
+    out_ptr,
+    part_ptr,
+    stat_ptr,
+    sink_ptr,
+    stride_os,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     """Grid (sequence, query head): merge the splits' partial softmaxes into the output."""
     seq = tl.program_id(0)
@@ -85,11 +173,17 @@ def decode_reduce_kernel(
     if HAS_SINKS:
         sink = tl.load(sink_ptr + head).to(tl.float32)
         m_all = tl.maximum(m_all, sink)
-    m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # nothing seen anywhere: weights 0, output 0
+    m_all = tl.where(
+        m_all == float("-inf"), 0.0, m_all
+    )  # nothing seen anywhere: weights 0, output 0
     w = tl.exp(m - m_all)
     total = tl.sum(denominators * w, axis=0)
     if HAS_SINKS:
         total += tl.exp(sink - m_all)
     acc = tl.sum(tl.load(part_ptr + row[:, None] * HEAD_DIM_PAD + d[None, :]) * w[:, None], axis=0)
     out = acc / tl.where(total > 0.0, total, 1.0)
-    tl.store(out_ptr + seq * stride_os + head * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
+    tl.store(
+        out_ptr + seq * stride_os + head * stride_oh + d,
+        out.to(out_ptr.dtype.element_ty),
+        mask=d < HEAD_DIM,
+    )

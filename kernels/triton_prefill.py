@@ -19,15 +19,52 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
 
 def prefill_kernel(
-    out_ptr, q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, sink_ptr, table_ptr, qstart_ptr, lens_ptr,
-    sm_scale, softcap, window, chunk,
-    stride_ot, stride_oh, stride_qt, stride_qh,
-    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-    stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, stride_table,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCALE_MODE: tl.constexpr, IS_INT: tl.constexpr,
-    VPB: tl.constexpr, BITS: tl.constexpr, GROUP_LEN: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
+    out_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    sink_ptr,
+    table_ptr,
+    qstart_ptr,
+    lens_ptr,
+    sm_scale,
+    softcap,
+    window,
+    chunk,
+    stride_ot,
+    stride_oh,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_ksb,
+    stride_kst,
+    stride_ksh,
+    stride_vsb,
+    stride_vst,
+    stride_vsh,
+    stride_table,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SCALE_MODE: tl.constexpr,
+    IS_INT: tl.constexpr,
+    VPB: tl.constexpr,
+    BITS: tl.constexpr,
+    GROUP_LEN: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -46,19 +83,59 @@ def prefill_kernel(
     d = tl.arange(0, HEAD_DIM_PAD)
     rows = (q_first + r).to(tl.int64)
     qmask = rvalid[:, None] & (d[None, :] < HEAD_DIM)
-    q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + d[None, :], mask=qmask, other=0.0)
+    q = tl.load(
+        q_ptr + rows[:, None] * stride_qt + head * stride_qh + d[None, :], mask=qmask, other=0.0
+    )
     q = q.to(DOT_DTYPE)
     table_row = table_ptr + seq.to(tl.int64) * stride_table
     m_i, l_i, acc = attend_range(
-        q, start, end, pos, lo, table_row, kv_head, d,
-        k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-        stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
-        BLOCK_M, HEAD_DIM_PAD, BLOCK_N, BLOCK_SIZE, HEAD_DIM, SCALE_MODE, IS_INT, VPB, BITS, GROUP_LEN,
-        DOT_DTYPE, PRECISION, HAS_SOFTCAP)
+        q,
+        start,
+        end,
+        pos,
+        lo,
+        table_row,
+        kv_head,
+        d,
+        k_ptr,
+        v_ptr,
+        ks_ptr,
+        vs_ptr,
+        stride_kb,
+        stride_kt,
+        stride_kh,
+        stride_vb,
+        stride_vt,
+        stride_vh,
+        stride_ksb,
+        stride_kst,
+        stride_ksh,
+        stride_vsb,
+        stride_vst,
+        stride_vsh,
+        sm_scale,
+        softcap,
+        BLOCK_M,
+        HEAD_DIM_PAD,
+        BLOCK_N,
+        BLOCK_SIZE,
+        HEAD_DIM,
+        SCALE_MODE,
+        IS_INT,
+        VPB,
+        BITS,
+        GROUP_LEN,
+        DOT_DTYPE,
+        PRECISION,
+        HAS_SOFTCAP,
+    )
     if HAS_SINKS:
         sink = tl.load(sink_ptr + head).to(tl.float32)
     else:
         sink = 0.0
     out = finish_softmax(m_i, l_i, acc, sink, HAS_SINKS)
-    tl.store(out_ptr + rows[:, None] * stride_ot + head * stride_oh + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=qmask)
+    tl.store(
+        out_ptr + rows[:, None] * stride_ot + head * stride_oh + d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=qmask,
+    )

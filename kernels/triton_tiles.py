@@ -25,14 +25,30 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
 
 @triton_helper
-def load_kv_tile(ptr, scale_ptr, row, scale_row, tvalid, tmask, d, scale_col,
-                 SCALE_MODE: tl.constexpr, IS_INT: tl.constexpr, VPB: tl.constexpr, BITS: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def load_kv_tile(
+    ptr,
+    scale_ptr,
+    row,
+    scale_row,
+    tvalid,
+    tmask,
+    d,
+    scale_col,
+    SCALE_MODE: tl.constexpr,
+    IS_INT: tl.constexpr,
+    VPB: tl.constexpr,
+    BITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
     """[BLOCK_N, HEAD_DIM_PAD] tile of the vectors starting at element offsets `row`; zeros where masked."""
     if IS_INT and VPB > 1:  # packed: each byte is loaded once and split into its VPB values
         cb = tl.arange(0, HEAD_DIM_PAD // VPB)
         bmask = tvalid[:, None] & (cb[None, :] < (HEAD_DIM + VPB - 1) // VPB)
-        x = unpack_bytes(tl.load(ptr + row[:, None] + cb[None, :], mask=bmask, other=0).to(tl.int32), VPB, BITS)
+        x = unpack_bytes(
+            tl.load(ptr + row[:, None] + cb[None, :], mask=bmask, other=0).to(tl.int32), VPB, BITS
+        )
     else:
         # No `other=`: it cannot be cast to fp8; masked lanes are zeroed below.
         x = tl.load(ptr + row[:, None] + d[None, :], mask=tmask)
@@ -79,12 +95,49 @@ def first_key(position, window, chunk):
 
 
 @triton_helper
-def attend_tile(q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, scale_col,
-                k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-                stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
-                BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                SCALE_MODE: tl.constexpr, IS_INT: tl.constexpr, VPB: tl.constexpr, BITS: tl.constexpr,
-                DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+def attend_tile(
+    q,
+    m_i,
+    l_i,
+    acc,
+    tile,
+    end,
+    pos,
+    lo,
+    table_row,
+    kv_head,
+    d,
+    scale_col,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_ksb,
+    stride_kst,
+    stride_ksh,
+    stride_vsb,
+    stride_vst,
+    stride_vsh,
+    sm_scale,
+    softcap,
+    BLOCK_N: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    SCALE_MODE: tl.constexpr,
+    IS_INT: tl.constexpr,
+    VPB: tl.constexpr,
+    BITS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+):
     """One online-softmax step over keys tile .. tile + BLOCK_N - 1 (below `end`) for query rows at
     positions `pos` that see keys lo .. pos; returns the updated (max, sum, accumulator)."""
     t = tile + tl.arange(0, BLOCK_N)
@@ -94,8 +147,23 @@ def attend_tile(q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, sca
     tmask = tvalid[:, None] & (d[None, :] < HEAD_DIM)
     ks_row = block * stride_ksb + offset * stride_kst + kv_head * stride_ksh
     vs_row = block * stride_vsb + offset * stride_vst + kv_head * stride_vsh
-    k = load_kv_tile(k_ptr, ks_ptr, block * stride_kb + offset * stride_kt + kv_head * stride_kh, ks_row,
-                     tvalid, tmask, d, scale_col, SCALE_MODE, IS_INT, VPB, BITS, HEAD_DIM, HEAD_DIM_PAD, DOT_DTYPE)
+    k = load_kv_tile(
+        k_ptr,
+        ks_ptr,
+        block * stride_kb + offset * stride_kt + kv_head * stride_kh,
+        ks_row,
+        tvalid,
+        tmask,
+        d,
+        scale_col,
+        SCALE_MODE,
+        IS_INT,
+        VPB,
+        BITS,
+        HEAD_DIM,
+        HEAD_DIM_PAD,
+        DOT_DTYPE,
+    )
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [rows, BLOCK_N] fp32
     if SCALE_MODE == 1:
         scores = scores * tl.load(ks_ptr)
@@ -111,20 +179,69 @@ def attend_tile(q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, sca
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if SCALE_MODE == 2:  # V's per-token scale folds into the probabilities
         p = p * tl.load(vs_ptr + vs_row, mask=tvalid, other=0.0)[None, :]
-    v = load_kv_tile(v_ptr, vs_ptr, block * stride_vb + offset * stride_vt + kv_head * stride_vh, vs_row,
-                     tvalid, tmask, d, scale_col, SCALE_MODE, IS_INT, VPB, BITS, HEAD_DIM, HEAD_DIM_PAD, DOT_DTYPE)
+    v = load_kv_tile(
+        v_ptr,
+        vs_ptr,
+        block * stride_vb + offset * stride_vt + kv_head * stride_vh,
+        vs_row,
+        tvalid,
+        tmask,
+        d,
+        scale_col,
+        SCALE_MODE,
+        IS_INT,
+        VPB,
+        BITS,
+        HEAD_DIM,
+        HEAD_DIM_PAD,
+        DOT_DTYPE,
+    )
     acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision=PRECISION)
     return m_new, l_i, acc
 
 
 @triton_helper
-def attend_range(q, start, end, pos, lo, table_row, kv_head, d,
-                 k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-                 stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
-                 ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, SCALE_MODE: tl.constexpr, IS_INT: tl.constexpr, VPB: tl.constexpr,
-                 BITS: tl.constexpr, GROUP_LEN: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
-                 HAS_SOFTCAP: tl.constexpr):
+def attend_range(
+    q,
+    start,
+    end,
+    pos,
+    lo,
+    table_row,
+    kv_head,
+    d,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_ksb,
+    stride_kst,
+    stride_ksh,
+    stride_vsb,
+    stride_vst,
+    stride_vsh,
+    sm_scale,
+    softcap,
+    ROWS: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SCALE_MODE: tl.constexpr,
+    IS_INT: tl.constexpr,
+    VPB: tl.constexpr,
+    BITS: tl.constexpr,
+    GROUP_LEN: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+):
     """Online softmax of the ROWS query rows `q` over keys start .. end - 1 (row r sees lo[r] ..
     pos[r]); returns (max, sum, accumulator), the per-tensor V scale already applied."""
     scale_col = d // GROUP_LEN
@@ -133,11 +250,48 @@ def attend_range(q, start, end, pos, lo, table_row, kv_head, d,
     acc = tl.zeros([ROWS, HEAD_DIM_PAD], tl.float32)
     for tile in range(start, end, BLOCK_N):
         m_i, l_i, acc = attend_tile(
-            q, m_i, l_i, acc, tile, end, pos, lo, table_row, kv_head, d, scale_col,
-            k_ptr, v_ptr, ks_ptr, vs_ptr, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-            stride_ksb, stride_kst, stride_ksh, stride_vsb, stride_vst, stride_vsh, sm_scale, softcap,
-            BLOCK_N, BLOCK_SIZE, HEAD_DIM, HEAD_DIM_PAD, SCALE_MODE, IS_INT, VPB, BITS, DOT_DTYPE, PRECISION,
-            HAS_SOFTCAP)
+            q,
+            m_i,
+            l_i,
+            acc,
+            tile,
+            end,
+            pos,
+            lo,
+            table_row,
+            kv_head,
+            d,
+            scale_col,
+            k_ptr,
+            v_ptr,
+            ks_ptr,
+            vs_ptr,
+            stride_kb,
+            stride_kt,
+            stride_kh,
+            stride_vb,
+            stride_vt,
+            stride_vh,
+            stride_ksb,
+            stride_kst,
+            stride_ksh,
+            stride_vsb,
+            stride_vst,
+            stride_vsh,
+            sm_scale,
+            softcap,
+            BLOCK_N,
+            BLOCK_SIZE,
+            HEAD_DIM,
+            HEAD_DIM_PAD,
+            SCALE_MODE,
+            IS_INT,
+            VPB,
+            BITS,
+            DOT_DTYPE,
+            PRECISION,
+            HAS_SOFTCAP,
+        )
     if SCALE_MODE == 1:
         acc = acc * tl.load(vs_ptr)
     return m_i, l_i, acc

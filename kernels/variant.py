@@ -29,7 +29,10 @@ class AttentionVariant:
     sinks: Any = None  # torch.Tensor [num_heads] of logits, or None
 
     def __post_init__(self) -> None:
-        for label, value in (("sliding_window", self.sliding_window), ("chunk_size", self.chunk_size)):
+        for label, value in (
+            ("sliding_window", self.sliding_window),
+            ("chunk_size", self.chunk_size),
+        ):
             if value is not None and int(value) < 1:
                 raise ValueError(f"{label} must be a positive number of tokens, got {value}")
         if self.softcap is not None and not self.softcap > 0:
@@ -69,4 +72,6 @@ PLAIN = AttentionVariant()
 def check_sinks(variant: AttentionVariant, num_heads: int) -> None:
     sinks = variant.sinks
     if sinks is not None and tuple(sinks.shape) != (num_heads,):
-        raise ValueError(f"attention sinks must be one logit per query head ({num_heads}), got {tuple(sinks.shape)}")
+        raise ValueError(
+            f"attention sinks must be one logit per query head ({num_heads}), got {tuple(sinks.shape)}"
+        )

@@ -61,8 +61,14 @@ def first_key(position: np.ndarray, variant: AttentionVariant) -> np.ndarray:
     return lo
 
 
-def varlen_plan(block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
-                variant: AttentionVariant, device: torch.device) -> list[BucketPlan]:
+def varlen_plan(
+    block_tables: torch.Tensor,
+    query_start: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_size: int,
+    variant: AttentionVariant,
+    device: torch.device,
+) -> list[BucketPlan]:
     """Buckets covering every query of the batch (`paged_attention_varlen`'s arguments)."""
     starts = query_start.cpu().numpy().astype(np.int64)
     lens = seq_lens.cpu().numpy().astype(np.int64)
@@ -82,9 +88,22 @@ def varlen_plan(block_tables: torch.Tensor, query_start: torch.Tensor, seq_lens:
     plans = []
     for lo, hi in _bucket_bounds(num_blocks[order] * block_size * int(tile_q.max())):
         pick = order[lo:hi]
-        plans.append(_bucket(pick, seq[pick], tile_q[pick], starts[seq[pick]] + tile[pick] * QUERY_TILE,
-                             first_pos[pick], first_block[pick], max(int(num_blocks[pick[0]]), 1), lens, tables,
-                             block_size, variant, device))
+        plans.append(
+            _bucket(
+                pick,
+                seq[pick],
+                tile_q[pick],
+                starts[seq[pick]] + tile[pick] * QUERY_TILE,
+                first_pos[pick],
+                first_block[pick],
+                max(int(num_blocks[pick[0]]), 1),
+                lens,
+                tables,
+                block_size,
+                variant,
+                device,
+            )
+        )
     return plans
 
 
@@ -101,7 +120,9 @@ def _bucket_bounds(costs: np.ndarray) -> list[tuple[int, int]]:
     best, cut = [0.0] * len(points), [0] * len(points)
     for i in range(1, len(points)):
         end = points[i]
-        best[i], cut[i] = min((best[j] + BUCKET_OVERHEAD + (end - points[j]) * cost[points[j]], j) for j in range(i))
+        best[i], cut[i] = min(
+            (best[j] + BUCKET_OVERHEAD + (end - points[j]) * cost[points[j]], j) for j in range(i)
+        )
     bounds, i = [], len(points) - 1
     while i:
         bounds.append((points[cut[i]], points[i]))
@@ -109,9 +130,20 @@ def _bucket_bounds(costs: np.ndarray) -> list[tuple[int, int]]:
     return bounds[::-1]
 
 
-def _bucket(pick: np.ndarray, seq: np.ndarray, tile_q: np.ndarray, row_start: np.ndarray, first_pos: np.ndarray,
-            first_block: np.ndarray, num_blocks: int, lens: np.ndarray, tables: np.ndarray, block_size: int,
-            variant: AttentionVariant, device: torch.device) -> BucketPlan:
+def _bucket(
+    pick: np.ndarray,
+    seq: np.ndarray,
+    tile_q: np.ndarray,
+    row_start: np.ndarray,
+    first_pos: np.ndarray,
+    first_block: np.ndarray,
+    num_blocks: int,
+    lens: np.ndarray,
+    tables: np.ndarray,
+    block_size: int,
+    variant: AttentionVariant,
+    device: torch.device,
+) -> BucketPlan:
     max_q, max_k = int(tile_q.max()), num_blocks * block_size
     seq_len = lens[seq][:, None]
     cols = first_block[:, None] + np.arange(num_blocks)[None, :]
@@ -119,11 +151,16 @@ def _bucket(pick: np.ndarray, seq: np.ndarray, tile_q: np.ndarray, row_start: np
     blocks = np.where(cols * block_size < seq_len, blocks, 0).reshape(-1)
     qi = np.arange(max_q)[None, :]
     q_valid = qi < tile_q[:, None]
-    q_rows = row_start[:, None] + np.minimum(qi, tile_q[:, None] - 1)  # padding repeats the tile's last row
+    q_rows = row_start[:, None] + np.minimum(
+        qi, tile_q[:, None] - 1
+    )  # padding repeats the tile's last row
     q_pos = first_pos[:, None] + qi
     k_pos = first_block[:, None] * block_size + np.arange(max_k)[None, :]
-    allowed = ((k_pos < seq_len)[:, None, :] & (k_pos[:, None, :] <= q_pos[:, :, None])
-               & (k_pos[:, None, :] >= first_key(q_pos, variant)[:, :, None]))
+    allowed = (
+        (k_pos < seq_len)[:, None, :]
+        & (k_pos[:, None, :] <= q_pos[:, :, None])
+        & (k_pos[:, None, :] >= first_key(q_pos, variant)[:, :, None])
+    )
 
     def tensor(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array)).to(device)
@@ -132,5 +169,13 @@ def _bucket(pick: np.ndarray, seq: np.ndarray, tile_q: np.ndarray, row_start: np
     bias = None
     if max_q == 1:
         bias = tensor(np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32))
-    return BucketPlan(max_q, max_k, tensor(blocks.astype(np.int64)), tensor(q_rows), None if every_row else
-                      tensor(q_valid), tensor(q_rows[q_valid]), tensor(allowed), bias)
+    return BucketPlan(
+        max_q,
+        max_k,
+        tensor(blocks.astype(np.int64)),
+        tensor(q_rows),
+        None if every_row else tensor(q_valid),
+        tensor(q_rows[q_valid]),
+        tensor(allowed),
+        bias,
+    )

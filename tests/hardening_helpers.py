@@ -18,8 +18,11 @@ runner = CliRunner()
 
 
 def digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def invoke(args: list[str]) -> Result:
@@ -28,11 +31,15 @@ def invoke(args: list[str]) -> Result:
 
 def assert_clean_failure(result: Result, *culprits: str) -> str:
     """The one-line error contract; returns the line."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     assert result.exit_code == 2, (result.exit_code, result.output)
     assert "Traceback" not in result.output
     if result.stderr.startswith("Usage:"):  # typer's own parse error (a box naming the option)
-        assert "Invalid value for" in result.stderr or "No such option" in result.stderr, result.stderr
+        assert "Invalid value for" in result.stderr or "No such option" in result.stderr, (
+            result.stderr
+        )
         return result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

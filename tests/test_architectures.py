@@ -17,10 +17,14 @@ BF16, FP8 = parse_kv_format("bf16"), parse_kv_format("fp8")
 
 
 def shapes(name: str) -> list[tuple[str, int, int, int, int | None]]:
-    return [(g.kind, g.num_layers, g.num_kv_heads, g.head_dim, g.window) for g in load_model(name).groups]
+    return [
+        (g.kind, g.num_layers, g.num_kv_heads, g.head_dim, g.window)
+        for g in load_model(name).groups
+    ]
 
 
 # --- per-layer-type shapes: Gemma-4 26B-A4B ---------------------------------------------
+
 
 def test_gemma4_global_layers_have_their_own_head_dim_and_kv_heads() -> None:
     # layer_types: 5 x (5 sliding + 1 full). Full layers: global_head_dim 512 and, since
@@ -31,8 +35,11 @@ def test_gemma4_global_layers_have_their_own_head_dim_and_kv_heads() -> None:
     # full 5 x 2 x 2 x 512 x 2 B = 20,480; sliding 25 x 2 x 8 x 256 x 2 B = 204,800.
     assert model.kv_bytes_per_token(BF16) == 20_480 + 204_800 == 225_280
     # Ideal at the 262,144-token maximum: full layers keep every token, sliding ones 1,024.
-    assert model.kv_bytes(262_144, BF16, respect_windows=True) == (
-        5 * 262_144 * 4_096 + 25 * 1_024 * 8_192) == 5_578_424_320
+    assert (
+        model.kv_bytes(262_144, BF16, respect_windows=True)
+        == (5 * 262_144 * 4_096 + 25 * 1_024 * 8_192)
+        == 5_578_424_320
+    )
 
 
 def test_gemma4_without_k_eq_v_keeps_the_shared_kv_head_count() -> None:
@@ -52,21 +59,34 @@ def test_gemma4_params_count_dense_mlp_beside_experts_and_top_k_experts() -> Non
     expert = 3 * h * 704
     router = h * 128 + h + 128  # proj, scale, per_expert_scale
     norms = 7 * h  # 4 per layer plus the MoE block's 3
-    shared = 25 * sliding_attn + 5 * global_attn + 30 * (dense_mlp + router + norms) + h  # + final norm
+    shared = (
+        25 * sliding_attn + 5 * global_attn + 30 * (dense_mlp + router + norms) + h
+    )  # + final norm
     params = load_model("gemma-4-26b-a4b").params
     assert params.total == embedding + shared + 30 * 128 * expert
     assert params.active == embedding + shared + 30 * 8 * expert  # top_k_experts = 8
-    assert params.total / 1e9 == pytest.approx(25.2, rel=0.01)  # model card: 25.2B total, 3.8B active
+    assert params.total / 1e9 == pytest.approx(
+        25.2, rel=0.01
+    )  # model card: 25.2B total, 3.8B active
     assert params.active / 1e9 == pytest.approx(3.8, rel=0.01)
 
 
 def test_kv_shared_layers_keep_no_kv_of_their_own() -> None:
     # Gemma-3n / Gemma-4 E-models: the last num_kv_shared_layers layers reuse an earlier
     # layer's KV. 6 layers (pattern sliding x 2, full), last 3 shared: 2 sliding + 1 full own KV.
-    config = {"model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4,
-              "num_key_value_heads": 1, "head_dim": 16, "global_head_dim": 32, "vocab_size": 10,
-              "sliding_window": 8, "num_kv_shared_layers": 3,
-              "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2}
+    config = {
+        "model_type": "gemma4_text",
+        "hidden_size": 64,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "global_head_dim": 32,
+        "vocab_size": 10,
+        "sliding_window": 8,
+        "num_kv_shared_layers": 3,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+    }
     spec = model_spec_from_config(config, "e", "t")
     assert [(g.kind, g.num_layers) for g in spec.groups] == [("full", 1), ("sliding", 2)]
     assert spec.kv_bytes_per_token(BF16) == 1 * 2 * 1 * 32 * 2 + 2 * 2 * 1 * 16 * 2
@@ -80,6 +100,7 @@ def test_kv_shared_layers_keep_no_kv_of_their_own() -> None:
 
 # --- chunked local attention: Llama-4 -----------------------------------------------------
 
+
 def test_llama4_rope_layers_are_chunked_and_every_fourth_is_global() -> None:
     # No no_rope_layers in the config: transformers derives it from no_rope_layer_interval 4,
     # so layers 3, 7, ..., 47 (12) are NoPE/global and 36 are chunked at 8,192.
@@ -90,19 +111,34 @@ def test_llama4_rope_layers_are_chunked_and_every_fourth_is_global() -> None:
     length = 10_485_760  # max_position_embeddings
     ideal = model.kv_bytes(length, BF16, respect_windows=True)
     assert ideal == 12 * length * 4_096 + 36 * 8_192 * 4_096
-    assert model.kv_bytes(length, BF16, respect_windows=False) / ideal == pytest.approx(3.99, abs=0.005)
+    assert model.kv_bytes(length, BF16, respect_windows=False) / ideal == pytest.approx(
+        3.99, abs=0.005
+    )
     # Short of one chunk a chunked layer holds the whole sequence.
     assert model.kv_bytes(5_000, BF16, respect_windows=True) == 48 * 5_000 * 4_096
 
 
 def test_llama4_explicit_no_rope_layers_and_layer_types() -> None:
-    base = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 10, "attention_chunk_size": 32}
+    base = {
+        "model_type": "llama4_text",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 10,
+        "attention_chunk_size": 32,
+    }
     explicit = model_spec_from_config({**base, "no_rope_layers": [1, 0, 0, 1]}, "x", "t")
     assert [(g.kind, g.num_layers) for g in explicit.groups] == [("full", 2), ("chunked", 2)]
-    typed = model_spec_from_config({**base, "model_type": "x", "layer_types": ["chunked_attention"] * 3
-                                    + ["full_attention"]}, "x", "t")
-    assert [(g.kind, g.num_layers, g.window) for g in typed.groups] == [("full", 1, None), ("chunked", 3, 32)]
+    typed = model_spec_from_config(
+        {**base, "model_type": "x", "layer_types": ["chunked_attention"] * 3 + ["full_attention"]},
+        "x",
+        "t",
+    )
+    assert [(g.kind, g.num_layers, g.window) for g in typed.groups] == [
+        ("full", 1, None),
+        ("chunked", 3, 32),
+    ]
 
 
 def test_llama4_params_count_the_shared_expert_and_dense_interleave() -> None:
@@ -120,12 +156,15 @@ def test_llama4_params_count_the_shared_expert_and_dense_interleave() -> None:
     # Maverick: interleave_moe_layer_step 2 -> layers 1, 3, ..., 47 MoE (128 + 1 shared);
     # the other 24 are dense with intermediate_size_mlp 16,384.
     dense = 3 * h * 16_384
-    assert maverick.total == (embed_and_head + 48 * attention + 24 * dense + 24 * (129 * expert + h * 128) + norms)
+    assert maverick.total == (
+        embed_and_head + 48 * attention + 24 * dense + 24 * (129 * expert + h * 128) + norms
+    )
     assert maverick.total / 1e9 == pytest.approx(400, rel=0.01)  # Meta: 400B total, 17B activated
     assert round(maverick.active / 1e9) == 17
 
 
 # --- DeepSeek-V3.2 sparse attention: MLA latent + indexer cache ---------------------------
+
 
 def test_deepseek_v32_indexer_cache_beside_the_latent() -> None:
     model = load_model("deepseek-v3.2")
@@ -143,10 +182,14 @@ def test_deepseek_v32_indexer_cache_beside_the_latent() -> None:
 def test_deepseek_v32_counts_the_indexer_weights() -> None:
     # Per layer: wq_b 1536 x 64 x 128, wk 7168 x 128, k_norm (LayerNorm) 2 x 128, weights_proj 7168 x 64.
     indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
-    assert load_model("deepseek-v3.2").params.total - load_model("deepseek-v3").params.total == 61 * indexer
+    assert (
+        load_model("deepseek-v3.2").params.total - load_model("deepseek-v3").params.total
+        == 61 * indexer
+    )
 
 
 # --- MLC's window key ----------------------------------------------------------------------
+
 
 def test_mlc_sliding_window_size_and_sink_inside_the_window() -> None:
     # mlc-llm's mistral_7b preset: sliding_window_size 4096, attention_sink_size 4 (TVM's
@@ -158,6 +201,7 @@ def test_mlc_sliding_window_size_and_sink_inside_the_window() -> None:
 
 
 # --- "active" as model cards count it ------------------------------------------------------
+
 
 def test_active_counts_the_input_embedding_where_cards_do() -> None:
     qwen = load_model("qwen3-30b-a3b-fp8").params
@@ -172,16 +216,36 @@ def test_active_counts_the_input_embedding_where_cards_do() -> None:
 
 # --- end to end ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "kv_kind", "per_token"), [
-    ("gemma-4-26b-a4b", "GQA+SWA", 225_280),
-    ("llama-4-scout", "GQA+chunked", 196_608),
-    ("llama-4-maverick", "GQA+chunked", 196_608),
-    ("deepseek-v3.2", "MLA+indexer", 78_324),
-    ("mistral-7b-v0.1", "GQA (all SWA)", 131_072),
-])
+
+@pytest.mark.parametrize(
+    ("name", "kv_kind", "per_token"),
+    [
+        ("gemma-4-26b-a4b", "GQA+SWA", 225_280),
+        ("llama-4-scout", "GQA+chunked", 196_608),
+        ("llama-4-maverick", "GQA+chunked", 196_608),
+        ("deepseek-v3.2", "MLA+indexer", 78_324),
+        ("mistral-7b-v0.1", "GQA (all SWA)", 131_072),
+    ],
+)
 def test_estimate_on_each_new_profile(name: str, kv_kind: str, per_token: int) -> None:
-    result = CliRunner().invoke(app, ["estimate", name, "--gpu", "h200", "--tp", "8", "--context", "131072",
-                                      "--kv-dtype", "bf16", "--allocation", "ideal", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            name,
+            "--gpu",
+            "h200",
+            "--tp",
+            "8",
+            "--context",
+            "131072",
+            "--kv-dtype",
+            "bf16",
+            "--allocation",
+            "ideal",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert (record["kv_kind"], record["kv_bytes_per_token"]) == (kv_kind, per_token)
@@ -207,7 +271,9 @@ def test_mimo_v2_flash_moe_layers_from_the_list_and_its_card_total() -> None:
     model = load_model(str(CONFIGS / "XiaomiMiMo--MiMo-V2-Flash_config.json"))
     assert model.params.experts_total == 47 * 256 * 3 * 4096 * 2048
     assert shapes(str(CONFIGS / "XiaomiMiMo--MiMo-V2-Flash_config.json")) == [
-        ("full", 9, 4, 192, None), ("sliding", 39, 8, 192, 128)]
+        ("full", 9, 4, 192, None),
+        ("sliding", 39, 8, 192, 128),
+    ]
     # the model card: 309B total, 15B active (kvplan's active keeps the 0.62B input embedding)
     assert model.params.total == pytest.approx(309e9, rel=0.005)
     assert 15e9 < model.params.active - model.params.embedding < 16e9
@@ -227,13 +293,26 @@ def test_minimax_m3_moe_layers_from_the_list() -> None:
 
 
 def test_moe_layer_freq_list_must_cover_the_layers() -> None:
-    base = {"model_type": "mimo_v2_flash", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "vocab_size": 1000, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+    base = {
+        "model_type": "mimo_v2_flash",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+    }
     spec = model_spec_from_config({**base, "moe_layer_freq": [0, 1, 0, 1]}, "t", "constructed")
     assert spec.params.experts_total == 2 * 8 * 3 * 256 * 64
-    with pytest.raises(ValueError, match="moe_layer_freq. has 3 entries but .num_hidden_layers. = 4"):
+    with pytest.raises(
+        ValueError, match="moe_layer_freq. has 3 entries but .num_hidden_layers. = 4"
+    ):
         model_spec_from_config({**base, "moe_layer_freq": [0, 1, 1]}, "t", "constructed")
     with pytest.raises(ValueError, match="list of 0 / 1"):
         model_spec_from_config({**base, "moe_layer_freq": [0, 2, 1, 1]}, "t", "constructed")
-    assert model_spec_from_config({**base, "moe_layer_freq": 2}, "t", "constructed").params.experts_total == (
-        2 * 8 * 3 * 256 * 64)  # an integer keeps DeepSeek's every-n-th-layer reading
+    assert model_spec_from_config(
+        {**base, "moe_layer_freq": 2}, "t", "constructed"
+    ).params.experts_total == (
+        2 * 8 * 3 * 256 * 64
+    )  # an integer keeps DeepSeek's every-n-th-layer reading

@@ -19,7 +19,9 @@ runner = CliRunner()
 
 def _run(tmp_path: Path, *args: str) -> list:
     out = tmp_path / "r.jsonl"
-    result = runner.invoke(app, ["bench", "--num-requests", "120", "--rate", "4", *args, "--out", str(out)])
+    result = runner.invoke(
+        app, ["bench", "--num-requests", "120", "--rate", "4", *args, "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     return read_jsonl(out)
 
@@ -39,8 +41,14 @@ def default_records(tmp_path_factory: pytest.TempPathFactory) -> list:
 def test_table_fits_the_width_and_never_cuts_a_name(default_records: list, width: int) -> None:
     text = _text(default_records, width)
     assert "…" not in text
-    assert max(len(line) for line in text.splitlines() if not line.startswith(("baseline", "times", "infinite",
-                                                                              "concurrency"))) <= width
+    assert (
+        max(
+            len(line)
+            for line in text.splitlines()
+            if not line.startswith(("baseline", "times", "infinite", "concurrency"))
+        )
+        <= width
+    )
     for name in ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "prefix"):
         assert name in text
 
@@ -48,18 +56,39 @@ def test_table_fits_the_width_and_never_cuts_a_name(default_records: list, width
 def test_prefix_rows_and_a_pool_split_that_adds_to_one(default_records: list) -> None:
     view = comparison(default_records)
     labels = {row.label for row in view.rows}
-    assert {"prefix hit rate", "infinite-cache bound", "prefill tokens saved", "cached blocks evicted",
-            "cached (prefix)", "throughput vs base"} <= labels
+    assert {
+        "prefix hit rate",
+        "infinite-cache bound",
+        "prefill tokens saved",
+        "cached blocks evicted",
+        "cached (prefix)",
+        "throughput vs base",
+    } <= labels
     prefix = default_records[-1].metrics
-    split = ("token_states_share", "reservation_share", "internal_fragmentation_share",
-             "external_fragmentation_share", "cached_share", "free_share")
+    split = (
+        "token_states_share",
+        "reservation_share",
+        "internal_fragmentation_share",
+        "external_fragmentation_share",
+        "cached_share",
+        "free_share",
+    )
     assert sum(prefix[key] for key in split) == pytest.approx(1.0, abs=2e-3)
     assert prefix["prefix_hit_rate"] > 0  # the chat workload shares prefixes
 
 
 def test_pods_show_per_pod_rows_and_the_cluster_title(tmp_path: Path) -> None:
-    records = _run(tmp_path, "--workload", "chat", "--pods", "2", "--router", "round-robin,sticky",
-                   "--optimizations", "prefix")
+    records = _run(
+        tmp_path,
+        "--workload",
+        "chat",
+        "--pods",
+        "2",
+        "--router",
+        "round-robin,sticky",
+        "--optimizations",
+        "prefix",
+    )
     view = comparison(records)
     assert "2 pods of 1 x l4" in view.title
     labels = {row.label for row in view.rows}
@@ -69,29 +98,53 @@ def test_pods_show_per_pod_rows_and_the_cluster_title(tmp_path: Path) -> None:
 
 
 def test_offload_rows_and_rejection_reasons(tmp_path: Path) -> None:
-    records = _run(tmp_path, "--workload", "chat", "--optimizations", "prefix,prefix+offload-cpu",
-                   "--cpu-cache-gb", "0.2", "--kv-cache-gib", "0.5")
+    records = _run(
+        tmp_path,
+        "--workload",
+        "chat",
+        "--optimizations",
+        "prefix,prefix+offload-cpu",
+        "--cpu-cache-gb",
+        "0.2",
+        "--kv-cache-gib",
+        "0.5",
+    )
     labels = {row.label for row in comparison(records).rows}
     assert {"CPU tier hit rate", "CPU bytes in / out", "reloads / recomputes"} <= labels
     # 0.3 GiB / 128 KiB per token = 2,432 slots after the watermark: long prompts can never fit
-    rejected = _run(tmp_path, "--optimizations", "paged", "--kv-cache-gib", "0.3", "--workload", "long-reasoning")
+    rejected = _run(
+        tmp_path,
+        "--optimizations",
+        "paged",
+        "--kv-cache-gib",
+        "0.3",
+        "--workload",
+        "long-reasoning",
+    )
     assert rejected[0].metrics["requests_rejected"] > 0
     notes = [n for n in comparison(rejected).notes if "rejected:" in n]
     assert len(notes) == 1 and "the whole pool admits 2432" in notes[0] and ".." in notes[0]
 
 
 def test_reasons_differing_only_in_numbers_are_one_line() -> None:
-    assert summarize_reasons(["needs 10 slots, pool 5", "needs 30 slots, pool 5", "too long"]) == \
-        ["needs 10..30 slots, pool 5", "too long"]
+    assert summarize_reasons(["needs 10 slots, pool 5", "needs 30 slots, pool 5", "too long"]) == [
+        "needs 10..30 slots, pool 5",
+        "too long",
+    ]
 
 
 def test_the_default_workload_shares_prefixes_so_prefix_beats_paged(tmp_path: Path) -> None:
     out = tmp_path / "d.jsonl"
-    result = runner.invoke(app, ["bench", "--num-requests", "300", "--optimizations", "paged,prefix", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        ["bench", "--num-requests", "300", "--optimizations", "paged,prefix", "--out", str(out)],
+    )
     assert result.exit_code == 0, result.output
     paged, prefix = read_jsonl(out)
     assert paged.params["workload"]["kind"] == "system-prompt"
-    assert prefix.metrics["prefix_hit_rate"] >= 0.5  # no PrefixCacheHitRateLow alert on the default run
+    assert (
+        prefix.metrics["prefix_hit_rate"] >= 0.5
+    )  # no PrefixCacheHitRateLow alert on the default run
     assert prefix.metrics["output_tokens_per_s"] > 1.2 * paged.metrics["output_tokens_per_s"]
     page = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "page")])
     assert page.exit_code == 0 and "PrefixCacheHitRateLow" not in page.output
@@ -105,15 +158,31 @@ def test_eviction_policies_show_tokens_dropped_not_sharing(tmp_path: Path) -> No
     then grows: 68."""
     trace = tmp_path / "one.jsonl"
     trace.write_text('{"arrival_s": 0, "prompt_len": 100, "output_len": 50}\n')
-    records = _run(tmp_path, "--trace", str(trace), "--kv-budget", "32",
-                   "--optimizations", "paged,sliding-window,streaming,h2o,snapkv")
+    records = _run(
+        tmp_path,
+        "--trace",
+        str(trace),
+        "--kv-budget",
+        "32",
+        "--optimizations",
+        "paged,sliding-window,streaming,h2o,snapkv",
+    )
     dropped = {r.optimization: r.metrics.get("tokens_dropped") for r in records}
-    assert dropped == {"paged": None, "sliding-window": 117, "streaming": 117, "h2o": 117, "snapkv": 68}
+    assert dropped == {
+        "paged": None,
+        "sliding-window": 117,
+        "streaming": 117,
+        "h2o": 117,
+        "snapkv": 68,
+    }
     for record in records:
         assert record.metrics["shared_token_share"] == 0.0  # nothing is shared on one request
         assert (record.metrics["evicted_token_share"] > 0) == (record.optimization != "paged")
     labels = {row.label for row in comparison(records).rows}
-    assert {"tokens dropped", "dropped share of tokens"} <= labels and "shared token share" not in labels
+    assert {
+        "tokens dropped",
+        "dropped share of tokens",
+    } <= labels and "shared token share" not in labels
 
 
 def test_a_simulated_entropy_budget_names_its_unprobed_split(tmp_path: Path) -> None:
@@ -121,7 +190,15 @@ def test_a_simulated_entropy_budget_names_its_unprobed_split(tmp_path: Path) -> 
     every layer is charged the budget (as h2o), and only for that optimization."""
     trace = tmp_path / "one.jsonl"
     trace.write_text('{"arrival_s": 0, "prompt_len": 100, "output_len": 50}\n')
-    records = _run(tmp_path, "--trace", str(trace), "--kv-budget", "32", "--optimizations", "paged,h2o,entropy-budget")
+    records = _run(
+        tmp_path,
+        "--trace",
+        str(trace),
+        "--kv-budget",
+        "32",
+        "--optimizations",
+        "paged,h2o,entropy-budget",
+    )
     notes = [n for n in comparison(records).notes if "per-layer split" in n]
     assert len(notes) == 1 and notes[0].startswith("entropy-budget: simulated without weights")
     assert not [n for n in comparison(records[:2]).notes if "per-layer split" in n]

@@ -54,7 +54,9 @@ def test_budget_blocks_and_concurrency_by_hand() -> None:
 
 
 def test_issue_example_70b_tp2_fp8_32k_batch16() -> None:
-    result = plan(inputs("llama-3.1-70b", tp=2, kv_format=parse_kv_format("fp8"), context=32768, batch=16))
+    result = plan(
+        inputs("llama-3.1-70b", tp=2, kv_format=parse_kv_format("fp8"), context=32768, batch=16)
+    )
     assert result.kv_bytes_per_token == 327_680 / 2 / 2  # fp8 halves, TP=2 splits heads
     assert result.seq_bytes == 32768 * 81_920
     assert result.verdict == "kv-does-not-fit"
@@ -87,10 +89,16 @@ def test_hybrid_state_is_paid_per_sequence() -> None:
     assert result.max_batch == (10 * GIB) // per_seq
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"tp": 3}, "must divide"), ({"batch": 0}, "^batch"), ({"context": -5}, "^context"),
-    ({"gpu_memory_utilization": 1.5}, "utilization"), ({"block_size": 0}, "^block_size"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tp": 3}, "must divide"),
+        ({"batch": 0}, "^batch"),
+        ({"context": -5}, "^context"),
+        ({"gpu_memory_utilization": 1.5}, "utilization"),
+        ({"block_size": 0}, "^block_size"),
+    ],
+)
 def test_impossible_inputs_raise(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         inputs("llama-3.1-8b", **kwargs)

@@ -20,7 +20,9 @@ def test_axis_parsing() -> None:
     assert parse_axis("tp=1,2,4") == ("tp", [1, 2, 4])
 
 
-@pytest.mark.parametrize("bad", ["context", "context=abc", "context=8k..1k", "colour=red", "batch=-1"])
+@pytest.mark.parametrize(
+    "bad", ["context", "context=abc", "context=8k..1k", "colour=red", "batch=-1"]
+)
 def test_bad_axes_raise(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_axis(bad)
@@ -28,15 +30,35 @@ def test_bad_axes_raise(bad: str) -> None:
 
 @pytest.mark.parametrize("respect_windows", [False, True])
 def test_sweep_rows_equal_single_plans(respect_windows: bool) -> None:
-    base = PlanInputs(load_model("gpt-oss-120b"), load_gpu("h100-80gb"), kv_format=parse_kv_format("bf16"),
-                      respect_windows=respect_windows)
-    axes = dict([parse_axis("context=1k..128k"), parse_axis("batch=1,7,64"), parse_axis("kv-dtype=bf16,fp8,int4"),
-                 parse_axis("tp=1,2,4"), parse_axis("gpu=h100,a100-40gb")])
+    base = PlanInputs(
+        load_model("gpt-oss-120b"),
+        load_gpu("h100-80gb"),
+        kv_format=parse_kv_format("bf16"),
+        respect_windows=respect_windows,
+    )
+    axes = dict(
+        [
+            parse_axis("context=1k..128k"),
+            parse_axis("batch=1,7,64"),
+            parse_axis("kv-dtype=bf16,fp8,int4"),
+            parse_axis("tp=1,2,4"),
+            parse_axis("gpu=h100,a100-40gb"),
+        ]
+    )
     table = rows(sweep(base, axes))
     assert len(table) == 8 * 3 * 3 * 3 * 2
     for row in table[::7]:
-        single = plan(replace(base, gpu=load_gpu(row["gpu"]), tp=row["tp"], context=row["context"],
-                              batch=row["batch"], kv_format=parse_kv_format(row["kv_dtype"])), suggest=False)
+        single = plan(
+            replace(
+                base,
+                gpu=load_gpu(row["gpu"]),
+                tp=row["tp"],
+                context=row["context"],
+                batch=row["batch"],
+                kv_format=parse_kv_format(row["kv_dtype"]),
+            ),
+            suggest=False,
+        )
         assert row["num_blocks"] == single.num_blocks
         assert row["seq_kv_bytes"] == pytest.approx(single.seq_bytes)
         assert row["max_batch_at_context"] == single.max_batch
@@ -46,7 +68,13 @@ def test_sweep_rows_equal_single_plans(respect_windows: bool) -> None:
 
 def test_sweep_over_models_includes_hybrid_state() -> None:
     base = PlanInputs(load_model("llama-3.1-8b"), load_gpu("h200"))
-    table = rows(sweep(base, dict([parse_axis("model=qwen3.5-27b,llama-3.1-8b"), parse_axis("context=4k,8k")])))
+    table = rows(
+        sweep(
+            base, dict([parse_axis("model=qwen3.5-27b,llama-3.1-8b"), parse_axis("context=4k,8k")])
+        )
+    )
     for row in table:
-        single = plan(replace(base, model=load_model(row["model"]), context=row["context"]), suggest=False)
+        single = plan(
+            replace(base, model=load_model(row["model"]), context=row["context"]), suggest=False
+        )
         assert row["max_batch_at_context"] == single.max_batch

@@ -76,14 +76,30 @@ HAND_DERIVED_BF16_KV_BYTES_PER_TOKEN = {
     "qwen2-72b-instruct": 80 * 2 * 8 * 128 * 2,  # 8192 / 64 heads = 128; 327680
     "qwen3-4b": 36 * 2 * 8 * 128 * 2,  # head_dim 128 given (32 heads x 128 != 2560); 147456
     "llama-2-70b": 80 * 2 * 8 * 128 * 2,  # 8192 / 64 heads = 128; GQA 8 KV heads = 327680
-    "qwen3-next-80b-a3b-thinking": 12 * 2 * 2 * 256 * 2,  # full attention in 48 / 4 = 12 layers; head_dim 256
+    "qwen3-next-80b-a3b-thinking": 12
+    * 2
+    * 2
+    * 256
+    * 2,  # full attention in 48 / 4 = 12 layers; head_dim 256
     # Gemma3TextConfig defaults (4 KV heads, head_dim 256) over 34 layers, 5 global + 29 sliding; 139264
     "gemma-3-4b": 34 * 2 * 4 * 256 * 2,
-    "exaone-4.0-32b": 64 * 2 * 8 * 128 * 2,  # 16 full + 48 sliding ("LLLG"), head_dim 128 given; 262144
+    "exaone-4.0-32b": 64
+    * 2
+    * 8
+    * 128
+    * 2,  # 16 full + 48 sliding ("LLLG"), head_dim 128 given; 262144
     "nemotron-h-56b-base-8k": 10 * 2 * 8 * 128 * 2,  # only the 10 '*' layers of 118 keep KV; 40960
     "nemotron-3-nano-30b-a3b": 6 * 2 * 2 * 128 * 2,  # 6 '*' layers, 2 KV heads, head_dim 128; 6144
-    "llama-3.3-nemotron-super-49b": 49 * 2 * 8 * 128 * 2,  # 49 of 80 layers attend, 64 / 8 = 8 KV heads; 200704
-    "llama-3.2-90b-vision-instruct": 80 * 2 * 8 * 128 * 2,  # 100 layers less 20 cross-attention; 327680
+    "llama-3.3-nemotron-super-49b": 49
+    * 2
+    * 8
+    * 128
+    * 2,  # 49 of 80 layers attend, 64 / 8 = 8 KV heads; 200704
+    "llama-3.2-90b-vision-instruct": 80
+    * 2
+    * 8
+    * 128
+    * 2,  # 100 layers less 20 cross-attention; 327680
 }
 
 

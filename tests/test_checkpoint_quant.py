@@ -16,9 +16,17 @@ from kvplan.spec.resolve import load_model
 #   attention / layer = 4096*4096 (q) + 2*4096*1024 (k, v) + 4096*4096 (o) = 41,943,040 -> 83,886,080
 #   MLP / layer = 3*4096*11008 = 135,266,304 -> 270,532,608
 #   embedding = lm_head = 32000*4096 = 131,072,000; norms (2*2 + 1)*4096 = 20,480
-LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
-         "num_key_value_heads": 8, "intermediate_size": 11008, "vocab_size": 32000,
-         "max_position_embeddings": 4096, "torch_dtype": "float16"}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "float16",
+}
 LINEAR = 83_886_080 + 270_532_608  # 354,418,688 quantizable weights
 KEPT = 2 * 131_072_000 + 20_480  # 262,164,480 in 16 bit
 
@@ -27,7 +35,9 @@ AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, 
 
 
 def spec(quant: dict, **extra):
-    return model_spec_from_config({**LLAMA, **extra, "quantization_config": quant}, "test", "constructed")
+    return model_spec_from_config(
+        {**LLAMA, **extra, "quantization_config": quant}, "test", "constructed"
+    )
 
 
 def quant(q: dict, layers: int = 2, **cfg):
@@ -60,24 +70,39 @@ def test_awq_zeros_follow_zero_point() -> None:
     assert (kept.attention_kept, kept.dense_kept, kept.experts_kept) == (0.0, 0.5, 0.5)
     # layer 0's MLP (135,266,304) back to 16 bit
     mlp0 = 135_266_304
-    assert spec({**AWQ, "modules_to_not_convert": ["model.layers.0.mlp"]}).weight_bytes() == \
-        (LINEAR - mlp0) * 4.15625 / 8 + (KEPT + mlp0) * 2
+    assert (
+        spec({**AWQ, "modules_to_not_convert": ["model.layers.0.mlp"]}).weight_bytes()
+        == (LINEAR - mlp0) * 4.15625 / 8 + (KEPT + mlp0) * 2
+    )
 
 
-@pytest.mark.parametrize(("packing", "sym", "bits"), [
-    ("auto_round:auto_gptq", True, 4.15625),  # GPTQ layout: qzeros whatever sym
-    ("auto_round:auto_awq", True, 4.125),  # AWQ layout: zero_point = not sym
-    ("auto_round:auto_awq", False, 4.15625),
-])
+@pytest.mark.parametrize(
+    ("packing", "sym", "bits"),
+    [
+        ("auto_round:auto_gptq", True, 4.15625),  # GPTQ layout: qzeros whatever sym
+        ("auto_round:auto_awq", True, 4.125),  # AWQ layout: zero_point = not sym
+        ("auto_round:auto_awq", False, 4.15625),
+    ],
+)
 def test_auto_round_layout_follows_packing_format(packing: str, sym: bool, bits: float) -> None:
     for method in ("auto-round", "intel/auto-round"):
-        q = quant({"quant_method": method, "bits": 4, "group_size": 128, "sym": sym, "packing_format": packing})
+        q = quant(
+            {
+                "quant_method": method,
+                "bits": 4,
+                "group_size": 128,
+                "sym": sym,
+                "packing_format": packing,
+            }
+        )
         assert q.bits_per_weight(4096) == bits
 
 
 def test_fp8_block_scales() -> None:
     # 4096 x 4096 fp8: 16,777,216 B + 32 x 32 blocks x 4 B fp32 scale = 16,781,312 B
-    q = quant({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"})
+    q = quant(
+        {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+    )
     assert 4096 * 4096 * q.bits_per_weight(4096) / 8 == 16_781_312
     assert q.label == "fp8-block128"
     assert quant({"quant_method": "fp8"}).bits_per_weight(4096) == 8  # per-tensor scale: negligible
@@ -85,40 +110,83 @@ def test_fp8_block_scales() -> None:
 
 def test_compressed_tensors_forms() -> None:
     def ct(weights: dict, fmt: str, **extra):
-        return quant({"quant_method": "compressed-tensors", "format": fmt, **extra,
-                      "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}})
+        return quant(
+            {
+                "quant_method": "compressed-tensors",
+                "format": fmt,
+                **extra,
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+            }
+        )
 
     w4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
     assert ct(w4, "pack-quantized").bits_per_weight(4096) == 4 + 16 / 128  # bf16 scales, no zeros
     asym = ct({**w4, "symmetric": False}, "pack-quantized")
     assert asym.bits_per_weight(4096) == 4 + 16 / 128 + 4 / 128 and asym.label == "int4-g128-zp"
-    assert ct(w4, "naive-quantized").bits_per_weight(4096) == 8 + 16 / 128  # an int8 container per value
+    assert (
+        ct(w4, "naive-quantized").bits_per_weight(4096) == 8 + 16 / 128
+    )  # an int8 container per value
     fp8 = ct({"num_bits": 8, "type": "float", "strategy": "channel"}, "float-quantized")
     assert fp8.bits_per_weight(4096) == 8 + 32 / 4096 and fp8.dtype == "fp8"
-    block = ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}, "float-quantized")
+    block = ct(
+        {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+        "float-quantized",
+    )
     assert block.bits_per_weight(4096) == 8 + 32 / 16384
-    nvfp4 = ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}, "nvfp4-pack-quantized")
+    nvfp4 = ct(
+        {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+        "nvfp4-pack-quantized",
+    )
     assert (nvfp4.label, nvfp4.bits_per_weight(4096)) == ("nvfp4", 4.5)  # + fp8 scale per 16
     ignored = ct(w4, "pack-quantized", ignore=["lm_head", "re:.*self_attn.*"])
     assert (ignored.attention_kept, ignored.dense_kept) == (1.0, 0.0)
-    mlp_only = quant({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {
-        "g": {"targets": ["re:.*mlp.*"], "weights": w4}}})
+    mlp_only = quant(
+        {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {"g": {"targets": ["re:.*mlp.*"], "weights": w4}},
+        }
+    )
     assert (mlp_only.attention_kept, mlp_only.dense_kept) == (1.0, 0.0)
 
 
 def test_compressed_tensors_quantizes_a_vision_tower_unless_ignored() -> None:
-    base = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+    base = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "g": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+            }
+        },
+    }
     vision = {"vision_config": {"model_type": "siglip_vision_model"}}
     assert quant({**base, "ignore": ["lm_head"]}, **vision).vision_quantized
-    assert not quant({**base, "ignore": ["lm_head", "re:vision_tower.*"]}, **vision).vision_quantized
+    assert not quant(
+        {**base, "ignore": ["lm_head", "re:vision_tower.*"]}, **vision
+    ).vision_quantized
     assert not quant(GPTQ, **vision).vision_quantized  # GPTQ walks the decoder blocks only
 
 
-@pytest.mark.parametrize("config", [
-    {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": ["lm_head"]},
-    {"quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}},  # hf_quant_config.json
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {
+            "quant_method": "modelopt",
+            "quant_algo": "NVFP4",
+            "group_size": 16,
+            "ignore": ["lm_head"],
+        },
+        {
+            "quantization": {
+                "quant_algo": "NVFP4",
+                "group_size": 16,
+                "exclude_modules": ["lm_head"],
+            }
+        },  # hf_quant_config.json
+    ],
+)
 def test_modelopt_nvfp4(config: dict) -> None:
     q = quant(config)
     assert (q.label, q.dtype, q.bits_per_weight(4096)) == ("nvfp4", "nvfp4", 4.5)
@@ -126,50 +194,104 @@ def test_modelopt_nvfp4(config: dict) -> None:
 
 
 def test_bitsandbytes() -> None:
-    nf4 = quant({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"})
+    nf4 = quant(
+        {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    )
     assert (nf4.label, nf4.bits_per_weight(4096)) == ("bnb-nf4", 4.5)  # fp32 absmax per 64
-    dq = quant({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
-                "bnb_4bit_use_double_quant": True})
+    dq = quant(
+        {
+            "quant_method": "bitsandbytes",
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_use_double_quant": True,
+        }
+    )
     assert dq.bits_per_weight(4096) == 4 + 8 / 64 + 32 / (64 * 256) == 4.126953125
-    int8 = quant({"quant_method": "bitsandbytes", "load_in_8bit": True, "llm_int8_skip_modules": ["lm_head"]})
+    int8 = quant(
+        {"quant_method": "bitsandbytes", "load_in_8bit": True, "llm_int8_skip_modules": ["lm_head"]}
+    )
     assert int8.bits_per_weight(4096) == 8 + 32 / 4096
 
 
 def test_fbgemm_fp8_not_convert_list() -> None:
     # Meta's 405B-FP8 form: every self_attn projection named per layer, the MLPs of the first and last layers
-    names = [f"model.layers.{i}.self_attn.{p}" for i in range(4) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
-    q = quant({"quant_method": "fbgemm_fp8", "modules_to_not_convert": names + ["model.layers.0.mlp",
-                                                                                   "model.layers.3.mlp", "lm_head"]},
-              layers=4)
+    names = [
+        f"model.layers.{i}.self_attn.{p}"
+        for i in range(4)
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj")
+    ]
+    q = quant(
+        {
+            "quant_method": "fbgemm_fp8",
+            "modules_to_not_convert": names
+            + ["model.layers.0.mlp", "model.layers.3.mlp", "lm_head"],
+        },
+        layers=4,
+    )
     assert (q.attention_kept, q.dense_kept, q.label) == (1.0, 0.5, "fp8-channel")
-    assert quant({"quant_method": "fbgemm_fp8", "modules_to_not_convert": names[:2]}, layers=4).attention_kept == 0.125
+    assert (
+        quant(
+            {"quant_method": "fbgemm_fp8", "modules_to_not_convert": names[:2]}, layers=4
+        ).attention_kept
+        == 0.125
+    )
 
 
 def test_not_convert_patterns() -> None:
-    kept = kept_modules(["lm_head", "model.layers.*.mlp.router", "model.embed_tokens", "re:.*self_attn.*",
-                         "model.layers.1.input_layernorm", "re:model.visual.*"], 4)
+    kept = kept_modules(
+        [
+            "lm_head",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "re:.*self_attn.*",
+            "model.layers.1.input_layernorm",
+            "re:model.visual.*",
+        ],
+        4,
+    )
     assert kept.roles == {"lm_head", "routers", "embedding", "vision"}
     assert (kept.attention_kept, kept.dense_kept, kept.experts_kept) == (1.0, 0.0, 0.0)
     # a router (also its correction bias) is not the MLP; gate_proj is the dense MLP
-    router = kept_modules(["model.layers.0.mlp.gate", "model.layers.0.mlp.gate.e_score_correction_bias"], 4)
+    router = kept_modules(
+        ["model.layers.0.mlp.gate", "model.layers.0.mlp.gate.e_score_correction_bias"], 4
+    )
     assert (router.roles, router.dense_kept) == ({"routers"}, 0.0)
     assert kept_modules(["model.layers.0.mlp.gate_proj"], 4).dense_kept == 0.25
 
 
 def test_moe_not_convert_forms_of_shipped_checkpoints() -> None:
     # moonshotai/Kimi-K2.5 (compressed-tensors int4 g32): only the routed experts are quantized
-    kimi = kept_modules(["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
-                         r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"], 61)
+    kimi = kept_modules(
+        [
+            "lm_head",
+            "re:.*self_attn.*",
+            "re:.*shared_experts.*",
+            r"re:.*mlp\.(gate|up|gate_up|down)_proj.*",
+        ],
+        61,
+    )
     assert (kimi.attention_kept, kimi.dense_kept, kimi.experts_kept) == (1.0, 1.0, 0.0)
     # nvidia/Qwen3.5-*-NVFP4 (modelopt): per-layer wildcards over attention and the shared expert
-    layers = [f"model.language_model.layers.{i}.linear_attn*" for i in range(3)] + \
-        ["model.language_model.layers.3.self_attn*"] + \
-        [f"model.language_model.layers.{i}.mlp.shared_expert*" for i in range(4)] + ["model.visual*", "mtp*"]
+    layers = (
+        [f"model.language_model.layers.{i}.linear_attn*" for i in range(3)]
+        + ["model.language_model.layers.3.self_attn*"]
+        + [f"model.language_model.layers.{i}.mlp.shared_expert*" for i in range(4)]
+        + ["model.visual*", "mtp*"]
+    )
     qwen = kept_modules(layers, 4)
-    assert (qwen.attention_kept, qwen.dense_kept, qwen.experts_kept, qwen.roles) == (1.0, 1.0, 0.0, {"vision"})
+    assert (qwen.attention_kept, qwen.dense_kept, qwen.experts_kept, qwen.roles) == (
+        1.0,
+        1.0,
+        0.0,
+        {"vision"},
+    )
     # zai-org/GLM-5-FP8: the indexer's small projection is not the attention
-    assert kept_modules(["model.layers.0.self_attn.indexers_proj", "model.layers.0.self_attn.kv_a_layernorm"],
-                        4).attention_kept == 0.0
+    assert (
+        kept_modules(
+            ["model.layers.0.self_attn.indexers_proj", "model.layers.0.self_attn.kv_a_layernorm"], 4
+        ).attention_kept
+        == 0.0
+    )
 
 
 def test_unknown_methods_and_plain_configs_stay_native() -> None:
@@ -194,9 +316,13 @@ def test_qwen3_30b_a3b_fp8_as_shipped() -> None:
     assert model.weight_format_name() == "fp8-block128" and model.weight_dtype == "fp8"
     assert p.routers == 48 * 2048 * 128
     quantized = p.attention + p.dense_mlp - p.routers + p.experts_total
-    assert model.weight_bytes() == pytest.approx(quantized * (1 + 4 / 16384) + (p.total - quantized) * 2)
+    assert model.weight_bytes() == pytest.approx(
+        quantized * (1 + 4 / 16384) + (p.total - quantized) * 2
+    )
     before = (p.embedding + p.lm_head) * 2 + (p.total - p.embedding - p.lm_head)
-    assert model.weight_bytes() - before == pytest.approx(p.routers + p.other + quantized * 4 / 16384)
+    assert model.weight_bytes() - before == pytest.approx(
+        p.routers + p.other + quantized * 4 / 16384
+    )
     assert abs(model.weight_bytes() / before - 1) < 1e-3
 
 
@@ -206,17 +332,29 @@ def test_gpt_oss_20b_as_shipped() -> None:
     p = model.params
     assert model.weight_format_name() == "mxfp4-experts+bf16"
     assert model.expert_weight_bits == 4.25 and model.weight_dtype == "bf16"
-    assert model.weight_bytes() == pytest.approx(p.experts_total * 4.25 / 8 + (p.total - p.experts_total) * 2)
+    assert model.weight_bytes() == pytest.approx(
+        p.experts_total * 4.25 / 8 + (p.total - p.experts_total) * 2
+    )
 
 
 # --- ModelOpt MIXED_PRECISION: per-layer algorithms from quantized_layers -------------------
 
 CONFIGS = __import__("pathlib").Path(__file__).parent / "data" / "configs"
 NV4, FP8 = {"quant_algo": "W4A16_NVFP4", "group_size": 16}, {"quant_algo": "FP8"}
-MIXED = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "ignore": ["mtp*"], "quantized_layers": {
-    **{f"model.layers.0.self_attn.{p}": FP8 for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
-    **{f"model.layers.{i}.mlp.{p}": NV4 for i in (0, 1) for p in ("gate_proj", "up_proj", "down_proj")},
-    "lm_head": NV4}}
+MIXED = {
+    "quant_method": "modelopt",
+    "quant_algo": "MIXED_PRECISION",
+    "ignore": ["mtp*"],
+    "quantized_layers": {
+        **{f"model.layers.0.self_attn.{p}": FP8 for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+        **{
+            f"model.layers.{i}.mlp.{p}": NV4
+            for i in (0, 1)
+            for p in ("gate_proj", "up_proj", "down_proj")
+        },
+        "lm_head": NV4,
+    },
+}
 
 
 def test_mixed_precision_bytes_by_hand() -> None:
@@ -228,19 +366,29 @@ def test_mixed_precision_bytes_by_hand() -> None:
     model = spec(MIXED)
     assert model.weight_bytes() == pytest.approx(613_916_672, abs=1)
     assert model.weight_format_name() == "mixed-nvfp4+fp8" and model.weight_dtype == "nvfp4"
-    assert model.checkpoint_quant.mixed == (("attention", "fp8", 0.5), ("dense", "nvfp4", 1.0),
-                                            ("lm_head", "nvfp4", 1.0))
+    assert model.checkpoint_quant.mixed == (
+        ("attention", "fp8", 0.5),
+        ("dense", "nvfp4", 1.0),
+        ("lm_head", "nvfp4", 1.0),
+    )
     # all-FP8 attention costs what a 0.3043 share of 16 bit beside NVFP4 does: 2k + 0.5625 (1 - k) = 1
     layers = {k: v for k, v in MIXED["quantized_layers"].items() if "mlp" in k}
     fp8_only = quant({**MIXED, "quantized_layers": {k: FP8 for k in layers}})
-    assert fp8_only.label == "mixed-fp8" and fp8_only.dtype == "fp8" and fp8_only.attention_kept == 1.0
+    assert (
+        fp8_only.label == "mixed-fp8" and fp8_only.dtype == "fp8" and fp8_only.attention_kept == 1.0
+    )
 
 
 def test_mixed_precision_rejects_what_it_cannot_size() -> None:
     with pytest.raises(ValueError, match="quantized_layers"):
         quant({**MIXED, "quantized_layers": {}})
     with pytest.raises(ValueError, match="INT4_AWQ"):
-        quant({**MIXED, "quantized_layers": {"model.layers.0.mlp.up_proj": {"quant_algo": "INT4_AWQ"}}})
+        quant(
+            {
+                **MIXED,
+                "quantized_layers": {"model.layers.0.mlp.up_proj": {"quant_algo": "INT4_AWQ"}},
+            }
+        )
 
 
 def _by_role(model) -> float:
@@ -248,14 +396,20 @@ def _by_role(model) -> float:
     # experts / routed experts and the LM head NVFP4 (0.5625 B), embedding, norms, routers and
     # the vision tower (not in quantized_layers) 16 bit
     p = model.params
-    return (p.attention + 0.5625 * (p.dense_mlp - p.routers + p.experts_total + p.lm_head)
-            + 2 * (p.embedding + p.other + p.routers + p.vision))
+    return (
+        p.attention
+        + 0.5625 * (p.dense_mlp - p.routers + p.experts_total + p.lm_head)
+        + 2 * (p.embedding + p.other + p.routers + p.vision)
+    )
 
 
-@pytest.mark.parametrize(("file", "low", "high", "kind"), [
-    ("nvidia--Qwen3.6-27B-NVFP4_config.json", 26.5e9, 28.0e9, "GQA+linear"),
-    ("nvidia--Qwen3.6-35B-A3B-NVFP4_config.json", 34.5e9, 36.0e9, "GQA+linear"),
-])
+@pytest.mark.parametrize(
+    ("file", "low", "high", "kind"),
+    [
+        ("nvidia--Qwen3.6-27B-NVFP4_config.json", 26.5e9, 28.0e9, "GQA+linear"),
+        ("nvidia--Qwen3.6-35B-A3B-NVFP4_config.json", 34.5e9, 36.0e9, "GQA+linear"),
+    ],
+)
 def test_real_mixed_precision_checkpoints(file: str, low: float, high: float, kind: str) -> None:
     model = load_model(str(CONFIGS / file))
     assert low < model.params.total < high and model.kv_kind == kind
@@ -264,7 +418,9 @@ def test_real_mixed_precision_checkpoints(file: str, low: float, high: float, ki
     q = model.checkpoint_quant
     assert q.lm_head_quantized and not q.vision_quantized and ("attention", "fp8", 1.0) in q.mixed
     # the legacy hf_quant_config.json sibling ({"quantization": {...}}) reads the same
-    sibling = __import__("json").loads((CONFIGS / file.replace("_config", "_hf_quant_config")).read_text())
+    sibling = __import__("json").loads(
+        (CONFIGS / file.replace("_config", "_hf_quant_config")).read_text()
+    )
     assert quant(sibling, model.num_layers, vision_config={}) == q
 
 

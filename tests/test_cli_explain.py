@@ -20,22 +20,48 @@ DENSE = ("rec001", "rec015", "rec017", "rec019", "rec035", "rec037", "rec051")
 
 
 def test_explain_file_shows_memory_and_what_ifs() -> None:
-    result = runner.invoke(app, ["explain", str(FIXTURE), "--model", "llama-3.1-8b", "--gpu", "a100-40gb"])
+    result = runner.invoke(
+        app, ["explain", str(FIXTURE), "--model", "llama-3.1-8b", "--gpu", "a100-40gb"]
+    )
     assert result.exit_code == 0, result.output
-    for text in ("Where the memory went", "9.37", "11.12", "131,072", "agrees", "--kv-cache-dtype fp8",
-                 "--tensor-parallel-size 2", "--max-model-len 91056"):
+    for text in (
+        "Where the memory went",
+        "9.37",
+        "11.12",
+        "131,072",
+        "agrees",
+        "--kv-cache-dtype fp8",
+        "--tensor-parallel-size 2",
+        "--max-model-len 91056",
+    ):
         assert text in result.output, text
 
 
 def test_explain_stdin_json_schema() -> None:
-    result = runner.invoke(app, ["explain", "-", "--json", "--model", "llama-3.1-8b", "--gpu", "a100-40gb"],
-                           input=FIXTURE.read_text())
+    result = runner.invoke(
+        app,
+        ["explain", "-", "--json", "--model", "llama-3.1-8b", "--gpu", "a100-40gb"],
+        input=FIXTURE.read_text(),
+    )
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert record["schema"] == "kvplan.explain/1"
-    assert set(record) >= {"engine", "engine_generation", "version", "inputs", "assumed", "memory_gib", "kv",
-                           "prediction", "what_ifs", "recovered"}
-    assert record["memory_gib"]["activation_peak"] == 9.37 and record["memory_gib"]["unaccounted"] == 0.0
+    assert set(record) >= {
+        "engine",
+        "engine_generation",
+        "version",
+        "inputs",
+        "assumed",
+        "memory_gib",
+        "kv",
+        "prediction",
+        "what_ifs",
+        "recovered",
+    }
+    assert (
+        record["memory_gib"]["activation_peak"] == 9.37
+        and record["memory_gib"]["unaccounted"] == 0.0
+    )
     assert record["kv"]["tokens"] == 5691 * 16 and record["kv"]["agrees"] is True
     fp8 = next(w for w in record["what_ifs"] if w["change"] == "--kv-cache-dtype fp8")
     assert fp8["kv_cache_tokens"] == 2 * 5693 * 16  # 11.12 GiB at 64 KiB per token, whole blocks
@@ -43,8 +69,12 @@ def test_explain_stdin_json_schema() -> None:
 
 
 def test_garbage_is_one_line_exit_2() -> None:
-    process = subprocess.run([sys.executable, "-m", "kvplan", "explain", "-"], input="nothing to see\n",
-                             capture_output=True, text=True)
+    process = subprocess.run(
+        [sys.executable, "-m", "kvplan", "explain", "-"],
+        input="nothing to see\n",
+        capture_output=True,
+        text=True,
+    )
     assert process.returncode == 2
     assert process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
     assert "GPU KV cache size" in process.stderr
@@ -57,18 +87,33 @@ def test_missing_file_is_exit_2() -> None:
 
 def test_dense_logs_imply_kvplans_bytes_per_token(shared_data: Path) -> None:
     """For dense full-attention models, KV memory / tokens equals kvplan's size within block rounding."""
-    records = {r["id"]: r for r in map(json.loads, (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines())}
+    records = {
+        r["id"]: r
+        for r in map(
+            json.loads,
+            (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines(),
+        )
+    }
     for rid in DENSE:
         record = explain(records[rid]["quote"])
         assert record["kv"]["agrees"] is True, (rid, record["kv"])
 
 
 def test_explain_names_what_it_cannot_size(shared_data: Path) -> None:
-    records = {r["id"]: r for r in map(json.loads, (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines())}
+    records = {
+        r["id"]: r
+        for r in map(
+            json.loads,
+            (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines(),
+        )
+    }
     # rec015's real log with its model renamed to one no catalog, cache or hub holds
     quote = re.sub(r"Qwe\s*n2-7B-Instruct", "Unheard-Of-7B", records["rec015"]["quote"])
     record = explain(quote)
-    assert record["kv"]["kvplan_bytes_per_token"] is None and record["kv"]["implied_bytes_per_token_per_gpu"] > 0
+    assert (
+        record["kv"]["kvplan_bytes_per_token"] is None
+        and record["kv"]["implied_bytes_per_token_per_gpu"] > 0
+    )
 
 
 def test_every_shipped_log_explains(shared_data: Path) -> None:

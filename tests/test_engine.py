@@ -83,16 +83,28 @@ def test_contiguous_first_fit_measures_external_fragmentation() -> None:
     assert allocator.reserved_slots == 55
 
 
-@pytest.mark.parametrize(("policy", "final", "max_len", "size"), [
-    ("max", 33, 48, 48), ("pow2", 33, 100, 64), ("pow2", 33, 48, 48), ("pow2", 32, 100, 32), ("oracle", 33, 48, 33),
-])
+@pytest.mark.parametrize(
+    ("policy", "final", "max_len", "size"),
+    [
+        ("max", 33, 48, 48),
+        ("pow2", 33, 100, 64),
+        ("pow2", 33, 48, 48),
+        ("pow2", 32, 100, 32),
+        ("oracle", 33, 48, 33),
+    ],
+)
 def test_contiguous_reservation_sizes(policy: str, final: int, max_len: int, size: int) -> None:
     allocator = ContiguousAllocator(policy, capacity_slots=1000, max_model_len=max_len)
     assert allocator.reservation_size(seq(final - 1, 1)) == size
 
 
-def tiny_engine(kind: str = "paged", slots: int = 4096, block: int = 16, max_len: int = 4096,
-                **scheduler: object) -> tuple[Engine, SimulatedRunner]:
+def tiny_engine(
+    kind: str = "paged",
+    slots: int = 4096,
+    block: int = 16,
+    max_len: int = 4096,
+    **scheduler: object,
+) -> tuple[Engine, SimulatedRunner]:
     model = load_model("llama-3.1-8b")
     roofline = Roofline(model, load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
     runner = SimulatedRunner(roofline)
@@ -107,7 +119,9 @@ def test_single_request_steps_and_modeled_times_by_hand() -> None:
     roof = runner.roofline
     per_token = 131_072
     flops_per_pair = 4 * 32 * 32 * 128  # layers x query heads x head_dim, QK and PV
-    step1 = roof.step_time(10, 55 * flops_per_pair, 10 * per_token)  # prefill: 10 + 9 + ... + 1 pairs
+    step1 = roof.step_time(
+        10, 55 * flops_per_pair, 10 * per_token
+    )  # prefill: 10 + 9 + ... + 1 pairs
     step2 = roof.step_time(1, 11 * flops_per_pair, 11 * per_token)
     step3 = roof.step_time(1, 12 * flops_per_pair, 12 * per_token)
     assert result.metrics["engine_steps"] == 3
@@ -171,8 +185,16 @@ def test_contiguous_max_leaves_external_fragmentation_while_requests_wait() -> N
     assert m["running_peak"] == 2
     # While the third request waits, the 20-slot tail cannot hold a 40-slot reservation.
     assert m["external_fragmentation_share"] > 0
-    shares = sum(m[f"{k}_share"] for k in ("token_states", "reservation", "internal_fragmentation",
-                                           "external_fragmentation", "free"))
+    shares = sum(
+        m[f"{k}_share"]
+        for k in (
+            "token_states",
+            "reservation",
+            "internal_fragmentation",
+            "external_fragmentation",
+            "free",
+        )
+    )
     assert shares == pytest.approx(1.0)
     assert m["requests_finished"] == 3
 
@@ -213,6 +235,7 @@ def _steps_of(engine: Engine, requests: list[Request]) -> list[list[tuple[int, i
         plan = schedule()
         steps.append([(seq.request.request_id, count) for seq, count in plan.scheduled])
         return plan
+
     engine.scheduler.schedule = recording
     engine.run(requests)
     return steps
@@ -221,9 +244,15 @@ def _steps_of(engine: Engine, requests: list[Request]) -> list[list[tuple[int, i
 def test_v0_prefill_first_steps_stall_the_running_decodes() -> None:
     """vLLM V0 without chunked prefill: a waiting prompt runs alone; decodes resume after it."""
     requests = [Request(0, 0.0, 4, 4), Request(1, 0.0005, 4, 2)]
-    mixed = _steps_of(tiny_engine(max_num_batched_tokens=64, max_len=64, chunked_prefill=False)[0], requests)
-    first = _steps_of(tiny_engine(max_num_batched_tokens=64, max_len=64, chunked_prefill=False,
-                                  prefill_first=True)[0], requests)
+    mixed = _steps_of(
+        tiny_engine(max_num_batched_tokens=64, max_len=64, chunked_prefill=False)[0], requests
+    )
+    first = _steps_of(
+        tiny_engine(
+            max_num_batched_tokens=64, max_len=64, chunked_prefill=False, prefill_first=True
+        )[0],
+        requests,
+    )
     assert mixed[:2] == [[(0, 4)], [(0, 1), (1, 4)]]  # V1: the prompt joins the decode
     assert first[:3] == [[(0, 4)], [(1, 4)], [(0, 1), (1, 1)]]  # V0: the prompt runs alone
 

@@ -34,7 +34,10 @@ PICK = st.integers(min_value=0, max_value=10_000)  # an index, taken modulo the 
 
 # --- shared allocator invariants -----------------------------------------------------------
 
-def check_paged(allocator: PagedAllocator, holders: list[Sequence], others: list[Sequence] = ()) -> None:
+
+def check_paged(
+    allocator: PagedAllocator, holders: list[Sequence], others: list[Sequence] = ()
+) -> None:
     """Block tables of `holders` are disjoint, singly referenced and out of the free queue;
     everything else is free; sequences not holding anything have empty tables."""
     pool, size = allocator.pool, allocator.block_size
@@ -70,7 +73,9 @@ def contiguous_gaps(capacity: int, extents: list[tuple[int, int]]) -> list[tuple
     return gaps
 
 
-def check_contiguous(allocator: ContiguousAllocator, holders: list[Sequence], others: list[Sequence] = ()) -> None:
+def check_contiguous(
+    allocator: ContiguousAllocator, holders: list[Sequence], others: list[Sequence] = ()
+) -> None:
     extents = []
     for seq in holders:
         assert seq.extent is not None
@@ -84,12 +89,16 @@ def check_contiguous(allocator: ContiguousAllocator, holders: list[Sequence], ot
     for (a, la), (b, _) in zip(gaps, gaps[1:]):
         assert a + la < b  # no two free extents touch
     assert allocator.reserved_slots == sum(length for _, length in extents)
-    assert allocator.reserved_slots + sum(allocator.free_lengths.values()) == allocator.capacity_slots
+    assert (
+        allocator.reserved_slots + sum(allocator.free_lengths.values()) == allocator.capacity_slots
+    )
     for seq in others:
         assert seq.extent is None and seq.capacity == 0
 
 
-def check_allocator(allocator: Allocator, holders: list[Sequence], others: list[Sequence] = ()) -> None:
+def check_allocator(
+    allocator: Allocator, holders: list[Sequence], others: list[Sequence] = ()
+) -> None:
     if isinstance(allocator, PagedAllocator):
         check_paged(allocator, holders, others)
     else:
@@ -107,6 +116,7 @@ def check_all_free(allocator: Allocator) -> None:
 
 
 # --- a) the block pool ----------------------------------------------------------------------
+
 
 class BlockPoolMachine(RuleBasedStateMachine):
     """The pool against a model: references held, free-queue order, hash maps."""
@@ -220,14 +230,23 @@ TestBlockPool.settings = settings(max_examples=120, stateful_step_count=40, dead
 
 # --- b) the allocators ------------------------------------------------------------------------
 
+
 class AllocatorMachine(RuleBasedStateMachine):
     """Live sequences each allocated for some token count; preempted ones wait to come back."""
 
-    @initialize(kind=st.sampled_from(["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]),
-                block_size=st.sampled_from([1, 2, 4, 8, 16]), units=st.integers(1, 24),
-                max_model_len=st.integers(2, 200), watermark=st.sampled_from([0.0, 0.01, 0.1, 0.25]))
-    def setup(self, kind: str, block_size: int, units: int, max_model_len: int, watermark: float) -> None:
-        self.allocator = make_allocator(kind, units * block_size, block_size, max_model_len, watermark)
+    @initialize(
+        kind=st.sampled_from(["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]),
+        block_size=st.sampled_from([1, 2, 4, 8, 16]),
+        units=st.integers(1, 24),
+        max_model_len=st.integers(2, 200),
+        watermark=st.sampled_from([0.0, 0.01, 0.1, 0.25]),
+    )
+    def setup(
+        self, kind: str, block_size: int, units: int, max_model_len: int, watermark: float
+    ) -> None:
+        self.allocator = make_allocator(
+            kind, units * block_size, block_size, max_model_len, watermark
+        )
         self.paged = kind == "paged"
         self.max_model_len = max_model_len
         self.live: dict[int, tuple[Sequence, int]] = {}  # id -> (seq, tokens allocated for)
@@ -239,7 +258,9 @@ class AllocatorMachine(RuleBasedStateMachine):
         alloc = self.allocator
         if self.paged:
             needed = -(-tokens // alloc.block_size)
-            assert alloc.can_admit(seq, tokens) == (alloc.pool.num_free - needed >= alloc.watermark_blocks)
+            assert alloc.can_admit(seq, tokens) == (
+                alloc.pool.num_free - needed >= alloc.watermark_blocks
+            )
             expect = needed <= alloc.pool.num_free
         else:
             size = alloc.reservation_size(seq)
@@ -258,7 +279,9 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     @rule(prompt=st.integers(1, 150), output=st.integers(1, 100), frac=st.floats(0, 1))
     def admit(self, prompt: int, output: int, frac: float) -> None:
-        output = min(output, self.max_model_len - 1)  # as the engine would: final_len <= max_model_len
+        output = min(
+            output, self.max_model_len - 1
+        )  # as the engine would: final_len <= max_model_len
         prompt = min(prompt, self.max_model_len - output)
         seq = Sequence(Request(self.next_id, 0.0, prompt, output))
         self.next_id += 1
@@ -290,7 +313,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         extent = seq.extent
         ok = alloc.allocate(seq, target)
         assert ok == expect
-        assert seq.block_table[:len(table)] == table and seq.extent == extent  # never moves
+        assert seq.block_table[: len(table)] == table and seq.extent == extent  # never moves
         if ok:
             self.live[id(seq)] = (seq, target)
         else:

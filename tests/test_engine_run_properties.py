@@ -68,7 +68,11 @@ def check_step(engine: Engine, plan: StepPlan) -> None:
     assert plan.scheduled
     running_ids = {id(s) for s in running}
     assert len({id(s) for s, _ in plan.scheduled}) == len(plan.scheduled)
-    assert sum(count for _, count in plan.scheduled) == plan.num_tokens <= config.max_num_batched_tokens
+    assert (
+        sum(count for _, count in plan.scheduled)
+        == plan.num_tokens
+        <= config.max_num_batched_tokens
+    )
     for seq, count in plan.scheduled:
         assert id(seq) in running_ids
         assert 1 <= count <= seq.pending_tokens
@@ -87,7 +91,9 @@ def check_step(engine: Engine, plan: StepPlan) -> None:
             assert seq.num_computed == 0
         else:
             assert seq.swapped_blocks > 0 and seq.num_computed > 0
-    assert scheduler.swap_used_slots == sum(s.swapped_blocks for s in waiting if s.status is Status.SWAPPED)
+    assert scheduler.swap_used_slots == sum(
+        s.swapped_blocks for s in waiting if s.status is Status.SWAPPED
+    )
     assert scheduler.swap_used_slots <= config.swap_slots
     assert used <= used + plan.num_tokens <= allocator.reserved_slots <= allocator.capacity_slots
     check_allocator(allocator, running, waiting)
@@ -97,8 +103,11 @@ def idle_admissible(engine: Engine, seq: Sequence) -> bool:
     """Could this waiting sequence be admitted by a fresh allocator of the same kind?"""
     config = engine.scheduler.config
     pending = seq.pending_tokens
-    count = pending if pending <= config.max_num_batched_tokens else (
-        config.max_num_batched_tokens if config.chunked_prefill else 0)
+    count = (
+        pending
+        if pending <= config.max_num_batched_tokens
+        else (config.max_num_batched_tokens if config.chunked_prefill else 0)
+    )
     if count == 0:
         return False
     alloc = engine.allocator
@@ -113,36 +122,54 @@ def idle_admissible(engine: Engine, seq: Sequence) -> bool:
 
 
 REQUESTS = st.lists(
-    st.tuples(st.one_of(st.just(0.0), st.floats(0.0, 0.2)), st.integers(1, 100), st.integers(1, 60)),
-    min_size=1, max_size=24)
+    st.tuples(
+        st.one_of(st.just(0.0), st.floats(0.0, 0.2)), st.integers(1, 100), st.integers(1, 60)
+    ),
+    min_size=1,
+    max_size=24,
+)
 
 
 def engine_setups():  # type: ignore[no-untyped-def]
-    return st.fixed_dictionaries({
-        "kind": st.sampled_from(["paged"] * 4 + ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]),
-        "num_blocks": st.one_of(st.integers(8, 20), st.integers(8, 64)),
-        "block_size": st.sampled_from([4, 8, 16]),
-        "max_model_len": st.sampled_from([64, 128, 160, 256]),
-        "watermark": st.sampled_from([0.0, 0.01, 0.1]),
-        "max_num_seqs": st.one_of(st.integers(1, 16), st.just(16)),
-        "max_num_batched_tokens": st.sampled_from([8, 16, 32, 64, 128, 512, 512]),
-        "chunked_prefill": st.booleans(),
-        "preemption": st.sampled_from(["recompute", "swap"]),
-        "swap_slots": st.sampled_from([0, 16, 64, 256]),
-    })
+    return st.fixed_dictionaries(
+        {
+            "kind": st.sampled_from(
+                ["paged"] * 4 + ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]
+            ),
+            "num_blocks": st.one_of(st.integers(8, 20), st.integers(8, 64)),
+            "block_size": st.sampled_from([4, 8, 16]),
+            "max_model_len": st.sampled_from([64, 128, 160, 256]),
+            "watermark": st.sampled_from([0.0, 0.01, 0.1]),
+            "max_num_seqs": st.one_of(st.integers(1, 16), st.just(16)),
+            "max_num_batched_tokens": st.sampled_from([8, 16, 32, 64, 128, 512, 512]),
+            "chunked_prefill": st.booleans(),
+            "preemption": st.sampled_from(["recompute", "swap"]),
+            "swap_slots": st.sampled_from([0, 16, 64, 256]),
+        }
+    )
 
 
 def build(setup: dict) -> Engine:
     setup = dict(setup)
     if not setup["chunked_prefill"]:  # the engine refuses a smaller budget without chunking
-        setup["max_num_batched_tokens"] = max(setup["max_num_batched_tokens"], setup["max_model_len"])
-    allocator = make_allocator(setup["kind"], setup["num_blocks"] * setup["block_size"], setup["block_size"],
-                               setup["max_model_len"], setup["watermark"])
+        setup["max_num_batched_tokens"] = max(
+            setup["max_num_batched_tokens"], setup["max_model_len"]
+        )
+    allocator = make_allocator(
+        setup["kind"],
+        setup["num_blocks"] * setup["block_size"],
+        setup["block_size"],
+        setup["max_model_len"],
+        setup["watermark"],
+    )
     runner = CheckingRunner(ROOFLINE)
-    config = SchedulerConfig(max_num_seqs=setup["max_num_seqs"],
-                             max_num_batched_tokens=setup["max_num_batched_tokens"],
-                             chunked_prefill=setup["chunked_prefill"], preemption=setup["preemption"],
-                             swap_slots=setup["swap_slots"])
+    config = SchedulerConfig(
+        max_num_seqs=setup["max_num_seqs"],
+        max_num_batched_tokens=setup["max_num_batched_tokens"],
+        chunked_prefill=setup["chunked_prefill"],
+        preemption=setup["preemption"],
+        swap_slots=setup["swap_slots"],
+    )
     engine = Engine(allocator, runner, config, setup["max_model_len"])
     runner.engine = engine
     engine.step_metrics = CheckingMetrics()
@@ -151,13 +178,19 @@ def build(setup: dict) -> Engine:
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=engine_setups(), specs=REQUESTS)
-def test_engine_runs_every_request_to_an_end(setup: dict, specs: list[tuple[float, int, int]]) -> None:
-    requests = [Request(i, arrival, prompt, output) for i, (arrival, prompt, output) in enumerate(specs)]
+def test_engine_runs_every_request_to_an_end(
+    setup: dict, specs: list[tuple[float, int, int]]
+) -> None:
+    requests = [
+        Request(i, arrival, prompt, output) for i, (arrival, prompt, output) in enumerate(specs)
+    ]
     engine = build(setup)
     result = engine.run(requests)
     m = result.metrics
-    event(f"{setup['kind']} {setup['preemption']}: preempted={m['preemptions'] > 0} "
-          f"swapped={m['swapped_out_slots'] > 0} rejected={m['requests_rejected'] > 0}")
+    event(
+        f"{setup['kind']} {setup['preemption']}: preempted={m['preemptions'] > 0} "
+        f"swapped={m['swapped_out_slots'] > 0} rejected={m['requests_rejected'] > 0}"
+    )
     # Every request ended exactly once, finished or rejected.
     assert len(result.finished) + len(result.rejected) == len(requests)
     assert m["requests_finished"] + m["requests_rejected"] == len(requests)
@@ -178,7 +211,11 @@ def test_engine_runs_every_request_to_an_end(setup: dict, specs: list[tuple[floa
     # Nothing leaked.
     scheduler = engine.scheduler
     assert not scheduler.running and not scheduler.waiting
-    assert scheduler.used_slots == 0 and scheduler.running_final_slots == 0 and scheduler.swap_used_slots == 0
+    assert (
+        scheduler.used_slots == 0
+        and scheduler.running_final_slots == 0
+        and scheduler.swap_used_slots == 0
+    )
     check_all_free(engine.allocator)
     # Metrics.
     shares = [m[f"{key}_share"] for key in SPLIT]
@@ -196,18 +233,28 @@ def test_engine_runs_every_request_to_an_end(setup: dict, specs: list[tuple[floa
         assert m["ttft_s_p99"] <= m["e2e_s_p99"] + 1e-12
 
 
-
 # --- regressions: the engine bugs the properties above found -----------------------------------
 
-def small_engine(slots: int, block: int, max_len: int, watermark: float = 0.0, **config: object) -> Engine:
+
+def small_engine(
+    slots: int, block: int, max_len: int, watermark: float = 0.0, **config: object
+) -> Engine:
     allocator = make_allocator("paged", slots, block, max_len, watermark=watermark)
-    return Engine(allocator, SimulatedRunner(ROOFLINE), SchedulerConfig(**config), max_model_len=max_len)
+    return Engine(
+        allocator, SimulatedRunner(ROOFLINE), SchedulerConfig(**config), max_model_len=max_len
+    )
 
 
-@pytest.mark.parametrize("requests", [
-    [Request(0, 0.0, 100, 10)],  # longer than max_model_len: the only request
-    [Request(0, 0.0, 10, 10), Request(1, 5.0, 100, 10)],  # the last one, after the pool went idle
-])
+@pytest.mark.parametrize(
+    "requests",
+    [
+        [Request(0, 0.0, 100, 10)],  # longer than max_model_len: the only request
+        [
+            Request(0, 0.0, 10, 10),
+            Request(1, 5.0, 100, 10),
+        ],  # the last one, after the pool went idle
+    ],
+)
 def test_last_arrival_rejected_on_arrival_ends_the_run(requests: list[Request]) -> None:
     # Was: IndexError at `now = pending[0].arrival_s` once the last arrivals were all rejected.
     result = small_engine(64, 16, 64).run(requests)
@@ -233,8 +280,16 @@ def test_watermark_never_strands_a_preempted_sequence(preemption: str) -> None:
     # needed 19 blocks, 20 - 19 < 2 kept it out even of an idle pool: rejected after generating.
     # Now a request must fit below the watermark on arrival, and one that does always returns.
     config = dict(preemption=preemption, swap_slots=1000)
-    result = small_engine(80, 4, 128, 0.1, **config).run([Request(0, 0.0, 1, 10), Request(1, 0.0, 68, 10)])
+    result = small_engine(80, 4, 128, 0.1, **config).run(
+        [Request(0, 0.0, 1, 10), Request(1, 0.0, 68, 10)]
+    )
     (rejected,) = result.rejected
-    assert rejected.request_id == 1 and rejected.num_generated == 0 and "admits 72" in rejected.reject_reason
-    result = small_engine(80, 4, 128, 0.1, **config).run([Request(0, 0.0, 1, 10), Request(1, 0.0, 62, 10)])
+    assert (
+        rejected.request_id == 1
+        and rejected.num_generated == 0
+        and "admits 72" in rejected.reject_reason
+    )
+    result = small_engine(80, 4, 128, 0.1, **config).run(
+        [Request(0, 0.0, 1, 10), Request(1, 0.0, 62, 10)]
+    )
     assert result.metrics["preemptions"] == 1 and result.metrics["requests_finished"] == 2

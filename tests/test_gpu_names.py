@@ -86,16 +86,20 @@ def test_every_profile_name_and_alias_still_reads_exactly() -> None:
             assert read_gpu_name(alias.upper()) is spec, alias
 
 
-@pytest.mark.parametrize("text", ["NVIDIA A100", "H100", "8xH100", "NVIDIA H200", "NVIDIA A100 80G",
-                                  "NVIDIA GH200 480GB"])
+@pytest.mark.parametrize(
+    "text",
+    ["NVIDIA A100", "H100", "8xH100", "NVIDIA H200", "NVIDIA A100 80G", "NVIDIA GH200 480GB"],
+)
 def test_names_that_leave_a_choice_say_what_was_assumed(text: str) -> None:
     match = match_gpu_name(text)
     assert match.defaulted
     assert "default" in match.note
 
 
-@pytest.mark.parametrize("text", ["NVIDIA A100-SXM4-40GB", "H100 NVL (94GB)", "NVIDIA H100 PCIe", "NVIDIA L40S",
-                                  "a100-80gb"])
+@pytest.mark.parametrize(
+    "text",
+    ["NVIDIA A100-SXM4-40GB", "H100 NVL (94GB)", "NVIDIA H100 PCIe", "NVIDIA L40S", "a100-80gb"],
+)
 def test_names_that_settle_the_variant_are_not_defaulted(text: str) -> None:
     assert not match_gpu_name(text).defaulted
 
@@ -106,16 +110,27 @@ def test_superchip_memory_is_not_gpu_memory() -> None:
     assert "480 GB" in match.note
 
 
-@pytest.mark.parametrize("text,expected,not_expected", [
-    ("NVIDIA L40S", "l40s", "l4"), ("NVIDIA L40", "l40", "l4"), ("NVIDIA A100", "a100-80gb", "a10"),
-    ("A10G", "a10g", "a10"), ("NVIDIA H200", "h200", "h20"), ("NVIDIA GB200", "gb200", "b200"),
-    ("V100S", "v100s-pcie", "v100-sxm2-16gb"), ("RTX 3090 Ti", "rtx-3090-ti", "rtx-3090")])
+@pytest.mark.parametrize(
+    "text,expected,not_expected",
+    [
+        ("NVIDIA L40S", "l40s", "l4"),
+        ("NVIDIA L40", "l40", "l4"),
+        ("NVIDIA A100", "a100-80gb", "a10"),
+        ("A10G", "a10g", "a10"),
+        ("NVIDIA H200", "h200", "h20"),
+        ("NVIDIA GB200", "gb200", "b200"),
+        ("V100S", "v100s-pcie", "v100-sxm2-16gb"),
+        ("RTX 3090 Ti", "rtx-3090-ti", "rtx-3090"),
+    ],
+)
 def test_products_match_on_token_boundaries(text: str, expected: str, not_expected: str) -> None:
     name = read_gpu_name(text).name
     assert name == expected and name != not_expected
 
 
-@pytest.mark.parametrize("text", ["Intel Gaudi 2", "NVIDIA RTX 6000", "Quadro RTX 8000", "TPU v5e", "", "   "])
+@pytest.mark.parametrize(
+    "text", ["Intel Gaudi 2", "NVIDIA RTX 6000", "Quadro RTX 8000", "TPU v5e", "", "   "]
+)
 def test_unknown_names_raise_with_the_fix(text: str) -> None:
     with pytest.raises(ValueError, match="kvplan profiles gpus.*gpu_memory_gib"):
         read_gpu_name(text)
@@ -128,6 +143,7 @@ def test_unknown_mig_profile_raises_rather_than_reading_the_whole_card() -> None
 
 
 # ---- the catalog ----
+
 
 def _entries() -> list[dict]:
     return tomllib.loads((profiles_dir() / "gpus.toml").read_text())["gpu"]
@@ -197,20 +213,23 @@ def test_families_are_the_step_model_families_or_fall_back() -> None:
 
 
 # Figures checked against the datasheet each source names (dense, no sparsity).
-@pytest.mark.parametrize("name,field,value", [
-    ("h100-80gb", "hbm_tbps", 3.35),        # NVIDIA H100 datasheet, SXM: 3.35 TB/s
-    ("h100-80gb", "bf16_tflops", 989.4),    # 1,979* BF16 with sparsity / 2
-    ("a100-80gb-pcie", "hbm_tbps", 1.935),  # NVIDIA A100 datasheet, 80GB PCIe: 1,935 GB/s
-    ("a100-80gb-pcie", "bf16_tflops", 312),
-    ("h100-nvl", "memory_gib", 94),         # NVIDIA H100 datasheet, NVL: 94 GB, 3.9 TB/s
-    ("h100-nvl", "hbm_tbps", 3.9),
-    ("l40", "bf16_tflops", 181.05),         # NVIDIA L40 datasheet: BF16 181.05 | 362.1*
-    ("rtx-4090", "bf16_tflops", 165.2),     # Ada whitepaper: BF16 FP32-accumulate 165.2 | 330.4*
-    ("rtx-4090", "hbm_tbps", 1.008),
-    ("v100s-pcie", "hbm_tbps", 1.134),      # NVIDIA V100S datasheet: 1,134 GB/s, 130 TFLOPS tensor
-    ("a40", "hbm_tbps", 0.696),             # NVIDIA A40 datasheet: 696 GB/s, BF16 149.7 | 299.4*
-    ("mi355x", "memory_gib", 288),          # AMD MI355X data sheet: 288 GB HBM3E, 8 TB/s
-])
+@pytest.mark.parametrize(
+    "name,field,value",
+    [
+        ("h100-80gb", "hbm_tbps", 3.35),  # NVIDIA H100 datasheet, SXM: 3.35 TB/s
+        ("h100-80gb", "bf16_tflops", 989.4),  # 1,979* BF16 with sparsity / 2
+        ("a100-80gb-pcie", "hbm_tbps", 1.935),  # NVIDIA A100 datasheet, 80GB PCIe: 1,935 GB/s
+        ("a100-80gb-pcie", "bf16_tflops", 312),
+        ("h100-nvl", "memory_gib", 94),  # NVIDIA H100 datasheet, NVL: 94 GB, 3.9 TB/s
+        ("h100-nvl", "hbm_tbps", 3.9),
+        ("l40", "bf16_tflops", 181.05),  # NVIDIA L40 datasheet: BF16 181.05 | 362.1*
+        ("rtx-4090", "bf16_tflops", 165.2),  # Ada whitepaper: BF16 FP32-accumulate 165.2 | 330.4*
+        ("rtx-4090", "hbm_tbps", 1.008),
+        ("v100s-pcie", "hbm_tbps", 1.134),  # NVIDIA V100S datasheet: 1,134 GB/s, 130 TFLOPS tensor
+        ("a40", "hbm_tbps", 0.696),  # NVIDIA A40 datasheet: 696 GB/s, BF16 149.7 | 299.4*
+        ("mi355x", "memory_gib", 288),  # AMD MI355X data sheet: 288 GB HBM3E, 8 TB/s
+    ],
+)
 def test_datasheet_figures(name: str, field: str, value: float) -> None:
     assert getattr(gpu_profiles()[name], field) == pytest.approx(value)
 
@@ -218,6 +237,15 @@ def test_datasheet_figures(name: str, field: str, value: float) -> None:
 def test_driver_memory_comes_from_the_logged_records() -> None:
     # startup logs in shared/data/serving/vllm_startup_logs.jsonl
     catalog = gpu_profiles()
-    assert catalog["rtx-3090"].driver_memory_gib == 23.58 and "rec001" in catalog["rtx-3090"].driver_memory_source
-    assert catalog["rtx-5090"].driver_memory_gib == 31.4 and "rec049" in catalog["rtx-5090"].driver_memory_source
-    assert catalog["rtx-4060"].driver_memory_gib == 8.0 and "rec013" in catalog["rtx-4060"].driver_memory_source
+    assert (
+        catalog["rtx-3090"].driver_memory_gib == 23.58
+        and "rec001" in catalog["rtx-3090"].driver_memory_source
+    )
+    assert (
+        catalog["rtx-5090"].driver_memory_gib == 31.4
+        and "rec049" in catalog["rtx-5090"].driver_memory_source
+    )
+    assert (
+        catalog["rtx-4060"].driver_memory_gib == 8.0
+        and "rec013" in catalog["rtx-4060"].driver_memory_source
+    )

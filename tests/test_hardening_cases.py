@@ -43,28 +43,32 @@ def _config(ws: Path, **fields: Any) -> Path:
 
 # --- configs: type, finite, range, consistency -------------------------------------------
 
-@pytest.mark.parametrize(("fields", "culprit"), [
-    ({"num_hidden_layers": float("inf")}, "'num_hidden_layers'"),
-    ({"head_dim": 1e30}, "'head_dim'"),
-    ({"head_dim": [128]}, "'head_dim'"),
-    ({"num_key_value_heads": "8"}, "'num_key_value_heads'"),
-    ({"kv_lora_rank": [512]}, "'kv_lora_rank'"),
-    ({"quantization_config": "fp8"}, "'quantization_config'"),
-    ({"quantization_config": {"quant_method": 8}}, "'quantization_config.quant_method'"),
-    ({"layer_types": [["full_attention"]] * 32}, "'layer_types'"),
-    ({"intermediate_size": -5}, "'intermediate_size'"),
-    ({"num_local_experts": 8, "num_experts_per_tok": 9}, "'num_experts_per_tok' = 9 exceeds"),
-    ({"num_key_value_heads": 0}, "'num_key_value_heads' = 0"),
-    ({"num_key_value_heads": 5}, "must divide"),
-    ({"tie_word_embeddings": "no"}, "'tie_word_embeddings'"),
-    ({"tie_word_embeddings": 1}, "'tie_word_embeddings'"),
-    ({"head_dim": 127.5}, "'head_dim' = 127.5"),
-    ({"max_position_embeddings": 1.5}, "'max_position_embeddings'"),
-    ({"max_position_embeddings": -5}, "'max_position_embeddings' = -5"),
-    ({"num_attention_heads": True}, "'num_attention_heads'"),
-    ({"sliding_window": "4k"}, "'sliding_window'"),
-    ({"num_attention_heads": 8192, "num_key_value_heads": 8}, "head dimension"),
-])
+
+@pytest.mark.parametrize(
+    ("fields", "culprit"),
+    [
+        ({"num_hidden_layers": float("inf")}, "'num_hidden_layers'"),
+        ({"head_dim": 1e30}, "'head_dim'"),
+        ({"head_dim": [128]}, "'head_dim'"),
+        ({"num_key_value_heads": "8"}, "'num_key_value_heads'"),
+        ({"kv_lora_rank": [512]}, "'kv_lora_rank'"),
+        ({"quantization_config": "fp8"}, "'quantization_config'"),
+        ({"quantization_config": {"quant_method": 8}}, "'quantization_config.quant_method'"),
+        ({"layer_types": [["full_attention"]] * 32}, "'layer_types'"),
+        ({"intermediate_size": -5}, "'intermediate_size'"),
+        ({"num_local_experts": 8, "num_experts_per_tok": 9}, "'num_experts_per_tok' = 9 exceeds"),
+        ({"num_key_value_heads": 0}, "'num_key_value_heads' = 0"),
+        ({"num_key_value_heads": 5}, "must divide"),
+        ({"tie_word_embeddings": "no"}, "'tie_word_embeddings'"),
+        ({"tie_word_embeddings": 1}, "'tie_word_embeddings'"),
+        ({"head_dim": 127.5}, "'head_dim' = 127.5"),
+        ({"max_position_embeddings": 1.5}, "'max_position_embeddings'"),
+        ({"max_position_embeddings": -5}, "'max_position_embeddings' = -5"),
+        ({"num_attention_heads": True}, "'num_attention_heads'"),
+        ({"sliding_window": "4k"}, "'sliding_window'"),
+        ({"num_attention_heads": 8192, "num_key_value_heads": 8}, "head dimension"),
+    ],
+)
 def test_bad_config_fields_are_named(ws: Path, fields: dict[str, Any], culprit: str) -> None:
     path = _config(ws, **fields)
     fails_cleanly(["estimate", path, "--out", ws / "keep.jsonl"], ws, culprit, "cfg.json")
@@ -77,52 +81,69 @@ def test_deeply_nested_config_is_one_line(ws: Path) -> None:
 
 # --- numbers: the same rules for flags and sweep axes -------------------------------------
 
-@pytest.mark.parametrize(("args", "culprit"), [
-    (["--kv-cache-gib", "inf"], "--kv-cache-gib"),
-    (["--reserve-gib", "1e300"], "--reserve-gib"),
-    (["--gpu-mem-gib", "inf"], "--gpu-mem-gib"),
-    (["--params-b", "inf"], "--params-b"),
-    (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"),
-    (["--block-size", "100000000000000000"], "--block-size"),
-    (["--kv-dtype", "int4-g3"], "int4-g3"),
-    (["--sweep", "context=inf"], "--sweep context"),
-    (["--sweep", "batch=1e15"], "--sweep batch"),
-    (["--sweep", "batch=2.5"], "--sweep batch"),
-    (["--sweep", "gpu-memory-utilization=nan"], "--sweep gpu-memory-utilization"),
-    (["--sweep", "gpu-memory-utilization=inf"], "--sweep gpu-memory-utilization"),
-    (["--sweep", "gpu-memory-utilization=1.5"], "--sweep gpu-memory-utilization"),
-    (["--sweep", "context=1..1000000:1", "--sweep", "batch=1..1000:1"], "points"),
-    (["--sweep", "context=1..100000000:1"], "--sweep context"),
-])
+
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--kv-cache-gib", "inf"], "--kv-cache-gib"),
+        (["--reserve-gib", "1e300"], "--reserve-gib"),
+        (["--gpu-mem-gib", "inf"], "--gpu-mem-gib"),
+        (["--params-b", "inf"], "--params-b"),
+        (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"),
+        (["--block-size", "100000000000000000"], "--block-size"),
+        (["--kv-dtype", "int4-g3"], "int4-g3"),
+        (["--sweep", "context=inf"], "--sweep context"),
+        (["--sweep", "batch=1e15"], "--sweep batch"),
+        (["--sweep", "batch=2.5"], "--sweep batch"),
+        (["--sweep", "gpu-memory-utilization=nan"], "--sweep gpu-memory-utilization"),
+        (["--sweep", "gpu-memory-utilization=inf"], "--sweep gpu-memory-utilization"),
+        (["--sweep", "gpu-memory-utilization=1.5"], "--sweep gpu-memory-utilization"),
+        (["--sweep", "context=1..1000000:1", "--sweep", "batch=1..1000:1"], "points"),
+        (["--sweep", "context=1..100000000:1"], "--sweep context"),
+    ],
+)
 def test_estimate_numbers(ws: Path, args: list[str], culprit: str) -> None:
-    fails_cleanly(["estimate", "llama-3.1-8b", *args, "--out", ws / "keep.jsonl", "--csv", ws / "keep.csv"],
-                  ws, culprit)
+    fails_cleanly(
+        ["estimate", "llama-3.1-8b", *args, "--out", ws / "keep.jsonl", "--csv", ws / "keep.csv"],
+        ws,
+        culprit,
+    )
 
 
-@pytest.mark.parametrize(("args", "culprit"), [
-    (["--swap-space-gib", "inf", "--preemption", "swap"], "--swap-space-gib"),
-    (["--rate", "nan"], "--rate"),
-    (["--block-size", "100000000000000000"], "--block-size"),
-    (["--kv-dtype", "int4-g3"], "int4-g3"),
-    (["--optimizations", ","], "--optimizations"),
-    (["--optimizations", ""], "--optimizations"),
-    (["--workload-param", "doc_len=nan"], "--workload-param"),
-    (["--w-hit", "inf"], "--w-hit"),
-])
+@pytest.mark.parametrize(
+    ("args", "culprit"),
+    [
+        (["--swap-space-gib", "inf", "--preemption", "swap"], "--swap-space-gib"),
+        (["--rate", "nan"], "--rate"),
+        (["--block-size", "100000000000000000"], "--block-size"),
+        (["--kv-dtype", "int4-g3"], "int4-g3"),
+        (["--optimizations", ","], "--optimizations"),
+        (["--optimizations", ""], "--optimizations"),
+        (["--workload-param", "doc_len=nan"], "--workload-param"),
+        (["--w-hit", "inf"], "--w-hit"),
+    ],
+)
 def test_bench_numbers_leave_out_untouched(ws: Path, args: list[str], culprit: str) -> None:
     fails_cleanly(["bench", *QUICK, *args, "--out", ws / "keep.jsonl"], ws, culprit)
 
 
 # --- rich markup in user text ---------------------------------------------------------------
 
+
 def test_markup_in_model_name_and_path_is_printed_verbatim(ws: Path) -> None:
     fails_cleanly(["estimate", "m[/]odel"], ws, "'m[/]odel'")
     fails_cleanly(["report", ws / "a[/]b" / "r.jsonl"], ws, "a[/]b")
-    fails_cleanly(["bench", "--optimizations", "pag[/]ed", "--out", ws / "keep.jsonl"], ws, "'pag[/]ed'")
+    fails_cleanly(
+        ["bench", "--optimizations", "pag[/]ed", "--out", ws / "keep.jsonl"], ws, "'pag[/]ed'"
+    )
 
 
 def test_markup_in_a_run_name_survives_the_report(ws: Path, bench_record: dict[str, Any]) -> None:
-    record = {**bench_record, "run_id": "run[/]one", "metrics": {**bench_record["metrics"], "kv_cache_usage_mean": 0.99}}
+    record = {
+        **bench_record,
+        "run_id": "run[/]one",
+        "metrics": {**bench_record["metrics"], "kv_cache_usage_mean": 0.99},
+    }
     (ws / "runs.jsonl").write_text(json.dumps(record) + "\n")
     result = invoke(["report", ws / "runs.jsonl", "--out", ws / "rep[/]x"])
     assert result.exit_code == 0, result.output
@@ -146,16 +167,23 @@ def test_sweep_file_error_keeps_brackets(ws: Path) -> None:
 
 # --- report on records with the right schema but wrong shapes -------------------------------
 
-@pytest.mark.parametrize(("field", "value", "culprit"), [
-    ("params", "x", "'params'"),
-    ("metrics", {}, "'metrics' is empty"),
-    ("metrics", "x", "'metrics'"),
-    ("metrics", {"output_tokens_per_s": "fast"}, "'output_tokens_per_s'"),
-    ("run_id", {"a": 1}, "'run_id'"),
-])
-def test_report_names_file_line_and_field(ws: Path, bench_record: dict[str, Any], field: str, value: Any,
-                                          culprit: str) -> None:
-    (ws / "bad.jsonl").write_text(json.dumps(bench_record) + "\n" + json.dumps({**bench_record, field: value}) + "\n")
+
+@pytest.mark.parametrize(
+    ("field", "value", "culprit"),
+    [
+        ("params", "x", "'params'"),
+        ("metrics", {}, "'metrics' is empty"),
+        ("metrics", "x", "'metrics'"),
+        ("metrics", {"output_tokens_per_s": "fast"}, "'output_tokens_per_s'"),
+        ("run_id", {"a": 1}, "'run_id'"),
+    ],
+)
+def test_report_names_file_line_and_field(
+    ws: Path, bench_record: dict[str, Any], field: str, value: Any, culprit: str
+) -> None:
+    (ws / "bad.jsonl").write_text(
+        json.dumps(bench_record) + "\n" + json.dumps({**bench_record, field: value}) + "\n"
+    )
     fails_cleanly(["report", ws / "bad.jsonl", "--out", ws / "rep"], ws, "bad.jsonl:2", culprit)
 
 
@@ -166,16 +194,23 @@ def test_report_on_non_utf8_names_the_line(ws: Path) -> None:
 
 # --- outputs are replaced only by complete, successful work ---------------------------------
 
+
 def test_bench_report_folder_that_is_a_file_keeps_the_results(ws: Path) -> None:
     (ws / "keep").write_text("a file where the report folder would go")
-    fails_cleanly(["bench", *QUICK, "--optimizations", "paged", "--out", ws / "keep.jsonl", "--report"], ws,
-                  "'" + str(ws / "keep") + "'", "exists as a file")
+    fails_cleanly(
+        ["bench", *QUICK, "--optimizations", "paged", "--out", ws / "keep.jsonl", "--report"],
+        ws,
+        "'" + str(ws / "keep") + "'",
+        "exists as a file",
+    )
 
 
 def test_report_refuses_a_folder_with_other_files(ws: Path) -> None:
     (ws / "rep").mkdir()
     (ws / "rep" / "notes.txt").write_text("mine")
-    fails_cleanly(["report", ws / "keep.jsonl", "--out", ws / "rep"], ws, "notes.txt", "new or empty --out")
+    fails_cleanly(
+        ["report", ws / "keep.jsonl", "--out", ws / "rep"], ws, "notes.txt", "new or empty --out"
+    )
 
 
 def test_output_path_errors_name_the_users_path(ws: Path) -> None:
@@ -197,13 +232,24 @@ def test_report_is_swapped_in_whole(ws: Path, bench_record: dict[str, Any]) -> N
 def test_no_nan_or_infinity_is_ever_written(tmp_path: Path) -> None:
     from kvplan.results import make_record, write_jsonl
 
-    record = make_record("bench", "r", "simulated", "paged", {"w_hit": float("nan")}, {"x": float("inf")},
-                         {"t": [float("inf")]})
+    record = make_record(
+        "bench",
+        "r",
+        "simulated",
+        "paged",
+        {"w_hit": float("nan")},
+        {"x": float("inf")},
+        {"t": [float("inf")]},
+    )
     write_jsonl(tmp_path / "r.jsonl", [record])
     text = (tmp_path / "r.jsonl").read_text()
     assert "NaN" not in text and "Infinity" not in text
     written = json.loads(text)
-    assert (written["params"], written["metrics"], written["timeseries"]) == ({"w_hit": None}, {"x": None}, {"t": [None]})
+    assert (written["params"], written["metrics"], written["timeseries"]) == (
+        {"w_hit": None},
+        {"x": None},
+        {"t": [None]},
+    )
 
 
 def test_a_failed_write_leaves_no_temp_file_and_keeps_the_old_one(tmp_path: Path) -> None:
@@ -235,29 +281,59 @@ def test_a_later_failure_gives_earlier_outputs_their_old_content(tmp_path: Path)
 
 # --- traces ---------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def mooncake_lines() -> list[str]:
-    return [json.dumps({"timestamp": i * 100, "input_length": 600, "output_length": 5, "hash_ids": [i, i + 1]})
-            for i in range(6)]
+    return [
+        json.dumps(
+            {"timestamp": i * 100, "input_length": 600, "output_length": 5, "hash_ids": [i, i + 1]}
+        )
+        for i in range(6)
+    ]
 
 
 def test_non_utf8_trace_line_is_named_and_skippable(ws: Path, mooncake_lines: list[str]) -> None:
     trace = ws / "t.jsonl"
-    trace.write_bytes("\n".join(mooncake_lines[:2]).encode() + b'\n{"timestamp": 5\xff}\n'
-                      + "\n".join(mooncake_lines[2:]).encode() + b"\n")
-    fails_cleanly(["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"], ws,
-                  "t.jsonl:3", "UTF-8", "--skip-bad-lines")
-    result = invoke(["bench", "--trace", trace, "--optimizations", "paged", "--skip-bad-lines",
-                     "--out", ws / "new.jsonl"])
+    trace.write_bytes(
+        "\n".join(mooncake_lines[:2]).encode()
+        + b'\n{"timestamp": 5\xff}\n'
+        + "\n".join(mooncake_lines[2:]).encode()
+        + b"\n"
+    )
+    fails_cleanly(
+        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
+        ws,
+        "t.jsonl:3",
+        "UTF-8",
+        "--skip-bad-lines",
+    )
+    result = invoke(
+        [
+            "bench",
+            "--trace",
+            trace,
+            "--optimizations",
+            "paged",
+            "--skip-bad-lines",
+            "--out",
+            ws / "new.jsonl",
+        ]
+    )
     assert result.exit_code == 0 and "skipped 1 malformed lines" in result.stderr
 
 
-def test_mooncake_detected_when_the_first_line_lacks_hash_ids(tmp_path: Path, mooncake_lines: list[str]) -> None:
+def test_mooncake_detected_when_the_first_line_lacks_hash_ids(
+    tmp_path: Path, mooncake_lines: list[str]
+) -> None:
     from kvplan.workload import load_trace
 
     trace = tmp_path / "t.jsonl"
-    trace.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5}) + "\n"
-                     + "\n".join(mooncake_lines) + "\n")
+    trace.write_text(
+        json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5})
+        + "\n"
+        + "\n".join(mooncake_lines)
+        + "\n"
+    )
     loaded = load_trace(trace, skip_bad_lines=True)
     assert loaded.fmt == "mooncake" and loaded.skipped == 1 and len(loaded.requests) == 6
 
@@ -266,41 +342,75 @@ def test_csv_with_a_utf8_bom_loads(tmp_path: Path) -> None:
     from kvplan.workload import load_trace
 
     trace = tmp_path / "t.csv"
-    trace.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n"
-                      b"2023-11-16 18:15:46.6805900,100,10\n2023-11-16 18:15:47.0000000,50,5\n")
+    trace.write_bytes(
+        b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n"
+        b"2023-11-16 18:15:46.6805900,100,10\n2023-11-16 18:15:47.0000000,50,5\n"
+    )
     assert [r.prompt_len for r in load_trace(trace).requests] == [100, 50]
 
 
-@pytest.mark.parametrize("outlier", ['{"timestamp": 1e300, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}'])
+@pytest.mark.parametrize(
+    "outlier", ['{"timestamp": 1e300, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}']
+)
 def test_outlier_timestamps_are_named(ws: Path, mooncake_lines: list[str], outlier: str) -> None:
     trace = ws / "t.jsonl"
     trace.write_text("\n".join([*mooncake_lines, outlier]) + "\n")
-    fails_cleanly(["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"], ws,
-                  "t.jsonl:7", "more than a year")
+    fails_cleanly(
+        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
+        ws,
+        "t.jsonl:7",
+        "more than a year",
+    )
 
 
 def test_deeply_nested_trace_line_is_named(ws: Path, mooncake_lines: list[str]) -> None:
     trace = ws / "t.jsonl"
     trace.write_text("\n".join([*mooncake_lines, "[" * 100_000 + "]" * 100_000]) + "\n")
-    fails_cleanly(["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"], ws,
-                  "t.jsonl:7", "nested too deeply")
+    fails_cleanly(
+        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
+        ws,
+        "t.jsonl:7",
+        "nested too deeply",
+    )
 
 
 def test_year_one_in_an_azure_trace_is_named(ws: Path) -> None:
     trace = ws / "t.csv"
-    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n"
-                     "2023-11-16 18:15:47.00,50,5\n0001-01-01 00:00:00,50,5\n")
-    fails_cleanly(["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"], ws,
-                  "t.csv:4", "more than a year")
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n"
+        "2023-11-16 18:15:47.00,50,5\n0001-01-01 00:00:00,50,5\n"
+    )
+    fails_cleanly(
+        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
+        ws,
+        "t.csv:4",
+        "more than a year",
+    )
 
 
-def test_real_mode_refuses_a_model_larger_than_memory(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_mode_refuses_a_model_larger_than_memory(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("torch")
     import kvplan.real.footprint as footprint
 
     monkeypatch.setattr(footprint, "available_bytes", lambda: 4 * 2**30)
-    fails_cleanly(["bench", "--mode", "real", "--device", "cpu", "--optimizations", "paged",
-                   "--out", ws / "keep.jsonl"], ws, "GiB of weights", "--layers 2")
+    fails_cleanly(
+        [
+            "bench",
+            "--mode",
+            "real",
+            "--device",
+            "cpu",
+            "--optimizations",
+            "paged",
+            "--out",
+            ws / "keep.jsonl",
+        ],
+        ws,
+        "GiB of weights",
+        "--layers 2",
+    )
 
 
 def test_real_mode_footprint_counts_kept_layers() -> None:

@@ -31,10 +31,18 @@ def test_equal_hashes_mean_equal_prefixes() -> None:
 
 
 def test_same_values_in_another_process() -> None:
-    probe = ("from kvplan.core.hashing import stable_chained_hashes as h; "
-             "print(h(tuple(range(50)), 16))")
-    outputs = {subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                              env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout for seed in ("0", "123")}
+    probe = (
+        "from kvplan.core.hashing import stable_chained_hashes as h; print(h(tuple(range(50)), 16))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+        ).stdout
+        for seed in ("0", "123")
+    }
     assert outputs == {str(stable_chained_hashes(tuple(range(50)), 16)) + "\n"}
 
 
@@ -53,21 +61,28 @@ def test_real_runner_refuses_a_hit_with_other_tokens() -> None:
 
     runner = RealRunner.__new__(RealRunner)
     runner.block_size, runner.block_tokens, runner.checked = 4, {}, set()
-    writer = SimpleNamespace(request=SimpleNamespace(request_id=0), sample_index=0, dropped_blocks=0,
-                             block_table=[7, 3])
+    writer = SimpleNamespace(
+        request=SimpleNamespace(request_id=0), sample_index=0, dropped_blocks=0, block_table=[7, 3]
+    )
     runner._check_and_record(writer, [1, 2, 3, 4, 5, 6, 7, 8], 0, 8)
     assert runner.block_tokens == {7: (1, 2, 3, 4), 3: (5, 6, 7, 8)}
-    same = SimpleNamespace(request=SimpleNamespace(request_id=1), sample_index=0, dropped_blocks=0, block_table=[7, 9])
+    same = SimpleNamespace(
+        request=SimpleNamespace(request_id=1), sample_index=0, dropped_blocks=0, block_table=[7, 9]
+    )
     runner._check_and_record(same, [1, 2, 3, 4, 0, 0], 4, 6)  # a true hit on block 7 passes
-    other = SimpleNamespace(request=SimpleNamespace(request_id=2), sample_index=0, dropped_blocks=0, block_table=[7, 9])
+    other = SimpleNamespace(
+        request=SimpleNamespace(request_id=2), sample_index=0, dropped_blocks=0, block_table=[7, 9]
+    )
     with pytest.raises(RuntimeError, match="hash collision"):
         runner._check_and_record(other, [1, 2, 3, 5, 0, 0], 4, 6)
     # a sliding window's hit skips logical block 0: its table starts at logical block 1 (block 3)
-    window = SimpleNamespace(request=SimpleNamespace(request_id=3), sample_index=0, dropped_blocks=1,
-                             block_table=[3, 9])
+    window = SimpleNamespace(
+        request=SimpleNamespace(request_id=3), sample_index=0, dropped_blocks=1, block_table=[3, 9]
+    )
     runner._check_and_record(window, [0, 0, 0, 0, 5, 6, 7, 8, 0, 0], 8, 10)
-    shifted = SimpleNamespace(request=SimpleNamespace(request_id=4), sample_index=0, dropped_blocks=1,
-                              block_table=[3, 9])
+    shifted = SimpleNamespace(
+        request=SimpleNamespace(request_id=4), sample_index=0, dropped_blocks=1, block_table=[3, 9]
+    )
     with pytest.raises(RuntimeError, match="block 3 matched request 4"):
         runner._check_and_record(shifted, [5, 6, 7, 8, 1, 2, 3, 4, 0, 0], 8, 10)
     del torch

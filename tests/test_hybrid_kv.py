@@ -27,11 +27,23 @@ FP8 = parse_kv_format("fp8")
 
 def tiny(groups: tuple[AttentionGroup, ...], name: str = "tiny") -> ModelSpec:
     layers = sum(g.num_layers for g in groups)
-    return ModelSpec(name, "test", "llama", 256, layers, 4, 64, 1000, 65536, groups,
-                     ParamCount(1000, 1000, 1000, 1000, 0, 0, 0))
+    return ModelSpec(
+        name,
+        "test",
+        "llama",
+        256,
+        layers,
+        4,
+        64,
+        1000,
+        65536,
+        groups,
+        ParamCount(1000, 1000, 1000, 1000, 0, 0, 0),
+    )
 
 
 # --- tiny specs, as in vLLM's CPU tests -------------------------------------------------------
+
 
 def test_pure_full_attention_is_plain_arithmetic():
     # 4 layers x 2 KV heads x 64 x (K, V) x 2 B = 512 B per token per layer; page 16 x 512 = 8,192 B.
@@ -44,7 +56,9 @@ def test_pure_full_attention_is_plain_arithmetic():
         kv = vllm_kv_cache(model, BF16, 1, 10 * 2**20, 1024, vllm_version=version)
         assert (kv.num_blocks, kv.reported_tokens, kv.reported_concurrency) == (320, 5120, 5.0)
         assert kv.true_concurrency == 5.0 and kv.padding_bytes == 0.0
-    assert sglang_kv_tokens(model, BF16, 1, 10 * 2**20).max_total_num_tokens == 10 * 2**20 // (4 * 512)
+    assert sglang_kv_tokens(model, BF16, 1, 10 * 2**20).max_total_num_tokens == 10 * 2**20 // (
+        4 * 512
+    )
 
 
 def test_uneven_layer_counts_pad_the_short_group():
@@ -52,7 +66,10 @@ def test_uneven_layer_counts_pad_the_short_group():
     # the full group gets one padding layer.
     model = tiny((AttentionGroup("full", 3, 2, 64), AttentionGroup("sliding", 4, 2, 64, window=64)))
     groups = kv_cache_groups(model, BF16, 1, 16)
-    assert [(g.kind, g.num_layers, g.group_size) for g in groups] == [("full", 3, 4), ("sliding", 4, 4)]
+    assert [(g.kind, g.num_layers, g.group_size) for g in groups] == [
+        ("full", 3, 4),
+        ("sliding", 4, 4),
+    ]
     # 2 MiB // 8,192 // 4 = 64 blocks; L = 256: full 16 blocks, sliding cdiv(min(63 + 2048, 256), 16)
     # + 1 = 17; 64 / 33 = 1.939x, int(1.939 x 256) = 496 tokens. Per request 16 full blocks waste one
     # 8,192-B layer slot each: 16 x 8,192 of 33 x 32,768 B, i.e. 2 MiB x 131,072 / 1,081,344.
@@ -70,20 +87,25 @@ def test_page_sizes_that_do_not_divide_are_refused():
 
 # --- shipped profiles worked by hand ----------------------------------------------------------
 
+
 def test_gpt_oss_20b():
     model = load_model("gpt-oss-20b")
     fmt = parse_kv_format("auto", model)
     groups = kv_cache_groups(model, fmt, 1, 16)
     # 12 full + 12 sliding(128), 8 KV heads x 64: page 16 x 8 x 64 x 2 x 2 B = 32,768 B; two groups of 12.
     assert [(g.kind, g.num_layers, g.group_size, g.page_size_bytes) for g in groups] == [
-        ("full", 12, 12, 32768), ("sliding", 12, 12, 32768)]
+        ("full", 12, 12, 32768),
+        ("sliding", 12, 12, 32768),
+    ]
     # 3 GiB // 32,768 // 12 = 8,192 blocks. L = 32,768: full 2,048 blocks; sliding (0.20-0.25, one
     # batch in flight) cdiv(min(127 + 2,048, 32,768), 16) + 1 = 136 + 1 = 137; 8,192 / 2,185 = 3.749x;
     # int(8,192 x 32,768 / 2,185) = 122,853 tokens (<= 0.19 printed 8,192 // 2 x 16 = 65,536).
     kv = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (8192, 2185, 122853)
     assert round(kv.reported_concurrency, 2) == 3.75
-    assert vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.19.0").reported_tokens == 65536
+    assert (
+        vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.19.0").reported_tokens == 65536
+    )
     # From 0.26 two batches are in flight: cdiv(127 + 4,096, 16) + 1 = 265 sliding blocks, 2,313 per
     # request, int(8,192 x 32,768 / 2,313) = 116,055 tokens.
     newest = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768)
@@ -92,8 +114,15 @@ def test_gpt_oss_20b():
     assert kv.true_concurrency == pytest.approx(8192 / 2057)
     # Hybrid manager off: one group of 24 layers, 3 GiB // 32,768 // 24 = 4,096 blocks, 2,048 per request.
     off = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, hybrid_manager=False)
-    assert (len(off.groups), off.num_blocks, off.reported_tokens, off.reported_concurrency) == (1, 4096, 65536, 2.0)
-    assert vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.8.5").reported_tokens == 65536
+    assert (len(off.groups), off.num_blocks, off.reported_tokens, off.reported_concurrency) == (
+        1,
+        4096,
+        65536,
+        2.0,
+    )
+    assert (
+        vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.8.5").reported_tokens == 65536
+    )
 
 
 def test_gemma_3_1b_pads_two_sliding_groups():
@@ -122,7 +151,9 @@ def test_gemma_4_unifies_pages_by_doubling_the_full_block():
     groups = kv_cache_groups(model, fmt, 1, 16)
     # sliding: 8 KV heads x 256 x 2 x 2 B = 8,192 B/token, page 131,072; full (k_eq_v, 2 heads x 512):
     # 4,096 B/token, page 65,536 -> block 32 to reach 131,072. 5 full + 25 sliding: 1 + 5 groups of 5.
-    assert [(g.kind, g.block_size, g.num_layers) for g in groups] == [("full", 32, 5)] + [("sliding", 16, 5)] * 5
+    assert [(g.kind, g.block_size, g.num_layers) for g in groups] == [("full", 32, 5)] + [
+        ("sliding", 16, 5)
+    ] * 5
     assert {g.page_size_bytes for g in groups} == {131072}
     # 10 GiB // 131,072 // 5 = 16,384 blocks; L = 4,096: full cdiv(4,096, 32) = 128, sliding (one
     # batch in flight) cdiv(1,023 + 2,048, 16) + 1 = 193 each, 965; 16,384 / 1,093 = 14.99x;
@@ -135,7 +166,12 @@ def test_gemma_4_unifies_pages_by_doubling_the_full_block():
     # Hybrid manager off: every layer full length, one group whose block costs the sum of the
     # pages, 25 x 131,072 + 5 x 65,536 = 3,604,480 B: 10 GiB // that = 2,978 blocks x 16 tokens.
     off = vllm_kv_cache(model, fmt, 1, 10 * GIB, 4096, hybrid_manager=False)
-    assert (len(off.groups), off.block_bytes, off.num_blocks, off.reported_tokens) == (1, 3604480, 2978, 47648)
+    assert (len(off.groups), off.block_bytes, off.num_blocks, off.reported_tokens) == (
+        1,
+        3604480,
+        2978,
+        47648,
+    )
 
 
 def test_qwen3_5_27b_raises_the_block_to_hold_a_linear_attention_state():
@@ -144,17 +180,27 @@ def test_qwen3_5_27b_raises_the_block_to_hold_a_linear_attention_state():
     # State per layer: conv 3 x 10,240 x 2 B + SSM 48 x 128 x 128 x 4 B = 3,207,168 B. Attention:
     # 2 x 4 heads x 256 x 2 B = 4,096 B/token -> 783 tokens, rounded to 16: 784 (page 3,211,264 B,
     # the state padded by 4,096 B). 64-token alignment: 832.
-    assert mamba_block_size(model, fmt, 1) == 784 and mamba_block_size(model, fmt, 1, alignment=64) == 832
+    assert (
+        mamba_block_size(model, fmt, 1) == 784
+        and mamba_block_size(model, fmt, 1, alignment=64) == 832
+    )
     groups = kv_cache_groups(model, fmt, 1, 16)
     # 16 full + 48 state: group size 16, 1 + 3 groups.
     assert [(g.kind, g.num_layers, g.block_size, g.page_size_bytes) for g in groups] == [
-        ("full", 16, 784, 3211264)] + [("state", 16, 784, 3211264)] * 3
+        ("full", 16, 784, 3211264)
+    ] + [("state", 16, 784, 3211264)] * 3
     # vLLM issue #40691 (v0.19.0, H20, max_model_len 32,768) printed 290,864 tokens and 33.04x.
     # 1,487 blocks: full cdiv(32,768, 784) = 42 + 3 state blocks = 45 per request, 1,487 / 45 =
     # 33.04x; the 0.19 token line 1,487 // 4 x 784 = 290,864. 1,487 blocks = 1,487 x 16 x 3,211,264 B.
     available = 1487 * 16 * 3211264
-    old = vllm_kv_cache(model, fmt, 1, available, 32768, vllm_version="0.19.0", max_num_batched_tokens=16384)
-    assert (old.num_blocks, old.reported_tokens, round(old.reported_concurrency, 2)) == (1487, 290864, 33.04)
+    old = vllm_kv_cache(
+        model, fmt, 1, available, 32768, vllm_version="0.19.0", max_num_batched_tokens=16384
+    )
+    assert (old.num_blocks, old.reported_tokens, round(old.reported_concurrency, 2)) == (
+        1487,
+        290864,
+        33.04,
+    )
     # The fix (>= 0.20): int(1,487 / 45 x 32,768) = 1,082,800.
     assert vllm_kv_cache(model, fmt, 1, available, 32768).reported_tokens == 1082800
     # Padding: 3 state blocks x 16 layers x 4,096 B per request of 45 x 16 x 3,211,264 B.
@@ -179,6 +225,7 @@ def test_sglang_swa_split_and_linear_attention_pool():
 
 # --- the shipped startup logs -----------------------------------------------------------------
 
+
 def _record(shared_data, rec_id: str) -> dict:
     path = shared_data / "serving" / "vllm_startup_logs.jsonl"
     if not path.exists():
@@ -202,15 +249,32 @@ def test_rec021_gemma4_on_l40s(shared_data):
     # over 1,413 blocks per request = 128 full + 5 x 257 sliding: the sliding groups reserved the
     # whole 4,096 tokens (cdiv(4,096, 16) + 1). v0.29 reserves window - 1 + two batches in flight
     # (async scheduling): 1,023 + 2 x 2,048 >= 4,096, with the logged --max-num-batched-tokens=2048.
-    lo, hi = _bracket(lambda b: vllm_kv_cache(model, fmt, 1, b, 4096, max_num_batched_tokens=2048,
-                                              vllm_version="0.29.0"), rec["available_kv_gib"])
+    lo, hi = _bracket(
+        lambda b: vllm_kv_cache(
+            model, fmt, 1, b, 4096, max_num_batched_tokens=2048, vllm_version="0.29.0"
+        ),
+        rec["available_kv_gib"],
+    )
     assert lo.reported_tokens <= rec["gpu_kv_cache_tokens"] <= hi.reported_tokens
-    assert round(lo.reported_concurrency, 2) <= rec["max_concurrency"] <= round(hi.reported_concurrency, 2)
-    exact = vllm_kv_cache(model, fmt, 1, 22074 * 5 * 131072, 4096, max_num_batched_tokens=2048, vllm_version="0.29.0")
+    assert (
+        round(lo.reported_concurrency, 2)
+        <= rec["max_concurrency"]
+        <= round(hi.reported_concurrency, 2)
+    )
+    exact = vllm_kv_cache(
+        model, fmt, 1, 22074 * 5 * 131072, 4096, max_num_batched_tokens=2048, vllm_version="0.29.0"
+    )
     assert (exact.reported_tokens, round(exact.reported_concurrency, 2)) == (63988, 15.62)
     # One batch in flight (<= 0.25) would have printed 20.19x.
-    one_batch = vllm_kv_cache(model, fmt, 1, rec["available_kv_gib"] * GIB, 4096, max_num_batched_tokens=2048,
-                              vllm_version="0.25.0")
+    one_batch = vllm_kv_cache(
+        model,
+        fmt,
+        1,
+        rec["available_kv_gib"] * GIB,
+        4096,
+        max_num_batched_tokens=2048,
+        vllm_version="0.25.0",
+    )
     assert round(one_batch.reported_concurrency, 2) == 20.19
 
 
@@ -222,8 +286,13 @@ def test_rec023_gpt_oss_20b_on_l4(shared_data):
     # with the L4 default of 2,048 batched tokens keeps two batches in flight: a request needs
     # 2,048 + cdiv(127 + 4,096, 16) + 1 = 2,313 blocks, and 5,846 blocks (5,846 x 12 x 32,768 B =
     # 2.141 GiB) print int(5,846 / 2,313 x 32,768) = 82,819 and 2.53x.
-    kv = vllm_kv_cache(model, fmt, 1, 5846 * 12 * 32768, 32768, max_num_batched_tokens=2048, vllm_version="0.29.0")
-    assert (kv.reported_tokens, round(kv.reported_concurrency, 2)) == (rec["gpu_kv_cache_tokens"], rec["max_concurrency"])
+    kv = vllm_kv_cache(
+        model, fmt, 1, 5846 * 12 * 32768, 32768, max_num_batched_tokens=2048, vllm_version="0.29.0"
+    )
+    assert (kv.reported_tokens, round(kv.reported_concurrency, 2)) == (
+        rec["gpu_kv_cache_tokens"],
+        rec["max_concurrency"],
+    )
     # With one batch in flight (<= 0.25: 2,185 blocks per request) no block count prints 82,819:
     # it would need 82,819 x 2,185 / 32,768 = 5,522.46..5,522.53 blocks.
     lo, hi = 82819 * 2185 / 32768, 82820 * 2185 / 32768
@@ -237,8 +306,15 @@ def test_rec025_gpt_oss_120b_refused_on_h100(shared_data):
     # 1.71 GiB // (18 x 32,768) = 3,112 blocks; the default 131,072 tokens need 8,192 + cdiv(127 +
     # 1,024, 16) + 1 = 8,265 blocks (4.54 GiB): vLLM refuses to start, as the log shows. The longest
     # request that fits: 3,112 - 73 = 3,039 full blocks = 48,624 tokens.
-    kv = vllm_kv_cache(model, fmt, 1, rec["available_kv_gib"] * GIB, 131072, max_num_batched_tokens=1024,
-                       vllm_version="0.11.0")
+    kv = vllm_kv_cache(
+        model,
+        fmt,
+        1,
+        rec["available_kv_gib"] * GIB,
+        131072,
+        max_num_batched_tokens=1024,
+        vllm_version="0.11.0",
+    )
     assert (kv.num_blocks, kv.blocks_per_request, kv.fits_one_request) == (3112, 8265, False)
     assert kv.estimated_max_model_len == 48624
 
@@ -247,8 +323,13 @@ def qwen3_6_35b_a3b() -> ModelSpec:
     # Assumed Qwen3.5-35B-A3B shapes (no profile ships): 40 layers, every 4th full attention
     # (2 KV heads x 256); linear attention 16 key / 32 value heads x 128, conv kernel 4:
     # conv 3 x (2 x 2,048 + 4,096) x 2 B = 49,152 + SSM 32 x 128 x 128 x 4 B = 2,097,152 -> 2,146,304 B.
-    return tiny((AttentionGroup("full", 10, 2, 256), AttentionGroup("state", 30, state_bytes_per_layer=2146304)),
-                "qwen3.6-35b-a3b")
+    return tiny(
+        (
+            AttentionGroup("full", 10, 2, 256),
+            AttentionGroup("state", 30, state_bytes_per_layer=2146304),
+        ),
+        "qwen3.6-35b-a3b",
+    )
 
 
 def test_rec027_qwen3_6_35b_a3b_fp8_on_5090(shared_data):
@@ -258,12 +339,20 @@ def test_rec027_qwen3_6_35b_a3b_fp8_on_5090(shared_data):
     # 10 full + 30 state: 4 groups of 10. Prefix caching on -> "align": 2 state blocks per group.
     # Per request: cdiv(131,072, 2,096) = 63 + 3 x 2 = 69; 5.98 GiB // 2,146,304 // 10 = 299 blocks:
     # 299 / 69 = 4.33x, int(299 / 69 x 131,072) = 567,978.
-    lo, hi = _bracket(lambda b: vllm_kv_cache(model, FP8, 1, b, 131072, mamba_cache_mode="align"),
-                      rec["available_kv_gib"])
+    lo, hi = _bracket(
+        lambda b: vllm_kv_cache(model, FP8, 1, b, 131072, mamba_cache_mode="align"),
+        rec["available_kv_gib"],
+    )
     assert lo.block_size == 2096 and lo.blocks_per_request == 69
     assert lo.reported_tokens <= rec["gpu_kv_cache_tokens"] <= hi.reported_tokens
-    kv = vllm_kv_cache(model, FP8, 1, rec["available_kv_gib"] * GIB, 131072, mamba_cache_mode="align")
-    assert (kv.num_blocks, kv.reported_tokens, round(kv.reported_concurrency, 2)) == (299, 567978, 4.33)
+    kv = vllm_kv_cache(
+        model, FP8, 1, rec["available_kv_gib"] * GIB, 131072, mamba_cache_mode="align"
+    )
+    assert (kv.num_blocks, kv.reported_tokens, round(kv.reported_concurrency, 2)) == (
+        299,
+        567978,
+        4.33,
+    )
 
 
 def test_rec029_qwen3_6_27b_tp2_mtp(shared_data):
@@ -274,8 +363,20 @@ def test_rec029_qwen3_6_27b_tp2_mtp(shared_data):
     # MTP adds 1 full layer: 17 full + 48 state -> group size 17, 1 + 3 groups (16 layers each, padded). Align mode + 3
     # speculative tokens: 5 blocks per state group. Per request: cdiv(262,144, 1,600) = 164 + 15 = 179;
     # 425 blocks: 425 / 179 = 2.37x, int(425 / 179 x 262,144) = 622,408. Memory not printed.
-    kv = vllm_kv_cache(model, FP8, 2, 425 * 17 * 1600 * 1024, 262144, mamba_cache_mode="align",
-                       num_speculative_tokens=3, mamba_alignment=64, draft_layers=1)
+    kv = vllm_kv_cache(
+        model,
+        FP8,
+        2,
+        425 * 17 * 1600 * 1024,
+        262144,
+        mamba_cache_mode="align",
+        num_speculative_tokens=3,
+        mamba_alignment=64,
+        draft_layers=1,
+    )
     assert [g.num_layers for g in kv.groups] == [17, 16, 16, 16]
     assert (kv.block_size, kv.blocks_per_request, kv.num_blocks) == (1600, 179, 425)
-    assert (kv.reported_tokens, round(kv.reported_concurrency, 2)) == (rec["gpu_kv_cache_tokens"], rec["max_concurrency"])
+    assert (kv.reported_tokens, round(kv.reported_concurrency, 2)) == (
+        rec["gpu_kv_cache_tokens"],
+        rec["max_concurrency"],
+    )

@@ -25,7 +25,10 @@ print(",".join(name for name in {heavy!r} if name in sys.modules))
 
 def test_import_and_estimate_load_no_heavy_modules() -> None:
     fixture = str(Path(__file__).parent / "data" / "vllm_issue_12330.log")
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY, fixture=fixture)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY, fixture=fixture)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""

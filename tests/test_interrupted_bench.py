@@ -20,15 +20,22 @@ def _interrupting(at: str):
         def progress(name: str, n: int) -> None:
             if name == at:
                 raise KeyboardInterrupt
+
         yield progress
+
     return track
 
 
 def test_ctrl_c_writes_the_finished_optimizations(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     with pytest.raises(KeyboardInterrupt) as caught:
-        run_bench(BenchConfig(), WorkloadSpec(num_requests=20), ["contiguous-max", "paged", "prefix"], out,
-                  _interrupting("prefix"))
+        run_bench(
+            BenchConfig(),
+            WorkloadSpec(num_requests=20),
+            ["contiguous-max", "paged", "prefix"],
+            out,
+            _interrupting("prefix"),
+        )
     assert [r.optimization for r in read_jsonl(out)] == ["contiguous-max", "paged"]
     assert "kept the 2 optimization(s)" in caught.value.kept and str(out) in caught.value.kept
     assert (tmp_path / "latest").read_text().strip() == "r.jsonl"
@@ -38,7 +45,13 @@ def test_ctrl_c_never_changes_an_existing_results_file(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     out.write_text("old\n")
     with pytest.raises(KeyboardInterrupt) as caught:
-        run_bench(BenchConfig(), WorkloadSpec(num_requests=20), ["paged", "prefix"], out, _interrupting("prefix"))
+        run_bench(
+            BenchConfig(),
+            WorkloadSpec(num_requests=20),
+            ["paged", "prefix"],
+            out,
+            _interrupting("prefix"),
+        )
     assert out.read_text() == "old\n"
     partial = list(tmp_path.glob("r-partial-*.jsonl"))
     assert len(partial) == 1 and str(partial[0]) in caught.value.kept
@@ -48,11 +61,15 @@ def test_ctrl_c_never_changes_an_existing_results_file(tmp_path: Path) -> None:
 def test_ctrl_c_before_anything_finished_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     with pytest.raises(KeyboardInterrupt) as caught:
-        run_bench(BenchConfig(), WorkloadSpec(num_requests=20), ["paged"], out, _interrupting("paged"))
+        run_bench(
+            BenchConfig(), WorkloadSpec(num_requests=20), ["paged"], out, _interrupting("paged")
+        )
     assert not out.exists() and "nothing was written" in caught.value.kept
 
 
-def test_real_mode_says_what_it_will_cost_before_it_starts(shared_data: Path, tmp_path: Path) -> None:
+def test_real_mode_says_what_it_will_cost_before_it_starts(
+    shared_data: Path, tmp_path: Path
+) -> None:
     from kvplan.core.engine_factory import RealConfig
 
     said: list[str] = []
@@ -65,11 +82,23 @@ def test_real_mode_says_what_it_will_cost_before_it_starts(shared_data: Path, tm
         seen["total"] = total
         yield lambda name, n: seen.__setitem__("done", seen.get("done", 0) + n)
 
-    outcome = run_bench(config, WorkloadSpec(kind="alpaca", num_requests=3), ["paged"], tmp_path / "r.jsonl",
-                        track, announce=said.append)
+    outcome = run_bench(
+        config,
+        WorkloadSpec(kind="alpaca", num_requests=3),
+        ["paged"],
+        tmp_path / "r.jsonl",
+        track,
+        announce=said.append,
+    )
     assert len(said) == 1 and "3 requests x 1 optimization(s)" in said[0] and "5 layers" in said[0]
     assert "warm-up tokens took" in said[0]
-    tokens = sum(r.prompt_len + r.output_len - 1 for r in __import__("kvplan.bench.run", fromlist=["prepare"])
-                 .prepare(config, WorkloadSpec(kind="alpaca", num_requests=3))[1].requests)
-    assert seen["total"] == tokens and seen["done"] >= tokens  # the bar counts tokens (recomputes add more)
+    tokens = sum(
+        r.prompt_len + r.output_len - 1
+        for r in __import__("kvplan.bench.run", fromlist=["prepare"])
+        .prepare(config, WorkloadSpec(kind="alpaca", num_requests=3))[1]
+        .requests
+    )
+    assert (
+        seen["total"] == tokens and seen["done"] >= tokens
+    )  # the bar counts tokens (recomputes add more)
     assert outcome.records[0].metrics["requests_finished"] == 3

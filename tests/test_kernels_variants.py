@@ -23,7 +23,9 @@ from kvplan.kernels.quant import allocate_kv_cache, tensor_scale
 from kvplan.kernels.reference import paged_attention_reference, paged_prefill_reference
 from kvplan.kernels.variant import AttentionVariant
 
-needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="triton is not installed"
+)
 TOL = {torch.float32: {"atol": 2e-5, "rtol": 1e-5}, torch.float16: {"atol": 2e-3, "rtol": 2e-3}}
 
 
@@ -41,7 +43,9 @@ def require_compiled_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     import triton.language as tl
 
     if type(tl.zeros_like).__name__ == "InterpretedFunction":
-        pytest.fail("triton was imported with TRITON_INTERPRET=1: run the GPU tests with TRITON_INTERPRET=0 set")
+        pytest.fail(
+            "triton was imported with TRITON_INTERPRET=1: run the GPU tests with TRITON_INTERPRET=0 set"
+        )
     monkeypatch.setenv("TRITON_INTERPRET", "0")
 
 
@@ -54,8 +58,16 @@ class PagedCase(NamedTuple):
     value: torch.Tensor
 
 
-def paged_case(fmt: str, seq_lens: list[int], block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
-               dtype: torch.dtype, seed: int = 0) -> PagedCase:
+def paged_case(
+    fmt: str,
+    seq_lens: list[int],
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    seed: int = 0,
+) -> PagedCase:
     """A cache holding random K/V for every slot and shuffled block tables (-1 past each sequence,
     so a kernel that reads them fails); three spare blocks hold other sequences' data."""
     gen = torch.Generator().manual_seed(seed)
@@ -73,8 +85,17 @@ def paged_case(fmt: str, seq_lens: list[int], block_size: int, num_heads: int, n
     if cache.fmt.scale == "tensor":
         cache.k_scale.copy_(tensor_scale(key, cache.fmt))
         cache.v_scale.copy_(tensor_scale(value, cache.fmt))
-    write_kv(key.to(dtype), value.to(dtype), cache.key_cache, cache.value_cache, slots, cache.fmt,
-             cache.k_scale, cache.v_scale, backend="torch")
+    write_kv(
+        key.to(dtype),
+        value.to(dtype),
+        cache.key_cache,
+        cache.value_cache,
+        slots,
+        cache.fmt,
+        cache.k_scale,
+        cache.v_scale,
+        backend="torch",
+    )
     return PagedCase(cache, tables, torch.tensor(seq_lens, dtype=torch.int32), gen, key, value)
 
 
@@ -99,12 +120,20 @@ def make_variant(name: str, num_heads: int, gen: torch.Generator) -> AttentionVa
 
 
 @pytest.mark.parametrize("variant_name", list(VARIANTS))
-@pytest.mark.parametrize("backend", ["torch", "torch-per-head", pytest.param("triton", marks=needs_triton)])
-def test_decode_variants_match_reference(monkeypatch: pytest.MonkeyPatch, backend: str, variant_name: str) -> None:
-    if backend == "torch-per-head":  # the SDPA path wide models take instead of packing KV heads into one gemm
+@pytest.mark.parametrize(
+    "backend", ["torch", "torch-per-head", pytest.param("triton", marks=needs_triton)]
+)
+def test_decode_variants_match_reference(
+    monkeypatch: pytest.MonkeyPatch, backend: str, variant_name: str
+) -> None:
+    if (
+        backend == "torch-per-head"
+    ):  # the SDPA path wide models take instead of packing KV heads into one gemm
         monkeypatch.setattr(torch_attention, "PACKED_HEADS_MAX_WIDTH", 0)
         backend = "torch"
-    cache, tables, lens, gen, _, _ = paged_case("fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32)
+    cache, tables, lens, gen, _, _ = paged_case(
+        "fp32", [1, 9, 23, 40, 0], 4, 4, 2, 16, torch.float32
+    )
     variant = make_variant(variant_name, 4, gen)
     query = torch.randn(len(lens), 4, 16, generator=gen)
     args = (query, cache.key_cache, cache.value_cache, tables, lens, 0.25, "fp32")
@@ -114,30 +143,61 @@ def test_decode_variants_match_reference(monkeypatch: pytest.MonkeyPatch, backen
 
 
 @needs_triton
-@pytest.mark.parametrize("fmt,dtype,variant_name", [("fp32", torch.float32, "plain"), ("fp16", torch.float16, "sinks"),
-                                                    ("int8", torch.float32, "window"), ("int4-g32", torch.float32, "all"),
-                                                    ("fp8-e4m3", torch.float32, "softcap")])
+@pytest.mark.parametrize(
+    "fmt,dtype,variant_name",
+    [
+        ("fp32", torch.float32, "plain"),
+        ("fp16", torch.float16, "sinks"),
+        ("int8", torch.float32, "window"),
+        ("int4-g32", torch.float32, "all"),
+        ("fp8-e4m3", torch.float32, "softcap"),
+    ],
+)
 @pytest.mark.parametrize("num_splits", [4, pytest.param(2, marks=pytest.mark.slow)])
-def test_split_kv_decode_matches_reference(fmt: str, dtype: torch.dtype, variant_name: str, num_splits: int) -> None:
+def test_split_kv_decode_matches_reference(
+    fmt: str, dtype: torch.dtype, variant_name: str, num_splits: int
+) -> None:
     # Splits are SPLIT_ALIGN (128) keys at least: lengths reach past 3 splits, and one sequence is empty.
     cache, tables, lens, gen, _, _ = paged_case(fmt, [300, 1, 129, 0, 520], 16, 8, 2, 64, dtype)
     variant = make_variant(variant_name, 8, gen)
     if variant.sliding_window:
         variant = AttentionVariant(sliding_window=260)
     query = torch.randn(len(lens), 8, 64, generator=gen).to(dtype)
-    args = (query, cache.key_cache, cache.value_cache, tables, lens, 0.125, fmt, cache.k_scale, cache.v_scale)
+    args = (
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        tables,
+        lens,
+        0.125,
+        fmt,
+        cache.k_scale,
+        cache.v_scale,
+    )
     expected = paged_attention_reference(*args, variant=variant)
-    got = paged_attention(*args, variant=variant, backend="triton", num_splits=num_splits, block_n=64)
+    got = paged_attention(
+        *args, variant=variant, backend="triton", num_splits=num_splits, block_n=64
+    )
     torch.testing.assert_close(got.float(), expected.float(), **TOL[dtype])
 
 
 # -- prefill -----------------------------------------------------------------------------
 
 
-def prefill_case(fmt: str, dtype: torch.dtype, q_lens: list[int], seq_lens: list[int], block_size: int = 4,
-                 num_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 16, seed: int = 0):
-    cache, tables, lens, gen, _, _ = paged_case(fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype,
-                                                seed)
+def prefill_case(
+    fmt: str,
+    dtype: torch.dtype,
+    q_lens: list[int],
+    seq_lens: list[int],
+    block_size: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    head_dim: int = 16,
+    seed: int = 0,
+):
+    cache, tables, lens, gen, _, _ = paged_case(
+        fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype, seed
+    )
     query_start = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
     query = torch.randn(sum(q_lens), num_heads, head_dim, generator=gen).to(dtype)
     return query, cache, tables, query_start, lens, gen
@@ -150,7 +210,9 @@ Q_LENS, SEQ_LENS = [7, 5, 1, 37], [7, 21, 12, 37]
 @pytest.mark.parametrize("variant_name", list(VARIANTS))
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
 def test_prefill_variants_match_reference(backend: str, variant_name: str) -> None:
-    query, cache, tables, query_start, lens, gen = prefill_case("fp32", torch.float32, Q_LENS, SEQ_LENS)
+    query, cache, tables, query_start, lens, gen = prefill_case(
+        "fp32", torch.float32, Q_LENS, SEQ_LENS
+    )
     variant = make_variant(variant_name, 4, gen)
     args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.25, "fp32")
     expected = paged_prefill_reference(*args, variant=variant)
@@ -158,33 +220,84 @@ def test_prefill_variants_match_reference(backend: str, variant_name: str) -> No
     torch.testing.assert_close(got, expected, **TOL[torch.float32])
 
 
-@pytest.mark.parametrize("fmt,dtype", [("fp16", torch.float16), ("int8", torch.float32), ("int4", torch.float16),
-                                       ("fp8-e5m2", torch.float32), ("int4-g32", torch.float32)])
+@pytest.mark.parametrize(
+    "fmt,dtype",
+    [
+        ("fp16", torch.float16),
+        ("int8", torch.float32),
+        ("int4", torch.float16),
+        ("fp8-e5m2", torch.float32),
+        ("int4-g32", torch.float32),
+    ],
+)
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
 def test_prefill_formats_match_reference(backend: str, fmt: str, dtype: torch.dtype) -> None:
-    query, cache, tables, query_start, lens, _ = prefill_case(fmt, dtype, [3, 20], [9, 20], block_size=16,
-                                                              num_heads=8, num_kv_heads=8, head_dim=64)
-    args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.125, fmt, cache.k_scale,
-            cache.v_scale)
-    torch.testing.assert_close(paged_prefill(*args, backend=backend).float(),
-                               paged_prefill_reference(*args).float(), **TOL[dtype])
+    query, cache, tables, query_start, lens, _ = prefill_case(
+        fmt, dtype, [3, 20], [9, 20], block_size=16, num_heads=8, num_kv_heads=8, head_dim=64
+    )
+    args = (
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        tables,
+        query_start,
+        lens,
+        0.125,
+        fmt,
+        cache.k_scale,
+        cache.v_scale,
+    )
+    torch.testing.assert_close(
+        paged_prefill(*args, backend=backend).float(),
+        paged_prefill_reference(*args).float(),
+        **TOL[dtype],
+    )
 
 
 def test_torch_plan_cache_shared_by_layers() -> None:
     """One plan_cache for a step's layers: each layer's own K/V (other caches and formats, the
     gather buffers reused), windowed and full layers apart, decode and prefill apart."""
     plan_cache: dict = {}
-    for seed, fmt, variant_name in ((0, "fp32", "plain"), (1, "int8", "window"), (2, "fp32", "plain"),
-                                    (3, "int4-g32", "all")):
-        query, cache, tables, query_start, lens, gen = prefill_case(fmt, torch.float32, Q_LENS, SEQ_LENS, seed=0)
-        other = paged_case(fmt, SEQ_LENS, 4, 4, 2, 16, torch.float32, seed=seed + 10).cache  # same shapes, other K/V
+    for seed, fmt, variant_name in (
+        (0, "fp32", "plain"),
+        (1, "int8", "window"),
+        (2, "fp32", "plain"),
+        (3, "int4-g32", "all"),
+    ):
+        query, cache, tables, query_start, lens, gen = prefill_case(
+            fmt, torch.float32, Q_LENS, SEQ_LENS, seed=0
+        )
+        other = paged_case(
+            fmt, SEQ_LENS, 4, 4, 2, 16, torch.float32, seed=seed + 10
+        ).cache  # same shapes, other K/V
         variant = make_variant(variant_name, 4, gen)
-        args = (query, other.key_cache, other.value_cache, tables, query_start, lens, 0.25, fmt, other.k_scale,
-                other.v_scale)
+        args = (
+            query,
+            other.key_cache,
+            other.value_cache,
+            tables,
+            query_start,
+            lens,
+            0.25,
+            fmt,
+            other.k_scale,
+            other.v_scale,
+        )
         got = paged_prefill(*args, variant=variant, backend="torch", plan_cache=plan_cache)
-        torch.testing.assert_close(got, paged_prefill_reference(*args, variant=variant), **TOL[torch.float32])
-        decode_args = (query[:4], other.key_cache, other.value_cache, tables, lens, 0.25, fmt, other.k_scale,
-                       other.v_scale)
+        torch.testing.assert_close(
+            got, paged_prefill_reference(*args, variant=variant), **TOL[torch.float32]
+        )
+        decode_args = (
+            query[:4],
+            other.key_cache,
+            other.value_cache,
+            tables,
+            lens,
+            0.25,
+            fmt,
+            other.k_scale,
+            other.v_scale,
+        )
         got = paged_attention(*decode_args, variant=variant, backend="torch", plan_cache=plan_cache)
         expected = paged_attention_reference(*decode_args, variant=variant)
         torch.testing.assert_close(got, expected, **TOL[torch.float32])
@@ -196,7 +309,9 @@ def test_decode_is_prefill_of_one_token() -> None:
     variant = make_variant("all", 4, gen)
     args = (cache.key_cache, cache.value_cache, tables)
     decode = paged_attention_reference(query, *args, lens, 0.3, "fp32", variant=variant)
-    prefill = paged_prefill_reference(query, *args, torch.arange(4), lens, 0.3, "fp32", variant=variant)
+    prefill = paged_prefill_reference(
+        query, *args, torch.arange(4), lens, 0.3, "fp32", variant=variant
+    )
     assert torch.equal(decode, prefill)
 
 
@@ -208,15 +323,39 @@ def test_reference_window_by_hand() -> None:
         cache.value_cache[t // 4, t % 4, 0, :] = float(t)
     table = torch.tensor([[0, 1, 2, 3]], dtype=torch.int32)
     query = torch.zeros(1, 1, 16)
-    out = paged_attention_reference(query, cache.key_cache, cache.value_cache, table, torch.tensor([10]), 1.0,
-                                    "fp32", variant=AttentionVariant(sliding_window=3))
+    out = paged_attention_reference(
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        table,
+        torch.tensor([10]),
+        1.0,
+        "fp32",
+        variant=AttentionVariant(sliding_window=3),
+    )
     assert out[0, 0, 0].item() == pytest.approx((7 + 8 + 9) / 3)  # uniform over positions 7, 8, 9
-    out = paged_attention_reference(query, cache.key_cache, cache.value_cache, table, torch.tensor([10]), 1.0,
-                                    "fp32", variant=AttentionVariant(chunk_size=4))
+    out = paged_attention_reference(
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        table,
+        torch.tensor([10]),
+        1.0,
+        "fp32",
+        variant=AttentionVariant(chunk_size=4),
+    )
     assert out[0, 0, 0].item() == pytest.approx((8 + 9) / 2)  # chunk 8..11, causal up to 9
     sink = AttentionVariant(sinks=torch.tensor([0.0]))  # sink weight e^0 against ten weights e^0
-    out = paged_attention_reference(query, cache.key_cache, cache.value_cache, table, torch.tensor([10]), 1.0,
-                                    "fp32", variant=sink)
+    out = paged_attention_reference(
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        table,
+        torch.tensor([10]),
+        1.0,
+        "fp32",
+        variant=sink,
+    )
     assert out[0, 0, 0].item() == pytest.approx(sum(range(10)) / 11)
 
 
@@ -225,10 +364,20 @@ def test_variant_rejects_bad_values() -> None:
         AttentionVariant(sliding_window=0)
     with pytest.raises(ValueError, match="softcap"):
         AttentionVariant(softcap=-1.0)
-    query, cache, tables, query_start, lens, _ = prefill_case("fp32", torch.float32, [1, 1, 1, 1], [3, 4, 5, 6])
+    query, cache, tables, query_start, lens, _ = prefill_case(
+        "fp32", torch.float32, [1, 1, 1, 1], [3, 4, 5, 6]
+    )
     with pytest.raises(ValueError, match="one logit per query head"):
-        paged_attention(query, cache.key_cache, cache.value_cache, tables, lens, 1.0,
-                        variant=AttentionVariant(sinks=torch.zeros(3)), backend="torch")
+        paged_attention(
+            query,
+            cache.key_cache,
+            cache.value_cache,
+            tables,
+            lens,
+            1.0,
+            variant=AttentionVariant(sinks=torch.zeros(3)),
+            backend="torch",
+        )
 
 
 # -- GPU: compiled kernels in bf16/fp8 (pytest -m gpu; benchmarks/gpu_check.sh runs them) --------
@@ -243,45 +392,96 @@ def _cuda(*tensors):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("fmt,dtype", [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16),
-                                       ("int8", torch.bfloat16), ("int4", torch.float16)])
+@pytest.mark.parametrize(
+    "fmt,dtype",
+    [
+        ("bf16", torch.bfloat16),
+        ("fp8-e4m3", torch.bfloat16),
+        ("int8", torch.bfloat16),
+        ("int4", torch.float16),
+    ],
+)
 @pytest.mark.parametrize("variant_name", ["plain", "all"])
 @pytest.mark.parametrize("num_splits", [None, 1, 8])
-def test_gpu_decode_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str,
-                             num_splits: int | None) -> None:
+def test_gpu_decode_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
+    dtype: torch.dtype,
+    variant_name: str,
+    num_splits: int | None,
+) -> None:
     require_compiled_triton(monkeypatch)
     cache, tables, lens, gen, _, _ = paged_case(fmt, [1, 700, 2100, 33], 16, 32, 8, 128, dtype)
     variant = make_variant(variant_name, 32, gen)
     if variant.sinks is not None:
         variant = AttentionVariant(1000, 512, 3.0, variant.sinks.cuda())
     query = torch.randn(len(lens), 32, 128, generator=gen).to(dtype)
-    expected = paged_attention_reference(query, cache.key_cache, cache.value_cache, tables, lens, 0.09, fmt,
-                                         cache.k_scale, cache.v_scale,
-                                         variant=AttentionVariant(variant.sliding_window, variant.chunk_size,
-                                                                  variant.softcap, None if variant.sinks is None
-                                                                  else variant.sinks.cpu()))
-    q, k, v, t, n, ks, vs = _cuda(query, cache.key_cache, cache.value_cache, tables, lens, cache.k_scale, cache.v_scale)
-    got = paged_attention(q, k, v, t, n, 0.09, fmt, ks, vs, variant=variant, num_splits=num_splits,
-                          block_n=64)  # a fixed tile: autotuning is the benchmark's business
+    expected = paged_attention_reference(
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        tables,
+        lens,
+        0.09,
+        fmt,
+        cache.k_scale,
+        cache.v_scale,
+        variant=AttentionVariant(
+            variant.sliding_window,
+            variant.chunk_size,
+            variant.softcap,
+            None if variant.sinks is None else variant.sinks.cpu(),
+        ),
+    )
+    q, k, v, t, n, ks, vs = _cuda(
+        query, cache.key_cache, cache.value_cache, tables, lens, cache.k_scale, cache.v_scale
+    )
+    got = paged_attention(
+        q, k, v, t, n, 0.09, fmt, ks, vs, variant=variant, num_splits=num_splits, block_n=64
+    )  # a fixed tile: autotuning is the benchmark's business
     torch.testing.assert_close(got.float().cpu(), expected.float(), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("fmt,dtype", [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16),
-                                       ("int4-g32", torch.float16)])
+@pytest.mark.parametrize(
+    "fmt,dtype",
+    [("bf16", torch.bfloat16), ("fp8-e4m3", torch.bfloat16), ("int4-g32", torch.float16)],
+)
 @pytest.mark.parametrize("variant_name", ["plain", "all"])
-def test_gpu_prefill_compiled(monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str) -> None:
+def test_gpu_prefill_compiled(
+    monkeypatch: pytest.MonkeyPatch, fmt: str, dtype: torch.dtype, variant_name: str
+) -> None:
     require_compiled_triton(monkeypatch)
-    query, cache, tables, query_start, lens, gen = prefill_case(fmt, dtype, [130, 1, 77], [300, 45, 77], 16, 32, 8,
-                                                                128)
+    query, cache, tables, query_start, lens, gen = prefill_case(
+        fmt, dtype, [130, 1, 77], [300, 45, 77], 16, 32, 8, 128
+    )
     variant = make_variant(variant_name, 32, gen)
-    args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.09, fmt, cache.k_scale,
-            cache.v_scale)
+    args = (
+        query,
+        cache.key_cache,
+        cache.value_cache,
+        tables,
+        query_start,
+        lens,
+        0.09,
+        fmt,
+        cache.k_scale,
+        cache.v_scale,
+    )
     expected = paged_prefill_reference(*args, variant=variant)
     moved = _cuda(*args[:6])
     if variant.sinks is not None:
-        variant = AttentionVariant(variant.sliding_window, variant.chunk_size, variant.softcap, variant.sinks.cuda())
-    got = paged_prefill(*moved, 0.09, fmt, *_cuda(cache.k_scale, cache.v_scale), variant=variant, block_m=64,
-                        block_n=64)
+        variant = AttentionVariant(
+            variant.sliding_window, variant.chunk_size, variant.softcap, variant.sinks.cuda()
+        )
+    got = paged_prefill(
+        *moved,
+        0.09,
+        fmt,
+        *_cuda(cache.k_scale, cache.v_scale),
+        variant=variant,
+        block_m=64,
+        block_n=64,
+    )
     torch.testing.assert_close(got.float().cpu(), expected.float(), atol=2e-2, rtol=2e-2)

@@ -19,14 +19,29 @@ from kvplan.kernels.quant import (  # noqa: E402  (after the torch check)
 
 from kvplan.spec import parse_kv_format  # noqa: E402
 
-FORMATS = ["fp32", "fp16", "bf16", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "int2", "int4-g32",
-           "int8-g16", "int4-g64", "int8-tensor", "int4-tensor"]
+FORMATS = [
+    "fp32",
+    "fp16",
+    "bf16",
+    "fp8-e4m3",
+    "fp8-e5m2",
+    "int8",
+    "int4",
+    "int2",
+    "int4-g32",
+    "int8-g16",
+    "int4-g64",
+    "int8-tensor",
+    "int4-tensor",
+]
 
 
 @pytest.mark.parametrize("head_dim", [8, 64, 128])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_layout_bytes_match_estimator(fmt: str, head_dim: int) -> None:
-    assert cache_bytes_per_token_per_head(fmt, head_dim) == parse_kv_format(fmt).bytes_per_vector(head_dim)
+    assert cache_bytes_per_token_per_head(fmt, head_dim) == parse_kv_format(fmt).bytes_per_vector(
+        head_dim
+    )
 
 
 def test_layout_bytes_known_values() -> None:

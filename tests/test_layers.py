@@ -16,8 +16,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = {"kvplan": ROOT / "kvplan", "kvplan.kernels": ROOT / "kernels"}
 
 # Lowest first. sim and real are siblings: neither may import the other.
-LAYER_RANK = {"results": 0, "spec": 1, "plan": 2, "workload": 3, "core": 4, "kernels": 5, "quality": 6,
-              "sim": 7, "real": 7, "bench": 8, "report": 9, "cli": 10}
+LAYER_RANK = {
+    "results": 0,
+    "spec": 1,
+    "plan": 2,
+    "workload": 3,
+    "core": 4,
+    "kernels": 5,
+    "quality": 6,
+    "sim": 7,
+    "real": 7,
+    "bench": 8,
+    "report": 9,
+    "cli": 10,
+}
 PURE_LAYERS = ("results", "spec", "plan", "workload", "core", "sim")
 HEAVY = ("torch", "triton", "transformers", "pandas", "matplotlib")
 MAX_LINES = 400
@@ -39,8 +51,9 @@ MODULES = _modules()
 
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(path: Path, module: str, runtime_only: bool) -> set[str]:
@@ -58,7 +71,10 @@ def _imports(path: Path, module: str, runtime_only: bool) -> set[str]:
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - child.level + 1]
+                        + ([base] if base else [])
+                    )
                 # `from pkg import module` depends on that module; `from pkg import name`, on pkg.
                 for alias in child.names:
                     names.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
@@ -86,7 +102,11 @@ def test_every_package_folder_has_an_init() -> None:
 
 
 def test_every_module_belongs_to_a_layer() -> None:
-    loose = [m for m in MODULES if m.count(".") >= 1 and _layer(m) is None and m not in ("kvplan.__main__",)]
+    loose = [
+        m
+        for m in MODULES
+        if m.count(".") >= 1 and _layer(m) is None and m not in ("kvplan.__main__",)
+    ]
     assert not loose, f"modules outside the layer folders: {loose}"
 
 
@@ -106,7 +126,10 @@ def test_imports_point_down_only() -> None:
 
 
 def test_no_import_cycles() -> None:
-    graph = {module: _internal(_imports(path, module, runtime_only=True)) for module, path in MODULES.items()}
+    graph = {
+        module: _internal(_imports(path, module, runtime_only=True))
+        for module, path in MODULES.items()
+    }
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     cycles = []
 
@@ -114,8 +137,11 @@ def test_no_import_cycles() -> None:
         state[node] = 1
         for target in sorted(graph[node] - {node}):
             if state.get(target) == 1:
-                cycles.append(" -> ".join(path[path.index(target):] + [node, target]) if target in path
-                              else f"{node} -> {target}")
+                cycles.append(
+                    " -> ".join(path[path.index(target) :] + [node, target])
+                    if target in path
+                    else f"{node} -> {target}"
+                )
             elif target not in state:
                 walk(target, path + [node])
         state[node] = 2
@@ -130,7 +156,9 @@ def test_pure_layers_never_import_the_heavy_stack() -> None:
     offenders = []
     for module, path in MODULES.items():
         if _layer(module) in PURE_LAYERS:
-            heavy = {name.split(".")[0] for name in _imports(path, module, runtime_only=False)} & set(HEAVY)
+            heavy = {
+                name.split(".")[0] for name in _imports(path, module, runtime_only=False)
+            } & set(HEAVY)
             offenders += [f"{module} imports {name}" for name in sorted(heavy)]
     assert not offenders, "\n".join(offenders)
 
@@ -149,13 +177,19 @@ print(",".join(name for name in {heavy!r} if name in sys.modules))
 
 
 def test_simulated_bench_loads_no_heavy_modules() -> None:
-    proc = subprocess.run([sys.executable, "-c", SIMULATED_BENCH_PROBE.format(heavy=HEAVY)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", SIMULATED_BENCH_PROBE.format(heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
 
 
 def test_no_file_over_400_lines() -> None:
-    long = [f"{path.relative_to(ROOT)}: {path.read_text().count(chr(10))} lines" for path in MODULES.values()
-            if path.read_text().count("\n") > MAX_LINES]
+    long = [
+        f"{path.relative_to(ROOT)}: {path.read_text().count(chr(10))} lines"
+        for path in MODULES.values()
+        if path.read_text().count("\n") > MAX_LINES
+    ]
     assert not long, "split these by concern:\n" + "\n".join(long)

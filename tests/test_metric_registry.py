@@ -39,37 +39,81 @@ OPTIMIZATIONS = "paged,prefix,prefix+offload-cpu,offload-disk,h2o,entropy-budget
 
 def _bench(folder: Path, *args: str) -> list:
     out = folder / "r.jsonl"
-    result = runner.invoke(app, ["bench", "--workload", "chat", "--num-requests", "40", "--rate", "4",
-                                 "--kv-cache-gib", "0.5", "--cpu-cache-gb", "0.05", "--disk-cache-gb", "0.1",
-                                 "--kv-budget", "256", *args, "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "--workload",
+            "chat",
+            "--num-requests",
+            "40",
+            "--rate",
+            "4",
+            "--kv-cache-gib",
+            "0.5",
+            "--cpu-cache-gb",
+            "0.05",
+            "--disk-cache-gb",
+            "0.1",
+            "--kv-budget",
+            "256",
+            *args,
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return read_jsonl(out)
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> list:
-    return _bench(tmp_path_factory.mktemp("single"), "--samples", "2", "--optimizations", OPTIMIZATIONS)
+    return _bench(
+        tmp_path_factory.mktemp("single"), "--samples", "2", "--optimizations", OPTIMIZATIONS
+    )
 
 
 @pytest.fixture(scope="module")
 def clustered(tmp_path_factory: pytest.TempPathFactory) -> list:
-    return _bench(tmp_path_factory.mktemp("cluster"), "--pods", "2", "--router", "round-robin",
-                  "--samples", "2", "--optimizations", "prefix,prefix+offload-cpu,h2o")
+    return _bench(
+        tmp_path_factory.mktemp("cluster"),
+        "--pods",
+        "2",
+        "--router",
+        "round-robin",
+        "--samples",
+        "2",
+        "--optimizations",
+        "prefix,prefix+offload-cpu,h2o",
+    )
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> list:
-    return _bench(tmp_path_factory.mktemp("client"), "--max-concurrency", "4", "--optimizations", "paged")
+    return _bench(
+        tmp_path_factory.mktemp("client"), "--max-concurrency", "4", "--optimizations", "paged"
+    )
 
 
-def test_every_field_a_run_records_is_registered(single: list, clustered: list, client: list) -> None:
+def test_every_field_a_run_records_is_registered(
+    single: list, clustered: list, client: list
+) -> None:
     fields = {name for record in (*single, *clustered, *client) for name in record.metrics}
-    assert {"cpu_hit_rate", "disk_bytes_out", "tokens_dropped", "eviction_copied_slots", "parallel_forks",
-            "pod_requests", "vllm_mean_ttft_ms"} <= fields  # the run exercised every section
+    assert {
+        "cpu_hit_rate",
+        "disk_bytes_out",
+        "tokens_dropped",
+        "eviction_copied_slots",
+        "parallel_forks",
+        "pod_requests",
+        "vllm_mean_ttft_ms",
+    } <= fields  # the run exercised every section
     assert sorted(name for name in fields if find(name) is None) == []
 
 
-def test_a_cluster_reports_every_registered_field_by_its_rule(single: list, clustered: list) -> None:
+def test_a_cluster_reports_every_registered_field_by_its_rule(
+    single: list, clustered: list
+) -> None:
     cluster = {name for record in clustered for name in record.metrics}
     reported = {entry.name for entry in METRICS if entry.cluster in REPORTED_BY_CLUSTER}
     assert reported <= cluster
@@ -81,23 +125,49 @@ def test_a_cluster_reports_every_registered_field_by_its_rule(single: list, clus
 
 
 def test_cluster_aggregation_by_hand() -> None:
-    def pod(finished: int, waste: float, running: float, queries: int | None, hits: int) -> SimpleNamespace:
-        figures = {"requests_finished": finished, "requests_rejected": 0, "preemptions": 1, "running_mean": running,
-                   "kv_cache_usage_mean": 0.5, "waste": waste, "sharing_savings": 0.0,
-                   **{f"{part}_share": 1 / 6 for part in SPLIT}}
+    def pod(
+        finished: int, waste: float, running: float, queries: int | None, hits: int
+    ) -> SimpleNamespace:
+        figures = {
+            "requests_finished": finished,
+            "requests_rejected": 0,
+            "preemptions": 1,
+            "running_mean": running,
+            "kv_cache_usage_mean": 0.5,
+            "waste": waste,
+            "sharing_savings": 0.0,
+            **{f"{part}_share": 1 / 6 for part in SPLIT},
+        }
         if queries is not None:
-            figures.update(prefix_cache_queries=queries, prefix_cache_hits=hits, prefix_hit_rate=hits / queries)
-        return SimpleNamespace(result=lambda: SimpleNamespace(metrics=figures), finished=[], now=4.0)
+            figures.update(
+                prefix_cache_queries=queries, prefix_cache_hits=hits, prefix_hit_rate=hits / queries
+            )
+        return SimpleNamespace(
+            result=lambda: SimpleNamespace(metrics=figures), finished=[], now=4.0
+        )
 
     metrics = cluster_metrics([pod(3, 0.1, 2.0, 100, 50), pod(1, 0.3, 1.0, None, 0)], [3, 1], [])
     assert metrics["requests_finished"] == 4 and metrics["preemptions"] == 2  # SUM
     assert metrics["running_mean"] == 3.0  # SUM: the cluster's mean running requests
     assert metrics["waste"] == pytest.approx(0.2)  # POD_MEAN
-    assert metrics["pod_prefix_hit_rate"] == [0.5, None] and metrics["pod_running_mean"] == [2.0, 1.0]
+    assert metrics["pod_prefix_hit_rate"] == [0.5, None] and metrics["pod_running_mean"] == [
+        2.0,
+        1.0,
+    ]
     assert metrics["prefix_cache_queries"] == 100 and metrics["prefix_hit_rate"] == 0.5  # pooled
-    assert metrics["pods"] == 2 and metrics["pod_requests"] == [3, 1] and metrics["load_imbalance"] == 1.5
+    assert (
+        metrics["pods"] == 2
+        and metrics["pod_requests"] == [3, 1]
+        and metrics["load_imbalance"] == 1.5
+    )
     assert metrics["makespan_s"] == 4.0 and metrics["ttft_s_p50"] is None
-    assert list(metrics)[:5] == ["pods", "requests_finished", "requests_rejected", "makespan_s", "pod_requests"]
+    assert list(metrics)[:5] == [
+        "pods",
+        "requests_finished",
+        "requests_rejected",
+        "makespan_s",
+        "pod_requests",
+    ]
 
 
 def test_registry_entries_are_consistent() -> None:
@@ -110,9 +180,12 @@ def test_registry_entries_are_consistent() -> None:
         assert (entry.cluster is ClusterRule.PER_POD) == bool(entry.per_pod_of)
         if entry.per_pod_of:
             assert entry.shape is Shape.PER_POD and find(entry.per_pod_of) is not None
-    assert {entry.name for entry in by_feature(Feature.POOL_SPLIT)} == {f"{part}_share" for part in SPLIT}
+    assert {entry.name for entry in by_feature(Feature.POOL_SPLIT)} == {
+        f"{part}_share" for part in SPLIT
+    }
     assert {entry.name for entry in by_feature(Feature.LATENCY)} == {
-        name for prefix in ("ttft_s", "tpot_s", "e2e_s") for name in percentiles([1.0], prefix)}
+        name for prefix in ("ttft_s", "tpot_s", "e2e_s") for name in percentiles([1.0], prefix)
+    }
 
 
 def test_patterns_fill_in_and_unknown_fields_are_not_registered() -> None:
@@ -134,7 +207,9 @@ def test_consumers_name_only_registered_metrics() -> None:
 
 
 def test_a_cluster_of_pods_without_prefix_caching_shows_its_per_pod_rates(tmp_path: Path) -> None:
-    records = _bench(tmp_path, "--pods", "2", "--router", "round-robin", "--optimizations", "prefix,paged")
+    records = _bench(
+        tmp_path, "--pods", "2", "--router", "round-robin", "--optimizations", "prefix,paged"
+    )
     view = comparison(records)
     per_pod = next(row for row in view.rows if row.label == "hit rate per pod")
     assert per_pod.cells[1] == "- -"  # paged pods have no prefix cache: no rate, and no crash

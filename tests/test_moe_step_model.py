@@ -28,11 +28,15 @@ def roofline(model: str) -> Roofline:
 
 def prefill_plan(tokens: int) -> StepPlan:
     seq = Sequence(Request(request_id=0, arrival_s=0.0, prompt_len=tokens, output_len=8))
-    return StepPlan([(seq, tokens)], tokens, context_tokens=tokens, attention_pairs=tokens * (tokens + 1) // 2)
+    return StepPlan(
+        [(seq, tokens)], tokens, context_tokens=tokens, attention_pairs=tokens * (tokens + 1) // 2
+    )
 
 
 def params(moe: float) -> StepModelParams:
-    return StepModelParams(bandwidth_factor=0.5, attention_bandwidth_factor=0.3, flops_factor=0.5, moe_flops_factor=moe)
+    return StepModelParams(
+        bandwidth_factor=0.5, attention_bandwidth_factor=0.3, flops_factor=0.5, moe_flops_factor=moe
+    )
 
 
 def test_expert_flops_of_gpt_oss_20b_by_hand():
@@ -48,8 +52,13 @@ def test_expert_gemms_run_at_their_own_factor():
     plan = prefill_plan(8192)
     tokens_flops = roof.linear_flops(8192)
     flops_rate = roof.peak_flops * 0.5
-    assert tokens_flops / flops_rate > roof.weight_bytes_read(8192) / (roof.bandwidth * 0.5)  # compute-bound, checked
-    full, half = StepModelRunner(roof, params(1.0)).step_time(plan), StepModelRunner(roof, params(0.5)).step_time(plan)
+    assert tokens_flops / flops_rate > roof.weight_bytes_read(8192) / (
+        roof.bandwidth * 0.5
+    )  # compute-bound, checked
+    full, half = (
+        StepModelRunner(roof, params(1.0)).step_time(plan),
+        StepModelRunner(roof, params(0.5)).step_time(plan),
+    )
     # expert FLOPs at half the dense rate cost twice: the difference is their time at the dense rate
     assert half - full == pytest.approx(roof.expert_flops(8192) / flops_rate, rel=1e-9)
 
@@ -57,12 +66,16 @@ def test_expert_gemms_run_at_their_own_factor():
 def test_dense_models_never_read_the_moe_factor():
     roof = roofline("llama-3.1-8b")
     plan = prefill_plan(4096)
-    assert StepModelRunner(roof, params(0.2)).step_time(plan) == StepModelRunner(roof, params(1.0)).step_time(plan)
+    assert StepModelRunner(roof, params(0.2)).step_time(plan) == StepModelRunner(
+        roof, params(1.0)
+    ).step_time(plan)
     assert StepModelRunner(roof, params(1.0)).costs(plan).expert_flops == 0
 
 
 def test_factor_table_round_trips_the_moe_factor():
-    hardware = {"hopper": {"bandwidth_factor": 0.5, "attention_bandwidth_factor": 0.4, "flops_factor": 0.3}}
+    hardware = {
+        "hopper": {"bandwidth_factor": 0.5, "attention_bandwidth_factor": 0.4, "flops_factor": 0.3}
+    }
     engines = {"vllm-v1": {"overhead_s": 1e-3, "overhead_per_seq_s": 1e-5}}
     table = FactorTable(hardware, engines, {"moe": "2 MoE runs"}, {"moe_flops_factor": 0.6})
     again = FactorTable.from_toml(tomllib.loads(table.to_toml(["# test"], {})))
@@ -73,16 +86,32 @@ def test_factor_table_round_trips_the_moe_factor():
 
 def test_calibration_files_written_before_the_moe_factor_read_it_as_one(tmp_path):
     path = tmp_path / "old.json"
-    old = {"bandwidth_factor": 0.5, "attention_bandwidth_factor": 0.4, "flops_factor": 0.3, "overhead_s": 1e-3,
-           "overhead_per_seq_s": 1e-5}
+    old = {
+        "bandwidth_factor": 0.5,
+        "attention_bandwidth_factor": 0.4,
+        "flops_factor": 0.3,
+        "overhead_s": 1e-3,
+        "overhead_per_seq_s": 1e-5,
+    }
     path.write_text(json.dumps({"format": CALIBRATION_FORMAT, "params": old}))
     assert load_calibration(path).moe_flops_factor == 1.0
 
 
 def run(model: str, sweep: str, concurrency: int, length: int) -> MeasuredRun:
-    return MeasuredRun(run_id=f"{sweep}-{concurrency}-{model}", sweep=sweep, benchmark="serving", model=model, gpu="h100-80gb",
-                       tp=1, dataset="random", input_len=length, output_len=32, num_prompts=24,
-                       max_concurrency=concurrency, engine_version="0.11.0")
+    return MeasuredRun(
+        run_id=f"{sweep}-{concurrency}-{model}",
+        sweep=sweep,
+        benchmark="serving",
+        model=model,
+        gpu="h100-80gb",
+        tp=1,
+        dataset="random",
+        input_len=length,
+        output_len=32,
+        num_prompts=24,
+        max_concurrency=concurrency,
+        engine_version="0.11.0",
+    )
 
 
 def test_joint_fit_finds_the_expert_gemm_rate():
@@ -95,10 +124,16 @@ def test_joint_fit_finds_the_expert_gemm_rate():
     replays = []
     for model, sweep in (("llama-3.1-8b", "dense"), ("gpt-oss-20b", "moe")):
         for concurrency, length in ((2, 256), (8, 2048), (24, 4096)):
-            measured_run = run(model, f"{sweep}-{concurrency}", concurrency, length)  # 3 sweeps each: none pooled
+            measured_run = run(
+                model, f"{sweep}-{concurrency}", concurrency, length
+            )  # 3 sweeps each: none pooled
             predicted, _ = simulate(measured_run, truth)
-            measured_run = MeasuredRun(**{**measured_run.__dict__,
-                                          "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")}})
+            measured_run = MeasuredRun(
+                **{
+                    **measured_run.__dict__,
+                    "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")},
+                }
+            )
             replays.append(Replay.record(measured_run, DATASHEET))
     dense, moe = replays[:3], replays[3:]
     assert "moe_flops_factor" not in fitted_names(dense) and "moe_flops_factor" in fitted_names(moe)

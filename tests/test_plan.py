@@ -24,17 +24,31 @@ KV_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2
 
 def _decode_demand(slo: str, **overrides) -> Demand:
     """Fixed 16-token prompts and 256 output tokens, at most 8 sequences a step: decode-bound."""
-    settings = dict(model="llama-3.1-8b", rate=20.0, slo=parse_slo(slo), optimization="paged", num_requests=64,
-                    workload=WorkloadSpec(kind="random", input_len=16, output_len=256), step_model="roofline")
+    settings = dict(
+        model="llama-3.1-8b",
+        rate=20.0,
+        slo=parse_slo(slo),
+        optimization="paged",
+        num_requests=64,
+        workload=WorkloadSpec(kind="random", input_len=16, output_len=256),
+        step_model="roofline",
+    )
     return Demand(**{**settings, **overrides})
 
 
 def test_slo_reads_units_and_names_bad_input() -> None:
     slo = parse_slo("ttft_p90=2s, tpot_p99=60ms,e2e_p50=30")
-    assert [(t.metric, t.limit_s) for t in slo.targets] == [("ttft_s_p90", 2.0), ("tpot_s_p99", 0.06),
-                                                            ("e2e_s_p50", 30.0)]
-    assert slo.misses({"ttft_s_p90": 2.5, "tpot_s_p99": 0.05, "e2e_s_p50": 1.0}) == ["ttft_p90 2.5 s > 2 s"]
-    assert slo.misses({"ttft_s_p90": None, "tpot_s_p99": 0.05, "e2e_s_p50": 1.0})  # unmeasured is a miss
+    assert [(t.metric, t.limit_s) for t in slo.targets] == [
+        ("ttft_s_p90", 2.0),
+        ("tpot_s_p99", 0.06),
+        ("e2e_s_p50", 30.0),
+    ]
+    assert slo.misses({"ttft_s_p90": 2.5, "tpot_s_p99": 0.05, "e2e_s_p50": 1.0}) == [
+        "ttft_p90 2.5 s > 2 s"
+    ]
+    assert slo.misses(
+        {"ttft_s_p90": None, "tpot_s_p99": 0.05, "e2e_s_p50": 1.0}
+    )  # unmeasured is a miss
     for bad in ("ttft=2s", "ttft_p95=2s", "ttft_p90=-1s", "ttft_p90=2s,ttft_p90=3s"):
         with pytest.raises(ValueError, match="^slo"):
             parse_slo(bad)
@@ -50,9 +64,15 @@ def test_saturation_and_lone_tpot_match_the_roofline_by_hand() -> None:
     assert result.saturation_rps == pytest.approx(burst_rate, rel=2e-3)
     # alone, one sequence a step at a context of up to 271 tokens: TPOT ~ weights / bandwidth
     lone_tpot = (WEIGHT_BYTES + 144 * KV_BYTES_PER_TOKEN) / H100_BANDWIDTH  # 4.80 ms
-    tight = probe(_decode_demand(f"tpot_p90={0.97 * lone_tpot * 1000:.3f}ms"), Candidate("h100-80gb", 1, "auto", 8))
+    tight = probe(
+        _decode_demand(f"tpot_p90={0.97 * lone_tpot * 1000:.3f}ms"),
+        Candidate("h100-80gb", 1, "auto", 8),
+    )
     assert tight.status == "latency" and "no queue" in tight.reason
-    loose = probe(_decode_demand(f"tpot_p90={1.03 * lone_tpot * 1000:.3f}ms"), Candidate("h100-80gb", 1, "auto", 1))
+    loose = probe(
+        _decode_demand(f"tpot_p90={1.03 * lone_tpot * 1000:.3f}ms"),
+        Candidate("h100-80gb", 1, "auto", 1),
+    )
     assert loose.status == "ok"  # one sequence a step: never batched, so TPOT stays the lone one
 
 
@@ -81,8 +101,11 @@ def test_pruning_never_changes_the_answer() -> None:
     """Branch and bound stops a candidate that cannot beat the best found, after one trial; the
     plan is the one searching every candidate to the end gives."""
     demand = _decode_demand("ttft_p90=1s", rate=20.0)
-    candidates = [Candidate("h100-80gb", 1, "auto", 8), Candidate("h100-80gb", 1, "auto", 4),
-                  Candidate("a100-80gb", 1, "auto", 8)]
+    candidates = [
+        Candidate("h100-80gb", 1, "auto", 8),
+        Candidate("h100-80gb", 1, "auto", 4),
+        Candidate("a100-80gb", 1, "auto", 8),
+    ]
     prices = {"h100-80gb": 2.0, "a100-80gb": 1.5}
     plan = make_plan(demand, candidates, prices)
     full = {c: fewest_replicas(demand, probe(demand, c)).replicas for c in candidates}
@@ -100,7 +123,9 @@ def test_replicas_are_the_division_then_what_the_cluster_needs() -> None:
     plan = make_plan(demand, [Candidate("h100-80gb", 1, "auto", 8)], {"h100-80gb": 2.0})
     row = plan.rows[0]
     n = row.division_replicas  # the fewest: one replica meets at 12 / n and misses at 12 / (n - 1)
-    assert row.capacity.capacity_rps >= 12.0 / n and (n == 1 or row.capacity.capacity_upper_rps <= 12.0 / (n - 1))
+    assert row.capacity.capacity_rps >= 12.0 / n and (
+        n == 1 or row.capacity.capacity_upper_rps <= 12.0 / (n - 1)
+    )
     assert row.verified and plan.winner is row
     assert row.usd_per_hour == pytest.approx(2.0 * row.gpus)
     assert demand.slo.meets(row.cluster_metrics)
@@ -124,37 +149,75 @@ def test_prefix_workloads_are_verified_behind_the_kv_aware_router() -> None:
     traffic (shared documents), six replicas by division (one replica misses at 20 / 5 req/s),
     five behind the kv-aware router, which pools their queues (a request waits for the first
     of five, not for its own one)."""
-    demand = Demand(model="llama-3.1-8b", rate=20.0, slo=parse_slo("ttft_p90=0.5s"), num_requests=60,
-                    workload=WorkloadSpec(kind="rag"), step_model="roofline")
+    demand = Demand(
+        model="llama-3.1-8b",
+        rate=20.0,
+        slo=parse_slo("ttft_p90=0.5s"),
+        num_requests=60,
+        workload=WorkloadSpec(kind="rag"),
+        step_model="roofline",
+    )
     plan = make_plan(demand, [Candidate("l4", 1)], {})
     row = plan.rows[0]
     assert plan.router == "kv-aware" and row.verified and plan.winner is row
     assert row.replicas < row.division_replicas and row.gpus == row.replicas
-    assert row.capacity.capacity_upper_rps <= 20.0 / row.replicas  # one replica alone misses at that share
-    assert row.cluster_metrics.get("prefix_hit_rate", 0) > 0.3  # shared documents are served from cache
+    assert (
+        row.capacity.capacity_upper_rps <= 20.0 / row.replicas
+    )  # one replica alone misses at that share
+    assert (
+        row.cluster_metrics.get("prefix_hit_rate", 0) > 0.3
+    )  # shared documents are served from cache
     assert demand.slo.meets(row.cluster_metrics)
 
 
-def test_cli_plan_prints_a_ranked_table_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_plan_prints_a_ranked_table_and_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "160")
     prices = tmp_path / "prices.toml"
     prices.write_text('[usd_per_gpu_hour]\n"NVIDIA L4" = 0.8\na100-80gb = 1.6\n')
     out = tmp_path / "plan"
-    args = ["plan", "llama-3.1-8b", "--rate", "4", "--prices", str(prices), "--tp", "1,2", "--step-model",
-            "roofline", "--slo", "tpot_p90=200ms", "--num-requests", "40", "--workers", "1", "--out", str(out)]
+    args = [
+        "plan",
+        "llama-3.1-8b",
+        "--rate",
+        "4",
+        "--prices",
+        str(prices),
+        "--tp",
+        "1,2",
+        "--step-model",
+        "roofline",
+        "--slo",
+        "tpot_p90=200ms",
+        "--num-requests",
+        "40",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+    ]
     result = invoke(args)
     assert result.exit_code == 0, result.output
     assert "winner:" in result.output and "simulations" in result.output
     data = json.loads((out / "plan.json").read_text())
     assert data["schema"] == "kvplan.plan/1" and data["winner"] == 0
-    assert {row["gpu"] for row in data["candidates"]} == {"l4", "a100-80gb"} and len(data["candidates"]) == 4
+    assert {row["gpu"] for row in data["candidates"]} == {"l4", "a100-80gb"} and len(
+        data["candidates"]
+    ) == 4
     first = data["candidates"][0]
-    assert first["status"] == "ok" and first["verified"] and first["usd_per_hour"] == pytest.approx(
-        first["gpus"] * {"l4": 0.8, "a100-80gb": 1.6}[first["gpu"]])
+    assert (
+        first["status"] == "ok"
+        and first["verified"]
+        and first["usd_per_hour"]
+        == pytest.approx(first["gpus"] * {"l4": 0.8, "a100-80gb": 1.6}[first["gpu"]])
+    )
     costs = [row["usd_per_hour"] for row in data["candidates"] if row["status"] == "ok"]
     assert costs == sorted(costs)
     records = [json.loads(line) for line in (out / "plan.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in records] == ["plan"] * 4 and sum(r["metrics"]["winner"] for r in records) == 1
+    assert [r["kind"] for r in records] == ["plan"] * 4 and sum(
+        r["metrics"]["winner"] for r in records
+    ) == 1
     report = invoke(["report", str(out / "plan.jsonl"), "--out", str(tmp_path / "report")])
     assert report.exit_code == 0, report.output
     assert (tmp_path / "report" / "plan_pareto.png").is_file()
@@ -167,16 +230,19 @@ def test_the_pareto_front_keeps_only_unbeaten_points() -> None:
     assert pareto_front(points) == [(4.0, 3.0), (10.0, 5.0), (20.0, 9.0)]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rate", "0"], "--rate"),
-    (["--rate", "4", "--slo", "ttft=2"], "--slo"),
-    (["--rate", "4"], "--gpus"),
-    (["--rate", "4", "--gpus", "l4", "--tp", "0"], "--tp"),
-    (["--rate", "4", "--gpus", "no-such-gpu"], "no-such-gpu"),
-    (["--rate", "4", "--gpus", "l4", "--kv-dtype", "bogus"], "bogus"),
-    (["--rate", "4", "--gpus", "l4", "--workload", "nope"], "nope"),
-    (["--rate", "4", "--gpus", "l4", "--engine", "foo"], "--engine"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rate", "0"], "--rate"),
+        (["--rate", "4", "--slo", "ttft=2"], "--slo"),
+        (["--rate", "4"], "--gpus"),
+        (["--rate", "4", "--gpus", "l4", "--tp", "0"], "--tp"),
+        (["--rate", "4", "--gpus", "no-such-gpu"], "no-such-gpu"),
+        (["--rate", "4", "--gpus", "l4", "--kv-dtype", "bogus"], "bogus"),
+        (["--rate", "4", "--gpus", "l4", "--workload", "nope"], "nope"),
+        (["--rate", "4", "--gpus", "l4", "--engine", "foo"], "--engine"),
+    ],
+)
 def test_cli_plan_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = invoke(["plan", "llama-3.1-8b", *args])
     assert result.exit_code == 2 and message in result.output
@@ -196,14 +262,25 @@ def test_a_trace_is_rescaled_to_each_rate(tmp_path: Path) -> None:
     from kvplan.bench.trials import ALL_AT_ONCE_SCALE, sent_at, trace_rate
 
     trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps({"arrival_s": 0.25 * i, "prompt_len": 64, "output_len": 16}) + "\n"
-                             for i in range(41)))
+    trace.write_text(
+        "".join(
+            json.dumps({"arrival_s": 0.25 * i, "prompt_len": 64, "output_len": 16}) + "\n"
+            for i in range(41)
+        )
+    )
     workload = WorkloadSpec(trace=str(trace))
     assert trace_rate(workload) == pytest.approx(4.0)
     assert sent_at(workload, 2.0, 40, 4.0).time_scale == pytest.approx(2.0)
     assert sent_at(workload, math.inf, 40, 4.0).time_scale == ALL_AT_ONCE_SCALE
-    demand = Demand(model="llama-3.1-8b", rate=3.0, slo=parse_slo("ttft_p90=2s"), workload=workload,
-                    optimization="paged", num_requests=40, step_model="roofline")
+    demand = Demand(
+        model="llama-3.1-8b",
+        rate=3.0,
+        slo=parse_slo("ttft_p90=2s"),
+        workload=workload,
+        optimization="paged",
+        num_requests=40,
+        step_model="roofline",
+    )
     plan = make_plan(demand, [Candidate("l4", 1)], {})
     assert plan.router == "kv-aware" and plan.winner is not None and plan.winner.verified
 
@@ -218,11 +295,15 @@ def test_ray_searches_to_the_same_plan() -> None:
 
     from kvplan.bench.executors import LocalExecutor, RayExecutor
 
-    require_in_ci(importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it")
+    require_in_ci(
+        importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it"
+    )
     demand = _decode_demand("ttft_p90=1s", rate=20.0)
     candidates = [Candidate("h100-80gb", 1, "auto", 8), Candidate("a100-80gb", 1, "auto", 8)]
     prices = {"h100-80gb": 2.0, "a100-80gb": 1.5}
     local = make_plan(demand, candidates, prices, LocalExecutor(2))
     ray = make_plan(demand, candidates, prices, RayExecutor())
-    assert [(r.layout, r.capacity.status) for r in ray.rows][:1] == [(r.layout, r.capacity.status) for r in local.rows][:1]
+    assert [(r.layout, r.capacity.status) for r in ray.rows][:1] == [
+        (r.layout, r.capacity.status) for r in local.rows
+    ][:1]
     assert ray.winner is not None and ray.winner.gpus == local.winner.gpus

@@ -34,25 +34,34 @@ def test_unused_tail_slots_are_internal_fragmentation() -> None:
     from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload.request import Request
 
-    roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
+    roofline = Roofline(
+        load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16")
+    )
     allocator = make_allocator("paged", 64, 4, 64, watermark=0.0, policy=SPLIT)
     engine = Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
     engine.submit(Request(0, 0.0, 6, 12))
     for _ in range(8):  # the 6-token prompt, then 7 decode steps: 13 tokens written
         engine.step()
     seq = engine.scheduler.running[0]
-    assert seq.num_computed == 13 and len(seq.block_table) == 3  # 12 slots: the largest layer's budget
+    assert (
+        seq.num_computed == 13 and len(seq.block_table) == 3
+    )  # 12 slots: the largest layer's budget
     used, _, internal, *_ = pool_split(allocator, engine.scheduler)
     # token states: the mean over layers (4 + 12) / 2 = 8; layer 0's 8 unused slots, i.e.
     # 4 slots of every layer, are internal fragmentation
     assert (used, internal) == (8, 4)
-    assert allocator.evicted_slots == 5 and allocator.budget.copied_total == 5  # (9 + 1) / 2 dropped
+    assert (
+        allocator.evicted_slots == 5 and allocator.budget.copied_total == 5
+    )  # (9 + 1) / 2 dropped
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(name="h2o", budget=8, layer_budgets=(4, 12)), "belong to entropy-budget"),
-    (dict(name="entropy-budget", budget=8, layer_budgets=(4, 11)), "sum to kv_budget x layers"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(name="h2o", budget=8, layer_budgets=(4, 12)), "belong to entropy-budget"),
+        (dict(name="entropy-budget", budget=8, layer_budgets=(4, 11)), "sum to kv_budget x layers"),
+    ],
+)
 def test_bad_splits_are_refused(kwargs, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PolicySpec(**kwargs)

@@ -11,7 +11,9 @@ from tests.test_quality import budget_engine
 
 
 def run_steps(policy: str, steps: int):
-    engine = budget_engine(policy, budget=8, prompt=6, output=12)  # blocks of 4 slots, 1 s per copied slot
+    engine = budget_engine(
+        policy, budget=8, prompt=6, output=12
+    )  # blocks of 4 slots, 1 s per copied slot
     clock = []
     for _ in range(steps):
         engine.step()
@@ -53,9 +55,24 @@ def test_holes_reachable_from_the_cli(tmp_path) -> None:
 
     from kvplan.cli.app import app
 
-    result = CliRunner().invoke(app, ["bench", "--workload", "long-reasoning", "--num-requests", "20",
-                                      "--max-model-len", "8192", "--kv-budget", "1024", "--optimizations",
-                                      "paged,h2o,h2o-holes", "--out", str(tmp_path / "r.jsonl")],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--workload",
+            "long-reasoning",
+            "--num-requests",
+            "20",
+            "--max-model-len",
+            "8192",
+            "--kv-budget",
+            "1024",
+            "--optimizations",
+            "paged,h2o,h2o-holes",
+            "--out",
+            str(tmp_path / "r.jsonl"),
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     assert "h2o-holes" in result.output and "slots copied" in result.output

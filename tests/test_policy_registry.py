@@ -18,13 +18,23 @@ from kvplan.core.policies import registry as registry_module
 
 
 def test_the_registry_lists_every_policy_once_in_its_order() -> None:
-    assert policy_names() == ("sliding-window", "streaming", "streaming-abspos", "h2o", "h2o-holes", "snapkv",
-                              "paged-eviction", "entropy-budget")
+    assert policy_names() == (
+        "sliding-window",
+        "streaming",
+        "streaming-abspos",
+        "h2o",
+        "h2o-holes",
+        "snapkv",
+        "paged-eviction",
+        "entropy-budget",
+    )
     assert all(policy.help and policy.name in names_help() for policy in policies().values())
 
 
 def test_unknown_names_list_the_registry() -> None:
-    with pytest.raises(ValueError, match="unknown policy 'lru'; use one of: full, sliding-window, streaming,"):
+    with pytest.raises(
+        ValueError, match="unknown policy 'lru'; use one of: full, sliding-window, streaming,"
+    ):
         PolicySpec("lru", 64)
 
 
@@ -89,15 +99,40 @@ def test_a_new_policy_runs_from_the_cli(keep_oldest: None, tmp_path: Path) -> No
     from kvplan.cli.app import app
 
     out = tmp_path / "r.jsonl"
-    result = CliRunner().invoke(app, ["bench", "--optimizations", "paged,paged+keep-oldest", "--kv-budget", "256",
-                                      "--num-requests", "20", "--out", str(out)], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--optimizations",
+            "paged,paged+keep-oldest",
+            "--kv-budget",
+            "256",
+            "--num-requests",
+            "20",
+            "--out",
+            str(out),
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["optimization"] for r in records] == ["paged", "paged+keep-oldest"]
     assert records[1]["metrics"]["tokens_dropped"] > 0
-    refused = CliRunner().invoke(app, ["bench", "--optimizations", "prefix+keep-oldest", "--kv-budget", "256",
-                                       "--num-requests", "5", "--out", str(tmp_path / "x.jsonl")],
-                                 env={"COLUMNS": "200"})
+    refused = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--optimizations",
+            "prefix+keep-oldest",
+            "--kv-budget",
+            "256",
+            "--num-requests",
+            "5",
+            "--out",
+            str(tmp_path / "x.jsonl"),
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert refused.exit_code == 2 and "test policy" in refused.output
 
 

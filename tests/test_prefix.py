@@ -27,8 +27,12 @@ from kvplan.workload.request import Request
 
 
 def engine(blocks: int = 8, block: int = 4, **scheduler: object) -> Engine:
-    roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
-    allocator = make_allocator("paged", blocks * block, block, 64, watermark=0.0, prefix_caching=True)
+    roofline = Roofline(
+        load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16")
+    )
+    allocator = make_allocator(
+        "paged", blocks * block, block, 64, watermark=0.0, prefix_caching=True
+    )
     return Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(**scheduler), 64)
 
 
@@ -43,7 +47,16 @@ def test_second_request_hits_the_first_ones_full_blocks() -> None:
     e.submit(req(0, 0.0, tuple(range(1, 11))))  # 10 tokens: blocks [1-4] [5-8] full, [9,10] partial
     e.advance(50.0)
     assert sorted(pool.hash_to_block.values()) == [0, 1]  # only full prompt blocks are cached
-    assert list(pool.free_queue) == [3, 4, 5, 6, 7, 2, 1, 0]  # freed tail first: block 0 is evicted last
+    assert list(pool.free_queue) == [
+        3,
+        4,
+        5,
+        6,
+        7,
+        2,
+        1,
+        0,
+    ]  # freed tail first: block 0 is evicted last
     e.submit(req(1, 50.0, (1, 2, 3, 4, 5, 6, 7, 8, 20, 21)))
     e.step()
     b = e.scheduler.running[0]
@@ -52,7 +65,6 @@ def test_second_request_hits_the_first_ones_full_blocks() -> None:
     assert [pool.ref_counts[i] for i in (0, 1, 3)] == [1, 1, 1]
     stats = e.allocator.prefix_stats
     assert (stats.queries, stats.hits) == (20, 8)
-
 
 
 def test_lookup_result_is_passed_explicitly_not_left_on_the_allocator() -> None:
@@ -74,17 +86,26 @@ def test_lookup_result_is_passed_explicitly_not_left_on_the_allocator() -> None:
 
 def test_contiguous_allocators_declare_no_optional_pieces() -> None:
     allocator = make_allocator("contiguous-pow2", 64, 4, 64)
-    assert (allocator.pool, allocator.prefix_stats, allocator.fork_stats, allocator.tiers, allocator.retained_cap) \
-        == (None, None, None, None, None)
+    assert (
+        allocator.pool,
+        allocator.prefix_stats,
+        allocator.fork_stats,
+        allocator.tiers,
+        allocator.retained_cap,
+    ) == (None, None, None, None, None)
     assert allocator.reserves_ahead and allocator.fragments_externally
     assert allocator.lookup(Sequence(req(0, 0.0, tuple(range(1, 9))))).blocks == []
     assert hit_rate(0, 0) == 0.0 and hit_rate(3, 4) == 0.75
+
 
 def test_fully_cached_prompt_recomputes_its_last_block() -> None:
     e = engine()
     result = e.run([req(0, 0.0, tuple(range(1, 9))), req(1, 50.0, tuple(range(1, 9)))])
     m = result.metrics
-    assert (m["prefix_cache_queries"], m["prefix_cache_hits"]) == (16, 4)  # 8 cached, limit (8-1)//4 = 1 block
+    assert (m["prefix_cache_queries"], m["prefix_cache_hits"]) == (
+        16,
+        4,
+    )  # 8 cached, limit (8-1)//4 = 1 block
     assert m["prefix_hit_rate"] == 0.25
 
 
@@ -106,18 +127,25 @@ def test_concurrent_sharers_count_a_block_once() -> None:
 
 def test_lru_reclaims_the_oldest_cached_blocks_first() -> None:
     e = engine(blocks=4)
-    e.run([req(0, 0.0, tuple(range(1, 9)), output=1), req(1, 10.0, tuple(range(100, 108)), output=1)])
+    e.run(
+        [req(0, 0.0, tuple(range(1, 9)), output=1), req(1, 10.0, tuple(range(100, 108)), output=1)]
+    )
     pool = e.allocator.pool
     # Request 0's blocks were freed first (tail first), so they are reclaimed first.
     assert pool.num_cached_free == 4 and list(pool.free_queue) == [1, 0, 3, 2]
     e2 = e.run([req(2, 20.0, tuple(range(200, 208)), output=1)])
     assert pool.cached_evictions == 2
-    assert pool.lookup(hash_of(range(1, 5))) is None and pool.lookup(hash_of(range(100, 104))) is not None
+    assert (
+        pool.lookup(hash_of(range(1, 5))) is None
+        and pool.lookup(hash_of(range(100, 104))) is not None
+    )
     assert e2.metrics["cached_blocks_evicted"] == 2
 
 
 def hash_of(tokens: range) -> int:
-    return block_hashes(Request(0, 0.0, len(tokens), 1, prompt_tokens=tuple(tokens)), len(tokens))[0]
+    return block_hashes(Request(0, 0.0, len(tokens), 1, prompt_tokens=tuple(tokens)), len(tokens))[
+        0
+    ]
 
 
 def test_preempted_readmissions_are_counted_apart() -> None:
@@ -127,7 +155,9 @@ def test_preempted_readmissions_are_counted_apart() -> None:
     result = e.run([req(0, 0.0, (1, 2, 3, 4), output=6), req(1, 0.0, (9, 8, 7, 6), output=6)])
     m = result.metrics
     assert m["preemptions"] == 1
-    assert m["prefix_cache_queries"] == 8 and m["preempted_prefix_queries"] == 9  # 4 prompt + 5 generated
+    assert (
+        m["prefix_cache_queries"] == 8 and m["preempted_prefix_queries"] == 9
+    )  # 4 prompt + 5 generated
     assert m["preempted_prefix_hits"] == 4
 
 
@@ -148,14 +178,21 @@ def test_parallel_samples_share_the_prompt_copy_on_write() -> None:
 
 
 @pytest.mark.parametrize(("n", "low", "high"), [(2, 0.05, 0.08), (6, 0.08, 0.13)])
-def test_parallel_sampling_memory_saving_near_the_vllm_paper(n: int, low: float, high: float) -> None:
+def test_parallel_sampling_memory_saving_near_the_vllm_paper(
+    n: int, low: float, high: float
+) -> None:
     """vLLM paper §6.3 (OPT-13B, Alpaca): parallel sampling saves 6.1% (n=2) to 9.8% (n=6).
     Measured here: 6.5% and 12.4% (400 requests; 10.7% at 1,000)."""
-    requests = [r.__class__(**{**{f: getattr(r, f) for f in r.__slots__}, "n": n})
-                for r in make_workload("alpaca", 400, rate=10, seed=0, max_model_len=2048)]
+    requests = [
+        r.__class__(**{**{f: getattr(r, f) for f in r.__slots__}, "n": n})
+        for r in make_workload("alpaca", 400, rate=10, seed=0, max_model_len=2048)
+    ]
     # the paper's engine, not today's vLLM defaults: kvplan's plain limits and datasheet-speed steps
-    config = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
-                         scheduler=SchedulerConfig(), step_model="roofline")
+    config = BenchConfig(
+        SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
+        scheduler=SchedulerConfig(),
+        step_model="roofline",
+    )
     (record,) = run_matrix(config, requests, ["paged"])
     assert low <= record.metrics["sharing_savings"] <= high
 
@@ -164,7 +201,9 @@ def test_trace_hashes_map_512_token_ids_to_any_block_size() -> None:
     request = Request(0, 0.0, 1100, 1, block_hashes=(7, 8, 9), hash_block_tokens=512)
     assert trace_hashes(request, 512) == [(7 << 32) | 512, (8 << 32) | 1024]
     small = trace_hashes(request, 16)
-    assert len(small) == 1100 // 16 and small[31] == (7 << 32) | 512 and small[32] == (8 << 32) | 528
+    assert (
+        len(small) == 1100 // 16 and small[31] == (7 << 32) | 512 and small[32] == (8 << 32) | 528
+    )
     other = Request(1, 1.0, 600, 1, block_hashes=(7, 11), hash_block_tokens=512)
     assert trace_hashes(other, 16)[:32] == small[:32]  # the shared first trace block
     assert trace_hashes(other, 16)[32] != small[32]
@@ -181,8 +220,10 @@ def test_mooncake_bounds(shared_data: Path) -> None:
 
 def cluster_run(workload: str, routers: tuple[str, ...]) -> dict[str, dict]:
     requests = make_workload(workload, 600, rate=4, seed=0, max_model_len=4096)
-    config = BenchConfig(SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096),
-                         cluster=ClusterConfig(pods=4, routers=routers))
+    config = BenchConfig(
+        SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096),
+        cluster=ClusterConfig(pods=4, routers=routers),
+    )
     return {r.params["router"]: r.metrics for r in run_matrix(config, requests, ["prefix"])}
 
 
@@ -195,7 +236,9 @@ def test_kv_aware_and_sticky_beat_round_robin_on_chat() -> None:
 
 def test_kv_aware_does_not_overload_a_hot_pod_like_prefix_hash() -> None:
     m = cluster_run("system-prompt", ("prefix-hash", "kv-aware"))
-    assert m["prefix-hash"]["load_imbalance"] == 4.0  # one shared system prompt: one pod gets everything
+    assert (
+        m["prefix-hash"]["load_imbalance"] == 4.0
+    )  # one shared system prompt: one pod gets everything
     assert m["kv-aware"]["load_imbalance"] < 2.0
     assert m["kv-aware"]["ttft_s_p90"] < m["prefix-hash"]["ttft_s_p90"] / 10
     assert m["kv-aware"]["prefix_hit_rate"] >= m["prefix-hash"]["prefix_hit_rate"] - 0.01

@@ -32,17 +32,33 @@ def test_sliding_and_streaming_keep_sets() -> None:
 
 
 def test_h2o_selects_per_kv_head() -> None:
-    scores = np.array([[5.0, 0.1, 3.0, 0.2, 4.0, 0.3, 0.0, 0.0],  # head 0: heavy 0 and 4
-                       [0.1, 5.0, 0.2, 4.0, 0.1, 0.3, 0.0, 0.0]])  # head 1: heavy 1 and 3
-    assert keep_h2o(scores, 4).tolist() == [[0, 4, 6, 7], [1, 3, 6, 7]]  # recent 2 + 2 heavy, per head
+    scores = np.array(
+        [
+            [5.0, 0.1, 3.0, 0.2, 4.0, 0.3, 0.0, 0.0],  # head 0: heavy 0 and 4
+            [0.1, 5.0, 0.2, 4.0, 0.1, 0.3, 0.0, 0.0],
+        ]
+    )  # head 1: heavy 1 and 3
+    assert keep_h2o(scores, 4).tolist() == [
+        [0, 4, 6, 7],
+        [1, 3, 6, 7],
+    ]  # recent 2 + 2 heavy, per head
     assert keep_h2o(scores[:1], 4, recent=1).tolist() == [[0, 2, 4, 7]]
-    assert keep_h2o([[1.0, 1.0, 1.0]], 2, recent=0).tolist() == [[0, 1]]  # ties keep the earlier token
+    assert keep_h2o([[1.0, 1.0, 1.0]], 2, recent=0).tolist() == [
+        [0, 1]
+    ]  # ties keep the earlier token
 
 
 def test_snapkv_pools_votes_per_head_and_keeps_the_window() -> None:
-    votes = np.array([[0.0, 0.0, 9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],  # 10 earlier tokens, window 2
-                      [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 0.0, 0.0, 0.0]])
-    assert keep_snapkv(votes, budget=5, window=2, kernel=3).tolist() == [[1, 2, 3, 10, 11], [5, 6, 7, 10, 11]]
+    votes = np.array(
+        [
+            [0.0, 0.0, 9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],  # 10 earlier tokens, window 2
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    assert keep_snapkv(votes, budget=5, window=2, kernel=3).tolist() == [
+        [1, 2, 3, 10, 11],
+        [5, 6, 7, 10, 11],
+    ]
     assert keep_snapkv(votes, budget=20, window=2).tolist() == [list(range(12))] * 2
 
 
@@ -50,7 +66,12 @@ def test_paged_eviction_drops_whole_blocks_for_every_head() -> None:
     positions = list(range(12))
     scores = np.array([[9, 9, 9, 9, 1, 1, 1, 1, 5, 5, 5, 5], [9, 9, 9, 9, 1, 1, 1, 1, 5, 5, 5, 5]])
     assert keep_paged(scores, positions, budget=8, block=4) == [0, 1, 2, 3, 8, 9, 10, 11]
-    assert keep_paged(scores, positions, budget=4, block=4) == [8, 9, 10, 11]  # the newest block stays
+    assert keep_paged(scores, positions, budget=4, block=4) == [
+        8,
+        9,
+        10,
+        11,
+    ]  # the newest block stays
 
 
 def test_entropy_budget_split() -> None:
@@ -92,7 +113,9 @@ def stories(shared_data: Path):
     from kvplan.real.model import load_causal_lm
 
     root = shared_data / "models/stories260K"
-    tokens = Llama2cTokenizer(root / "tok512.bin").encode((root / "tinystories_validation_0.txt").read_text().strip())
+    tokens = Llama2cTokenizer(root / "tok512.bin").encode(
+        (root / "tinystories_validation_0.txt").read_text().strip()
+    )
     model, _ = load_causal_lm("stories260K", str(root / "hf"), None, "fp32", "cpu")
     reference, _ = run_policy(model, tokens, PolicySpec("full"))
     return model, tokens, reference
@@ -130,7 +153,9 @@ def test_int8_within_one_percent_and_int4_as_published(stories) -> None:
     int4 = evaluate(model, tokens, PolicySpec("full"), "int4", reference=reference)
     assert int8.perplexity == pytest.approx(3.661, rel=0.01)  # shared README: 3.666 at 8 bits
     assert int4.perplexity == pytest.approx(8.59, rel=0.01)  # and 8.59 at 4 bits
-    assert int8.kv_bytes_per_seq == 171 * 5 * 2 * 4 * (8 + 4)  # int8 values + one fp32 scale per token-head
+    assert int8.kv_bytes_per_seq == 171 * 5 * 2 * 4 * (
+        8 + 4
+    )  # int8 values + one fp32 scale per token-head
 
 
 def test_window_policies_reproduce_the_reference_figures(stories) -> None:
@@ -141,8 +166,10 @@ def test_window_policies_reproduce_the_reference_figures(stories) -> None:
     from kvplan.quality.evaluate import evaluate
 
     model, tokens, _ = stories
-    figures = {name: evaluate(model, tokens, PolicySpec(name, 33)) for name in
-               ("sliding-window", "streaming", "streaming-abspos")}
+    figures = {
+        name: evaluate(model, tokens, PolicySpec(name, 33))
+        for name in ("sliding-window", "streaming", "streaming-abspos")
+    }
     assert round(figures["sliding-window"].perplexity, 3) == 4.028
     assert round(figures["streaming"].perplexity, 3) == 4.119
     assert round(figures["streaming-abspos"].perplexity, 3) == 3.879
@@ -156,8 +183,11 @@ def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -
     from kvplan.quality.evaluate import evaluate
 
     model, tokens, _ = stories
-    monkeypatch.setattr(H2O, "keep", lambda self, spec, scores, positions, budget:
-                        keep_h2o(scores, budget, budget // 2 + 1))
+    monkeypatch.setattr(
+        H2O,
+        "keep",
+        lambda self, spec, scores, positions, budget: keep_h2o(scores, budget, budget // 2 + 1),
+    )
     result = evaluate(model, tokens, PolicySpec("h2o", 33))
     assert round(result.perplexity, 3) == 3.892
 
@@ -172,8 +202,17 @@ def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
     spec = load_model(str(shared_data / "models/stories260K/hf"))
     for fmt, name in ((None, "fp32"), ("int8", "int8"), ("int4", "int4")):
         measured = evaluate(model, tokens, PolicySpec("h2o", 40), fmt).kv_bytes_per_seq
-        estimated = plan(PlanInputs(spec, load_gpu("l4"), kv_format=parse_kv_format(name), context=len(tokens),
-                                    block_size=1, kv_budget=40), suggest=False).seq_bytes
+        estimated = plan(
+            PlanInputs(
+                spec,
+                load_gpu("l4"),
+                kv_format=parse_kv_format(name),
+                context=len(tokens),
+                block_size=1,
+                kv_budget=40,
+            ),
+            suggest=False,
+        ).seq_bytes
         assert measured == estimated
 
 
@@ -187,9 +226,18 @@ def budget_engine(policy: str, budget: int, blocks: int = 16, prompt: int = 3, o
     from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload.request import Request
 
-    roofline = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
-    allocator = make_allocator("paged", blocks * 4, 4, 64, watermark=0.0, policy=PolicySpec(policy, budget, block=4),
-                               copy_s_per_slot=1.0)
+    roofline = Roofline(
+        load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16")
+    )
+    allocator = make_allocator(
+        "paged",
+        blocks * 4,
+        4,
+        64,
+        watermark=0.0,
+        policy=PolicySpec(policy, budget, block=4),
+        copy_s_per_slot=1.0,
+    )
     engine = Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
     engine.submit(Request(0, 0.0, prompt, output))
     return engine
@@ -244,11 +292,23 @@ def test_budget_concurrency_matches_the_estimator() -> None:
     from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload import make_workload
 
-    requests = make_workload("long-reasoning", 200, rate=None, arrival="burst", seed=0, max_model_len=8192)
-    config = BenchConfig(SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192), kv_budget=1024)
+    requests = make_workload(
+        "long-reasoning", 200, rate=None, arrival="burst", seed=0, max_model_len=8192
+    )
+    config = BenchConfig(
+        SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192), kv_budget=1024
+    )
     paged, streaming = (r.metrics for r in run_matrix(config, requests, ["paged", "streaming"]))
-    estimate = plan(PlanInputs(load_model("llama-3.1-8b"), load_gpu("l4"), kv_format=parse_kv_format("bf16"),
-                               context=8192, kv_budget=1024), suggest=False)
+    estimate = plan(
+        PlanInputs(
+            load_model("llama-3.1-8b"),
+            load_gpu("l4"),
+            kv_format=parse_kv_format("bf16"),
+            context=8192,
+            kv_budget=1024,
+        ),
+        suggest=False,
+    )
     # The estimator: 39.2 sequences of 1,024 tokens fit; the engine averages 35.4 (the run's
     # final drain included) and never holds more than the estimate once sequences are full.
     assert 0.85 * estimate.max_concurrency <= streaming["running_mean"] <= estimate.max_concurrency
@@ -266,10 +326,28 @@ def test_bench_quality_table_and_pareto_report(shared_data: Path, tmp_path: Path
 
     root = shared_data / "models/stories260K"
     out = tmp_path / "quality.jsonl"
-    result = CliRunner().invoke(app, ["bench", "--mode", "real", "--device", "cpu", "--model-path", str(root / "hf"),
-                                      "--tokenizer", str(root / "tok512.bin"), "--quality-text",
-                                      str(root / "tinystories_validation_0.txt"), "--optimizations",
-                                      "fp32,int8,streaming", "--kv-budget", "32", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--mode",
+            "real",
+            "--device",
+            "cpu",
+            "--model-path",
+            str(root / "hf"),
+            "--tokenizer",
+            str(root / "tok512.bin"),
+            "--quality-text",
+            str(root / "tinystories_validation_0.txt"),
+            "--optimizations",
+            "fp32,int8,streaming",
+            "--kv-budget",
+            "32",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "3.661" in result.output and "3.666" in result.output and "4.149" in result.output
     records = read_jsonl(out)
@@ -298,7 +376,9 @@ def test_kivi_bytes_and_quality(stories) -> None:
     # Bytes measured from the packed tensors equal the estimator's, residual included:
     # 171 tokens -> 160 keys quantized, 11 waiting; 139 values quantized, 32 in fp32.
     for result, name in ((kivi4, "kivi-int4"), (kivi2, "kivi-int2")):
-        assert result.kv_bytes_per_seq == 5 * 4 * parse_kv_format(name).kivi_sequence_bytes(171, 8, 4)
+        assert result.kv_bytes_per_seq == 5 * 4 * parse_kv_format(name).kivi_sequence_bytes(
+            171, 8, 4
+        )
     assert kivi2.kv_bytes_per_seq == 5 * 4 * (160 * (2 + 2) + 139 * (2 + 8) + (11 + 32) * 8 * 4)
 
 
@@ -310,14 +390,20 @@ def test_per_tensor_scales_are_calibrated_on_another_text(stories) -> None:
     with pytest.raises(ValueError, match="calibration text"):
         evaluate(model, tokens, PolicySpec("full"), "int8-tensor")
     _, scales = calibrate(model, other, PolicySpec("full"), "int8-tensor")
-    assert len(scales) == 5 and all(0 < k < 1 and 0 < v < 1 for k, v in scales)  # absmax / 127, not 1.0
-    tensor = evaluate(model, tokens, PolicySpec("full"), "int8-tensor", reference=reference, calibration=other)
+    assert len(scales) == 5 and all(
+        0 < k < 1 and 0 < v < 1 for k, v in scales
+    )  # absmax / 127, not 1.0
+    tensor = evaluate(
+        model, tokens, PolicySpec("full"), "int8-tensor", reference=reference, calibration=other
+    )
     assert tensor.perplexity < 1.02 * 3.661  # scale 1.0 rounded K/V to integers: 7.10
     budgets, _ = calibrate(model, other, PolicySpec("entropy-budget", 32), None)
     assert sum(budgets) == 5 * 32 and len(set(budgets)) > 1
 
 
-@pytest.mark.parametrize("policy", ["sliding-window", "streaming", "h2o", "h2o-holes", "snapkv", "paged-eviction"])
+@pytest.mark.parametrize(
+    "policy", ["sliding-window", "streaming", "h2o", "h2o-holes", "snapkv", "paged-eviction"]
+)
 def test_engine_blocks_follow_the_memory_model(policy: str) -> None:
     """After every step the simulated engine holds the blocks kvplan.core.policies says."""
     engine = budget_engine(policy, budget=12, blocks=32, prompt=30, output=40)

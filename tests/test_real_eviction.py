@@ -15,7 +15,12 @@ from kvplan.workload.request import Request
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-REQUESTS = [Request(0, 0.0, 20, 40), Request(1, 0.0, 50, 30), Request(2, 0.0, 9, 45), Request(3, 0.0, 70, 12)]
+REQUESTS = [
+    Request(0, 0.0, 20, 40),
+    Request(1, 0.0, 50, 30),
+    Request(2, 0.0, 9, 45),
+    Request(3, 0.0, 70, 12),
+]
 BUDGET = 32
 SLOW = pytest.mark.slow  # ~15 s each on 2 shared cores: the other cases cover the same paths
 
@@ -24,12 +29,17 @@ def config(shared_data: Path, mode: str) -> BenchConfig:
     from kvplan.core.engine_factory import RealConfig
 
     hf = str(shared_data / "models/stories260K/hf")
-    sizing = SizingConfig(model=hf, gpu="l4", kv_dtype="fp32", block_size=16, kv_cache_gib=0.001, max_model_len=256)
-    return BenchConfig(sizing, real=RealConfig(device="cpu", model_path=hf), mode=mode, kv_budget=BUDGET)
+    sizing = SizingConfig(
+        model=hf, gpu="l4", kv_dtype="fp32", block_size=16, kv_cache_gib=0.001, max_model_len=256
+    )
+    return BenchConfig(
+        sizing, real=RealConfig(device="cpu", model_path=hf), mode=mode, kv_budget=BUDGET
+    )
 
 
-def simulated_slots(shared_data: Path, name: str, layer_budgets: tuple[int, ...] | None = None
-                    ) -> dict[int, list[tuple[int, int]]]:
+def simulated_slots(
+    shared_data: Path, name: str, layer_budgets: tuple[int, ...] | None = None
+) -> dict[int, list[tuple[int, int]]]:
     """(tokens written, slots held per head) after each step of each request, from the
     simulator's memory model (entropy-budget: given the real engine's probed split)."""
     from dataclasses import replace
@@ -68,12 +78,19 @@ def test_entropy_budget_split_is_probed_on_the_models_own_text(real_factory) -> 
     split = real_factory.entropy_split()
     text = real_factory.greedy_text(ENTROPY_PROBE_TOKENS)
     assert len(text) == ENTROPY_PROBE_TOKENS + 1 and text[0] == 1
-    assert list(split) == calibrate(real_factory.loaded.model, text, PolicySpec("entropy-budget", BUDGET), None)[0]
+    assert (
+        list(split)
+        == calibrate(real_factory.loaded.model, text, PolicySpec("entropy-budget", BUDGET), None)[0]
+    )
     assert sum(split) == 5 * BUDGET and max(split) > BUDGET > min(split)
 
 
-@pytest.mark.parametrize("name", ["h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "entropy-budget"])
-def test_closed_loop_real_pool_holds_what_the_simulator_charges(real_factory, shared_data: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    "name", ["h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "entropy-budget"]
+)
+def test_closed_loop_real_pool_holds_what_the_simulator_charges(
+    real_factory, shared_data: Path, name: str
+) -> None:
     engine, _ = real_factory.build(parse_optimization(name))
     result = engine.run(list(REQUESTS))
     assert result.metrics["requests_finished"] == 4
@@ -95,7 +112,12 @@ def test_closed_loop_real_pool_holds_what_the_simulator_charges(real_factory, sh
     if name == "snapkv":  # the prompt compressed once, then every generated token kept
         assert [slots[-1][1] for slots in measured.values()] == [59, 61, 53, 43]
     elif name == "paged-eviction":  # whole 16-token pages: the newest page partly filled
-        assert [slots[-1][1] for slots in measured.values()] == [27, 31, 21, 17]  # L - 16 * ceil((L - 32) / 16)
+        assert [slots[-1][1] for slots in measured.values()] == [
+            27,
+            31,
+            21,
+            17,
+        ]  # L - 16 * ceil((L - 32) / 16)
     else:
         assert all(slots[-1][1] == BUDGET for slots in measured.values())
     if name == "streaming":
@@ -108,10 +130,21 @@ def test_closed_loop_real_pool_holds_what_the_simulator_charges(real_factory, sh
     assert result.metrics["kv_cache_usage_mean"] < full.metrics["kv_cache_usage_mean"]
 
 
-@pytest.mark.parametrize(("name", "prompt"), [("h2o", 20), ("snapkv", 50), ("paged-eviction", 20), ("streaming", 20),
-                                            ("streaming", 50), pytest.param("streaming-abspos", 50, marks=SLOW),
-                                            ("entropy-budget", 20)])
-def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, name: str, prompt: int) -> None:
+@pytest.mark.parametrize(
+    ("name", "prompt"),
+    [
+        ("h2o", 20),
+        ("snapkv", 50),
+        ("paged-eviction", 20),
+        ("streaming", 20),
+        ("streaming", 50),
+        pytest.param("streaming-abspos", 50, marks=SLOW),
+        ("entropy-budget", 20),
+    ],
+)
+def test_real_policy_decodes_what_the_quality_evaluator_predicts(
+    real_factory, name: str, prompt: int
+) -> None:
     """The serving engine (paged kernels, per-head holes refilled in the pool) and the
     quality evaluator (a contiguous per-head cache) implement the same policy: teacher-forced
     on the engine's own greedy tokens, the evaluator predicts every one of them."""
@@ -124,34 +157,60 @@ def test_real_policy_decodes_what_the_quality_evaluator_predicts(real_factory, n
     # paged-eviction may keep the sink-like first page and drop the one before the newest,
     # which moves nothing; per-token policies refill holes; streaming copies its sinks
     if name.startswith("streaming"):
-        assert eviction.sinks.copies == 4 * 5 * (prompt + 59 - BUDGET)  # each query at position >= the budget, 5 layers
+        assert eviction.sinks.copies == 4 * 5 * (
+            prompt + 59 - BUDGET
+        )  # each query at position >= the budget, 5 layers
     else:
         assert eviction.copied_slots > 0 or name == "paged-eviction"
     split = real_factory.entropy_split() if name == "entropy-budget" else None
-    held = {"snapkv": BUDGET + 59, "paged-eviction": 79 - 48, "entropy-budget": max(split or [0])}.get(name, BUDGET)
+    held = {
+        "snapkv": BUDGET + 59,
+        "paged-eviction": 79 - 48,
+        "entropy-budget": max(split or [0]),
+    }.get(name, BUDGET)
     assert eviction.measured[(0, 0)][-1] == (prompt + 59, held)
     if name == "h2o":
         # Holes left in place would keep more blocks than compaction does (every layer and
         # head must drop a block's tokens before it frees): measured on the same run.
         metrics = real_factory.run_metrics(engine)
         assert metrics["eviction_hole_blocks_ratio"] > 1.0
-    logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec(name, BUDGET), prompt_len=prompt,
-                           layer_budgets=list(split) if split else None)
-    assert logits[prompt - 1:-1].argmax(-1).tolist() == tokens[prompt:]
+    logits, _ = run_policy(
+        real_factory.loaded.model,
+        tokens,
+        PolicySpec(name, BUDGET),
+        prompt_len=prompt,
+        layer_budgets=list(split) if split else None,
+    )
+    assert logits[prompt - 1 : -1].argmax(-1).tolist() == tokens[prompt:]
     if name == "entropy-budget":  # the split matters: an even one predicts other tokens here
-        even, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec(name, BUDGET), prompt_len=prompt)
-        assert even[prompt - 1:-1].argmax(-1).tolist() != tokens[prompt:]
+        even, _ = run_policy(
+            real_factory.loaded.model, tokens, PolicySpec(name, BUDGET), prompt_len=prompt
+        )
+        assert even[prompt - 1 : -1].argmax(-1).tolist() != tokens[prompt:]
 
 
 @pytest.mark.parametrize("name", ["h2o-holes"])
 def test_real_mode_refuses_policies_it_cannot_evict(real_factory, name: str) -> None:
-    with pytest.raises(ValueError, match=f"real mode cannot run '{name}': .*; measure it with quality_text"):
+    with pytest.raises(
+        ValueError, match=f"real mode cannot run '{name}': .*; measure it with quality_text"
+    ):
         real_factory.build(parse_optimization(name))
 
 
-@pytest.mark.parametrize("name", [pytest.param("paged", marks=SLOW), "paged+h2o", "paged+snapkv", "paged+streaming",
-                                  pytest.param("paged+paged-eviction", marks=SLOW), "paged+entropy-budget"])
-def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, shared_data: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("paged", marks=SLOW),
+        "paged+h2o",
+        "paged+snapkv",
+        "paged+streaming",
+        pytest.param("paged+paged-eviction", marks=SLOW),
+        "paged+entropy-budget",
+    ],
+)
+def test_quality_through_the_serving_engine_equals_the_evaluator(
+    real_factory, shared_data: Path, name: str
+) -> None:
     """Teacher-forced through the scheduler, the paged pool, the policy and the kernels that
     serve, the text's perplexity is the quality evaluator's (float32 sums in another order)."""
     from kvplan.quality.evaluate import evaluate
@@ -159,19 +218,30 @@ def test_quality_through_the_serving_engine_equals_the_evaluator(real_factory, s
     from kvplan.real.teacher import served_prompt_len, served_quality
 
     root = shared_data / "models/stories260K"
-    tokens = Llama2cTokenizer(root / "tok512.bin").encode((root / "tinystories_validation_0.txt").read_text().strip())
+    tokens = Llama2cTokenizer(root / "tok512.bin").encode(
+        (root / "tinystories_validation_0.txt").read_text().strip()
+    )
     optimization = parse_optimization(name)
     spec = PolicySpec(optimization.policy or "full", BUDGET if optimization.policy else None)
     served = served_quality(real_factory, optimization, tokens)["served_perplexity"]
     from kvplan.quality.evaluate import run_policy
 
     split = real_factory.entropy_split() if optimization.policy == "entropy-budget" else None
-    logits, _ = run_policy(real_factory.loaded.model, tokens, spec, layer_budgets=list(split) if split else None,
-                           prompt_len=served_prompt_len(optimization.policy, len(tokens)))
-    expected = torch.exp(torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(tokens[1:]))).item()
+    logits, _ = run_policy(
+        real_factory.loaded.model,
+        tokens,
+        spec,
+        layer_budgets=list(split) if split else None,
+        prompt_len=served_prompt_len(optimization.policy, len(tokens)),
+    )
+    expected = torch.exp(
+        torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(tokens[1:]))
+    ).item()
     assert served == pytest.approx(expected, rel=1e-5)
     if name == "paged":
-        assert expected == pytest.approx(evaluate(real_factory.loaded.model, tokens, spec).perplexity, rel=1e-6)
+        assert expected == pytest.approx(
+            evaluate(real_factory.loaded.model, tokens, spec).perplexity, rel=1e-6
+        )
 
 
 @pytest.mark.parametrize("fmt", ["int8", pytest.param("int4", marks=SLOW)])
@@ -186,7 +256,9 @@ def test_streaming_on_a_quantized_pool_rounds_its_sinks_once(real_factory, fmt: 
     engine.run([Request(0, 0.0, 20, 100)])
     tokens = engine.runner.tokens[(0, 0)]
     assert engine.runner.eviction.sinks.copies == 4 * 5 * (20 + 99 - BUDGET)
-    logits, _ = run_policy(real_factory.loaded.model, tokens, PolicySpec("streaming", BUDGET), fmt, prompt_len=20)
+    logits, _ = run_policy(
+        real_factory.loaded.model, tokens, PolicySpec("streaming", BUDGET), fmt, prompt_len=20
+    )
     assert logits[19:-1].argmax(-1).tolist() == tokens[20:]
 
 
@@ -201,10 +273,16 @@ def test_real_sliding_window_shares_cached_blocks_exactly(real_factory) -> None:
     for name in ("sliding-window", "prefix+sliding-window"):
         engine, _ = real_factory.build(parse_optimization(name))
         engine.runner.keep_logits = True
-        result = engine.run([Request(0, 0.0, 80, 20, prompt_tokens=a), Request(1, 5.0, 76, 20, prompt_tokens=b)])
+        result = engine.run(
+            [Request(0, 0.0, 80, 20, prompt_tokens=a), Request(1, 5.0, 76, 20, prompt_tokens=b)]
+        )
         runs[name] = engine.runner
         hits = {seq.request_id: seq.hit_tokens for seq in result.finished}
         assert hits == ({0: 0, 1: 64} if "prefix" in name else {0: 0, 1: 0})
     plain, shared = runs["sliding-window"], runs["prefix+sliding-window"]
-    assert shared.tokens == plain.tokens and (1, 0) in shared.checked  # the hit's tokens were compared too
-    torch.testing.assert_close(torch.stack(shared.step_logits[(1, 0)]), torch.stack(plain.step_logits[(1, 0)]))
+    assert (
+        shared.tokens == plain.tokens and (1, 0) in shared.checked
+    )  # the hit's tokens were compared too
+    torch.testing.assert_close(
+        torch.stack(shared.step_logits[(1, 0)]), torch.stack(plain.step_logits[(1, 0)])
+    )

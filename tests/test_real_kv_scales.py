@@ -25,9 +25,15 @@ def test_int8_tensor_scales_are_calibrated(shared_data: Path, monkeypatch) -> No
 
     torch.set_num_threads(1)
     hf = str(shared_data / "models/stories260K/hf")
-    factory = engine_factory(BenchConfig(SizingConfig(model=hf, kv_dtype="fp32", block_size=16, kv_cache_gib=0.001,
-                                                      max_model_len=256), real=RealConfig(device="cpu", model_path=hf),
-                                         mode="real"))
+    factory = engine_factory(
+        BenchConfig(
+            SizingConfig(
+                model=hf, kv_dtype="fp32", block_size=16, kv_cache_gib=0.001, max_model_len=256
+            ),
+            real=RealConfig(device="cpu", model_path=hf),
+            mode="real",
+        )
+    )
 
     def greedy(name: str) -> list[int]:
         engine, _ = factory.build(parse_optimization(name))
@@ -38,7 +44,9 @@ def test_int8_tensor_scales_are_calibrated(shared_data: Path, monkeypatch) -> No
     scales = [(float(c.k_scale), float(c.v_scale)) for c in engine.runner.pool]
     assert all(0 < k < 1 and 0 < v < 1 for k, v in scales)  # absmax / 127 of K and V per layer
     full, calibrated = greedy("paged"), greedy("paged+int8-tensor")
-    monkeypatch.setattr(RealEngineFactory, "_tensor_scales", lambda self, fmt: [(1.0, 1.0)] * len(scales))
+    monkeypatch.setattr(
+        RealEngineFactory, "_tensor_scales", lambda self, fmt: [(1.0, 1.0)] * len(scales)
+    )
     unit = greedy("paged+int8-tensor")
     # Measured: scale 1.0 leaves fp32's greedy text at token 2, calibrated scales at 20.
     assert first_divergence(calibrated, full) > 5 * first_divergence(unit, full)

@@ -35,20 +35,29 @@ def vocabulary(path: Path) -> list[str]:
     data = path.read_bytes()
     offset, pieces = 4, []
     for _ in range(512):
-        _, length = struct.unpack("fi", data[offset:offset + 8])
+        _, length = struct.unpack("fi", data[offset : offset + 8])
         offset += 8
-        pieces.append(data[offset:offset + length].decode("utf-8", "replace"))
+        pieces.append(data[offset : offset + length].decode("utf-8", "replace"))
         offset += length
     return pieces
 
 
-def kvplan_generate(model, prompts: list[tuple[int, ...]], new_tokens: int, blocks: int = 64, block: int = 16,
-                    backend: str = "torch", kv: str = "fp32") -> RealRunner:
+def kvplan_generate(
+    model,
+    prompts: list[tuple[int, ...]],
+    new_tokens: int,
+    blocks: int = 64,
+    block: int = 16,
+    backend: str = "torch",
+    kv: str = "fp32",
+) -> RealRunner:
     config = model.config
     heads = config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    pool = [allocate_kv_cache(kv, blocks, block, heads, head_dim, dtype=torch.float32)
-            for _ in range(config.num_hidden_layers)]
+    pool = [
+        allocate_kv_cache(kv, blocks, block, heads, head_dim, dtype=torch.float32)
+        for _ in range(config.num_hidden_layers)
+    ]
     real = RealRunner(model, pool, block, config.vocab_size, "cpu", backend=backend)
     real.keep_logits = True
     allocator = make_allocator("paged", blocks * block, block, 512, watermark=0.0)
@@ -59,15 +68,25 @@ def kvplan_generate(model, prompts: list[tuple[int, ...]], new_tokens: int, bloc
 
 @pytest.fixture(scope="module")
 def stories(shared_data: Path):
-    model, _ = load_causal_lm("stories260K", str(shared_data / "models/stories260K/hf"), None, "fp32", "cpu")
-    reference, _ = load_causal_lm("stories260K", str(shared_data / "models/stories260K/hf"), None, "fp32", "cpu")
+    model, _ = load_causal_lm(
+        "stories260K", str(shared_data / "models/stories260K/hf"), None, "fp32", "cpu"
+    )
+    reference, _ = load_causal_lm(
+        "stories260K", str(shared_data / "models/stories260K/hf"), None, "fp32", "cpu"
+    )
     return model, reference, vocabulary(shared_data / "models/stories260K/tok512.bin")
 
 
 def hf_greedy(reference, prompt: tuple[int, ...], new_tokens: int):
-    out = reference.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                             do_sample=False, output_logits=True, return_dict_in_generate=True)
-    return out.sequences[0, len(prompt):].tolist(), torch.stack(out.logits)[:, 0]
+    out = reference.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    return out.sequences[0, len(prompt) :].tolist(), torch.stack(out.logits)[:, 0]
 
 
 def test_greedy_text_from_bos_is_the_known_story(stories) -> None:
@@ -82,7 +101,7 @@ def compare_with_transformers(model, reference, backend: str, steps: int, block:
     real = kvplan_generate(model, prompts, steps, block=block, backend=backend)
     for index, prompt in enumerate(prompts):
         tokens, logits = hf_greedy(reference, prompt, steps)
-        assert real.tokens[(index, 0)][len(prompt):] == tokens
+        assert real.tokens[(index, 0)][len(prompt) :] == tokens
         ours = torch.stack(real.step_logits[(index, 0)])
         assert torch.allclose(ours, logits, atol=1e-4, rtol=1e-4), (ours - logits).abs().max()
 
@@ -107,7 +126,9 @@ compare_with_transformers(model, reference, "triton", steps=8, block=4)
 print("ok")
 """
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
@@ -130,20 +151,47 @@ def test_int8_kv_stays_close_to_fp32(stories) -> None:
 
 def test_bench_real_mode_end_to_end(shared_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "real.jsonl"
-    result = runner.invoke(app, ["bench", "--mode", "real", "--model-path", str(shared_data / "models/stories260K/hf"),
-                                 "--num-requests", "6", "--rate", "50", "--optimizations", "contiguous-oracle,paged",
-                                 "--kernel-backend", "torch", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "--mode",
+            "real",
+            "--model-path",
+            str(shared_data / "models/stories260K/hf"),
+            "--num-requests",
+            "6",
+            "--rate",
+            "50",
+            "--optimizations",
+            "contiguous-oracle,paged",
+            "--kernel-backend",
+            "torch",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = read_jsonl(out)
     assert [r.mode for r in records] == ["real", "real"]
     paged = records[1].metrics
     assert paged["requests_finished"] == 6 and paged["ttft_s_p50"] > 0
-    assert paged["kv_bytes_allocated"] == pytest.approx(0.25 * 2**30, rel=0.01)  # the default CPU pool
+    assert paged["kv_bytes_allocated"] == pytest.approx(
+        0.25 * 2**30, rel=0.01
+    )  # the default CPU pool
 
 
 def test_random_weights_from_a_config(tmp_path: Path) -> None:
-    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 300, "intermediate_size": 128, "max_position_embeddings": 256}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 300,
+        "intermediate_size": 128,
+        "max_position_embeddings": 256,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     model, raw = load_causal_lm(str(tmp_path / "config.json"), None, 2, "fp32", "cpu", seed=3)
     assert model.config.num_hidden_layers == 2 and raw["num_hidden_layers"] == 2
@@ -154,16 +202,29 @@ def test_random_weights_from_a_config(tmp_path: Path) -> None:
     assert torch.allclose(torch.stack(real.step_logits[(0, 0)]), logits, atol=1e-4)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--device", "cuda"], "no CUDA GPU"),
-    (["--model-path", "/nonexistent/model"], "no config.json"),
-    (["--kv-cache-gib", "0.0000001"], "too small for one request"),
-    (["--optimizations", "h2o-holes", "--kv-budget", "64"], "--quality-text"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device", "cuda"], "no CUDA GPU"),
+        (["--model-path", "/nonexistent/model"], "no config.json"),
+        (["--kv-cache-gib", "0.0000001"], "too small for one request"),
+        (["--optimizations", "h2o-holes", "--kv-budget", "64"], "--quality-text"),
+    ],
+)
 def test_real_mode_errors(args: list[str], message: str, shared_data: Path, tmp_path: Path) -> None:
     if torch.cuda.is_available() and "cuda" in args:
         pytest.skip("a GPU is present")
-    base = ["bench", "--mode", "real", "--num-requests", "2", "--optimizations", "paged", "--out", str(tmp_path / "r.jsonl")]
+    base = [
+        "bench",
+        "--mode",
+        "real",
+        "--num-requests",
+        "2",
+        "--optimizations",
+        "paged",
+        "--out",
+        str(tmp_path / "r.jsonl"),
+    ]
     if "--model-path" not in args:
         base += ["--model-path", str(shared_data / "models/stories260K/hf")]
     result = runner.invoke(app, [*base, *args])

@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 def test_the_pool_is_utilization_of_the_card_less_what_is_in_use() -> None:
     # 80 GiB card, 60 GiB free after loading (20 GiB in use): 0.9 x 80 - 20 = 52 GiB
     assert cuda_kv_pool_bytes(60 * GIB, 80 * GIB, 0.9) == 52 * GIB
-    with pytest.raises(ValueError, match="gpu_memory_utilization 0.2 leaves no KV memory: 20.00 GiB of 80.00 GiB"):
+    with pytest.raises(
+        ValueError, match="gpu_memory_utilization 0.2 leaves no KV memory: 20.00 GiB of 80.00 GiB"
+    ):
         cuda_kv_pool_bytes(60 * GIB, 80 * GIB, 0.2)
 
 
@@ -24,7 +26,10 @@ def loaded(device: str) -> LoadedModel:
 
 def test_the_flag_sizes_the_cuda_pool_and_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (60 * GIB, 80 * GIB))
-    assert kv_pool_bytes(SizingConfig(gpu_memory_utilization=0.5), loaded("cuda")) == (20 * GIB, 0.5)
+    assert kv_pool_bytes(SizingConfig(gpu_memory_utilization=0.5), loaded("cuda")) == (
+        20 * GIB,
+        0.5,
+    )
     # none given: the engine's own default (vLLM V1 at its newest: 0.92), 0.92 x 80 - 20 = 53.6 GiB
     pool_bytes, utilization = kv_pool_bytes(SizingConfig(), loaded("cuda"))
     assert utilization == 0.92 and pool_bytes == pytest.approx(53.6 * GIB)
@@ -39,6 +44,8 @@ def test_the_pre_run_line_names_the_pool_rule_and_its_simplification() -> None:
     from kvplan.bench.real_cost import RunCost
 
     cost = RunCost(10, 1, 1000, 2, 2 * GIB, 20 * GIB, "cuda", 100, 1.0, utilization=0.9)
-    assert "KV pool 20.00 GiB per optimization (0.9 of the card less what the loaded model uses; simplified: " \
-           "vLLM also sets activation memory aside)" in cost.describe()
+    assert (
+        "KV pool 20.00 GiB per optimization (0.9 of the card less what the loaded model uses; simplified: "
+        "vLLM also sets activation memory aside)" in cost.describe()
+    )
     assert "of the card" not in RunCost(10, 1, 1000, 2, 2 * GIB, GIB, "cpu", 100, 1.0).describe()

@@ -60,7 +60,9 @@ def parse(page: str) -> StrictParser:
 @pytest.fixture(scope="module")
 def bench_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     requests = make_workload("sharegpt", 120, rate=30, seed=1, max_model_len=2048)
-    config = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=2.0, max_model_len=2048))
+    config = BenchConfig(
+        SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=2.0, max_model_len=2048)
+    )
     records = run_matrix(config, requests, ["contiguous-max", "contiguous-oracle", "paged"])
     path = tmp_path_factory.mktemp("bench") / "bench.jsonl"
     write_jsonl(path, records)
@@ -70,23 +72,48 @@ def bench_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def estimate_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("estimate") / "estimate.jsonl"
-    result = runner.invoke(app, ["estimate", "llama-3.1-8b", "--sweep", "context=1k..32k", "--sweep",
-                                 "kv-dtype=bf16,fp8", "--sweep", "gpu=l4,h100", "--out", str(path)])
+    result = runner.invoke(
+        app,
+        [
+            "estimate",
+            "llama-3.1-8b",
+            "--sweep",
+            "context=1k..32k",
+            "--sweep",
+            "kv-dtype=bf16,fp8",
+            "--sweep",
+            "gpu=l4,h100",
+            "--out",
+            str(path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return path
 
 
-def test_report_renders_every_run_and_chart(bench_results: Path, estimate_results: Path, tmp_path: Path) -> None:
+def test_report_renders_every_run_and_chart(
+    bench_results: Path, estimate_results: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "report"
-    result = runner.invoke(app, ["report", str(bench_results), str(estimate_results), "--out", str(out)])
+    result = runner.invoke(
+        app, ["report", str(bench_results), str(estimate_results), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     page = (out / "index.html").read_text()
     parser = parse(page)
     text = " ".join(parser.text)
     for name in ("contiguous-max", "contiguous-oracle", "paged", "opt-13b", "llama-3.1-8b"):
         assert name in text
-    expected = {"pool_split", "throughput", "latency", "kv_usage_over_time", "preemptions", "kv_vs_context",
-                "concurrency_vs_context", "fit_matrix"}
+    expected = {
+        "pool_split",
+        "throughput",
+        "latency",
+        "kv_usage_over_time",
+        "preemptions",
+        "kv_vs_context",
+        "concurrency_vs_context",
+        "fit_matrix",
+    }
     assert {p.stem for p in out.glob("*.png")} == expected
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -110,7 +137,9 @@ def test_comparison_ratios_and_exports(bench_results: Path, tmp_path: Path) -> N
     prom = (tmp_path / "metrics.prom").read_text()
     assert "# TYPE vllm:kv_cache_usage_perc gauge" in prom
     assert "# TYPE vllm:num_preemptions_total counter" in prom
-    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+-]+$')
+    sample = re.compile(
+        r'^[a-zA-Z_:][a-zA-Z0-9_:]*\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+-]+$'
+    )
     for line in prom.splitlines():
         assert line.startswith("# ") or sample.match(line), line
     usage = records[2].metrics["kv_cache_usage_mean"]
@@ -127,18 +156,29 @@ def test_names_are_escaped(bench_results: Path, tmp_path: Path) -> None:
     write_jsonl(hostile, records)
     page = write_report([hostile], tmp_path / "out").index.read_text()
     parser = parse(page)
-    assert "script" not in parser.tags and len(parser.images) == len(list((tmp_path / "out").glob("*.png")))
+    assert "script" not in parser.tags and len(parser.images) == len(
+        list((tmp_path / "out").glob("*.png"))
+    )
     assert "&lt;script&gt;alert(" in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "<script>alert" not in page and "<img src=x" not in page
 
 
 def test_alert_checks(bench_results: Path, tmp_path: Path) -> None:
     records = read_jsonl(bench_results)
-    records[0].metrics.update(kv_cache_usage_mean=0.95, prefix_cache_queries=1000, prefix_hit_rate=0.2,
-                                 preemptions=50, requests_finished=100)
+    records[0].metrics.update(
+        kv_cache_usage_mean=0.95,
+        prefix_cache_queries=1000,
+        prefix_hit_rate=0.2,
+        preemptions=50,
+        requests_finished=100,
+    )
     path = tmp_path / "alerts.jsonl"
     write_jsonl(path, records)
-    found = {a["alert"] for a in write_report([path], tmp_path / "out").alerts if "contiguous-max" in a["run"]}
+    found = {
+        a["alert"]
+        for a in write_report([path], tmp_path / "out").alerts
+        if "contiguous-max" in a["run"]
+    }
     assert found == {"KVCacheUsageHigh", "PrefixCacheHitRateLow", "EvictionRateHigh"}
 
 
@@ -154,20 +194,42 @@ def test_empty_or_partial_results_fail_cleanly(content: str, tmp_path: Path) -> 
 
 
 def test_missing_results_file_is_a_clear_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["report", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "r")])
+    result = runner.invoke(
+        app, ["report", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "r")]
+    )
     assert result.exit_code == 2 and "does not exist" in result.stderr
 
 
-def test_page_renders_in_headless_chromium(bench_results: Path, estimate_results: Path, tmp_path: Path) -> None:
-    require_in_ci(shutil.which("chromium") is not None, "Debian's chromium", "apt-get install chromium")
+def test_page_renders_in_headless_chromium(
+    bench_results: Path, estimate_results: Path, tmp_path: Path
+) -> None:
+    require_in_ci(
+        shutil.which("chromium") is not None, "Debian's chromium", "apt-get install chromium"
+    )
     from PIL import Image
 
     index = write_report([bench_results, estimate_results], tmp_path / "r").index
     shot = tmp_path / "shot.png"
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2400",
-                    f"--screenshot={shot}", index.as_uri()], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            index.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     image = Image.open(shot).convert("L")
     low, high = image.getextrema()
     assert image.size == (1280, 2400) and high - low > 100  # not a blank page
@@ -179,10 +241,14 @@ def test_prefix_and_router_charts(tmp_path: Path) -> None:
     requests = make_workload("chat", 150, rate=4, seed=0, max_model_len=4096)
     sizing = SizingConfig(model="llama-3.1-8b", gpu="l4", max_model_len=4096)
     single = BenchConfig(sizing)
-    cluster = BenchConfig(sizing, cluster=ClusterConfig(pods=2, routers=("round-robin", "kv-aware")))
+    cluster = BenchConfig(
+        sizing, cluster=ClusterConfig(pods=2, routers=("round-robin", "kv-aware"))
+    )
     write_jsonl(tmp_path / "single.jsonl", run_matrix(single, requests, ["paged", "prefix"]))
     write_jsonl(tmp_path / "cluster.jsonl", run_matrix(cluster, requests, ["prefix"]))
-    written = write_report([tmp_path / "single.jsonl", tmp_path / "cluster.jsonl"], tmp_path / "out")
+    written = write_report(
+        [tmp_path / "single.jsonl", tmp_path / "cluster.jsonl"], tmp_path / "out"
+    )
     assert {"prefix_hit_rate_over_time", "sharing", "routers"} <= set(written.charts)
     page = written.index.read_text()
     parse(page)

@@ -45,24 +45,65 @@ def _bench(folder: Path, name: str, *args: str) -> Path:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("layout")
-    results = [_bench(folder, "default", "--rate", "6"),
-               _bench(folder, "pods", "--workload", "chat", "--pods", "2", "--router", "round-robin,kv-aware",
-                      "--optimizations", "prefix"),
-               _bench(folder, "tiers", "--workload", "chat", "--optimizations", "prefix,prefix+offload-disk",
-                      "--kv-cache-gib", "0.5", "--cpu-cache-gb", "0.2")]
+    results = [
+        _bench(folder, "default", "--rate", "6"),
+        _bench(
+            folder,
+            "pods",
+            "--workload",
+            "chat",
+            "--pods",
+            "2",
+            "--router",
+            "round-robin,kv-aware",
+            "--optimizations",
+            "prefix",
+        ),
+        _bench(
+            folder,
+            "tiers",
+            "--workload",
+            "chat",
+            "--optimizations",
+            "prefix,prefix+offload-disk",
+            "--kv-cache-gib",
+            "0.5",
+            "--cpu-cache-gb",
+            "0.2",
+        ),
+    ]
     estimate = folder / "estimate.jsonl"
-    done = runner.invoke(app, ["estimate", "llama-3.1-70b", "--sweep", "context=1k..128k", "--sweep",
-                               "kv-dtype=bf16,fp8", "--sweep", "tp=2,4,8", "--out", str(estimate)])
+    done = runner.invoke(
+        app,
+        [
+            "estimate",
+            "llama-3.1-70b",
+            "--sweep",
+            "context=1k..128k",
+            "--sweep",
+            "kv-dtype=bf16,fp8",
+            "--sweep",
+            "tp=2,4,8",
+            "--out",
+            str(estimate),
+        ],
+    )
     assert done.exit_code == 0, done.output
     return write_report([*results, estimate], folder / "report").index
 
 
 def test_page_opens_with_a_summary_per_study(report: Path) -> None:
     page = report.read_text()
-    assert page.index("<h2>Summary</h2>") < page.index("<h2>Comparison</h2>") < page.index("<h2>Charts</h2>")
+    assert (
+        page.index("<h2>Summary</h2>")
+        < page.index("<h2>Comparison</h2>")
+        < page.index("<h2>Charts</h2>")
+    )
     assert page.count('class="summary"') == 4  # three bench runs and the estimates
     assert "of prompt tokens from cache" in page and "holds" in page
-    text = re.sub(r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+", "", page)  # an embedded chart's bytes are not text
+    text = re.sub(
+        r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+", "", page
+    )  # an embedded chart's bytes are not text
     assert '<a href="estimates.csv">' in text and "True" not in text and "False" not in text
 
 
@@ -70,7 +111,9 @@ def test_no_chart_is_empty(report: Path) -> None:
     from PIL import Image
 
     charts = sorted(report.parent.glob("*.png"))
-    assert {"pool_split.png", "sharing.png", "routers.png", "tiers.png", "kv_vs_context.png"} <= {c.name for c in charts}
+    assert {"pool_split.png", "sharing.png", "routers.png", "tiers.png", "kv_vs_context.png"} <= {
+        c.name for c in charts
+    }
     for chart in charts:
         pixels = list(Image.open(chart).convert("HSV").get_flattened_data())
         coloured = sum(1 for _, saturation, value in pixels if saturation > 80 and value > 60)
@@ -78,14 +121,32 @@ def test_no_chart_is_empty(report: Path) -> None:
 
 
 def test_no_table_scrolls_at_1400_px_in_headless_chromium(report: Path, tmp_path: Path) -> None:
-    require_in_ci(shutil.which("chromium") is not None, "Debian's chromium", "apt-get install chromium")
+    require_in_ci(
+        shutil.which("chromium") is not None, "Debian's chromium", "apt-get install chromium"
+    )
     probed = report.with_name("probed.html")
     probed.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                          f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},1000",
-                          "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()],
-                         check=True, capture_output=True, timeout=180, text=True).stdout
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--window-size={WIDTH},1000",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            probed.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+        text=True,
+    ).stdout
     found = re.search(r'<pre id="layout-probe">(.*?)</pre>', dom)
     assert found, dom[-500:]
     layout = json.loads(found.group(1).replace("&quot;", '"'))
@@ -101,9 +162,17 @@ def test_quality_summary_reads_the_relative_perplexity_change() -> None:
     from kvplan.report.data import ReportData
     from kvplan.report.summary import summaries
 
-    quality = pd.DataFrame({"optimization": ["fp32", "int8", "int4"], "perplexity": [3.661, 3.666, 8.591],
-                            "perplexity_vs_base": [0.0, 0.00144, 1.3466], "kv_bytes_vs_base": [1.0, 0.375, 0.25]})
+    quality = pd.DataFrame(
+        {
+            "optimization": ["fp32", "int8", "int4"],
+            "perplexity": [3.661, 3.666, 8.591],
+            "perplexity_vs_base": [0.0, 0.00144, 1.3466],
+            "kv_bytes_vs_base": [1.0, 0.375, 0.25],
+        }
+    )
     data = ReportData(["q.jsonl"], pd.DataFrame(), pd.DataFrame(), quality=quality)
-    (heading, lines), = summaries(data)
-    assert lines == ["int8 keeps perplexity within +0.1% of the full cache with 38% of its KV bytes",
-                     "the largest quality loss: int4, perplexity 8.591 (+135% over the full cache's)"]
+    ((heading, lines),) = summaries(data)
+    assert lines == [
+        "int8 keeps perplexity within +0.1% of the full cache with 38% of its KV bytes",
+        "the largest quality loss: int4, perplexity 8.591 (+135% over the full cache's)",
+    ]

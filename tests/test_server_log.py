@@ -39,27 +39,39 @@ def test_issue_12330_fixture_figures() -> None:
     assert log.weights_gib == 14.96  # the profiling line wins over the load line's 14.9595
     assert (log.non_torch_gib, log.peak_activation_gib, log.available_kv_gib) == (0.10, 9.37, 11.12)
     assert (log.num_gpu_blocks, log.num_cpu_blocks) == (5691, 2048)
-    assert (log.max_concurrency, log.max_concurrency_tokens, log.max_model_len) == (11.12, 8192, 8192)
+    assert (log.max_concurrency, log.max_concurrency_tokens, log.max_model_len) == (
+        11.12,
+        8192,
+        8192,
+    )
 
 
 def test_v1_engine_args_and_refusal() -> None:
-    text = ("(APIServer pid=1) INFO [utils.py:326] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_model_len': "
-            "40960, 'tensor_parallel_size': 2, 'kv_cache_dtype': 'fp8', 'block_size': 32, 'enforce_eager': True}\n"
-            "(EngineCore_DP0 pid=7) INFO [gpu_worker.py:298] Available KV cache memory: 3.50 GiB\n"
-            "ValueError: To serve at least one request with the models's max seq len (40960), (5.00 GiB KV cache is "
-            "needed, which is larger than the available KV cache memory (3.50 GiB). Based on the available memory, "
-            "the estimated maximum model length is 28672.")
+    text = (
+        "(APIServer pid=1) INFO [utils.py:326] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_model_len': "
+        "40960, 'tensor_parallel_size': 2, 'kv_cache_dtype': 'fp8', 'block_size': 32, 'enforce_eager': True}\n"
+        "(EngineCore_DP0 pid=7) INFO [gpu_worker.py:298] Available KV cache memory: 3.50 GiB\n"
+        "ValueError: To serve at least one request with the models's max seq len (40960), (5.00 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (3.50 GiB). Based on the available memory, "
+        "the estimated maximum model length is 28672."
+    )
     log = parse_server_log(text)
     assert (log.model, log.max_model_len, log.tensor_parallel_size) == ("Qwen/Qwen3-8B", 40960, 2)
     assert (log.kv_cache_dtype, log.block_size, log.enforce_eager) == ("fp8", 32, True)
-    assert (log.available_kv_gib, log.kv_needed_gib, log.max_tokens_in_kv_from_error) == (3.5, 5.0, 28672)
+    assert (log.available_kv_gib, log.kv_needed_gib, log.max_tokens_in_kv_from_error) == (
+        3.5,
+        5.0,
+        28672,
+    )
     assert log.engine_generation == "v1"
 
 
 def test_sglang_lines() -> None:
-    text = ("[2025-03-03 06:49:28 TP0] Memory pool end. avail mem=12.31 GB\n"
-            "[2025-03-03 06:49:28 TP0] KV Cache is allocated. #tokens: 120000, KV size: 7.87 GB\n"
-            "[2025-03-03 06:49:30 TP0] max_total_num_tokens=120000, chunked_prefill_size=8192, context_len=32768")
+    text = (
+        "[2025-03-03 06:49:28 TP0] Memory pool end. avail mem=12.31 GB\n"
+        "[2025-03-03 06:49:28 TP0] KV Cache is allocated. #tokens: 120000, KV size: 7.87 GB\n"
+        "[2025-03-03 06:49:30 TP0] max_total_num_tokens=120000, chunked_prefill_size=8192, context_len=32768"
+    )
     log = parse_server_log(text)
     assert log.engine == "sglang"
     assert (log.sglang_kv_tokens_allocated, log.sglang_max_total_num_tokens) == (120000, 120000)
@@ -67,8 +79,10 @@ def test_sglang_lines() -> None:
 
 
 def test_rank_zero_is_preferred_for_per_rank_memory() -> None:
-    text = ("(VllmWorker rank=3 pid=4) INFO [gpu_worker.py:233] Available KV cache memory: 11.33 GiB\n"
-            "(VllmWorker rank=0 pid=1) INFO [gpu_worker.py:233] Available KV cache memory: 12.13 GiB\n")
+    text = (
+        "(VllmWorker rank=3 pid=4) INFO [gpu_worker.py:233] Available KV cache memory: 11.33 GiB\n"
+        "(VllmWorker rank=0 pid=1) INFO [gpu_worker.py:233] Available KV cache memory: 12.13 GiB\n"
+    )
     log = parse_server_log(text)
     assert log.available_kv_gib == 12.13
     assert log.values["available_kv_gib"] == (11.33, 12.13)

@@ -11,16 +11,19 @@ BF16 = parse_kv_format("bf16")
 FP16 = parse_kv_format("fp16")
 
 
-@pytest.mark.parametrize(("name", "per_token"), [
-    ("llama-3.1-8b", 32 * 2 * 8 * 128 * 2),  # 131,072
-    ("llama-3.1-70b", 80 * 2 * 8 * 128 * 2),  # 327,680
-    ("llama-3.1-405b", 126 * 2 * 8 * 128 * 2),  # 516,096
-    ("llama-2-7b", 32 * 2 * 32 * 128 * 2),  # 524,288 (MHA)
-    ("mixtral-8x7b", 131_072),
-    ("qwen3-8b", 36 * 2 * 8 * 128 * 2),  # 147,456
-    ("deepseek-v3", 61 * (512 + 64) * 2),  # 70,272: one MLA latent, no K/V pair
-    ("gpt-oss-120b", 36 * 2 * 8 * 64 * 2),  # 73,728 with every layer at full length
-])
+@pytest.mark.parametrize(
+    ("name", "per_token"),
+    [
+        ("llama-3.1-8b", 32 * 2 * 8 * 128 * 2),  # 131,072
+        ("llama-3.1-70b", 80 * 2 * 8 * 128 * 2),  # 327,680
+        ("llama-3.1-405b", 126 * 2 * 8 * 128 * 2),  # 516,096
+        ("llama-2-7b", 32 * 2 * 32 * 128 * 2),  # 524,288 (MHA)
+        ("mixtral-8x7b", 131_072),
+        ("qwen3-8b", 36 * 2 * 8 * 128 * 2),  # 147,456
+        ("deepseek-v3", 61 * (512 + 64) * 2),  # 70,272: one MLA latent, no K/V pair
+        ("gpt-oss-120b", 36 * 2 * 8 * 64 * 2),  # 73,728 with every layer at full length
+    ],
+)
 def test_kv_bytes_per_token_matches_hand_derivation(name: str, per_token: int) -> None:
     assert load_model(name).kv_bytes_per_token(BF16) == per_token
 
@@ -38,17 +41,26 @@ def test_gpt_oss_ideal_size_respects_the_128_token_window() -> None:
     ideal = model.kv_bytes(8192, BF16, respect_windows=True)
     assert full == 36 * per_layer * 8192 == 603_979_776
     assert ideal == 18 * per_layer * 8192 + 18 * per_layer * 128 == 306_708_480
-    assert model.kv_bytes(100, BF16, respect_windows=True) == model.kv_bytes(100, BF16, respect_windows=False)
+    assert model.kv_bytes(100, BF16, respect_windows=True) == model.kv_bytes(
+        100, BF16, respect_windows=False
+    )
 
 
-@pytest.mark.parametrize(("fmt", "bytes_per_token_head"), [
-    ("fp16", 512), ("bf16", 512), ("fp32", 1024), ("fp8", 256), ("fp8-e5m2", 256),
-    ("int8", 264),  # vLLM: 128 B + one fp32 scale, for K and for V
-    ("int4", 136),  # 64 B + 4 B, twice
-    ("int4-g32", 2 * (64 + 4 * 4)),  # four fp32 group scales per 128-wide vector
-    ("int2-g32", 2 * (32 + 4 * 4)),
-    ("int8-tensor", 256),
-])
+@pytest.mark.parametrize(
+    ("fmt", "bytes_per_token_head"),
+    [
+        ("fp16", 512),
+        ("bf16", 512),
+        ("fp32", 1024),
+        ("fp8", 256),
+        ("fp8-e5m2", 256),
+        ("int8", 264),  # vLLM: 128 B + one fp32 scale, for K and for V
+        ("int4", 136),  # 64 B + 4 B, twice
+        ("int4-g32", 2 * (64 + 4 * 4)),  # four fp32 group scales per 128-wide vector
+        ("int2-g32", 2 * (32 + 4 * 4)),
+        ("int8-tensor", 256),
+    ],
+)
 def test_kv_format_bytes_at_head_dim_128(fmt: str, bytes_per_token_head: int) -> None:
     assert 2 * parse_kv_format(fmt).bytes_per_vector(128) == bytes_per_token_head
 
@@ -74,7 +86,9 @@ def test_unknown_kv_formats_are_rejected(bad: str) -> None:
 def test_tensor_parallel_shards_kv_heads_and_replicates_mla() -> None:
     llama = load_model("llama-3.1-70b")
     assert llama.kv_bytes_per_token(BF16, tp=2) == 327_680 / 2
-    assert llama.kv_bytes_per_token(BF16, tp=16) == 327_680 / 8  # 8 KV heads: one per rank, replicated
+    assert (
+        llama.kv_bytes_per_token(BF16, tp=16) == 327_680 / 8
+    )  # 8 KV heads: one per rank, replicated
     deepseek = load_model("deepseek-v3")
     assert deepseek.kv_bytes_per_token(BF16, tp=8) == 70_272
 

@@ -30,7 +30,9 @@ def decode_plan(context: int, batch: int = 1) -> StepPlan:
         seq = Sequence(Request(request_id=i, arrival_s=0.0, prompt_len=context, output_len=8))
         seq.num_computed = context - 1
         scheduled.append((seq, 1))
-    return StepPlan(scheduled, batch, context_tokens=batch * context, attention_pairs=batch * context)
+    return StepPlan(
+        scheduled, batch, context_tokens=batch * context, attention_pairs=batch * context
+    )
 
 
 def roofline(model: str = "llama-3.1-8b", gpu: str = "h100", tp: int = 1) -> Roofline:
@@ -41,21 +43,34 @@ def roofline(model: str = "llama-3.1-8b", gpu: str = "h100", tp: int = 1) -> Roo
 def test_datasheet_factors_reproduce_the_roofline_runner():
     roof = roofline()
     for plan in (decode_plan(1000, 1), decode_plan(3000, 64)):
-        assert StepModelRunner(roof, DATASHEET).step_time(plan) == pytest.approx(SimulatedRunner(roof).step_time(plan))
+        assert StepModelRunner(roof, DATASHEET).step_time(plan) == pytest.approx(
+            SimulatedRunner(roof).step_time(plan)
+        )
 
 
 def test_each_term_by_hand():
     roof = roofline("llama-3.1-70b", "h100", tp=4)
     model, gpu = roof.model, roof.gpu
-    params = StepModelParams(bandwidth_factor=0.5, attention_bandwidth_factor=0.25, flops_factor=0.5,
-                             overhead_s=0.002, overhead_per_seq_s=1e-5)
+    params = StepModelParams(
+        bandwidth_factor=0.5,
+        attention_bandwidth_factor=0.25,
+        flops_factor=0.5,
+        overhead_s=0.002,
+        overhead_per_seq_s=1e-5,
+    )
     plan = decode_plan(2048, 8)
     weights = model.weight_bytes() / 4
     kv = 8 * 2048 * model.kv_bytes_per_token(roof.kv_format, 4)
     memory = weights / (gpu.hbm_tbps * 1e12 * 0.5) + kv / (gpu.hbm_tbps * 1e12 * 0.25)
     # 2 all-reduces per layer, ring over 4 GPUs: latency + 2*3/4 * tokens * hidden * 2 bytes / link
-    all_reduce = 2 * model.num_layers * (gpu.interconnect_latency_us * 1e-6
-                                         + 1.5 * 8 * model.hidden_size * 2 / (gpu.interconnect_gbps * 1e9))
+    all_reduce = (
+        2
+        * model.num_layers
+        * (
+            gpu.interconnect_latency_us * 1e-6
+            + 1.5 * 8 * model.hidden_size * 2 / (gpu.interconnect_gbps * 1e9)
+        )
+    )
     expected = 0.002 + 8 * 1e-5 + memory + all_reduce  # decode of 8 is memory-bound
     assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(expected, rel=1e-9)
 
@@ -65,14 +80,21 @@ def test_compute_bound_gemms_and_memory_bound_attention_add():
     the KV from HBM; separate kernels, so the two times add (no max() hides the attention)."""
     roof = roofline("llama-3.1-8b", "h100")
     model, gpu = roof.model, roof.gpu
-    params = StepModelParams(bandwidth_factor=0.5, attention_bandwidth_factor=0.25, flops_factor=0.05,
-                             overhead_s=0.0, overhead_per_seq_s=0.0)
+    params = StepModelParams(
+        bandwidth_factor=0.5,
+        attention_bandwidth_factor=0.25,
+        flops_factor=0.05,
+        overhead_s=0.0,
+        overhead_per_seq_s=0.0,
+    )
     batch, context = 512, 4096
     plan = decode_plan(context, batch)
     gemm_flops = 2 * model.params.matmul_active * batch
     gemm = gemm_flops / (gpu.peak_flops(False) * 0.05)
     assert gemm > model.weight_bytes() / (gpu.hbm_tbps * 1e12 * 0.5)  # compute-bound, checked
-    kv = batch * context * model.kv_bytes_per_token(roof.kv_format, 1) / (gpu.hbm_tbps * 1e12 * 0.25)
+    kv = (
+        batch * context * model.kv_bytes_per_token(roof.kv_format, 1) / (gpu.hbm_tbps * 1e12 * 0.25)
+    )
     attention_flops = 4 * model.num_layers * model.num_heads * model.head_dim * context * batch
     assert kv > attention_flops / (gpu.peak_flops(False) * 0.05)  # memory-bound, checked
     assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(gemm + kv, rel=1e-9)
@@ -84,7 +106,9 @@ def test_a_faster_replay_never_starts_a_step_before_its_arrivals():
     run = small_run(max_concurrency=None, request_rate=4.0, num_prompts=30)
     slow = StepModelParams(0.1, 0.05, 0.1, 0.02, 1e-4)
     replay = Replay.record(run, slow)
-    fast = replay.predict({n: getattr(StepModelParams(1.0, 1.0, 1.0, 1e-5, 1e-8), n) for n in FACTOR_NAMES})
+    fast = replay.predict(
+        {n: getattr(StepModelParams(1.0, 1.0, 1.0, 1e-5, 1e-8), n) for n in FACTOR_NAMES}
+    )
     assert fast["mean_ttft_ms"] > 0 and fast["median_ttft_ms"] > 0
     # The replay at the recorded factors is the simulation itself.
     again = replay.predict({n: getattr(slow, n) for n in FACTOR_NAMES})
@@ -104,10 +128,14 @@ def test_multi_step_scheduling_pays_the_engine_overhead_once_per_decision():
     params = StepModelParams(0.5, 0.5, 0.5, overhead_s=0.01, overhead_per_seq_s=1e-3)
     plain = StepModelParams(0.5, 0.5, 0.5, overhead_s=0.0, overhead_per_seq_s=0.0)
     plan = decode_plan(1000, 2)
-    charged = StepModelRunner(roof, params).step_time(plan) - StepModelRunner(roof, plain).step_time(plan)
+    charged = StepModelRunner(roof, params).step_time(plan) - StepModelRunner(
+        roof, plain
+    ).step_time(plan)
     assert charged == pytest.approx(0.01 + 2 * 1e-3, rel=1e-9)
     plan.decision = False
-    assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(StepModelRunner(roof, plain).step_time(plan))
+    assert StepModelRunner(roof, params).step_time(plan) == pytest.approx(
+        StepModelRunner(roof, plain).step_time(plan)
+    )
 
     seen = []
 
@@ -118,8 +146,12 @@ def test_multi_step_scheduling_pays_the_engine_overhead_once_per_decision():
             seen.append((step_plan.num_tokens, step_plan.decision))
             return 0.01
 
-    engine = Engine(PagedAllocator(num_blocks=64, block_size=16), Recorder(),
-                    SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, scheduler_steps=4), max_model_len=64)
+    engine = Engine(
+        PagedAllocator(num_blocks=64, block_size=16),
+        Recorder(),
+        SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, scheduler_steps=4),
+        max_model_len=64,
+    )
     for i in range(2):
         engine.submit(Request(request_id=i, arrival_s=0.0, prompt_len=16, output_len=9))
     while engine.busy:
@@ -129,20 +161,44 @@ def test_multi_step_scheduling_pays_the_engine_overhead_once_per_decision():
     assert seen[0][0] == 32
 
 
-@pytest.mark.parametrize("family, weights, engine, version, key", [
-    ("cdna3", "fp8-meta", "vllm", "0.6.3.dev109+gcb3b2b9b", "cdna3/fp8-unfused"),  # dstack's vanilla ROCm build
-    ("cdna3", "fp8-meta", "vllm", "0.9.0", "cdna3"),  # rowwise scaled_mm (torch 2.7)
-    ("cdna3", "fp8", "vllm", "0.6.4.dev4", "cdna3"),  # AMD's per-tensor checkpoint: fused path
-    ("hopper", "fp8-meta", "vllm", "0.6.3", "hopper"),  # CUTLASS takes per-channel scales
-    ("cdna3", "fp8-meta", "sglang", "0.3.0", "cdna3"),
-    ("cdna3", "fp8-meta", "vllm", "", "cdna3"),  # unknown version = current
-])
-def test_per_channel_fp8_on_rocm_before_rowwise_gemm_has_its_own_factors(family, weights, engine, version, key):
+@pytest.mark.parametrize(
+    "family, weights, engine, version, key",
+    [
+        (
+            "cdna3",
+            "fp8-meta",
+            "vllm",
+            "0.6.3.dev109+gcb3b2b9b",
+            "cdna3/fp8-unfused",
+        ),  # dstack's vanilla ROCm build
+        ("cdna3", "fp8-meta", "vllm", "0.9.0", "cdna3"),  # rowwise scaled_mm (torch 2.7)
+        ("cdna3", "fp8", "vllm", "0.6.4.dev4", "cdna3"),  # AMD's per-tensor checkpoint: fused path
+        ("hopper", "fp8-meta", "vllm", "0.6.3", "hopper"),  # CUTLASS takes per-channel scales
+        ("cdna3", "fp8-meta", "sglang", "0.3.0", "cdna3"),
+        ("cdna3", "fp8-meta", "vllm", "", "cdna3"),  # unknown version = current
+    ],
+)
+def test_per_channel_fp8_on_rocm_before_rowwise_gemm_has_its_own_factors(
+    family, weights, engine, version, key
+):
     from kvplan.sim.factor_table import FactorTable, factor_key
 
     assert factor_key(family, weights, engine, version) == key
-    table = FactorTable({"cdna3": {"bandwidth_factor": 0.3, "attention_bandwidth_factor": 0.5, "flops_factor": 0.2},
-                         "all": {"bandwidth_factor": 0.5, "attention_bandwidth_factor": 0.5, "flops_factor": 0.5}}, {})
+    table = FactorTable(
+        {
+            "cdna3": {
+                "bandwidth_factor": 0.3,
+                "attention_bandwidth_factor": 0.5,
+                "flops_factor": 0.2,
+            },
+            "all": {
+                "bandwidth_factor": 0.5,
+                "attention_bandwidth_factor": 0.5,
+                "flops_factor": 0.5,
+            },
+        },
+        {},
+    )
     # A path with no factors of its own falls back to its family's, then to the pooled ones.
     assert table.factors("cdna3/fp8-unfused", "vllm-v0")["flops_factor"] == 0.2
     assert table.factors("hopper", "vllm-v0")["flops_factor"] == 0.5
@@ -169,13 +225,26 @@ def test_shipped_defaults_exist_for_every_fitted_family_and_engine():
         assert params != DATASHEET and "default for GPU family" in params.source
     assert "all-family fit" in default_params("ada").source
     v0, v1 = default_params("hopper", "vllm-v0"), default_params("hopper", "vllm-v1")
-    assert (v0.bandwidth_factor, v0.flops_factor) == (v1.bandwidth_factor, v1.flops_factor)  # one GPU, one efficiency
-    assert (v0.overhead_s, v0.overhead_per_seq_s) != (v1.overhead_s, v1.overhead_per_seq_s)  # two engines
+    assert (v0.bandwidth_factor, v0.flops_factor) == (
+        v1.bandwidth_factor,
+        v1.flops_factor,
+    )  # one GPU, one efficiency
+    assert (v0.overhead_s, v0.overhead_per_seq_s) != (
+        v1.overhead_s,
+        v1.overhead_per_seq_s,
+    )  # two engines
 
 
-@pytest.mark.parametrize(("engine", "version", "generation"), [
-    ("vllm", "0.6.3.post2.dev308+gb489fc3c", "vllm-v0"), ("vllm", "v0.11.0", "vllm-v1"), ("vllm", "0.8.0", "vllm-v1"),
-    ("vllm", "", "vllm-v1"), ("sglang", "0.3.0", "sglang")])
+@pytest.mark.parametrize(
+    ("engine", "version", "generation"),
+    [
+        ("vllm", "0.6.3.post2.dev308+gb489fc3c", "vllm-v0"),
+        ("vllm", "v0.11.0", "vllm-v1"),
+        ("vllm", "0.8.0", "vllm-v1"),
+        ("vllm", "", "vllm-v1"),
+        ("sglang", "0.3.0", "sglang"),
+    ],
+)
 def test_engine_generation_from_the_version(engine, version, generation):
     from kvplan.sim.factor_table import engine_generation
 
@@ -188,26 +257,54 @@ def test_joint_fit_recovers_hardware_and_engine_factors_from_two_engines():
     from kvplan.sim.joint_fit import fit_table
 
     hardware = dict(bandwidth_factor=0.6, attention_bandwidth_factor=0.3, flops_factor=0.5)
-    engines = {"0.6.3": dict(overhead_s=0.006, overhead_per_seq_s=1e-4), "0.11.0": dict(overhead_s=0.001, overhead_per_seq_s=1e-5)}
+    engines = {
+        "0.6.3": dict(overhead_s=0.006, overhead_per_seq_s=1e-4),
+        "0.11.0": dict(overhead_s=0.001, overhead_per_seq_s=1e-5),
+    }
     replays = []
     for version, overheads in engines.items():
         for concurrency, length in ((2, 128), (16, 512), (48, 1024)):
             # one sweep per load: an engine generation needs three sweeps behind it (else it is pooled)
-            run = small_run(run_id=f"{version}-{concurrency}", sweep=f"{version}-{concurrency}",
-                            max_concurrency=concurrency, input_len=length, engine_version=version)
+            run = small_run(
+                run_id=f"{version}-{concurrency}",
+                sweep=f"{version}-{concurrency}",
+                max_concurrency=concurrency,
+                input_len=length,
+                engine_version=version,
+            )
             predicted, _ = simulate(run, StepModelParams(**hardware, **overheads))
-            run = MeasuredRun(**{**run.__dict__, "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")}})
+            run = MeasuredRun(
+                **{
+                    **run.__dict__,
+                    "measured": {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")},
+                }
+            )
             replays.append(Replay.record(run, DATASHEET))
     table = fit_table(replays, lambda run: "hopper", rounds=4)
     for replay in replays:
-        predicted = replay.predict(table.factors("hopper", "vllm-v0" if replay.run.engine_version == "0.6.3" else "vllm-v1"))
+        predicted = replay.predict(
+            table.factors(
+                "hopper", "vllm-v0" if replay.run.engine_version == "0.6.3" else "vllm-v1"
+            )
+        )
         for key, value in replay.run.measured.items():
             assert predicted[key] == pytest.approx(value, rel=0.05)
     assert table.engines["vllm-v0"]["overhead_s"] > 2 * table.engines["vllm-v1"]["overhead_s"]
 
 
 def small_run(**changes) -> MeasuredRun:
-    base = dict(run_id="t", sweep="t", benchmark="serving", model="llama-3.1-8b", gpu="h100-80gb", tp=1,
-                dataset="random", input_len=256, output_len=64, num_prompts=40, max_concurrency=8)
+    base = dict(
+        run_id="t",
+        sweep="t",
+        benchmark="serving",
+        model="llama-3.1-8b",
+        gpu="h100-80gb",
+        tp=1,
+        dataset="random",
+        input_len=256,
+        output_len=64,
+        num_prompts=40,
+        max_concurrency=8,
+    )
     base.update(changes)
     return MeasuredRun(**base)

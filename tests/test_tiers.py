@@ -42,10 +42,14 @@ def test_arc_tier_keeps_hit_blocks_through_demote_find_promote() -> None:
             tiers.demote(block_hash)  # the device pool reclaimed a prefix block
         for block_hash in (1, 2):
             found = tiers.find(block_hash)
-            assert found is tier and tiers.promote(block_hash, found, 16) is True  # reloaded to the device
+            assert (
+                found is tier and tiers.promote(block_hash, found, 16) is True
+            )  # reloaded to the device
         if policy == "arc":
             assert list(tier.blocks.t2) == [1, 2] and len(tier.blocks) == 2  # kept, now frequent
-            tiers.demote(1)  # evicted from the device again: the tier's copy is current, no bytes move
+            tiers.demote(
+                1
+            )  # evicted from the device again: the tier's copy is current, no bytes move
             assert tier.stats.bytes_in == 2 * 2**21
         else:
             assert len(tier.blocks) == 0
@@ -89,8 +93,14 @@ def test_cpu_offload_turns_evicted_prefixes_into_hits() -> None:
 def test_small_cpu_tier_spills_to_disk_and_slow_links_recompute() -> None:
     m = metrics(replace(BASE, tiers=TierConfig(cpu_cache_gb=0.2)), ["offload-disk"])["offload-disk"]
     assert m["cpu_evictions"] > 0 and m["disk_bytes_in"] > 0 and m["disk_hit_tokens"] > 0
-    slow = metrics(replace(BASE, tiers=TierConfig(host_link_gbps=0.001)), ["offload-cpu"])["offload-cpu"]
-    assert slow["offload_recomputes"] > 0 and slow["offload_reloads"] == 0 and slow["cpu_hit_tokens"] == 0
+    slow = metrics(replace(BASE, tiers=TierConfig(host_link_gbps=0.001)), ["offload-cpu"])[
+        "offload-cpu"
+    ]
+    assert (
+        slow["offload_recomputes"] > 0
+        and slow["offload_reloads"] == 0
+        and slow["cpu_hit_tokens"] == 0
+    )
 
 
 def test_offload_requires_valid_sizes() -> None:
@@ -110,12 +120,18 @@ def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = Fal
     rng = np.random.default_rng(0)
     prefixes = [tuple(rng.integers(3, 512, 96).tolist()) for _ in range(4)]
     # All present at t = 0, so the schedule (and the hits) do not depend on measured step times.
-    requests = [Request(i, 0.0, 104, 12, prompt_tokens=prefixes[i % 4] + tuple(rng.integers(3, 512, 8).tolist()))
-                for i in range(16)]
+    requests = [
+        Request(
+            i, 0.0, 104, 12, prompt_tokens=prefixes[i % 4] + tuple(rng.integers(3, 512, 8).tolist())
+        )
+        for i in range(16)
+    ]
     model_path = str(shared / "models/stories260K/hf")
-    factory = RealEngineFactory(SizingConfig(model=model_path, kv_cache_gib=20 * 16 * 1280 / 2**30, max_model_len=256),
-                                RealConfig(device="cpu", model_path=model_path, kernel_backend="torch"),
-                                tiers=TierConfig(cpu_cache_gb=0.00006, disk_dir=str(disk_dir)))
+    factory = RealEngineFactory(
+        SizingConfig(model=model_path, kv_cache_gib=20 * 16 * 1280 / 2**30, max_model_len=256),
+        RealConfig(device="cpu", model_path=model_path, kernel_backend="torch"),
+        tiers=TierConfig(cpu_cache_gb=0.00006, disk_dir=str(disk_dir)),
+    )
     out = {}
     for name in names:
         engine, _ = factory.build(parse_optimization(name))
@@ -147,7 +163,9 @@ def test_real_offload_reproduces_the_same_tokens(shared_data, tmp_path) -> None:
     (plain, plain_tokens), (offload, offload_tokens) = runs["prefix"], runs["offload-disk"]
     assert plain["prefix_hit_rate"] == 0.0 and offload["total_hit_rate"] > 0.6  # bound: 0.75 here
     reloaded = offload["cpu_hit_tokens"] + offload["disk_hit_tokens"]
-    assert offload["disk_hit_tokens"] > 0 and offload["cpu->device"] == reloaded * 1280  # 1,280 B per token
+    assert (
+        offload["disk_hit_tokens"] > 0 and offload["cpu->device"] == reloaded * 1280
+    )  # 1,280 B per token
     assert offload_tokens == plain_tokens  # reloaded KV is exactly the KV that was computed
 
 
@@ -174,8 +192,12 @@ def test_blocks_read_back_bitwise(tmp_path) -> None:
                 tensor.copy_(torch.randn(tensor.shape).to(tensor.dtype) * 50)
 
     def digest(block: int) -> str:
-        parts = [t[block].contiguous().numpy().tobytes() for c in pool
-                 for t in (c.key_cache, c.value_cache, c.k_scale, c.v_scale) if t is not None]
+        parts = [
+            t[block].contiguous().numpy().tobytes()
+            for c in pool
+            for t in (c.key_cache, c.value_cache, c.k_scale, c.v_scale)
+            if t is not None
+        ]
         return hashlib.sha256(b"".join(parts)).hexdigest()
 
     storage = TensorTierStorage(pool, tmp_path / "disk")
@@ -194,9 +216,15 @@ def test_unwritable_disk_keeps_blocks_out_with_a_warning(tmp_path) -> None:
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the disk tier's folder should be")
-    storage = TensorTierStorage([allocate_kv_cache("fp16", 4, 4, 1, 8, dtype=torch.float16)], blocker)
-    tiers = TieredCache([Tier("cpu", 1, 64e9), Tier("disk", 8, 7e9)], block_bytes=128, storage=storage)
+    storage = TensorTierStorage(
+        [allocate_kv_cache("fp16", 4, 4, 1, 8, dtype=torch.float16)], blocker
+    )
+    tiers = TieredCache(
+        [Tier("cpu", 1, 64e9), Tier("disk", 8, 7e9)], block_bytes=128, storage=storage
+    )
     tiers.demote(1, block=0)
     with pytest.warns(RuntimeWarning, match="disk tier write failed"):
-        tiers.demote(2, block=1)  # the CPU tier evicts block 1's hash towards the disk, which refuses
+        tiers.demote(
+            2, block=1
+        )  # the CPU tier evicts block 1's hash towards the disk, which refuses
     assert tiers.find(1) is None and tiers.find(2) is tiers.tiers[0]

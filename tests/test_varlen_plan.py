@@ -42,27 +42,41 @@ def test_plans_cover_every_query_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("variant_name", list(VARIANTS))
-def test_prefill_through_tiles_and_buckets_matches_reference(monkeypatch: pytest.MonkeyPatch,
-                                                             variant_name: str) -> None:
+def test_prefill_through_tiles_and_buckets_matches_reference(
+    monkeypatch: pytest.MonkeyPatch, variant_name: str
+) -> None:
     monkeypatch.setattr(varlen_plan, "QUERY_TILE", 8)
     monkeypatch.setattr(varlen_plan, "BUCKET_OVERHEAD", 0)
-    query, cache, tables, query_start, lens, gen = prefill_case("fp32", torch.float32, [7, 5, 1, 37, 19],
-                                                                [7, 21, 12, 37, 50])
+    query, cache, tables, query_start, lens, gen = prefill_case(
+        "fp32", torch.float32, [7, 5, 1, 37, 19], [7, 21, 12, 37, 50]
+    )
     variant = make_variant(variant_name, 4, gen)
     args = (query, cache.key_cache, cache.value_cache, tables, query_start, lens, 0.25, "fp32")
-    torch.testing.assert_close(paged_prefill(*args, variant=variant, backend="torch"),
-                               paged_prefill_reference(*args, variant=variant), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(
+        paged_prefill(*args, variant=variant, backend="torch"),
+        paged_prefill_reference(*args, variant=variant),
+        atol=2e-5,
+        rtol=2e-5,
+    )
 
 
 @pytest.mark.parametrize("variant_name", ["plain", "all"])
-def test_decode_of_mixed_lengths_splits_into_buckets_and_matches_reference(variant_name: str) -> None:
+def test_decode_of_mixed_lengths_splits_into_buckets_and_matches_reference(
+    variant_name: str,
+) -> None:
     seq_lens = [3, 250, 9, 240, 120, 131, 0, 64, 255, 17] * 3
     cache, tables, lens, gen, _, _ = paged_case("fp32", seq_lens, 4, 4, 2, 16, torch.float32)
     variant = make_variant(variant_name, 4, gen)
     query = torch.randn(len(seq_lens), 4, 16, generator=gen)
     args = (query, cache.key_cache, cache.value_cache, tables, lens, 0.25, "fp32")
-    plans = varlen_plan.varlen_plan(tables, torch.arange(len(seq_lens) + 1), lens, 4, variant, torch.device("cpu"))
+    plans = varlen_plan.varlen_plan(
+        tables, torch.arange(len(seq_lens) + 1), lens, 4, variant, torch.device("cpu")
+    )
     # 3..255 tokens: one padded batch would mostly be padding; a window of 11 reads 3-4 blocks at most
     assert len(plans) > 1 if variant_name == "plain" else len(plans) == 1
-    torch.testing.assert_close(paged_attention(*args, variant=variant, backend="torch"),
-                               paged_attention_reference(*args, variant=variant), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(
+        paged_attention(*args, variant=variant, backend="torch"),
+        paged_attention_reference(*args, variant=variant),
+        atol=2e-5,
+        rtol=2e-5,
+    )

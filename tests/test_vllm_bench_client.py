@@ -28,11 +28,18 @@ class ConstantRunner:
 
 def engine(max_num_seqs: int = 8) -> Engine:
     allocator = make_allocator("paged", 4096, 16, 512)
-    return Engine(allocator, ConstantRunner(), SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=512), 512)
+    return Engine(
+        allocator,
+        ConstantRunner(),
+        SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=512),
+        512,
+    )
 
 
 def requests(n: int, prompt: int = 4, output: int = 3, at: float = 0.0) -> list[Request]:
-    return [Request(request_id=i, arrival_s=at, prompt_len=prompt, output_len=output) for i in range(n)]
+    return [
+        Request(request_id=i, arrival_s=at, prompt_len=prompt, output_len=output) for i in range(n)
+    ]
 
 
 def test_random_lengths_follow_current_vllm_bounds():
@@ -56,7 +63,9 @@ def test_send_times_rate_inf_and_vllm_normalization():
     rng = np.random.default_rng(1)
     assert not send_times(rng, 5, math.inf).any()
     times = send_times(rng, 100, 4.0)
-    assert np.all(np.diff(times) >= 0) and times[-1] == pytest.approx(100 / 4.0)  # rescaled to N / rate
+    assert np.all(np.diff(times) >= 0) and times[-1] == pytest.approx(
+        100 / 4.0
+    )  # rescaled to N / rate
     even = send_times(rng, 4, 2.0, burstiness=math.inf)
     assert even.tolist() == pytest.approx([0.5, 1.0, 1.5, 2.0])
 
@@ -71,7 +80,9 @@ def test_closed_loop_sends_the_next_request_when_one_finishes():
     figures = serving_metrics(run)
     assert figures["mean_ttft_ms"] == pytest.approx(10.0)
     assert figures["mean_tpot_ms"] == pytest.approx(10.0)
-    assert figures["mean_itl_ms"] == pytest.approx(10.0) and figures["p99_itl_ms"] == pytest.approx(10.0)
+    assert figures["mean_itl_ms"] == pytest.approx(10.0) and figures["p99_itl_ms"] == pytest.approx(
+        10.0
+    )
     assert figures["mean_e2el_ms"] == pytest.approx(30.0)
     assert figures["request_throughput"] == pytest.approx(3 / 0.09)
     assert figures["output_throughput"] == pytest.approx(9 / 0.09)
@@ -87,7 +98,10 @@ def test_open_loop_rate_inf_sends_everything_at_zero():
 
 
 def test_cap_never_exceeded_and_clock_starts_at_benchmark_start():
-    stream = [Request(request_id=i, arrival_s=0.5 + 0.001 * i, prompt_len=8, output_len=5) for i in range(20)]
+    stream = [
+        Request(request_id=i, arrival_s=0.5 + 0.001 * i, prompt_len=8, output_len=5)
+        for i in range(20)
+    ]
     run = run_client(engine(), stream, max_concurrency=4)
     spans = [(s.request.arrival_s, s.finish_s) for s in run.finished]
     for t, _ in spans:
@@ -99,12 +113,22 @@ def test_cap_never_exceeded_and_clock_starts_at_benchmark_start():
 def test_printed_block_uses_vllm_labels():
     figures = serving_metrics(run_client(engine(), requests(2), max_concurrency=1))
     block = format_serving_block(figures)
-    for label in ("Serving Benchmark Result", "Successful requests:", "Maximum request concurrency:",
-                  "Output token throughput (tok/s):", "Mean TTFT (ms):", "P99 ITL (ms):", "Median E2EL (ms):"):
+    for label in (
+        "Serving Benchmark Result",
+        "Successful requests:",
+        "Maximum request concurrency:",
+        "Output token throughput (tok/s):",
+        "Mean TTFT (ms):",
+        "P99 ITL (ms):",
+        "Median E2EL (ms):",
+    ):
         assert label in block
 
 
 def test_sharegpt_lengths_respect_vllm_filter():
     reqs = bench_requests(BenchLoad(dataset="sharegpt", num_prompts=500, seed=3))
     assert len(reqs) == 500
-    assert all(4 <= r.prompt_len <= 1024 and r.output_len >= 4 and r.prompt_len + r.output_len <= 2048 for r in reqs)
+    assert all(
+        4 <= r.prompt_len <= 1024 and r.output_len >= 4 and r.prompt_len + r.output_len <= 2048
+        for r in reqs
+    )

@@ -15,8 +15,11 @@ from kvplan.core.scheduler import SchedulerConfig
 from kvplan.workload import make_workload
 
 # the paper's engine, not today's vLLM defaults: kvplan's plain batch limits, datasheet-speed steps
-CONFIG = BenchConfig(SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
-                     scheduler=SchedulerConfig(), step_model="roofline")
+CONFIG = BenchConfig(
+    SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
+    scheduler=SchedulerConfig(),
+    step_model="roofline",
+)
 ALLOCATORS = ["contiguous-max", "contiguous-oracle", "paged"]
 
 
@@ -40,4 +43,6 @@ def test_memory_waste_split_matches_the_paper() -> None:
 @pytest.mark.slow
 def test_paged_sustains_twice_the_concurrency_of_oracle_at_steady_state() -> None:
     m = run(4000)
-    assert m["paged"]["running_mean"] / m["contiguous-oracle"]["running_mean"] >= 2.0  # paper: 2.23x
+    assert (
+        m["paged"]["running_mean"] / m["contiguous-oracle"]["running_mean"] >= 2.0
+    )  # paper: 2.23x

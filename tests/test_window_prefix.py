@@ -31,7 +31,9 @@ ROOFLINE = Roofline(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_
 
 
 def engine(policy: PolicySpec | None = PolicySpec("sliding-window", 8)) -> Engine:
-    allocator = make_allocator("paged", 8 * 4, 4, 64, watermark=0.0, prefix_caching=True, policy=policy)
+    allocator = make_allocator(
+        "paged", 8 * 4, 4, 64, watermark=0.0, prefix_caching=True, policy=policy
+    )
     return Engine(allocator, SimulatedRunner(ROOFLINE), SchedulerConfig(), 64)
 
 
@@ -65,14 +67,23 @@ def test_blocks_leaving_the_window_are_freed_but_stay_cached() -> None:
 def test_a_hit_skips_the_blocks_before_the_window() -> None:
     e = after_a()
     pool = e.allocator.pool
-    b = Sequence(req(1, A_PROMPT[:12] + (50, 51, 52, 53, 54)))  # shares blocks 0-2; 17 tokens, limit 4 blocks
+    b = Sequence(
+        req(1, A_PROMPT[:12] + (50, 51, 52, 53, 54))
+    )  # shares blocks 0-2; 17 tokens, limit 4 blocks
     hits = e.allocator.lookup(b)
     # from the right: h3' misses, h2 (block 2) and h1 (block 1) make the run of 2; block 0 is skipped
     assert (hits.skipped, hits.blocks, hits.free_cached) == (1, [1, 2], 2)
     assert e.allocator.hit_tokens(hits) == 12
     assert e.allocator.adopt(b, hits) == 12
     assert b.block_table == [1, 2] and b.dropped_blocks == 1 and b.cached_blocks == 3
-    assert list(pool.free_queue) == [6, 7, 0, 5, 4, 3]  # block 0 was not touched: still free, still cached
+    assert list(pool.free_queue) == [
+        6,
+        7,
+        0,
+        5,
+        4,
+        3,
+    ]  # block 0 was not touched: still free, still cached
     assert pool.ref_counts[0] == 0 and 0 in pool.block_to_hash
     assert (e.allocator.prefix_stats.queries, e.allocator.prefix_stats.hits) == (20 + 17, 12)
     assert e.allocator.evicted_slots == 12 - 8  # token 0..3 are covered by the hit but not held
@@ -94,7 +105,9 @@ def test_an_evicted_block_early_in_the_window_limits_the_hit() -> None:
     e = after_a()
     pool = e.allocator.pool
     assert pool.allocate(3) == [6, 7, 2]  # reclaims h2 only
-    short = Sequence(req(1, A_PROMPT[:16] + (50, 51)))  # hit point 16 needs blocks 2 and 3: 2 is gone
+    short = Sequence(
+        req(1, A_PROMPT[:16] + (50, 51))
+    )  # hit point 16 needs blocks 2 and 3: 2 is gone
     hits = e.allocator.lookup(short)
     # from the right: h3 (run 1), h2 misses (run 0), h1, h0 (run 2): the hit falls back to 8 tokens
     assert (hits.skipped, hits.blocks, e.allocator.hit_tokens(hits)) == (0, [0, 1], 8)
@@ -129,7 +142,9 @@ def test_a_second_request_runs_on_its_hit_and_caches_its_own_blocks() -> None:
 
 # --- properties: random shared-prefix workloads through prefix+sliding-window --------------
 
-PREFIXES = [tuple(range(100, 100 + n)) for n in (0, 13, 29, 40)]  # shared heads of different lengths
+PREFIXES = [
+    tuple(range(100, 100 + n)) for n in (0, 13, 29, 40)
+]  # shared heads of different lengths
 
 
 class CheckingRunner(SimulatedRunner):
@@ -153,39 +168,80 @@ class CheckingRunner(SimulatedRunner):
                 if block in pool.block_to_hash:  # a cached block holds this sequence's tokens there
                     assert (logical + 1) * size <= seq.num_computed
                     assert pool.block_to_hash[block] == seq.hashes[logical]
-        for seq, _ in plan.scheduled:  # the first query's window (window - 1 keys before it) is held
+        for (
+            seq,
+            _,
+        ) in plan.scheduled:  # the first query's window (window - 1 keys before it) is held
             assert seq.dropped_blocks * size <= max(0, seq.num_computed - self.window + 1)
         full = PrefixCache(pool, size)
         for seq in scheduler.waiting:
             if seq.num_computed == 0:  # a window hit is never shorter than full attention's
-                assert allocator.hit_tokens(allocator.lookup(seq)) >= full.hit_tokens(full.lookup(seq))
+                assert allocator.hit_tokens(allocator.lookup(seq)) >= full.hit_tokens(
+                    full.lookup(seq)
+                )
         return super().step_time(plan)
 
 
 @settings(max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(block=st.sampled_from([4, 8]), window=st.integers(5, 40), blocks=st.integers(12, 40),
-       batched=st.sampled_from([8, 16, 64, 512]),
-       specs=st.lists(st.tuples(st.floats(0.0, 0.3), st.integers(0, 3), st.integers(1, 30), st.integers(1, 20),
-                                st.sampled_from([1, 1, 2])), min_size=1, max_size=16))
+@given(
+    block=st.sampled_from([4, 8]),
+    window=st.integers(5, 40),
+    blocks=st.integers(12, 40),
+    batched=st.sampled_from([8, 16, 64, 512]),
+    specs=st.lists(
+        st.tuples(
+            st.floats(0.0, 0.3),
+            st.integers(0, 3),
+            st.integers(1, 30),
+            st.integers(1, 20),
+            st.sampled_from([1, 1, 2]),
+        ),
+        min_size=1,
+        max_size=16,
+    ),
+)
 # Found by this test: a hit that holds one token fewer than the window (its run covers
 # window - 1 tokens) was counted as dropping one more token than trim() and release() undo.
-@example(block=4, window=5, blocks=12, batched=8,
-         specs=[(0.0, 0, 1, 1, 1), (0.0, 0, 1, 1, 1), (0.0, 1, 1, 1, 1), (0.0, 1, 1, 1, 1)])
+@example(
+    block=4,
+    window=5,
+    blocks=12,
+    batched=8,
+    specs=[(0.0, 0, 1, 1, 1), (0.0, 0, 1, 1, 1), (0.0, 1, 1, 1, 1), (0.0, 1, 1, 1, 1)],
+)
 def test_random_shared_prefix_runs_keep_the_window_and_the_hashes_consistent(
-        block: int, window: int, blocks: int, batched: int, specs: list[tuple[float, int, int, int, int]]) -> None:
+    block: int,
+    window: int,
+    blocks: int,
+    batched: int,
+    specs: list[tuple[float, int, int, int, int]],
+) -> None:
     requests = []
     for rid, (arrival, head, tail, output, samples) in enumerate(sorted(specs)):
         prompt = PREFIXES[head] + tuple(1000 * (rid + 1) + i for i in range(tail))
         requests.append(Request(rid, arrival, len(prompt), output, prompt_tokens=prompt, n=samples))
-    allocator = make_allocator("paged", blocks * block, block, 128, watermark=0.0, prefix_caching=True,
-                               policy=PolicySpec("sliding-window", window))
+    allocator = make_allocator(
+        "paged",
+        blocks * block,
+        block,
+        128,
+        watermark=0.0,
+        prefix_caching=True,
+        policy=PolicySpec("sliding-window", window),
+    )
     runner = CheckingRunner(ROOFLINE)
     e = Engine(allocator, runner, SchedulerConfig(max_num_batched_tokens=batched), 128)
     runner.engine, runner.window = e, window
     result = e.run(requests)
-    assert {seq.request_id for seq in (*result.finished, *result.rejected)} == set(range(len(requests)))
+    assert {seq.request_id for seq in (*result.finished, *result.rejected)} == set(
+        range(len(requests))
+    )
     assert not e.scheduler.running and not e.scheduler.waiting
     pool = allocator.pool
-    assert pool.num_free == pool.num_blocks and allocator.evicted_slots == 0 and allocator.reserved_slots == 0
+    assert (
+        pool.num_free == pool.num_blocks
+        and allocator.evicted_slots == 0
+        and allocator.reserved_slots == 0
+    )
     stats = allocator.prefix_stats
     assert 0 <= stats.hits <= stats.queries and stats.hits % block == 0

@@ -14,7 +14,7 @@ KINDS = SHARED_PREFIX_KINDS
 
 
 def _harmonic(n: int, s: float) -> float:
-    return sum(r ** -s for r in range(1, n + 1))
+    return sum(r**-s for r in range(1, n + 1))
 
 
 def _sessions(reqs: list[Request]) -> dict[str, list[Request]]:
@@ -46,8 +46,18 @@ def test_deterministic_ids_in_arrival_order_real_tokens(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_small_vocabulary_and_cap(kind: str) -> None:
-    reqs = make_workload(kind, 200, rate=None, arrival="burst", seed=1, max_model_len=600, vocab_size=10,
-                         system_prompt_len=256, doc_len=256, template_len=256)
+    reqs = make_workload(
+        kind,
+        200,
+        rate=None,
+        arrival="burst",
+        seed=1,
+        max_model_len=600,
+        vocab_size=10,
+        system_prompt_len=256,
+        doc_len=256,
+        template_len=256,
+    )
     assert all(r.total_len <= 600 for r in reqs)
     assert {t for r in reqs for t in r.prompt_tokens + r.output_tokens} <= set(range(3, 10))
 
@@ -57,7 +67,9 @@ def test_arrival_process_does_not_change_tokens(kind: str) -> None:
     """Arrivals are drawn last, so swapping the process keeps every prompt and output."""
     base = make_workload(kind, 100, rate=2.0, seed=3)
     other = make_workload(kind, 100, rate=None, arrival="burst", seed=3)
-    assert [(r.prompt_tokens, r.output_tokens) for r in base] == [(r.prompt_tokens, r.output_tokens) for r in other]
+    assert [(r.prompt_tokens, r.output_tokens) for r in base] == [
+        (r.prompt_tokens, r.output_tokens) for r in other
+    ]
     assert all(r.arrival_s == 0.0 for r in other)
 
 
@@ -95,21 +107,34 @@ def test_rag_popularity_is_zipf() -> None:
     counts = Counter(r.prompt_tokens[:64] for r in reqs).most_common()
     h = _harmonic(200, s)  # ~4.76: top document ~21%, sd ~0.6% over 5,000 requests
     assert counts[0][1] / n == pytest.approx(1 / h, abs=0.02)
-    assert counts[1][1] / n == pytest.approx(2 ** -s / h, abs=0.015)
+    assert counts[1][1] / n == pytest.approx(2**-s / h, abs=0.015)
     assert len(counts) <= 200
 
 
 def test_rag_documents_distinct_within_request_and_stored_once() -> None:
-    reqs = rag(300, rate=None, arrival="burst", seed=4, num_documents=3, doc_len=64, docs_per_request=3,
-               max_model_len=1024)
+    reqs = rag(
+        300,
+        rate=None,
+        arrival="burst",
+        seed=4,
+        num_documents=3,
+        doc_len=64,
+        docs_per_request=3,
+        max_model_len=1024,
+    )
     docs = set()
     for r in reqs:
-        chunks = [r.prompt_tokens[i * 64:(i + 1) * 64] for i in range(3)]
+        chunks = [r.prompt_tokens[i * 64 : (i + 1) * 64] for i in range(3)]
         assert len(set(chunks)) == 3
         docs.update(chunks)
     assert len(docs) == 3
-    orders = {tuple(sorted(docs).index(c) for c in
-                    (r.prompt_tokens[:64], r.prompt_tokens[64:128], r.prompt_tokens[128:192])) for r in reqs}
+    orders = {
+        tuple(
+            sorted(docs).index(c)
+            for c in (r.prompt_tokens[:64], r.prompt_tokens[64:128], r.prompt_tokens[128:192])
+        )
+        for r in reqs
+    }
     assert len(orders) > 1  # draw order, not a fixed order
 
 
@@ -132,11 +157,13 @@ def test_few_shot_templates_reused_with_zipf() -> None:
 def test_chat_turns_repeat_the_whole_conversation() -> None:
     reqs = chat(600, rate=0.5, seed=0)
     sessions = _sessions(reqs)
-    assert list(sessions) == [f"s{k}" for k in range(len(sessions))]  # Poisson starts: s0, s1, ... in order
+    assert list(sessions) == [
+        f"s{k}" for k in range(len(sessions))
+    ]  # Poisson starts: s0, s1, ... in order
     for turns in sessions.values():
         for prev, cur in zip(turns, turns[1:]):
             history = prev.prompt_tokens + prev.output_tokens
-            assert cur.prompt_tokens[:len(history)] == history
+            assert cur.prompt_tokens[: len(history)] == history
             assert cur.prompt_len > len(history)  # plus a new user message
             assert cur.arrival_s >= prev.arrival_s + prev.output_len * 0.02
     assert len(reqs) == 600
@@ -146,7 +173,9 @@ def test_chat_without_think_time_waits_for_generation_only() -> None:
     reqs = chat(200, rate=1.0, seed=1, think_time=0.0)
     for turns in _sessions(reqs).values():
         for prev, cur in zip(turns, turns[1:]):
-            assert cur.arrival_s - prev.arrival_s == pytest.approx(prev.output_len * 0.02, rel=1e-9, abs=1e-9)
+            assert cur.arrival_s - prev.arrival_s == pytest.approx(
+                prev.output_len * 0.02, rel=1e-9, abs=1e-9
+            )
 
 
 def test_chat_turns_per_session_mean_and_burst_starts() -> None:
@@ -175,14 +204,22 @@ def test_chat_bound_is_previous_turn_history() -> None:
     hits = 0
     for turns in _sessions(reqs).values():
         for prev, cur in zip(turns, turns[1:]):
-            hits += block * min((prev.prompt_len + prev.output_len) // block, (cur.prompt_len - 1) // block)
+            hits += block * min(
+                (prev.prompt_len + prev.output_len) // block, (cur.prompt_len - 1) // block
+            )
     assert prefix_sharing_bound(reqs, block) == hits / sum(r.prompt_len for r in reqs)
 
 
 def test_prefix_sharing_bound_tiny_exact() -> None:
     def req(i: int, prompt: tuple[int, ...], output: tuple[int, ...] | None = None) -> Request:
-        return Request(request_id=i, arrival_s=float(i), prompt_len=len(prompt), output_len=len(output or (9,)),
-                       prompt_tokens=prompt, output_tokens=output)
+        return Request(
+            request_id=i,
+            arrival_s=float(i),
+            prompt_len=len(prompt),
+            output_len=len(output or (9,)),
+            prompt_tokens=prompt,
+            output_tokens=output,
+        )
 
     reqs = [
         req(0, (1, 2, 3, 4, 5), (6, 7)),  # caches blocks [1,2] [3,4] [5,6]; hits 0
@@ -195,20 +232,25 @@ def test_prefix_sharing_bound_tiny_exact() -> None:
     length_only = Request(request_id=5, arrival_s=5.0, prompt_len=5, output_len=1)
     assert prefix_sharing_bound(reqs + [length_only], 2) == 12 / 30
     assert prefix_sharing_bound(list(reversed(reqs)), 2) == 12 / 25  # sorted by arrival first
-    assert prefix_sharing_bound(reqs, 4) == 8 / 25  # [1,2,3,4] hits for requests 1 and 4 (2: limit 0)
+    assert (
+        prefix_sharing_bound(reqs, 4) == 8 / 25
+    )  # [1,2,3,4] hits for requests 1 and 4 (2: limit 0)
     assert prefix_sharing_bound([], 16) == 0.0
 
 
 def test_dispatcher_passes_parameters() -> None:
-    assert make_workload("rag", 50, rate=2.0, seed=3, num_documents=10, doc_len=32, docs_per_request=2,
-                         zipf_s=0.5) == rag(50, rate=2.0, seed=3, num_documents=10, doc_len=32, docs_per_request=2,
-                                            zipf_s=0.5)
-    assert make_workload("chat", 50, rate=2.0, seed=3, turns_per_session=3, think_time=1.0) == \
-        chat(50, rate=2.0, seed=3, turns_per_session=3, think_time=1.0)
-    assert make_workload("few-shot", 50, rate=2.0, num_templates=2, template_len=100) == \
-        few_shot(50, rate=2.0, num_templates=2, template_len=100)
-    assert make_workload("system-prompt", 50, rate=2.0, system_prompt_len=10, num_system_prompts=2) == \
-        system_prompt(50, rate=2.0, system_prompt_len=10, num_system_prompts=2)
+    assert make_workload(
+        "rag", 50, rate=2.0, seed=3, num_documents=10, doc_len=32, docs_per_request=2, zipf_s=0.5
+    ) == rag(50, rate=2.0, seed=3, num_documents=10, doc_len=32, docs_per_request=2, zipf_s=0.5)
+    assert make_workload("chat", 50, rate=2.0, seed=3, turns_per_session=3, think_time=1.0) == chat(
+        50, rate=2.0, seed=3, turns_per_session=3, think_time=1.0
+    )
+    assert make_workload("few-shot", 50, rate=2.0, num_templates=2, template_len=100) == few_shot(
+        50, rate=2.0, num_templates=2, template_len=100
+    )
+    assert make_workload(
+        "system-prompt", 50, rate=2.0, system_prompt_len=10, num_system_prompts=2
+    ) == system_prompt(50, rate=2.0, system_prompt_len=10, num_system_prompts=2)
 
 
 def test_generation_is_fast() -> None:
@@ -220,24 +262,27 @@ def test_generation_is_fast() -> None:
     assert len(reqs) == 10_000
 
 
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda: system_prompt(10, rate=1.0, system_prompt_len=2047), "raise max_model_len"),
-    (lambda: system_prompt(10, rate=1.0, num_system_prompts=0), "num_system_prompts"),
-    (lambda: rag(10, rate=1.0, num_documents=2, docs_per_request=3), "lower docs_per_request"),
-    (lambda: rag(10, rate=1.0, docs_per_request=2), "raise max_model_len"),
-    (lambda: rag(10, rate=1.0, zipf_s=-1.0), "zipf_s"),
-    (lambda: rag(10, rate=1.0, doc_len=0), "doc_len"),
-    (lambda: chat(10, rate=1.0, turns_per_session=0.5), "turns_per_session"),
-    (lambda: chat(10, rate=1.0, turns_dist="poisson"), "turns_dist"),
-    (lambda: chat(10, rate=1.0, think_time=-1.0), "think_time"),
-    (lambda: chat(10, rate=1.0, output_mean=0.0), "output mean"),
-    (lambda: few_shot(10, rate=1.0, num_templates=0), "num_templates"),
-    (lambda: few_shot(10, rate=1.0, template_len=4000), "shorten template_len"),
-    (lambda: few_shot(10, rate=1.0, vocab_size=3), "vocab_size"),
-    (lambda: make_workload("chat", 10, rate=None), "rate"),
-    (lambda: make_workload("rag", 0, rate=1.0), "num_requests"),
-    (lambda: make_workload("prefix", 10, rate=1.0), "system-prompt, rag, chat, few-shot"),
-])
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: system_prompt(10, rate=1.0, system_prompt_len=2047), "raise max_model_len"),
+        (lambda: system_prompt(10, rate=1.0, num_system_prompts=0), "num_system_prompts"),
+        (lambda: rag(10, rate=1.0, num_documents=2, docs_per_request=3), "lower docs_per_request"),
+        (lambda: rag(10, rate=1.0, docs_per_request=2), "raise max_model_len"),
+        (lambda: rag(10, rate=1.0, zipf_s=-1.0), "zipf_s"),
+        (lambda: rag(10, rate=1.0, doc_len=0), "doc_len"),
+        (lambda: chat(10, rate=1.0, turns_per_session=0.5), "turns_per_session"),
+        (lambda: chat(10, rate=1.0, turns_dist="poisson"), "turns_dist"),
+        (lambda: chat(10, rate=1.0, think_time=-1.0), "think_time"),
+        (lambda: chat(10, rate=1.0, output_mean=0.0), "output mean"),
+        (lambda: few_shot(10, rate=1.0, num_templates=0), "num_templates"),
+        (lambda: few_shot(10, rate=1.0, template_len=4000), "shorten template_len"),
+        (lambda: few_shot(10, rate=1.0, vocab_size=3), "vocab_size"),
+        (lambda: make_workload("chat", 10, rate=None), "rate"),
+        (lambda: make_workload("rag", 0, rate=1.0), "num_requests"),
+        (lambda: make_workload("prefix", 10, rate=1.0), "system-prompt, rag, chat, few-shot"),
+    ],
+)
 def test_bad_parameters_raise_one_line(call, match: str) -> None:
     with pytest.raises(ValueError, match=match) as info:
         call()

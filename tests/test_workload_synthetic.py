@@ -25,13 +25,24 @@ def _gaps(reqs) -> np.ndarray:
 @pytest.fixture
 def tiny_stats(tmp_path: Path) -> Path:
     path = tmp_path / "stats.csv"
-    path.write_text("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
-                    "10,20,30,0.5\n300,40,340,7.5\n")
+    path.write_text(
+        "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
+        "10,20,30,0.5\n300,40,340,7.5\n"
+    )
     return path
 
 
 def test_exports() -> None:
-    assert WORKLOAD_KINDS == ("sharegpt", "alpaca", "sharegpt-stats", "long-reasoning", "system-prompt", "rag", "chat", "few-shot")
+    assert WORKLOAD_KINDS == (
+        "sharegpt",
+        "alpaca",
+        "sharegpt-stats",
+        "long-reasoning",
+        "system-prompt",
+        "rag",
+        "chat",
+        "few-shot",
+    )
     assert ARRIVALS == ("poisson", "gamma", "burst")
 
 
@@ -62,11 +73,14 @@ def test_arrival_process_does_not_change_lengths() -> None:
         assert all(np.array_equal(x, y) for x, y in zip(base, other))
 
 
-@pytest.mark.parametrize(("kind", "prompt_mean", "output_mean"), [
-    ("sharegpt", 161.31, 337.99),  # vLLM paper, ShareGPT
-    ("alpaca", 19.31, 58.45),  # vLLM paper, Alpaca
-    ("long-reasoning", 200.0, 4000.0),
-])
+@pytest.mark.parametrize(
+    ("kind", "prompt_mean", "output_mean"),
+    [
+        ("sharegpt", 161.31, 337.99),  # vLLM paper, ShareGPT
+        ("alpaca", 19.31, 58.45),  # vLLM paper, Alpaca
+        ("long-reasoning", 200.0, 4000.0),
+    ],
+)
 def test_means_match_targets(kind: str, prompt_mean: float, output_mean: float) -> None:
     prompt, output = _lengths(make_workload(kind, 20_000, rate=10.0, seed=0, max_model_len=100_000))
     assert prompt.mean() == pytest.approx(prompt_mean, rel=0.05)
@@ -116,8 +130,12 @@ def test_sharegpt_stats_samples_rows_jointly(tiny_stats: Path) -> None:
     reqs = make_workload("sharegpt-stats", 400, rate=1.0, seed=5, stats_path=tiny_stats)
     pairs = {(r.prompt_len, r.output_len) for r in reqs}
     assert pairs == {(10, 20), (300, 40)}  # never (10, 40): rows are kept whole
-    assert reqs == make_workload("sharegpt-stats", 400, rate=1.0, seed=5, stats_path=str(tiny_stats))
-    capped = make_workload("sharegpt-stats", 400, rate=1.0, seed=5, stats_path=tiny_stats, max_model_len=310)
+    assert reqs == make_workload(
+        "sharegpt-stats", 400, rate=1.0, seed=5, stats_path=str(tiny_stats)
+    )
+    capped = make_workload(
+        "sharegpt-stats", 400, rate=1.0, seed=5, stats_path=tiny_stats, max_model_len=310
+    )
     assert {(r.prompt_len, r.output_len) for r in capped} == {(10, 20), (300, 10)}
 
 
@@ -128,26 +146,33 @@ def test_sharegpt_stats_real_file(shared_data: Path) -> None:
     assert prompts.mean() == pytest.approx(2340.03, abs=0.01)
     assert outputs.mean() == pytest.approx(438.71, abs=0.01)
     # every row totals <= 8,149 tokens, so at 8k+ nothing is capped and the means carry over
-    prompt, output = _lengths(make_workload("sharegpt-stats", 20_000, rate=1.0, stats_path=path,
-                                            max_model_len=8_192))
+    prompt, output = _lengths(
+        make_workload("sharegpt-stats", 20_000, rate=1.0, stats_path=path, max_model_len=8_192)
+    )
     assert prompt.mean() == pytest.approx(2340.03, rel=0.03)
     assert output.mean() == pytest.approx(438.71, rel=0.03)
     reqs = make_workload("sharegpt-stats", 2_000, rate=1.0, stats_path=path)
     assert max(r.total_len for r in reqs) <= 2048
 
 
-@pytest.mark.parametrize(("kwargs", "needle"), [
-    (dict(kind="nope"), "unknown workload kind 'nope'"),
-    (dict(arrival="uniform"), "unknown arrival process 'uniform'"),
-    (dict(num_requests=0), "num_requests must be an integer >= 1"),
-    (dict(rate=0.0), "need a finite rate > 0"),
-    (dict(rate=-2.0), "need a finite rate > 0"),
-    (dict(rate=None), "pass e.g. rate=10"),
-    (dict(arrival="gamma", cv=0.0), "cv > 0"),
-    (dict(max_model_len=1), "max_model_len must be an integer >= 2"),
-    (dict(kind="sharegpt-stats"), "sharegpt-stats needs stats_path"),
-    (dict(kind="sharegpt-stats", stats_path="/no/such/stats.csv"), "/no/such/stats.csv not found"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        (dict(kind="nope"), "unknown workload kind 'nope'"),
+        (dict(arrival="uniform"), "unknown arrival process 'uniform'"),
+        (dict(num_requests=0), "num_requests must be an integer >= 1"),
+        (dict(rate=0.0), "need a finite rate > 0"),
+        (dict(rate=-2.0), "need a finite rate > 0"),
+        (dict(rate=None), "pass e.g. rate=10"),
+        (dict(arrival="gamma", cv=0.0), "cv > 0"),
+        (dict(max_model_len=1), "max_model_len must be an integer >= 2"),
+        (dict(kind="sharegpt-stats"), "sharegpt-stats needs stats_path"),
+        (
+            dict(kind="sharegpt-stats", stats_path="/no/such/stats.csv"),
+            "/no/such/stats.csv not found",
+        ),
+    ],
+)
 def test_bad_input_one_line_errors(kwargs: dict, needle: str) -> None:
     args = dict(kind="sharegpt", num_requests=10, rate=1.0) | kwargs
     with pytest.raises(ValueError) as info:

@@ -12,12 +12,21 @@ from typing import Any
 from kvplan import lazy_attribute
 
 _HOMES = {
-    "BenchConfig": "kvplan.bench.config", "ClusterConfig": "kvplan.bench.config", "flat_settings": "kvplan.bench.config",
-    "engine_factory": "kvplan.bench.matrix", "run_matrix": "kvplan.bench.matrix", "variant_names": "kvplan.bench.matrix",
-    "DEFAULT_OPTIMIZATIONS": "kvplan.bench.optimizations", "KV_FORMAT_PARTS": "kvplan.bench.optimizations",
-    "parse_optimization": "kvplan.bench.optimizations", "parse_optimizations": "kvplan.bench.optimizations",
-    "EngineSizing": "kvplan.core.engine_factory", "Optimization": "kvplan.core.engine_factory", "RealConfig": "kvplan.core.engine_factory",
-    "SizingConfig": "kvplan.core.engine_factory", "TierConfig": "kvplan.core.engine_factory",
+    "BenchConfig": "kvplan.bench.config",
+    "ClusterConfig": "kvplan.bench.config",
+    "flat_settings": "kvplan.bench.config",
+    "engine_factory": "kvplan.bench.matrix",
+    "run_matrix": "kvplan.bench.matrix",
+    "variant_names": "kvplan.bench.matrix",
+    "DEFAULT_OPTIMIZATIONS": "kvplan.bench.optimizations",
+    "KV_FORMAT_PARTS": "kvplan.bench.optimizations",
+    "parse_optimization": "kvplan.bench.optimizations",
+    "parse_optimizations": "kvplan.bench.optimizations",
+    "EngineSizing": "kvplan.core.engine_factory",
+    "Optimization": "kvplan.core.engine_factory",
+    "RealConfig": "kvplan.core.engine_factory",
+    "SizingConfig": "kvplan.core.engine_factory",
+    "TierConfig": "kvplan.core.engine_factory",
 }
 __all__ = sorted(_HOMES)
 

@@ -72,39 +72,72 @@ def _pair_label(first: str, second: str) -> str:
 
 REPORTED, NONZERO = Shown.REPORTED, Shown.NONZERO
 ROWS: tuple[Row, ...] = (
-    Row("token_states_share"), Row("reservation_share"), Row("internal_fragmentation_share"),
-    Row("external_fragmentation_share"), Row("cached_share", NONZERO), Row("free_share"),
-    Row("waste"), Row("kv_cache_usage_mean"),
+    Row("token_states_share"),
+    Row("reservation_share"),
+    Row("internal_fragmentation_share"),
+    Row("external_fragmentation_share"),
+    Row("cached_share", NONZERO),
+    Row("free_share"),
+    Row("waste"),
+    Row("kv_cache_usage_mean"),
     Row("prefix_hit_rate", REPORTED),
     Row("prefix_hit_rate_upper_bound", REPORTED, "the hit rate of a cache that never evicts"),
-    Row("prefill_tokens_saved", REPORTED), Row("cached_blocks_evicted", REPORTED),
-    Row("pod_prefix_hit_rate", REPORTED), Row("pod_requests", REPORTED),
+    Row("prefill_tokens_saved", REPORTED),
+    Row("cached_blocks_evicted", REPORTED),
+    Row("pod_prefix_hit_rate", REPORTED),
+    Row("pod_requests", REPORTED),
     Row("load_imbalance", REPORTED, "max / mean requests per pod (1.00 = even)"),
-    Row("cpu_hit_rate", REPORTED), Row("cpu_bytes_in", REPORTED, pair="cpu_bytes_out"),
-    Row("disk_hit_rate", REPORTED), Row("disk_bytes_in", REPORTED, pair="disk_bytes_out"),
-    Row("offload_reloads", REPORTED, pair="offload_recomputes"), Row("total_hit_rate", REPORTED),
+    Row("cpu_hit_rate", REPORTED),
+    Row("cpu_bytes_in", REPORTED, pair="cpu_bytes_out"),
+    Row("disk_hit_rate", REPORTED),
+    Row("disk_bytes_in", REPORTED, pair="disk_bytes_out"),
+    Row("offload_reloads", REPORTED, pair="offload_recomputes"),
+    Row("total_hit_rate", REPORTED),
     Row("tokens_dropped", REPORTED),
-    Row("eviction_copied_slots", REPORTED,
+    Row(
+        "eviction_copied_slots",
+        REPORTED,
         "K/V moved inside the pool by eviction (holes refilled; streaming: sinks written into "
-        "each window), in slots of every layer; simulated runs charge compaction copies as time"),
-    Row("eviction_hole_blocks_ratio", REPORTED,
-        "blocks held with holes left in place, per compacted block (measured on the run)"),
-    Row("layer_budgets", REPORTED,
+        "each window), in slots of every layer; simulated runs charge compaction copies as time",
+    ),
+    Row(
+        "eviction_hole_blocks_ratio",
+        REPORTED,
+        "blocks held with holes left in place, per compacted block (measured on the run)",
+    ),
+    Row(
+        "layer_budgets",
+        REPORTED,
         "entropy-budget's split of layers x --kv-budget by attention entropy (real mode: probed "
         "on the model's own 200-token greedy text from BOS, never the requests); one block "
         "table serves every layer, so each sequence holds the largest layer budget in every "
         "layer and the smaller layers' unused tail slots are internal fragmentation (a "
         "simplification: per-layer block tables, vLLM v1's KV-cache groups, would hold each "
-        "layer's own); simulated runs without a split charge every layer --kv-budget"),
-    Row("evicted_token_share", NONZERO,
-        "of the running sequences' tokens, the share evicted (time-averaged)"),
-    Row("shared_token_share", NONZERO), Row("parallel_forks", REPORTED, pair="cow_copies"),
-    Row("running_mean"), Row("running_peak"), Row("waiting_mean"), Row("preemptions"),
-    Row("recomputed_tokens"), Row("swapped_out_slots", NONZERO),
-    Row("output_tokens_per_s"), Row("total_tokens_per_s"), Row("requests_per_s"),
+        "layer's own); simulated runs without a split charge every layer --kv-budget",
+    ),
+    Row(
+        "evicted_token_share",
+        NONZERO,
+        "of the running sequences' tokens, the share evicted (time-averaged)",
+    ),
+    Row("shared_token_share", NONZERO),
+    Row("parallel_forks", REPORTED, pair="cow_copies"),
+    Row("running_mean"),
+    Row("running_peak"),
+    Row("waiting_mean"),
+    Row("preemptions"),
+    Row("recomputed_tokens"),
+    Row("swapped_out_slots", NONZERO),
+    Row("output_tokens_per_s"),
+    Row("total_tokens_per_s"),
+    Row("requests_per_s"),
     Row("output_tokens_per_s", ratio=True),
-    Row("running_mean", hint="mean running requests against the baseline's", ratio=True,
-        section=Feature.THROUGHPUT),
+    Row(
+        "running_mean",
+        hint="mean running requests against the baseline's",
+        ratio=True,
+        section=Feature.THROUGHPUT,
+    ),
     *(Row(f"{latency}_{p}") for latency in ("ttft_s", "tpot_s", "e2e_s") for p in PERCENTILES),
     Row("requests_finished", pair="requests_rejected"),
 )
@@ -139,9 +172,19 @@ def comparison(records: list[ResultRecord]) -> Comparison:
         if row.hint:
             hints.append(f"{row.label}: {row.hint}")
     names = tuple(r.optimization for r in records)
-    base_note = f"baseline: {names[0]} (the \"vs base\" rows divide by its figures)"
-    return Comparison(_title(records[0]), names, tuple(rows),
-                      (*_rejections(records), base_note, *hints, *_unsplit_entropy(records), _time_note(records[0])))
+    base_note = f'baseline: {names[0]} (the "vs base" rows divide by its figures)'
+    return Comparison(
+        _title(records[0]),
+        names,
+        tuple(rows),
+        (
+            *_rejections(records),
+            base_note,
+            *hints,
+            *_unsplit_entropy(records),
+            _time_note(records[0]),
+        ),
+    )
 
 
 def _title(record: ResultRecord) -> str:
@@ -154,19 +197,28 @@ def _title(record: ResultRecord) -> str:
             where = f"{params['pods']} pods of {where}"
     workload = params.get("workload", {}).get("kind")
     joint = "in" if where.startswith("real mode") else "on"
-    return (f"{params['model']} {joint} {where}, {params['num_requests']:,} requests ({workload}), KV {params['kv_format']}, "
-            f"max_model_len {params['max_model_len']:,}")
+    return (
+        f"{params['model']} {joint} {where}, {params['num_requests']:,} requests ({workload}), KV {params['kv_format']}, "
+        f"max_model_len {params['max_model_len']:,}"
+    )
 
 
 def _unsplit_entropy(records: list[ResultRecord]) -> list[str]:
     """A simulated entropy-budget run has no weights to probe its layer split (named here)."""
-    names = [r.optimization for r in records if "entropy-budget" in r.optimization
-             and (r.mode or "simulated") != "real" and "layer_budgets" not in r.metrics]
+    names = [
+        r.optimization
+        for r in records
+        if "entropy-budget" in r.optimization
+        and (r.mode or "simulated") != "real"
+        and "layer_budgets" not in r.metrics
+    ]
     if not names:
         return []
-    return [f"{', '.join(names)}: simulated without weights to probe the per-layer split, so every layer is "
-            "charged --kv-budget, as h2o is (a named simplification); real serving holds its split's largest "
-            "layer budget in every layer (1.45x h2o's slots on stories260K at budget 32)"]
+    return [
+        f"{', '.join(names)}: simulated without weights to probe the per-layer split, so every layer is "
+        "charged --kv-budget, as h2o is (a named simplification); real serving holds its split's largest "
+        "layer budget in every layer (1.45x h2o's slots on stories260K at budget 32)"
+    ]
 
 
 def _rejections(records: list[ResultRecord]) -> list[str]:
@@ -174,7 +226,10 @@ def _rejections(records: list[ResultRecord]) -> list[str]:
     for record in records:
         count = record.metrics.get("requests_rejected") or 0
         if count:
-            reasons = "; ".join(summarize_reasons(record.metrics.get("reject_reasons") or [])) or "no reason recorded"
+            reasons = (
+                "; ".join(summarize_reasons(record.metrics.get("reject_reasons") or []))
+                or "no reason recorded"
+            )
             notes.append(f"{record.optimization}: {count:,} rejected: {reasons}")
     return notes
 
@@ -184,13 +239,19 @@ def summarize_reasons(reasons: list[str]) -> list[str]:
     'needs 2480..4096 KV slots, the whole pool admits 2432'."""
     groups: dict[str, list[list[int]]] = {}
     for reason in reasons:
-        groups.setdefault(_NUMBER.sub("#", reason), []).append([int(n) for n in _NUMBER.findall(reason)])
+        groups.setdefault(_NUMBER.sub("#", reason), []).append(
+            [int(n) for n in _NUMBER.findall(reason)]
+        )
     lines = []
     for template, numbers in groups.items():
-        spans = [f"{min(column)}..{max(column)}" if min(column) != max(column) else str(column[0])
-                 for column in zip(*numbers)]
+        spans = [
+            f"{min(column)}..{max(column)}" if min(column) != max(column) else str(column[0])
+            for column in zip(*numbers)
+        ]
         pieces = template.split("#")
-        lines.append("".join(piece + (spans[i] if i < len(spans) else "") for i, piece in enumerate(pieces)))
+        lines.append(
+            "".join(piece + (spans[i] if i < len(spans) else "") for i, piece in enumerate(pieces))
+        )
     return lines
 
 
@@ -201,23 +262,38 @@ def _time_note(record: ResultRecord) -> str:
     if not source:
         return "times are modeled from the GPU roofline at datasheet peak (a lower bound), not measured"
     band = record.metrics.get("time_error_band")
-    return f"times are modeled by the step model ({source}), not measured" + (f"; {band_text(band)}" if band else "")
+    return f"times are modeled by the step model ({source}), not measured" + (
+        f"; {band_text(band)}" if band else ""
+    )
 
 
-BAND_FIGURES = (("output_throughput", "output tok/s"), ("mean_tpot_ms", "TPOT"), ("mean_ttft_ms", "TTFT"),
-                ("latency_avg_s", "batch latency"))
+BAND_FIGURES = (
+    ("output_throughput", "output tok/s"),
+    ("mean_tpot_ms", "TPOT"),
+    ("mean_ttft_ms", "TTFT"),
+    ("latency_avg_s", "batch latency"),
+)
 
 
 def band_text(band: dict) -> str:
     """A modeled run's error band in words: the held-out median error of each time figure."""
-    where = f"{band.get('gpu_family')} under {band.get('engine')}" if band.get("gpu_family") else "its runs"
-    parts = [f"{label} ±{100 * band[f'{name}_error']:.0f}% ({int(band[f'{name}_runs'])} runs)"
-             for name, label in BAND_FIGURES if f"{name}_error" in band]
+    where = (
+        f"{band.get('gpu_family')} under {band.get('engine')}"
+        if band.get("gpu_family")
+        else "its runs"
+    )
+    parts = [
+        f"{label} ±{100 * band[f'{name}_error']:.0f}% ({int(band[f'{name}_runs'])} runs)"
+        for name, label in BAND_FIGURES
+        if f"{name}_error" in band
+    ]
     if band.get("unvalidated"):
         if not parts:
             return f"unvalidated: no measured run on {where}"
-        return (f"unvalidated: no measured run on {where}; on GPU families the fit never saw "
-                f"({band.get('basis')}): " + ", ".join(parts))
+        return (
+            f"unvalidated: no measured run on {where}; on GPU families the fit never saw "
+            f"({band.get('basis')}): " + ", ".join(parts)
+        )
     return f"held-out error on {where} ({band.get('basis')}): " + ", ".join(parts)
 
 
@@ -254,8 +330,15 @@ def _seconds(value: float) -> str:
 
 # How the terminal shows each unit; a list (per pod, per layer) item by item, shorter.
 CELL: dict[Unit, Callable[[Any], str]] = {
-    Unit.SHARE: lambda v: f"{100 * v:.1f}%", Unit.COUNT: lambda v: f"{v:,}",
-    Unit.TOKENS_PER_S: lambda v: f"{v:,.0f}", Unit.REQUESTS_PER_S: lambda v: f"{v:,.2f}",
-    Unit.NUMBER: lambda v: f"{v:,.2f}", Unit.SECONDS: _seconds, Unit.BYTES: _bytes}
+    Unit.SHARE: lambda v: f"{100 * v:.1f}%",
+    Unit.COUNT: lambda v: f"{v:,}",
+    Unit.TOKENS_PER_S: lambda v: f"{v:,.0f}",
+    Unit.REQUESTS_PER_S: lambda v: f"{v:,.2f}",
+    Unit.NUMBER: lambda v: f"{v:,.2f}",
+    Unit.SECONDS: _seconds,
+    Unit.BYTES: _bytes,
+}
 LIST_ITEM: dict[Unit, Callable[[Any], str]] = {
-    Unit.SHARE: lambda v: f"{100 * v:.0f}%", Unit.COUNT: lambda v: f"{v:,}"}
+    Unit.SHARE: lambda v: f"{100 * v:.0f}%",
+    Unit.COUNT: lambda v: f"{v:,}",
+}

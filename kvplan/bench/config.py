@@ -57,7 +57,9 @@ class ClusterConfig:
 class BenchConfig:
     sizing: SizingConfig = field(default_factory=SizingConfig)
     scheduler: SchedulerConfig = ENGINE_LIMITS
-    workload: dict[str, Any] = field(default_factory=dict)  # how the requests were made, for the record
+    workload: dict[str, Any] = field(
+        default_factory=dict
+    )  # how the requests were made, for the record
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     real: RealConfig = field(default_factory=RealConfig)
@@ -81,10 +83,12 @@ class BenchConfig:
             raise SettingError("{pods} needs simulated mode; real mode runs one engine")
         if self.step_model is not None and self.mode != "simulated":
             raise SettingError("{step_model} time simulated steps; drop them with {mode} real")
-        if (self.max_concurrency is not None or self.vllm_figures) and (self.mode != "simulated"
-                                                                        or self.cluster.pods > 1):
-            raise SettingError("{max_concurrency} and {vllm_figures} need simulated mode with one "
-                               "pod")
+        if (self.max_concurrency is not None or self.vllm_figures) and (
+            self.mode != "simulated" or self.cluster.pods > 1
+        ):
+            raise SettingError(
+                "{max_concurrency} and {vllm_figures} need simulated mode with one pod"
+            )
         if self.scheduler.preemption != "swap" and self.sizing.swap_space_gib:
             # the swap area is set aside for swap preemption only; recorded as none otherwise
             object.__setattr__(self, "sizing", dataclasses.replace(self.sizing, swap_space_gib=0.0))
@@ -94,7 +98,9 @@ class BenchConfig:
         """From the flat setting names of results files and sweep files (model=..., pods=...)."""
         unknown = sorted(set(settings) - set(FLAT_NAMES))
         if unknown:
-            raise ValueError(f"unknown bench settings {', '.join(unknown)}; use {', '.join(FLAT_NAMES)}")
+            raise ValueError(
+                f"unknown bench settings {', '.join(unknown)}; use {', '.join(FLAT_NAMES)}"
+            )
         groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
         top: dict[str, Any] = {}
         for name, value in settings.items():
@@ -107,15 +113,32 @@ class BenchConfig:
         return cls(**top, **{group: GROUPS[group](**values) for group, values in groups.items()})
 
 
-GROUPS: dict[str, type] = {"sizing": SizingConfig, "cluster": ClusterConfig, "tiers": TierConfig, "real": RealConfig}
+GROUPS: dict[str, type] = {
+    "sizing": SizingConfig,
+    "cluster": ClusterConfig,
+    "tiers": TierConfig,
+    "real": RealConfig,
+}
 # Every flat setting name -> its group (None: a field of BenchConfig itself), in the order
 # results files have always listed them.
 FLAT_NAMES: dict[str, str | None] = {
     **{f.name: "sizing" for f in fields(SizingConfig) if f.name != "swap_space_gib"},
-    "scheduler": None, "swap_space_gib": "sizing", "seed": None, "workload": None, "pods": "cluster",
-    "routers": "cluster", "kv_budget": None, **{f.name: "tiers" for f in fields(TierConfig)}, "mode": None,
-    **{f.name: "real" for f in fields(RealConfig)}, "w_hit": "cluster", "w_load": "cluster", "step_model": None,
-    "max_concurrency": None, "vllm_figures": None}
+    "scheduler": None,
+    "swap_space_gib": "sizing",
+    "seed": None,
+    "workload": None,
+    "pods": "cluster",
+    "routers": "cluster",
+    "kv_budget": None,
+    **{f.name: "tiers" for f in fields(TierConfig)},
+    "mode": None,
+    **{f.name: "real" for f in fields(RealConfig)},
+    "w_hit": "cluster",
+    "w_load": "cluster",
+    "step_model": None,
+    "max_concurrency": None,
+    "vllm_figures": None,
+}
 # Settings recorded only when set (added after results files existed; None = the old behaviour).
 OPTIONAL_NAMES = frozenset({"step_model", "max_concurrency", "vllm_figures"})
 
@@ -133,16 +156,29 @@ def flat_settings(config: BenchConfig) -> dict[str, Any]:
 
 def run_id(config: BenchConfig, optimizations: list[str], num_requests: int) -> str:
     """Deterministic: the same inputs give the same run id (nothing wall-clock goes in)."""
-    identity = json.dumps([flat_settings(config), optimizations, num_requests], sort_keys=True, default=str)
+    identity = json.dumps(
+        [flat_settings(config), optimizations, num_requests], sort_keys=True, default=str
+    )
     return hashlib.sha256(identity.encode()).hexdigest()[:12]
 
 
-def record_params(config: BenchConfig, optimization: Optimization, sizing: EngineSizing, num_requests: int,
-                  router: str | None) -> dict[str, Any]:
+def record_params(
+    config: BenchConfig,
+    optimization: Optimization,
+    sizing: EngineSizing,
+    num_requests: int,
+    router: str | None,
+) -> dict[str, Any]:
     """A bench record's `params`: every setting but the scheduler, the scheduler's as scheduler_*,
     and what this run resolved (allocator, KV format, max_model_len)."""
     flat = flat_settings(config)
     scheduler = flat.pop("scheduler")
-    return {**flat, **{f"scheduler_{k}": v for k, v in scheduler.items()},
-            "allocator": optimization.allocator, "kv_format": sizing.kv_format.name,
-            "max_model_len": sizing.max_model_len, "num_requests": num_requests, "router": router}
+    return {
+        **flat,
+        **{f"scheduler_{k}": v for k, v in scheduler.items()},
+        "allocator": optimization.allocator,
+        "kv_format": sizing.kv_format.name,
+        "max_model_len": sizing.max_model_len,
+        "num_requests": num_requests,
+        "router": router,
+    }

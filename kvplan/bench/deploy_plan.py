@@ -37,34 +37,58 @@ from kvplan.bench.trials import trace_rate
 VERIFY_TOP = 3  # candidates verified as a cluster
 
 
-Progress = Callable[[str, int], None]  # (what just finished, or "" for nothing; steps to add to the total)
+Progress = Callable[
+    [str, int], None
+]  # (what just finished, or "" for nothing; steps to add to the total)
 
 
-def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, float],
-              executor: Executor = LocalExecutor(), max_gpus: int | None = None, progress: Progress | None = None,
-              disagg: bool = False, kv_link_gbps: float | None = None) -> Plan:
+def make_plan(
+    demand: Demand,
+    candidates: list[Candidate],
+    prices: dict[str, float],
+    executor: Executor = LocalExecutor(),
+    max_gpus: int | None = None,
+    progress: Progress | None = None,
+    disagg: bool = False,
+    kv_link_gbps: float | None = None,
+) -> Plan:
     if demand.workload.trace is not None and demand.trace_rps is None:
         demand = dataclasses.replace(demand, trace_rps=trace_rate(demand.workload))
-    if candidates:  # a workload setting the generator refuses is the user's error, not every candidate's
+    if (
+        candidates
+    ):  # a workload setting the generator refuses is the user's error, not every candidate's
         check_workload(demand, candidates[0])
     note = progress or (lambda label, more: None)
     order = {candidate: i for i, candidate in enumerate(candidates)}
-    probed = _map(probe_item, [(demand, candidate) for candidate in candidates], executor,
-                  lambda r: note(f"probed {r.candidate.label}", 0))
+    probed = _map(
+        probe_item,
+        [(demand, candidate) for candidate in candidates],
+        executor,
+        lambda r: note(f"probed {r.candidate.label}", 0),
+    )
     rows = [PlanRow(result) for result in sorted(probed, key=lambda r: order[r.candidate])]
     router = router_for(demand)
-    pending = sorted((row for row in rows if row.capacity.status == "ok"),
-                     key=lambda row: _guess_cost(row, prices, demand.rate))
+    pending = sorted(
+        (row for row in rows if row.capacity.status == "ok"),
+        key=lambda row: _guess_cost(row, prices, demand.rate),
+    )
     note("", len(pending))
     runs = 0  # verification and refinement; the searches' own runs are counted on their results
-    while pending:  # search, verify the best, and search again what the verified winner's cost reopens
+    while (
+        pending
+    ):  # search, verify the best, and search again what the verified winner's cost reopens
         _search(demand, pending, prices, executor, max_gpus, _best_cost(rows, prices), note)
         runs += _verify_best(demand, rows, router, prices, max_gpus, note)
         best = _best_cost(rows, prices)
-        pending = [row for row in rows if row.capacity.status == "cost"
-                   and (row.capacity.cost_floor or 0.0) < best - 1e-9]
+        pending = [
+            row
+            for row in rows
+            if row.capacity.status == "cost" and (row.capacity.cost_floor or 0.0) < best - 1e-9
+        ]
         for row in pending:
-            row.capacity = dataclasses.replace(row.capacity, status="ok", reason="", cost_floor=None)
+            row.capacity = dataclasses.replace(
+                row.capacity, status="ok", reason="", cost_floor=None
+            )
         note("", len(pending))
     runs += sum(row.capacity.simulations for row in rows)
     if disagg:
@@ -72,10 +96,16 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
 
         note("", 2 * len(candidates))
         split, pool_runs = disaggregated_rows(
-            demand, candidates, prices,
-            lambda work, items: _map(work, items, executor, lambda r: note(f"pool {r.candidate.label}", 0),
-                                     ordered=True),
-            _best_cost(rows, prices), max_gpus, kv_link_gbps)
+            demand,
+            candidates,
+            prices,
+            lambda work, items: _map(
+                work, items, executor, lambda r: note(f"pool {r.candidate.label}", 0), ordered=True
+            ),
+            _best_cost(rows, prices),
+            max_gpus,
+            kv_link_gbps,
+        )
         rows.extend(split)
         runs += pool_runs + _verify_best(demand, rows, router, prices, max_gpus, note)
     winner = rows[0] if rows and rows[0].feasible else None
@@ -87,8 +117,13 @@ def make_plan(demand: Demand, candidates: list[Candidate], prices: dict[str, flo
     return Plan(demand, rows, router, runs)
 
 
-def _map(work: Callable[[Any], CapacityResult], items: list[Any], executor: Executor,
-         done: Callable[[CapacityResult], None], ordered: bool = False) -> list[CapacityResult]:
+def _map(
+    work: Callable[[Any], CapacityResult],
+    items: list[Any],
+    executor: Executor,
+    done: Callable[[CapacityResult], None],
+    ordered: bool = False,
+) -> list[CapacityResult]:
     """work(item) for every item on the executor; results in completion order, or in the items'
     order when `ordered`."""
     results: list[tuple[int, CapacityResult]] = []
@@ -103,7 +138,9 @@ def _map(work: Callable[[Any], CapacityResult], items: list[Any], executor: Exec
     return [result for _, result in results]
 
 
-def _indexed(job: tuple[Callable[[Any], CapacityResult], tuple[int, Any]]) -> tuple[int, CapacityResult]:
+def _indexed(
+    job: tuple[Callable[[Any], CapacityResult], tuple[int, Any]],
+) -> tuple[int, CapacityResult]:
     work, (index, item) = job
     return index, work(item)
 
@@ -125,15 +162,32 @@ def _best_cost(rows: list[PlanRow], prices: dict[str, float]) -> float:
     return min((_row_cost(row, prices) for row in rows), default=math.inf)
 
 
-def _search(demand: Demand, rows: list[PlanRow], prices: dict[str, float], executor: Executor, max_gpus: int | None,
-            best: float, note: Progress) -> None:
+def _search(
+    demand: Demand,
+    rows: list[PlanRow],
+    prices: dict[str, float],
+    executor: Executor,
+    max_gpus: int | None,
+    best: float,
+    note: Progress,
+) -> None:
     """fewest_replicas for every row, in the executor's waves, each bounded by the best cost so far."""
     wave = executor.wave or len(rows)
     by_candidate = {row.capacity.candidate: row for row in rows}
     for start in range(0, len(rows), max(wave, 1)):
-        items = [(demand, row.capacity, *search_bounds(row.capacity.candidate,
-                                                       unit_price(prices, row.capacity.candidate.gpu), best, max_gpus))
-                 for row in rows[start:start + max(wave, 1)]]
+        items = [
+            (
+                demand,
+                row.capacity,
+                *search_bounds(
+                    row.capacity.candidate,
+                    unit_price(prices, row.capacity.candidate.gpu),
+                    best,
+                    max_gpus,
+                ),
+            )
+            for row in rows[start : start + max(wave, 1)]
+        ]
 
         def done(result: CapacityResult) -> None:
             nonlocal best
@@ -148,8 +202,14 @@ def _search(demand: Demand, rows: list[PlanRow], prices: dict[str, float], execu
         _map(search_item, items, executor, done)
 
 
-def _verify_best(demand: Demand, rows: list[PlanRow], router: str, prices: dict[str, float],
-                 max_gpus: int | None, note: Progress) -> int:
+def _verify_best(
+    demand: Demand,
+    rows: list[PlanRow],
+    router: str,
+    prices: dict[str, float],
+    max_gpus: int | None,
+    note: Progress,
+) -> int:
     """Verify the best until the best are verified (a cluster may need more replicas); the runs made."""
     runs = 0
     while True:
@@ -163,8 +223,11 @@ def _verify_best(demand: Demand, rows: list[PlanRow], router: str, prices: dict[
             runs += row.verify(demand, router, prices)
             note(f"cluster of {row.replicas} x {row.capacity.candidate.label}", 0)
             if max_gpus is not None and row.feasible and row.gpus > max_gpus:
-                row.capacity = dataclasses.replace(row.capacity, status="gpus", reason=(
-                    f"the cluster needs {row.gpus} GPUs, over --max-gpus {max_gpus}"))
+                row.capacity = dataclasses.replace(
+                    row.capacity,
+                    status="gpus",
+                    reason=(f"the cluster needs {row.gpus} GPUs, over --max-gpus {max_gpus}"),
+                )
 
 
 def _rank(row: PlanRow) -> tuple:
@@ -173,8 +236,12 @@ def _rank(row: PlanRow) -> tuple:
     return (not row.feasible, cost, row.gpus, row.parts, -row.capacity.capacity_rps)
 
 
-_VERDICTS = {"memory": "does not fit", "latency": "misses the SLO", "gpus": "over --max-gpus",
-             "cluster": "cluster misses the SLO"}
+_VERDICTS = {
+    "memory": "does not fit",
+    "latency": "misses the SLO",
+    "gpus": "over --max-gpus",
+    "cluster": "cluster misses the SLO",
+}
 
 
 def _explain_losers(rows: list[PlanRow], priced: bool) -> None:
@@ -185,17 +252,28 @@ def _explain_losers(rows: list[PlanRow], priced: bool) -> None:
             floor = f"${cap.cost_floor:,.2f}/h" if priced else f"{cap.cost_floor:g} GPUs"
             row.why_not, row.verdict = f"cost: {cap.reason} (at least {floor})", f"cost >= {floor}"
         elif not row.feasible:
-            row.why_not, row.verdict = f"{cap.status}: {cap.reason}", _VERDICTS.get(cap.status, cap.status)
-        elif best is not None and best.usd_per_hour is not None and row.usd_per_hour is not None \
-                and row.usd_per_hour > best.usd_per_hour:
+            row.why_not, row.verdict = (
+                f"{cap.status}: {cap.reason}",
+                _VERDICTS.get(cap.status, cap.status),
+            )
+        elif (
+            best is not None
+            and best.usd_per_hour is not None
+            and row.usd_per_hour is not None
+            and row.usd_per_hour > best.usd_per_hour
+        ):
             row.why_not = row.verdict = f"cost: +${row.usd_per_hour - best.usd_per_hour:,.2f}/h"
         elif best is not None and best.usd_per_hour is not None and row.usd_per_hour is None:
             row.why_not, row.verdict = "no price for this GPU in the price file", "no price"
         elif best is not None and row.gpus > best.gpus:
             row.why_not = row.verdict = f"GPUs: +{row.gpus - best.gpus}"
         elif not row.verified:
-            row.why_not, row.verdict = "not verified as a cluster (only the best candidates are)", "unverified"
+            row.why_not, row.verdict = (
+                "not verified as a cluster (only the best candidates are)",
+                "unverified",
+            )
         else:
-            row.why_not, row.verdict = "ties the winner; less per-replica capacity", "ties the winner"
-
-
+            row.why_not, row.verdict = (
+                "ties the winner; less per-replica capacity",
+                "ties the winner",
+            )

@@ -48,10 +48,14 @@ def pool_demands(demand: Demand) -> tuple[Demand, Demand]:
     to the whole SLO from the moment a request's KV has arrived."""
     ttft = Slo(tuple(target for target in demand.slo.targets if target.figure == "ttft"))
     if not ttft.targets:
-        raise SettingError("{disagg} sizes the prefill pool by time to first token: add a ttft target to {slo}, "
-                           "e.g. {slo} ttft_p90=2s,tpot_p90=60ms")
-    return (dataclasses.replace(demand, phase=Phase.PREFILL, slo=ttft),
-            dataclasses.replace(demand, phase=Phase.DECODE))
+        raise SettingError(
+            "{disagg} sizes the prefill pool by time to first token: add a ttft target to {slo}, "
+            "e.g. {slo} ttft_p90=2s,tpot_p90=60ms"
+        )
+    return (
+        dataclasses.replace(demand, phase=Phase.PREFILL, slo=ttft),
+        dataclasses.replace(demand, phase=Phase.DECODE),
+    )
 
 
 def pool_item(item: tuple[Demand, Candidate, int | None, int | None, float]) -> CapacityResult:
@@ -77,35 +81,54 @@ class DisaggRow(PlanRow):
 
     @property
     def feasible(self) -> bool:
-        return super().feasible and self.prefill is not None and self.prefill.status == "ok" \
+        return (
+            super().feasible
+            and self.prefill is not None
+            and self.prefill.status == "ok"
             and self.prefill_replicas > 0
+        )
 
     def division_headroom(self) -> tuple[float, float]:
         """The slower pool's: it stops meeting its share of the SLO first."""
         assert self.prefill is not None
-        return (min(self.replicas * self.capacity.capacity_rps, self.prefill_replicas * self.prefill.capacity_rps),
-                min(self.replicas * self.capacity.capacity_upper_rps,
-                    self.prefill_replicas * self.prefill.capacity_upper_rps))
+        return (
+            min(
+                self.replicas * self.capacity.capacity_rps,
+                self.prefill_replicas * self.prefill.capacity_rps,
+            ),
+            min(
+                self.replicas * self.capacity.capacity_upper_rps,
+                self.prefill_replicas * self.prefill.capacity_upper_rps,
+            ),
+        )
 
     @property
     def layout(self) -> str:
         decode = self.capacity.candidate
         if not self.feasible or self.prefill is None:
             return f"{decode.gpu} P/D {decode.kv_dtype}"
-        return (f"{self.prefill_replicas}P TP{self.prefill.candidate.tp} + {self.replicas}D TP{decode.tp} "
-                f"{decode.gpu} {decode.kv_dtype}")
+        return (
+            f"{self.prefill_replicas}P TP{self.prefill.candidate.tp} + {self.replicas}D TP{decode.tp} "
+            f"{decode.gpu} {decode.kv_dtype}"
+        )
 
     def extra_json(self) -> dict[str, Any]:
         prefill = self.prefill
         metrics = self.cluster_metrics
-        return {"disaggregated": {
-            "prefill_tp": prefill.candidate.tp if prefill else None, "prefill_replicas": self.prefill_replicas,
-            "prefill_capacity_rps": round(prefill.capacity_rps, 4) if prefill else None,
-            "decode_tp": self.capacity.candidate.tp, "decode_replicas": self.replicas,
-            "decode_capacity_rps": round(self.capacity.capacity_rps, 4),
-            "kv_link_gbps": self.link_gbps, "kv_transfer_s_mean": metrics.get("kv_transfer_s_mean"),
-            "prefill_ttft_s_p90": metrics.get("prefill_ttft_s_p90"),
-            "decode_wait_s_p90": metrics.get("decode_wait_s_p90")}}
+        return {
+            "disaggregated": {
+                "prefill_tp": prefill.candidate.tp if prefill else None,
+                "prefill_replicas": self.prefill_replicas,
+                "prefill_capacity_rps": round(prefill.capacity_rps, 4) if prefill else None,
+                "decode_tp": self.capacity.candidate.tp,
+                "decode_replicas": self.replicas,
+                "decode_capacity_rps": round(self.capacity.capacity_rps, 4),
+                "kv_link_gbps": self.link_gbps,
+                "kv_transfer_s_mean": metrics.get("kv_transfer_s_mean"),
+                "prefill_ttft_s_p90": metrics.get("prefill_ttft_s_p90"),
+                "decode_wait_s_p90": metrics.get("decode_wait_s_p90"),
+            }
+        }
 
     def refine(self, demand: Demand) -> int:
         """Each pool's capacity bracket stays as its replica search left it (the headroom is the
@@ -121,9 +144,13 @@ class DisaggRow(PlanRow):
 
         def attempt(prefills: int, decodes: int) -> dict[str, Any]:
             nonlocal runs
-            metrics, made = settled_run(demand, pipeline_run(demand, self, prefills, decodes, router),
-                                        demand.rate, e2e_alone,
-                                        min(MAX_CLUSTER_REQUESTS, demand.num_requests * (prefills + decodes)))
+            metrics, made = settled_run(
+                demand,
+                pipeline_run(demand, self, prefills, decodes, router),
+                demand.rate,
+                e2e_alone,
+                min(MAX_CLUSTER_REQUESTS, demand.num_requests * (prefills + decodes)),
+            )
             runs += made
             return metrics
 
@@ -138,8 +165,11 @@ class DisaggRow(PlanRow):
             added += 1
             metrics = attempt(x, y)
         if not demand.slo.meets(metrics):
-            self.capacity = dataclasses.replace(self.capacity, status="cluster", reason=(
-                f"{x} prefill + {y} decode replicas miss the SLO at {demand.rate:g} req/s"))
+            self.capacity = dataclasses.replace(
+                self.capacity,
+                status="cluster",
+                reason=(f"{x} prefill + {y} decode replicas miss the SLO at {demand.rate:g} req/s"),
+            )
             return runs
         if not added:  # met at the division: either pool may need fewer, prefill first
             for fewer_x, fewer_y in ((1, 0), (0, 1)):
@@ -148,7 +178,12 @@ class DisaggRow(PlanRow):
                     if not demand.slo.meets(fewer):
                         break
                     x, y, metrics = x - fewer_x, y - fewer_y, fewer
-        self.prefill_replicas, self.replicas, self.verified, self.cluster_metrics = x, y, True, metrics
+        self.prefill_replicas, self.replicas, self.verified, self.cluster_metrics = (
+            x,
+            y,
+            True,
+            metrics,
+        )
         self.verified_rps = demand.rate
         self.price(prices, demand.rate)
         return runs
@@ -160,11 +195,14 @@ def _decode_is_short(slo: Slo, metrics: dict[str, Any]) -> bool:
     missed = {target.figure for target in slo.targets if not Slo((target,)).meets(metrics)}
     if "tpot" in missed:
         return True
-    return float(metrics.get("decode_wait_s_p90") or 0.0) > float(metrics.get("prefill_ttft_s_p90") or 0.0)
+    return float(metrics.get("decode_wait_s_p90") or 0.0) > float(
+        metrics.get("prefill_ttft_s_p90") or 0.0
+    )
 
 
-def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
-                 router: str) -> Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]:
+def pipeline_run(
+    demand: Demand, row: DisaggRow, prefills: int, decodes: int, router: str
+) -> Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]:
     """A Run (trials.settled_run) of the whole pipeline: x prefill pods behind the
     plan's router, the link, y decode pods behind least-loaded."""
     from kvplan.bench.config import BenchConfig
@@ -180,7 +218,9 @@ def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
     prefill_candidate, decode_candidate = row.prefill.candidate, row.capacity.candidate
     optimization = parse_optimization(demand.optimization)
 
-    def pool(config: BenchConfig, count: int, hashes: dict[int, list[int]]) -> tuple[Any, list[Any], Any]:
+    def pool(
+        config: BenchConfig, count: int, hashes: dict[int, list[int]]
+    ) -> tuple[Any, list[Any], Any]:
         """`count` engines of one pool: the factory, the engines and their sizing."""
         factory, engines = engine_factory(config), []
         for _ in range(count):
@@ -191,54 +231,107 @@ def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int,
         return factory, engines, sizing
 
     def run(workload: WorkloadSpec) -> tuple[dict[str, Any], dict[str, list[float]]]:
-        prefill_config, built = prepare(demand.config(prefill_candidate), workload)  # one workload, both pools
+        prefill_config, built = prepare(
+            demand.config(prefill_candidate), workload
+        )  # one workload, both pools
         decode_config = configured(demand.config(decode_candidate), built)
         block_size = prefill_config.sizing.block_size
-        hashes = hashes_by_request(built.requests, block_size) if optimization.prefix_caching else {}
+        hashes = (
+            hashes_by_request(built.requests, block_size) if optimization.prefix_caching else {}
+        )
         _, prefill_pods, prefill_sizing = pool(prefill_config, prefills, hashes)
         decode_factory, decode_pods, decode_sizing = pool(decode_config, decodes, hashes)
         gpu = load_gpu(decode_candidate.gpu)
-        link = KvLink(max(prefill_sizing.slot_bytes, decode_sizing.slot_bytes), row.link_gbps or gpu.interconnect_gbps,
-                      gpu.interconnect_latency_us * 1e-6)
-        metrics = run_disaggregated(prefill_pods, decode_pods, built.requests, link, RouterConfig(router), block_size)
+        link = KvLink(
+            max(prefill_sizing.slot_bytes, decode_sizing.slot_bytes),
+            row.link_gbps or gpu.interconnect_gbps,
+            gpu.interconnect_latency_us * 1e-6,
+        )
+        metrics = run_disaggregated(
+            prefill_pods, decode_pods, built.requests, link, RouterConfig(router), block_size
+        )
         metrics.update(decode_factory.run_metrics(decode_pods[0]))
         return metrics, {}
 
     return run
 
 
-def disaggregated_rows(demand: Demand, candidates: list[Candidate], prices: dict[str, float],
-                       search: Callable[[Callable[[Any], CapacityResult], list[Any]], list[CapacityResult]],
-                       best_cost: float, max_gpus: int | None,
-                       link_gbps: float | None) -> tuple[list[DisaggRow], int]:
+def disaggregated_rows(
+    demand: Demand,
+    candidates: list[Candidate],
+    prices: dict[str, float],
+    search: Callable[[Callable[[Any], CapacityResult], list[Any]], list[CapacityResult]],
+    best_cost: float,
+    max_gpus: int | None,
+    link_gbps: float | None,
+) -> tuple[list[DisaggRow], int]:
     """One row per (GPU, KV dtype, max_num_seqs): its cheapest prefill TP x decode TP pair by the
     pools' replica counts, or why none serves; and the simulations the pools' searches ran.
     `search` maps pool_item over items (the plan's process pool), results in the items' order."""
     prefill_demand, decode_demand = pool_demands(demand)
-    items = [(pool_demand, candidate, *search_bounds(candidate, unit_price(prices, candidate.gpu), best_cost, max_gpus))
-             for pool_demand in (prefill_demand, decode_demand) for candidate in candidates]
+    items = [
+        (
+            pool_demand,
+            candidate,
+            *search_bounds(candidate, unit_price(prices, candidate.gpu), best_cost, max_gpus),
+        )
+        for pool_demand in (prefill_demand, decode_demand)
+        for candidate in candidates
+    ]
     results = search(pool_item, items)
-    prefills = {r.candidate: r for r in results[:len(candidates)]}
-    decodes = {r.candidate: r for r in results[len(candidates):]}
+    prefills = {r.candidate: r for r in results[: len(candidates)]}
+    decodes = {r.candidate: r for r in results[len(candidates) :]}
     groups: dict[tuple, list[Candidate]] = {}
     for candidate in candidates:
-        groups.setdefault((candidate.gpu, candidate.kv_dtype, candidate.max_num_seqs), []).append(candidate)
+        groups.setdefault((candidate.gpu, candidate.kv_dtype, candidate.max_num_seqs), []).append(
+            candidate
+        )
     rows = []
     for members in groups.values():
-        pairs = [DisaggRow(decodes[d], replicas=decodes[d].replicas, division_replicas=decodes[d].replicas,
-                           prefill=prefills[p], prefill_replicas=prefills[p].replicas, link_gbps=link_gbps)
-                 for p in members for d in members if prefills[p].searched and decodes[d].searched]
+        pairs = [
+            DisaggRow(
+                decodes[d],
+                replicas=decodes[d].replicas,
+                division_replicas=decodes[d].replicas,
+                prefill=prefills[p],
+                prefill_replicas=prefills[p].replicas,
+                link_gbps=link_gbps,
+            )
+            for p in members
+            for d in members
+            if prefills[p].searched and decodes[d].searched
+        ]
         if pairs:
-            rows.append(min(pairs, key=lambda row: (row.gpus * (unit_price(prices, row.capacity.candidate.gpu) or 1.0),
-                                                     row.gpus)))
+            rows.append(
+                min(
+                    pairs,
+                    key=lambda row: (
+                        row.gpus * (unit_price(prices, row.capacity.candidate.gpu) or 1.0),
+                        row.gpus,
+                    ),
+                )
+            )
             continue
-        failed = [(side, pool[c]) for side, pool in (("prefill", prefills), ("decode", decodes)) for c in members
-                  if not pool[c].searched]
+        failed = [
+            (side, pool[c])
+            for side, pool in (("prefill", prefills), ("decode", decodes))
+            for c in members
+            if not pool[c].searched
+        ]
         # the pool that got furthest says why: pruned for cost before over --max-gpus, before
         # missing the SLO, before not fitting
-        side, worst = min(failed, key=lambda pair: _FURTHEST.index(pair[1].status)
-                          if pair[1].status in _FURTHEST else len(_FURTHEST))
-        rows.append(DisaggRow(dataclasses.replace(worst, reason=f"{side} pool: {worst.reason}"), link_gbps=link_gbps))
+        side, worst = min(
+            failed,
+            key=lambda pair: (
+                _FURTHEST.index(pair[1].status) if pair[1].status in _FURTHEST else len(_FURTHEST)
+            ),
+        )
+        rows.append(
+            DisaggRow(
+                dataclasses.replace(worst, reason=f"{side} pool: {worst.reason}"),
+                link_gbps=link_gbps,
+            )
+        )
     for row in rows:
         if row.feasible:
             row.price(prices, demand.rate)

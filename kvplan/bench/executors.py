@@ -26,7 +26,9 @@ class LocalExecutor:
     def wave(self) -> int | None:
         return self.workers
 
-    def map(self, work: Callable[[Any], Any], items: Sequence[Any], on_result: Callable[[Any], None]) -> None:
+    def map(
+        self, work: Callable[[Any], Any], items: Sequence[Any], on_result: Callable[[Any], None]
+    ) -> None:
         if self.workers <= 1 or len(items) <= 1:
             for item in items:
                 on_result(work(item))
@@ -42,7 +44,9 @@ class RayExecutor:
     def wave(self) -> int | None:
         return None
 
-    def map(self, work: Callable[[Any], Any], items: Sequence[Any], on_result: Callable[[Any], None]) -> None:
+    def map(
+        self, work: Callable[[Any], Any], items: Sequence[Any], on_result: Callable[[Any], None]
+    ) -> None:
         from kvplan.bench.ray_driver import run_on_ray
 
         if items:

@@ -26,15 +26,30 @@ def engine_factory(config: BenchConfig) -> EngineFactory:
     if config.mode == "real":
         from kvplan.real.factory import RealEngineFactory  # torch: only in real mode
 
-        return RealEngineFactory(config.sizing, config.real, config.scheduler, config.tiers, config.seed,
-                                 kv_budget=config.kv_budget)
-    return SimulatedEngineFactory(config.sizing, config.scheduler, config.tiers, config.kv_budget,
-                                  step_model=config.step_model)
+        return RealEngineFactory(
+            config.sizing,
+            config.real,
+            config.scheduler,
+            config.tiers,
+            config.seed,
+            kv_budget=config.kv_budget,
+        )
+    return SimulatedEngineFactory(
+        config.sizing,
+        config.scheduler,
+        config.tiers,
+        config.kv_budget,
+        step_model=config.step_model,
+    )
 
 
-def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list[str],
-               progress: Callable[[str, int], None] | None = None,
-               factory: EngineFactory | None = None) -> list[ResultRecord]:
+def run_matrix(
+    config: BenchConfig,
+    requests: list[Request],
+    optimizations: list[str],
+    progress: Callable[[str, int], None] | None = None,
+    factory: EngineFactory | None = None,
+) -> list[ResultRecord]:
     """Run each optimization on the same requests; one result record per optimization (and
     per router with pods > 1).
 
@@ -49,23 +64,35 @@ def run_matrix(config: BenchConfig, requests: list[Request], optimizations: list
     if any(o.prefix_caching for o in parsed):
         hashes = hashes_by_request(requests, block_size, stable=config.mode == "real")
         hits, queried = infinite_cache_hit_tokens(requests, block_size, hashes)
-        bounds = {"prefix_hit_rate_upper_bound": hit_rate(hits, queried),
-                  "trace_block_hit_bound": trace_block_bound(requests)}
+        bounds = {
+            "prefix_hit_rate_upper_bound": hit_rate(hits, queried),
+            "trace_block_hit_bound": trace_block_bound(requests),
+        }
     factory = factory or engine_factory(config)
     cluster = config.cluster
     records: list[ResultRecord] = []
     variants = [(o, r) for o in parsed for r in cluster.variants()]
     try:
-        _run_variants(config, requests, variants, factory, hashes, bounds, identity, progress, records)
+        _run_variants(
+            config, requests, variants, factory, hashes, bounds, identity, progress, records
+        )
     except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: the finished variants are kept
         interrupt.partial_records = records  # type: ignore[attr-defined]
         raise
     return records
 
 
-def _run_variants(config: BenchConfig, requests: list[Request], variants: list, factory: EngineFactory,
-                  hashes: dict[int, list[int]], bounds: dict[str, float | None], identity: str,
-                  progress: Callable[[str, int], None] | None, records: list[ResultRecord]) -> None:
+def _run_variants(
+    config: BenchConfig,
+    requests: list[Request],
+    variants: list,
+    factory: EngineFactory,
+    hashes: dict[int, list[int]],
+    bounds: dict[str, float | None],
+    identity: str,
+    progress: Callable[[str, int], None] | None,
+    records: list[ResultRecord],
+) -> None:
     """Run each (optimization, router) in turn, appending its record as soon as it ends."""
     cluster, block_size = config.cluster, config.sizing.block_size
     for index, (optimization, router) in enumerate(variants):
@@ -84,14 +111,23 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
                 engine.allocator.use_known_hashes(hashes)
             engines.append(engine)
         if router:
-            metrics = run_cluster(engines, requests, RouterConfig(router, cluster.w_hit, cluster.w_load),
-                                  block_size, report)
+            metrics = run_cluster(
+                engines,
+                requests,
+                RouterConfig(router, cluster.w_hit, cluster.w_load),
+                block_size,
+                report,
+            )
             timeseries: dict[str, list[float]] = {}
         elif config.max_concurrency is not None or config.vllm_figures:
             # The simulated `vllm bench serve` client (closed loop under a cap).
             engines[0].progress = report
-            client = run_client(engines[0], requests, config.max_concurrency,
-                                float(config.workload.get("rate", math.inf)))
+            client = run_client(
+                engines[0],
+                requests,
+                config.max_concurrency,
+                float(config.workload.get("rate", math.inf)),
+            )
             result = engines[0].result()
             metrics, timeseries = dict(result.metrics), result.timeseries
             metrics.update({f"vllm_{key}": value for key, value in serving_metrics(client).items()})
@@ -104,12 +140,24 @@ def _run_variants(config: BenchConfig, requests: list[Request], variants: list, 
             metrics["gpu_memory_utilization_used"] = sizing.gpu_memory_utilization
         metrics["kv_bytes_per_token_per_gpu"] = sizing.slot_bytes
         if requests:  # the full cache an eviction budget is a share of (report: policy trade-off)
-            metrics["mean_sequence_tokens"] = sum(r.prompt_len + r.output_len for r in requests) / len(requests)
+            metrics["mean_sequence_tokens"] = sum(
+                r.prompt_len + r.output_len for r in requests
+            ) / len(requests)
         if optimization.prefix_caching:
             metrics.update(bounds)
         params = record_params(config, optimization, sizing, len(requests), router)
-        records.append(make_record("bench", identity, config.mode, name, params, metrics, timeseries,
-                                   baseline=index == 0))
+        records.append(
+            make_record(
+                "bench",
+                identity,
+                config.mode,
+                name,
+                params,
+                metrics,
+                timeseries,
+                baseline=index == 0,
+            )
+        )
 
 
 class TokenCountingRunner:
@@ -129,5 +177,8 @@ class TokenCountingRunner:
 
 def variant_names(config: BenchConfig, optimizations: list[str]) -> list[str]:
     """The record names run_matrix will produce, in order (for progress bars)."""
-    return [f"{o.name}@{r}" if r else o.name
-            for o in (parse_optimization(n) for n in optimizations) for r in config.cluster.variants()]
+    return [
+        f"{o.name}@{r}" if r else o.name
+        for o in (parse_optimization(n) for n in optimizations)
+        for r in config.cluster.variants()
+    ]

@@ -12,18 +12,43 @@ from kvplan.spec import parse_kv_format
 if TYPE_CHECKING:  # the engine's setup loads when a name is parsed, not for the names' help text
     from kvplan.core.engine_factory import Optimization
 
-DEFAULT_OPTIMIZATIONS = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "prefix")
-KV_FORMAT_PARTS = ("fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "int8-tensor")
-KV_FORMAT_PREFIXES = ("int4-g", "int8-g", "int2-g", "kivi-int")  # group-wise and KIVI formats, e.g. int4-g64
+DEFAULT_OPTIMIZATIONS = (
+    "contiguous-max",
+    "contiguous-pow2",
+    "contiguous-oracle",
+    "paged",
+    "prefix",
+)
+KV_FORMAT_PARTS = (
+    "fp32",
+    "fp16",
+    "bf16",
+    "fp8",
+    "fp8-e4m3",
+    "fp8-e5m2",
+    "int8",
+    "int4",
+    "int8-tensor",
+)
+KV_FORMAT_PREFIXES = (
+    "int4-g",
+    "int8-g",
+    "int2-g",
+    "kivi-int",
+)  # group-wise and KIVI formats, e.g. int4-g64
 OFFLOAD_PARTS = {"offload-cpu": ("cpu",), "offload-disk": ("cpu", "disk")}
-FULL = "full"  # the unoptimized cache: no eviction, the run's KV format (the quality table's baseline)
+FULL = (
+    "full"  # the unoptimized cache: no eviction, the run's KV format (the quality table's baseline)
+)
 
 
 def names_help() -> str:
     """Every valid optimization name, grouped, for `kvplan bench --help` (brackets escaped for rich)."""
-    return (f"allocators: {', '.join(ALLOCATORS)}; prefix; offload: {', '.join(OFFLOAD_PARTS)}; "
-            f"KV formats: {', '.join(KV_FORMAT_PARTS)}, int4-g64, int2-g32, kivi-int4 ...; "
-            f"eviction (with --kv-budget): {', '.join(policy_names())}")
+    return (
+        f"allocators: {', '.join(ALLOCATORS)}; prefix; offload: {', '.join(OFFLOAD_PARTS)}; "
+        f"KV formats: {', '.join(KV_FORMAT_PARTS)}, int4-g64, int2-g32, kivi-int4 ...; "
+        f"eviction (with --kv-budget): {', '.join(policy_names())}"
+    )
 
 
 def parse_optimization(text: str) -> Optimization:
@@ -45,14 +70,25 @@ def parse_optimization(text: str) -> Optimization:
             policy = part
         elif part in ALLOCATORS:
             if allocator:
-                raise ValueError(f"'{text}' names two allocators; compose one allocator with other parts")
+                raise ValueError(
+                    f"'{text}' names two allocators; compose one allocator with other parts"
+                )
             allocator = part
         elif part in KV_FORMAT_PARTS or part.startswith(KV_FORMAT_PREFIXES):
             parse_kv_format(part)
             kv_dtype = part
         else:
-            known = ", ".join((*ALLOCATORS, "prefix", *OFFLOAD_PARTS, *policy_names(), *KV_FORMAT_PARTS,
-                               "int4-gN", FULL))
+            known = ", ".join(
+                (
+                    *ALLOCATORS,
+                    "prefix",
+                    *OFFLOAD_PARTS,
+                    *policy_names(),
+                    *KV_FORMAT_PARTS,
+                    "int4-gN",
+                    FULL,
+                )
+            )
             raise ValueError(f"unknown optimization '{part}' in '{text}'; known: {known}")
     if prefix and allocator not in (None, "paged"):
         raise ValueError(f"'{text}': prefix caching needs the paged allocator")

@@ -48,7 +48,10 @@ class PlanRow:
         """The rate at which the plan stops meeting the SLO by the per-replica division: above
         replicas x the highest per-replica rate seen to meet it, below replicas x the lowest seen
         to miss it."""
-        return self.replicas * self.capacity.capacity_rps, self.replicas * self.capacity.capacity_upper_rps
+        return (
+            self.replicas * self.capacity.capacity_rps,
+            self.replicas * self.capacity.capacity_upper_rps,
+        )
 
     @property
     def headroom_rps(self) -> float:
@@ -87,7 +90,9 @@ class PlanRow:
         requests_per_s = metrics.get("requests_per_s") or 0
         if requests_per_s > 0:
             output_tokens_per_s = metrics.get("output_tokens_per_s", 0) / requests_per_s * rate
-            self.usd_per_million_output_tokens = self.usd_per_hour / (output_tokens_per_s * 3600) * 1e6
+            self.usd_per_million_output_tokens = (
+                self.usd_per_hour / (output_tokens_per_s * 3600) * 1e6
+            )
 
     def extra_json(self) -> dict[str, Any]:
         """Fields a kind of row adds to its kvplan.plan/1 entry."""
@@ -106,22 +111,37 @@ class PlanRow:
 
         def meets(replicas: int) -> dict[str, Any] | None:
             nonlocal runs
-            config = demand.config(candidate, pods=replicas, router=router if replicas > 1 else None)
-            metrics, made = settled_run(demand, lambda workload: simulate_series(demand, config, workload),
-                                        demand.rate, self.capacity.e2e_alone_s,
-                                        min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas))
+            config = demand.config(
+                candidate, pods=replicas, router=router if replicas > 1 else None
+            )
+            metrics, made = settled_run(
+                demand,
+                lambda workload: simulate_series(demand, config, workload),
+                demand.rate,
+                self.capacity.e2e_alone_s,
+                min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas),
+            )
             runs += made
             return metrics if demand.slo.meets(metrics) else None
 
         replicas, metrics = self.replicas, None
-        while replicas <= self.replicas + MAX_EXTRA_REPLICAS and (metrics := meets(replicas)) is None:
+        while (
+            replicas <= self.replicas + MAX_EXTRA_REPLICAS and (metrics := meets(replicas)) is None
+        ):
             replicas += 1
         if metrics is None:
-            self.capacity = dataclasses.replace(self.capacity, status="cluster", reason=(
-                f"a cluster of up to {self.replicas + MAX_EXTRA_REPLICAS} replicas misses the SLO "
-                f"at {demand.rate:g} req/s"))
+            self.capacity = dataclasses.replace(
+                self.capacity,
+                status="cluster",
+                reason=(
+                    f"a cluster of up to {self.replicas + MAX_EXTRA_REPLICAS} replicas misses the SLO "
+                    f"at {demand.rate:g} req/s"
+                ),
+            )
             return runs
-        if replicas == self.replicas:  # met at the division: the cluster may need fewer (shared prefixes,
+        if (
+            replicas == self.replicas
+        ):  # met at the division: the cluster may need fewer (shared prefixes,
             missing = 0  # or a per-replica trial that missed by noise), found by bisection
             while replicas - missing > 1:
                 middle = (missing + replicas) // 2
@@ -129,7 +149,12 @@ class PlanRow:
                     replicas, metrics = middle, fewer
                 else:
                     missing = middle
-        self.replicas, self.verified, self.cluster_metrics, self.verified_rps = replicas, True, metrics, demand.rate
+        self.replicas, self.verified, self.cluster_metrics, self.verified_rps = (
+            replicas,
+            True,
+            metrics,
+            demand.rate,
+        )
         self.price(prices, demand.rate)
         return runs
 

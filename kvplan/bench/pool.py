@@ -31,7 +31,9 @@ def _worker_init() -> None:
             pass
 
 
-def run_pool(work: Callable[[Any], T], items: Iterable[Any], workers: int, on_result: Callable[[T], None]) -> None:
+def run_pool(
+    work: Callable[[Any], T], items: Iterable[Any], workers: int, on_result: Callable[[T], None]
+) -> None:
     """Call on_result(work(item)) for every item, in completion order, on `workers` processes."""
     pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
     try:

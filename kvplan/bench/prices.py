@@ -26,16 +26,29 @@ def load_prices(path: str | Path) -> dict[str, float]:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ValueError(f"price file '{path}' does not exist; write a TOML file with a [{TABLE}] table") from None
+        raise ValueError(
+            f"price file '{path}' does not exist; write a TOML file with a [{TABLE}] table"
+        ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"malformed price file '{path}': {str(err).splitlines()[0]}; fix the TOML") from None
+        raise ValueError(
+            f"malformed price file '{path}': {str(err).splitlines()[0]}; fix the TOML"
+        ) from None
     table = data.get(TABLE)
     if not isinstance(table, dict) or not table:
-        raise ValueError(f"price file '{path}' has no [{TABLE}] table; add one, e.g. h100-80gb = 2.49")
+        raise ValueError(
+            f"price file '{path}' has no [{TABLE}] table; add one, e.g. h100-80gb = 2.49"
+        )
     prices: dict[str, float] = {}
     for name, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"price file '{path}': {name} = {value!r} must be a positive number of $/GPU-hour")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ValueError(
+                f"price file '{path}': {name} = {value!r} must be a positive number of $/GPU-hour"
+            )
         prices[load_gpu(str(name)).name] = float(value)
     return prices
 

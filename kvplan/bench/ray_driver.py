@@ -28,7 +28,9 @@ from typing import Any, BinaryIO
 from kvplan.spec.setting_error import SettingError
 
 POLL_S = 0.1  # longest wait for a Ray result before the driver checks for a stop request
-INIT_GRACE_S = 20.0  # how long an orphaned driver waits for ray.init before it exits without Ray's teardown
+INIT_GRACE_S = (
+    20.0  # how long an orphaned driver waits for ray.init before it exits without Ray's teardown
+)
 RESULT, DONE, FAILED = "result", "done", "failed"
 
 
@@ -36,16 +38,24 @@ class _Stop(BaseException):
     """The sweep asked the driver to stop (SIGTERM), or went away."""
 
 
-def run_on_ray(items: Sequence[Any], address: str | None, on_result: Callable[[Any], None],
-               work: Callable[[Any], Any] | None = None) -> None:
+def run_on_ray(
+    items: Sequence[Any],
+    address: str | None,
+    on_result: Callable[[Any], None],
+    work: Callable[[Any], Any] | None = None,
+) -> None:
     """Call on_result(work(item)) for every item, in completion order, on Ray; `work` is a
     module-level function (pickled by name), a sweep's run_point by default."""
     if importlib.util.find_spec("ray") is None:
         raise SettingError("{executor} ray needs Ray: pip install 'kvplan[ray]'")
     read_fd, write_fd = os.pipe()
     try:
-        child = subprocess.Popen([sys.executable, "-m", "kvplan.bench.ray_driver", str(write_fd)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(write_fd,))
+        child = subprocess.Popen(
+            [sys.executable, "-m", "kvplan.bench.ray_driver", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            pass_fds=(write_fd,),
+        )
     finally:
         os.close(write_fd)
     with os.fdopen(read_fd, "rb") as messages:
@@ -55,7 +65,9 @@ def run_on_ray(items: Sequence[Any], address: str | None, on_result: Callable[[A
                 pickle.dump((work, list(items), address), child.stdin)
             _receive(messages, on_result)
             child.wait()
-        except BaseException:  # Ctrl-C / SIGTERM / a failing callback: the child cleans up without us
+        except (
+            BaseException
+        ):  # Ctrl-C / SIGTERM / a failing callback: the child cleans up without us
             if child.poll() is None:
                 child.terminate()
             raise
@@ -66,8 +78,10 @@ def _receive(messages: BinaryIO, on_result: Callable[[Any], None]) -> None:
         try:
             kind, payload = pickle.load(messages)
         except EOFError:
-            raise ValueError("the Ray driver process ended without finishing the sweep; "
-                             "re-run to resume (finished points are kept)") from None
+            raise ValueError(
+                "the Ray driver process ended without finishing the sweep; "
+                "re-run to resume (finished points are kept)"
+            ) from None
         if kind == DONE:
             return
         if kind == FAILED:
@@ -79,7 +93,9 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop
 
 
-def _drive(work: Callable[[Any], Any] | None, items: list[Any], address: str | None, out: BinaryIO) -> None:
+def _drive(
+    work: Callable[[Any], Any] | None, items: list[Any], address: str | None, out: BinaryIO
+) -> None:
     import ray
 
     if work is None:
@@ -97,8 +113,13 @@ def _drive(work: Callable[[Any], Any] | None, items: list[Any], address: str | N
     try:
         # Ray's INFO chatter ("Started a local Ray instance") would land on the sweep's stderr,
         # after the sweep's own last line when a stop races the start; its warnings still show.
-        ray.init(address=None if address in (None, "local") else address, ignore_reinit_error=True,
-                 include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(
+            address=None if address in (None, "local") else address,
+            ignore_reinit_error=True,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
         initialized.set()
         signal.signal(signal.SIGTERM, _raise_stop)  # ray.init installed its own (sys.exit)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
@@ -155,7 +176,9 @@ def main() -> None:
     finally:
         try:
             out.close()
-        except BrokenPipeError:  # the sweep stopped reading: a last buffered message has nowhere to go
+        except (
+            BrokenPipeError
+        ):  # the sweep stopped reading: a last buffered message has nowhere to go
             pass
 
 

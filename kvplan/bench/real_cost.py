@@ -35,7 +35,9 @@ class RunCost:
     device: str
     warmup_tokens: int
     warmup_s: float
-    utilization: float | None = None  # what sized a CUDA pool (None: --kv-cache-gib or the CPU default)
+    utilization: float | None = (
+        None  # what sized a CUDA pool (None: --kv-cache-gib or the CPU default)
+    )
 
     @property
     def total_tokens(self) -> int:
@@ -48,16 +50,20 @@ class RunCost:
     def describe(self) -> str:
         minutes = self.estimate_s / 60
         span = f"{minutes:,.0f} min" if minutes >= 2 else f"{self.estimate_s:,.0f} s"
-        return (f"real mode on {self.device}: {self.requests:,} requests x {self.variants} optimization(s) = "
-                f"{self.total_tokens:,} tokens through {self.layers} layers; weights {_size(self.weight_bytes)}, "
-                f"KV pool {_size(self.kv_pool_bytes)} per optimization{self._pool_rule()}; about {span} "
-                f"(rough: {self.warmup_tokens:,} warm-up tokens took {self.warmup_s:.2f} s)")
+        return (
+            f"real mode on {self.device}: {self.requests:,} requests x {self.variants} optimization(s) = "
+            f"{self.total_tokens:,} tokens through {self.layers} layers; weights {_size(self.weight_bytes)}, "
+            f"KV pool {_size(self.kv_pool_bytes)} per optimization{self._pool_rule()}; about {span} "
+            f"(rough: {self.warmup_tokens:,} warm-up tokens took {self.warmup_s:.2f} s)"
+        )
 
     def _pool_rule(self) -> str:
         if self.utilization is None:
             return ""
-        return (f" ({self.utilization:g} of the card less what the loaded model uses; simplified: vLLM also sets "
-                "activation memory aside)")
+        return (
+            f" ({self.utilization:g} of the card less what the loaded model uses; simplified: vLLM also sets "
+            "activation memory aside)"
+        )
 
 
 def _size(value: float) -> str:
@@ -79,9 +85,18 @@ def measure_cost(factory: EngineFactory, requests: list[Request], variants: int)
     elapsed = time.perf_counter() - started
     loaded: Any = getattr(factory, "loaded")
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-    return RunCost(len(requests), variants, request_tokens(requests), loaded.spec.num_layers, int(weights),
-                   int(getattr(engine.runner, "kv_bytes", 0)), loaded.device, request_tokens(sample), elapsed,
-                   sizing.gpu_memory_utilization)
+    return RunCost(
+        len(requests),
+        variants,
+        request_tokens(requests),
+        loaded.spec.num_layers,
+        int(weights),
+        int(getattr(engine.runner, "kv_bytes", 0)),
+        loaded.device,
+        request_tokens(sample),
+        elapsed,
+        sizing.gpu_memory_utilization,
+    )
 
 
 def _short(request: Request) -> Request:

@@ -86,19 +86,44 @@ class Demand:
     def __post_init__(self) -> None:
         # settings every candidate shares fail here, once, rather than as every candidate's failure
         SizingConfig(model=self.model, engine=self.engine, engine_version=self.engine_version)
-        if self.workload.trace is None and self.workload.kind not in (*WORKLOAD_KINDS, *VLLM_DATASETS):
-            raise SettingError("unknown workload '{kind}'; use one of {known} or {trace} FILE", kind=self.workload.kind,
-                               known=", ".join(dict.fromkeys((*WORKLOAD_KINDS, *VLLM_DATASETS))))
+        if self.workload.trace is None and self.workload.kind not in (
+            *WORKLOAD_KINDS,
+            *VLLM_DATASETS,
+        ):
+            raise SettingError(
+                "unknown workload '{kind}'; use one of {known} or {trace} FILE",
+                kind=self.workload.kind,
+                known=", ".join(dict.fromkeys((*WORKLOAD_KINDS, *VLLM_DATASETS))),
+            )
         parse_optimization(self.optimization)
 
-    def config(self, candidate: Candidate, pods: int = 1, router: str | None = None,
-               max_concurrency: int | None = None) -> BenchConfig:
-        sizing = SizingConfig(model=self.model, gpu=candidate.gpu, tp=candidate.tp, kv_dtype=candidate.kv_dtype,
-                              engine=self.engine, engine_version=self.engine_version)
-        scheduler = SchedulerConfig(max_num_seqs=candidate.max_num_seqs, max_num_batched_tokens=None)
+    def config(
+        self,
+        candidate: Candidate,
+        pods: int = 1,
+        router: str | None = None,
+        max_concurrency: int | None = None,
+    ) -> BenchConfig:
+        sizing = SizingConfig(
+            model=self.model,
+            gpu=candidate.gpu,
+            tp=candidate.tp,
+            kv_dtype=candidate.kv_dtype,
+            engine=self.engine,
+            engine_version=self.engine_version,
+        )
+        scheduler = SchedulerConfig(
+            max_num_seqs=candidate.max_num_seqs, max_num_batched_tokens=None
+        )
         cluster = ClusterConfig(pods=pods, routers=(router,) if router else ())
-        return BenchConfig(sizing=sizing, scheduler=scheduler, cluster=cluster, seed=self.seed,
-                           step_model=self.step_model, max_concurrency=max_concurrency)
+        return BenchConfig(
+            sizing=sizing,
+            scheduler=scheduler,
+            cluster=cluster,
+            seed=self.seed,
+            step_model=self.step_model,
+            max_concurrency=max_concurrency,
+        )
 
 
 @dataclass
@@ -110,7 +135,9 @@ class CapacityResult:
     capacity_rps: float = 0.0  # highest per-replica rate seen to meet the SLO
     capacity_upper_rps: float = math.inf  # lowest per-replica rate seen to miss it
     saturation_rps: float = 0.0
-    metrics: dict[str, Any] = field(default_factory=dict)  # the run at capacity_rps (or the failing probe)
+    metrics: dict[str, Any] = field(
+        default_factory=dict
+    )  # the run at capacity_rps (or the failing probe)
     simulations: int = 0
     e2e_alone_s: float = 0.0  # p90 end-to-end latency of a request alone: sets trial lengths
     cost_floor: float | None = None  # pruned: the least a plan of this candidate could cost
@@ -125,8 +152,9 @@ def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dic
     return simulate_series(demand, config, workload)[0]
 
 
-def simulate_series(demand: Demand, config: BenchConfig,
-                    workload: WorkloadSpec) -> tuple[dict[str, Any], dict[str, list[float]]]:
+def simulate_series(
+    demand: Demand, config: BenchConfig, workload: WorkloadSpec
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """One simulated run; its metrics and its per-step series (none for a cluster)."""
     from kvplan.bench.matrix import run_matrix
     from kvplan.bench.run import prepare
@@ -141,8 +169,10 @@ def check_workload(demand: Demand, candidate: Candidate) -> None:
     the user's error (ValueError) before any candidate is probed."""
     from kvplan.bench.run import prepare
 
-    prepare(demand.config(candidate), sent_at(demand.workload, math.inf, min(8, demand.num_requests),
-                                              demand.trace_rps))
+    prepare(
+        demand.config(candidate),
+        sent_at(demand.workload, math.inf, min(8, demand.num_requests), demand.trace_rps),
+    )
 
 
 def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
@@ -158,8 +188,15 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
         return simulate(demand, demand.config(candidate, **options), workload)
 
     try:  # every request alone: a closed loop of one, sent as fast as it goes
-        alone = run(sent_at(base, UNBOUNDED_RATE if native is None else math.inf,
-                            min(ALONE_REQUESTS, demand.num_requests), native), max_concurrency=1)
+        alone = run(
+            sent_at(
+                base,
+                UNBOUNDED_RATE if native is None else math.inf,
+                min(ALONE_REQUESTS, demand.num_requests),
+                native,
+            ),
+            max_concurrency=1,
+        )
     except ValueError as err:  # sizing: the weights, or one request, do not fit
         result.status, result.reason = "memory", str(err).splitlines()[0]
         return result
@@ -182,8 +219,13 @@ def trial(demand: Demand, result: CapacityResult, rate: float) -> bool:
     """One replica at `rate` req/s, run until settled; narrows result's capacity bracket and
     says whether the SLO was met."""
     config = demand.config(result.candidate)
-    metrics, runs = settled_run(demand, lambda workload: simulate_series(demand, config, workload), rate,
-                                result.e2e_alone_s, min_requests=demand.num_requests)
+    metrics, runs = settled_run(
+        demand,
+        lambda workload: simulate_series(demand, config, workload),
+        rate,
+        result.e2e_alone_s,
+        min_requests=demand.num_requests,
+    )
     result.simulations += runs
     if demand.slo.meets(metrics):
         if rate >= result.capacity_rps:
@@ -193,32 +235,47 @@ def trial(demand: Demand, result: CapacityResult, rate: float) -> bool:
     return False
 
 
-def search_bounds(candidate: Candidate, unit_price: float | None, best_cost: float,
-                  max_gpus: int | None) -> tuple[int | None, int | None, float]:
+def search_bounds(
+    candidate: Candidate, unit_price: float | None, best_cost: float, max_gpus: int | None
+) -> tuple[int | None, int | None, float]:
     """fewest_replicas' bounds for a candidate: the most replicas that cost no more than the
     best plan so far (None: no bound, when the GPU has no price or nothing was found yet), the
     most --max-gpus allows, and what one replica costs."""
     tp = candidate.tp
-    by_cost = None if unit_price is None or math.isinf(best_cost) else math.floor(best_cost / (unit_price * tp) + 1e-9)
+    by_cost = (
+        None
+        if unit_price is None or math.isinf(best_cost)
+        else math.floor(best_cost / (unit_price * tp) + 1e-9)
+    )
     by_gpus = None if max_gpus is None else max_gpus // tp
     return by_cost, by_gpus, (unit_price or 1.0) * tp
 
 
-def fewest_replicas(demand: Demand, result: CapacityResult, by_cost: int | None = None,
-                    by_gpus: int | None = None, unit_cost: float = 1.0) -> CapacityResult:
+def fewest_replicas(
+    demand: Demand,
+    result: CapacityResult,
+    by_cost: int | None = None,
+    by_gpus: int | None = None,
+    unit_cost: float = 1.0,
+) -> CapacityResult:
     """The least n for which one replica meets the SLO at rate / n: gallop up from the burst's
     guess, then bisect on n. n is bounded by what could still beat the best plan (`by_cost`
     replicas, each costing `unit_cost`) and by --max-gpus (`by_gpus` replicas); a candidate that
     misses at its bound is pruned and says which bound it hit."""
     if result.status != "ok":
         return result
-    limit = min(by_cost if by_cost is not None else MAX_REPLICAS, by_gpus if by_gpus is not None else MAX_REPLICAS,
-                MAX_REPLICAS)
+    limit = min(
+        by_cost if by_cost is not None else MAX_REPLICAS,
+        by_gpus if by_gpus is not None else MAX_REPLICAS,
+        MAX_REPLICAS,
+    )
     # what earlier trials showed: n <= rate / upper misses, n >= rate / capacity meets
     failing = math.floor(demand.rate / result.capacity_upper_rps + 1e-9)
     known = math.ceil(demand.rate / result.capacity_rps - 1e-9) if result.capacity_rps > 0 else 0
     meeting = known if known <= limit else 0
-    guess = math.ceil(demand.rate / result.saturation_rps - 1e-9) if result.saturation_rps > 0 else 1
+    guess = (
+        math.ceil(demand.rate / result.saturation_rps - 1e-9) if result.saturation_rps > 0 else 1
+    )
     n = min(max(guess, failing + 1, 1), limit)
     while not meeting and failing < limit:
         if trial(demand, result, demand.rate / n):
@@ -230,13 +287,22 @@ def fewest_replicas(demand: Demand, result: CapacityResult, by_cost: int | None 
     if not meeting:
         if by_cost is not None and limit == by_cost:
             result.status, result.cost_floor = "cost", (limit + 1) * unit_cost
-            result.reason = (f"one replica misses the SLO at rate / {limit}, and {limit + 1} replicas cost more "
-                             "than the best plan" if limit else "one replica costs more than the best plan")
+            result.reason = (
+                f"one replica misses the SLO at rate / {limit}, and {limit + 1} replicas cost more "
+                "than the best plan"
+                if limit
+                else "one replica costs more than the best plan"
+            )
         elif by_gpus is not None and limit == by_gpus:
             result.status = "gpus"
-            result.reason = f"one replica misses the SLO at rate / {limit}: more GPUs than --max-gpus"
+            result.reason = (
+                f"one replica misses the SLO at rate / {limit}: more GPUs than --max-gpus"
+            )
         else:
-            result.status, result.reason = "latency", f"one replica misses the SLO at rate / {limit}"
+            result.status, result.reason = (
+                "latency",
+                f"one replica misses the SLO at rate / {limit}",
+            )
         return result
     while meeting - failing > 1:
         middle = (failing + meeting) // 2
@@ -259,7 +325,9 @@ def refine(demand: Demand, result: CapacityResult, bisections: int = REFINE_BISE
         trial(demand, result, (result.capacity_rps + result.capacity_upper_rps) / 2)
 
 
-def search_item(item: tuple[Demand, CapacityResult, int | None, int | None, float]) -> CapacityResult:
+def search_item(
+    item: tuple[Demand, CapacityResult, int | None, int | None, float],
+) -> CapacityResult:
     """fewest_replicas for a process pool (one picklable argument)."""
     return fewest_replicas(*item)
 

@@ -23,7 +23,10 @@ from kvplan.results.atomic import check_folder_target, restore_on_failure
 from kvplan.results.latest import DEFAULT_FOLDER, POINTER_NAME, timestamped_path, write_latest
 from kvplan.spec.resolve import load_model
 
-_PLAIN_LIMITS = (SchedulerConfig().max_num_seqs or 256, SchedulerConfig().max_num_batched_tokens or 8192)
+_PLAIN_LIMITS = (
+    SchedulerConfig().max_num_seqs or 256,
+    SchedulerConfig().max_num_batched_tokens or 8192,
+)
 # Given the variant names and the request count, a context that yields progress(variant, n).
 Track = Callable[[list[str], int], AbstractContextManager[Callable[[str, int], None]]]
 
@@ -40,10 +43,13 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
     """The run's requests, and the config completed with them: the model read from
     --model-path in real mode, max_model_len resolved, the workload described."""
     if config.real.model_path:
-        config = dataclasses.replace(config, sizing=dataclasses.replace(config.sizing, model=config.real.model_path))
+        config = dataclasses.replace(
+            config, sizing=dataclasses.replace(config.sizing, model=config.real.model_path)
+        )
     spec = load_model(config.sizing.model)
-    workload = dataclasses.replace(workload, range_below=range_ratio_below(config.sizing.engine,
-                                                                           config.sizing.engine_version))
+    workload = dataclasses.replace(
+        workload, range_below=range_ratio_below(config.sizing.engine, config.sizing.engine_version)
+    )
     built = build_workload(workload, spec, config.mode, config.seed, config.sizing.max_model_len)
     return configured(config, built), built
 
@@ -54,15 +60,21 @@ def configured(config: BenchConfig, built: Workload) -> BenchConfig:
     real run keeps kvplan's: it serves on this machine, not on --gpu), the workload described.
     A second engine of another size (a disaggregated pool) reuses the requests this way."""
     sizing = dataclasses.replace(config.sizing, max_model_len=built.max_model_len)
-    scheduler = (engine_scheduler(sizing, config.scheduler) if config.mode == "simulated"
-                 else config.scheduler.resolved(*_PLAIN_LIMITS))
+    scheduler = (
+        engine_scheduler(sizing, config.scheduler)
+        if config.mode == "simulated"
+        else config.scheduler.resolved(*_PLAIN_LIMITS)
+    )
     return dataclasses.replace(config, sizing=sizing, scheduler=scheduler, workload=built.info)
 
 
 def default_out(config: BenchConfig) -> Path:
     """Reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run, never an old one."""
     name = load_model(config.sizing.model).name
-    return timestamped_path(DEFAULT_FOLDER, f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}")
+    return timestamped_path(
+        DEFAULT_FOLDER,
+        f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}",
+    )
 
 
 def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
@@ -78,8 +90,10 @@ def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
         write_jsonl(out, records)
         write_latest(out)
     names = ", ".join(record.optimization for record in records)
-    interrupt.kept = (f"kept the {len(records)} optimization(s) that finished ({names}) "  # type: ignore[attr-defined]
-                      f"in {out}")
+    interrupt.kept = (
+        f"kept the {len(records)} optimization(s) that finished ({names}) "  # type: ignore[attr-defined]
+        f"in {out}"
+    )
 
 
 def unserved(metrics: dict[str, Any]) -> str | None:
@@ -93,9 +107,11 @@ def unserved(metrics: dict[str, Any]) -> str | None:
     where = f"a KV pool of {pool:,} token slots" if pool is not None else "the KV pool"
     if budget is not None:
         where += f" ({budget / 2**30:.2f} GiB per GPU)"
-    return (f"all {metrics['requests_rejected']:,} requests were rejected ({reasons}) with {where}; give the pool "
-            "more memory (--gpu-memory-utilization, --kv-cache-gib, a larger --gpu or --tp) or shorten the requests "
-            "(--max-model-len, the workload's lengths)")
+    return (
+        f"all {metrics['requests_rejected']:,} requests were rejected ({reasons}) with {where}; give the pool "
+        "more memory (--gpu-memory-utilization, --kv-cache-gib, a larger --gpu or --tp) or shorten the requests "
+        "(--max-model-len, the workload's lengths)"
+    )
 
 
 def check_served(records: list[ResultRecord]) -> None:
@@ -107,9 +123,16 @@ def check_served(records: list[ResultRecord]) -> None:
             raise ValueError(f"{record.optimization}: {reason}")
 
 
-def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[str], out: Path | None = None,
-              track: Track | None = None, after_write: Callable[[Path], None] | None = None,
-              report_folder: bool = False, announce: Callable[[str], None] | None = None) -> BenchOutcome:
+def run_bench(
+    config: BenchConfig,
+    workload: WorkloadSpec,
+    optimizations: list[str],
+    out: Path | None = None,
+    track: Track | None = None,
+    after_write: Callable[[Path], None] | None = None,
+    report_folder: bool = False,
+    announce: Callable[[str], None] | None = None,
+) -> BenchOutcome:
     """after_write(out) runs once the results are written (the CLI draws the report there);
     if it fails, --out gets its previous content back. report_folder: refuse an unusable
     report folder (out without its suffix) before any work. announce(text): real mode's cost
@@ -132,7 +155,7 @@ def run_bench(config: BenchConfig, workload: WorkloadSpec, optimizations: list[s
             announce(cost.describe())
         total = request_tokens(built.requests)
     try:
-        with (track(names, total) if track else nullcontext(None)) as progress:
+        with track(names, total) if track else nullcontext(None) as progress:
             records = run_matrix(config, built.requests, optimizations, progress, factory)
     except KeyboardInterrupt as interrupt:
         _keep_finished(interrupt, out)

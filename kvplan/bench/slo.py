@@ -18,7 +18,9 @@ from kvplan.spec.setting_error import SettingError
 FIGURES = ("ttft", "tpot", "e2e")
 PERCENTILES = ("p50", "p90", "p99")
 _UNITS = {"ms": 1e-3, "s": 1.0, "": 1.0}
-_TARGET = re.compile(r"^(ttft|tpot|e2e)_(p50|p90|p99)\s*=\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|)$")
+_TARGET = re.compile(
+    r"^(ttft|tpot|e2e)_(p50|p90|p99)\s*=\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|)$"
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,11 @@ class Slo:
         for target in self.targets:
             value = metrics.get(target.metric)
             if not isinstance(value, (int, float)) or math.isnan(value) or value > target.limit_s:
-                shown = "not measured" if not isinstance(value, (int, float)) or math.isnan(value) else f"{value:.3g} s"
+                shown = (
+                    "not measured"
+                    if not isinstance(value, (int, float)) or math.isnan(value)
+                    else f"{value:.3g} s"
+                )
                 missed.append(f"{target.figure}_{target.percentile} {shown} > {target.limit_s:g} s")
         return missed
 
@@ -71,13 +77,19 @@ def parse_slo(text: str) -> Slo:
     for part in (p.strip() for p in text.split(",")):
         match = _TARGET.match(part.lower())
         if not match:
-            raise SettingError("{slo}: cannot read '{part}'; write FIGURE_PCT=LIMIT with FIGURE one of {figures}, "
-                               "PCT one of {percentiles}, e.g. ttft_p90=2s,tpot_p90=60ms", part=part,
-                               figures=", ".join(FIGURES), percentiles=", ".join(PERCENTILES))
+            raise SettingError(
+                "{slo}: cannot read '{part}'; write FIGURE_PCT=LIMIT with FIGURE one of {figures}, "
+                "PCT one of {percentiles}, e.g. ttft_p90=2s,tpot_p90=60ms",
+                part=part,
+                figures=", ".join(FIGURES),
+                percentiles=", ".join(PERCENTILES),
+            )
         figure, percentile, number, unit = match.groups()
         limit = float(number) * _UNITS[unit]
         if not math.isfinite(limit) or limit <= 0:
-            raise SettingError("{slo}: the limit of '{part}' must be a positive time, e.g. 2s or 60ms", part=part)
+            raise SettingError(
+                "{slo}: the limit of '{part}' must be a positive time, e.g. 2s or 60ms", part=part
+            )
         targets.append(Target(figure, percentile, limit))
     if len({(t.figure, t.percentile) for t in targets}) < len(targets):
         raise SettingError("{slo} names the same figure and percentile twice; give each once")

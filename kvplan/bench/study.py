@@ -12,8 +12,9 @@ from kvplan.results import ResultRecord
 DEFAULT_SLO_S = 10.0  # p90 TTFT, when the sweep file sets none
 
 
-def summarize(records: list[ResultRecord], slo_ttft_p90_s: float | None,
-              prices: dict[str, float]) -> list[dict[str, Any]]:
+def summarize(
+    records: list[ResultRecord], slo_ttft_p90_s: float | None, prices: dict[str, float]
+) -> list[dict[str, Any]]:
     groups: dict[tuple, list[ResultRecord]] = {}
     for record in records:
         if record.kind != "bench":
@@ -35,7 +36,11 @@ def summarize(records: list[ResultRecord], slo_ttft_p90_s: float | None,
                 sustained, best = rate, record
             if not within and crossing is None:
                 crossing = rate
-        row: dict[str, Any] = {**settings, "max_sustained_rate": sustained, "slo_crossing_rate": crossing}
+        row: dict[str, Any] = {
+            **settings,
+            "max_sustained_rate": sustained,
+            "slo_crossing_rate": crossing,
+        }
         gpu = settings.get("gpu") or members[0].params.get("gpu")
         if best is not None and gpu in prices:
             tokens_per_hour = best.metrics["output_tokens_per_s"] * 3600

@@ -41,8 +41,15 @@ from kvplan.bench.sweep_point import WORKLOAD_KEYS, run_point
 from kvplan.bench.sweep_store import finished_records, rewrite
 from kvplan.results import ResultRecord, dumps
 
-__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "SweepSpec", "load_spec", "point_id", "run_point",
-           "run_sweep"]
+__all__ = [
+    "DEFAULT_EXECUTOR",
+    "EXECUTORS",
+    "SweepSpec",
+    "load_spec",
+    "point_id",
+    "run_point",
+    "run_sweep",
+]
 
 
 @dataclass(frozen=True)
@@ -64,33 +71,50 @@ class SweepSpec:
 
 def point_id(point: dict[str, Any]) -> str:
     settings = {k: v for k, v in point.items() if k != "point_id"}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
 
 
 def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"sweep file '{path}' does not exist; write a TOML file with [fixed] and [axes] tables")
+        raise ValueError(
+            f"sweep file '{path}' does not exist; write a TOML file with [fixed] and [axes] tables"
+        )
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"malformed sweep file '{path}': {err}; fix the TOML") from None
     except RecursionError:
-        raise ValueError(f"malformed sweep file '{path}': nested too deeply; fix the TOML") from None
+        raise ValueError(
+            f"malformed sweep file '{path}': nested too deeply; fix the TOML"
+        ) from None
     known = set(FLAT_NAMES) | set(WORKLOAD_KEYS) | {"optimization"}
     check_sweep_data(data, str(path), known)  # tables, shapes, numbers (as bench's flags)
     axes = data["axes"]
     slo = (data.get("slo") or {}).get("ttft_p90_s")
-    return SweepSpec(dict(data.get("fixed") or {}), dict(axes), float(slo) if slo else None,
-                     {str(k): float(v) for k, v in (data.get("prices") or {}).items()})
+    return SweepSpec(
+        dict(data.get("fixed") or {}),
+        dict(axes),
+        float(slo) if slo else None,
+        {str(k): float(v) for k, v in (data.get("prices") or {}).items()},
+    )
 
 
-def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = DEFAULT_EXECUTOR,
-              workers: int | None = None, address: str | None = None,
-              progress: Callable[[int, int], None] | None = None,
-              notify: Callable[[str], None] | None = None) -> list[ResultRecord]:
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    executor: str = DEFAULT_EXECUTOR,
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
-    runner = make_executor(executor, workers, address)  # an unknown one fails before any output is touched
+    runner = make_executor(
+        executor, workers, address
+    )  # an unknown one fails before any output is touched
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
@@ -101,8 +125,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = DEFAULT_EXEC
     done = {r.params["point_id"]: r for r in finished if r.params["point_id"] in grid_ids}
     outside = [r for r in finished if r.params["point_id"] not in grid_ids]
     if outside and notify:
-        notify(f"{len(outside)} finished points in {results} are not in this grid; they stay in the file "
-               "(use a new --out folder to keep studies apart)")
+        notify(
+            f"{len(outside)} finished points in {results} are not in this grid; they stay in the file "
+            "(use a new --out folder to keep studies apart)"
+        )
     rewrite(results, [done[p["point_id"]] for p in points if p["point_id"] in done] + outside)
     todo = [p for p in points if p["point_id"] not in done]
     if progress:
@@ -126,5 +152,3 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, executor: str = DEFAULT_EXEC
     final = [r for r in ordered if r is not None]
     rewrite(results, final + outside)
     return final
-
-

@@ -21,33 +21,48 @@ def check_sweep_data(data: dict[str, Any], path: str, known: set[str]) -> None:
     where = f"sweep file '{path}'"
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
-        raise ValueError(f"{where}: unknown table(s) {', '.join(unknown)}; use {', '.join(f'[{t}]' for t in TABLES)}")
+        raise ValueError(
+            f"{where}: unknown table(s) {', '.join(unknown)}; use {', '.join(f'[{t}]' for t in TABLES)}"
+        )
     for table in TABLES:
         if table in data and not isinstance(data[table], dict):
-            raise ValueError(f"{where}: '{table}' must be a table ([{table}] with key = value lines), "
-                             f"got {type(data[table]).__name__}")
+            raise ValueError(
+                f"{where}: '{table}' must be a table ([{table}] with key = value lines), "
+                f"got {type(data[table]).__name__}"
+            )
     axes = data.get("axes") or {}
     if not axes or not all(isinstance(v, list) and v for v in axes.values()):
         raise ValueError(f"{where} needs an [axes] table of non-empty lists, e.g. rate = [1, 2, 4]")
     names = sorted((set(axes) | set(data.get("fixed") or {})) - known)
     if names:
-        raise ValueError(f"{where}: unknown settings {', '.join(names)}; use kvplan bench's "
-                         f"settings ({', '.join(sorted(known))})")
+        raise ValueError(
+            f"{where}: unknown settings {', '.join(names)}; use kvplan bench's "
+            f"settings ({', '.join(sorted(known))})"
+        )
     for name, values in axes.items():
         seen: list[Any] = []
         for value in values:
             if value in seen:
-                raise ValueError(f"{where}: axis '{name}' lists {value!r} twice; every value is one point, "
-                                 "list it once")
+                raise ValueError(
+                    f"{where}: axis '{name}' lists {value!r} twice; every value is one point, "
+                    "list it once"
+                )
             seen.append(value)
             _check_value(name, value, f"{where}: axes.{name}")
     for name, value in (data.get("fixed") or {}).items():
         _check_value(name, value, f"{where}: fixed.{name}")
-    check_grid_size([len(v) for v in axes.values()], MAX_SWEEP_POINTS, where, "split the study into smaller sweeps")
+    check_grid_size(
+        [len(v) for v in axes.values()],
+        MAX_SWEEP_POINTS,
+        where,
+        "split the study into smaller sweeps",
+    )
     slo = data.get("slo") or {}
     bad = sorted(set(slo) - set(SLO_KEYS))
     if bad:
-        raise ValueError(f"{where}: unknown [slo] key(s) {', '.join(bad)}; known: {', '.join(SLO_KEYS)}")
+        raise ValueError(
+            f"{where}: unknown [slo] key(s) {', '.join(bad)}; known: {', '.join(SLO_KEYS)}"
+        )
     for key, value in slo.items():
         _positive(value, f"{where}: slo.{key}")
     for gpu, price in (data.get("prices") or {}).items():
@@ -62,6 +77,11 @@ def _check_value(name: str, value: Any, label: str) -> None:
 
 
 def _positive(value: Any, label: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"{label} must be a finite number > 0, got {value!r}")
     return float(value)

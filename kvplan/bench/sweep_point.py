@@ -11,7 +11,10 @@ from kvplan.bench.workloads import WorkloadSpec
 from kvplan.results import ResultRecord, error_record
 
 # Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
-WORKLOAD_KEYS = {"workload": "kind", **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")}}
+WORKLOAD_KEYS = {
+    "workload": "kind",
+    **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")},
+}
 
 
 def run_point(point: dict[str, Any]) -> ResultRecord:
@@ -27,7 +30,9 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
     swept = dict(settings)  # an error record names every setting of its point
     try:
         optimization = settings.pop("optimization", "paged")
-        workload = WorkloadSpec(**{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS})
+        workload = WorkloadSpec(
+            **{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS}
+        )
         config, built = prepare(BenchConfig.from_flat(**settings), workload)
         (record,) = run_matrix(config, built.requests, [optimization])
         record.params["point_id"] = point["point_id"]
@@ -35,5 +40,9 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
         return record
     except Exception as err:  # a failed point is data, not a crash of the sweep
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        return error_record(point["point_id"], str(point.get("optimization")),
-                            {"point_id": point["point_id"], "sweep": swept}, message)
+        return error_record(
+            point["point_id"],
+            str(point.get("optimization")),
+            {"point_id": point["point_id"], "sweep": swept},
+            message,
+        )

@@ -20,8 +20,12 @@ SWEEP_KINDS = ("bench", "error")
 
 
 def _foreign(results: Path, number: int, what: str) -> ValueError:
-    return SettingError("{where}: {what}; this results.jsonl was not written by kvplan sweep (or was edited), "
-                        "so it is left as it is: pass a new {out} folder", where=f"{results}:{number}", what=what)
+    return SettingError(
+        "{where}: {what}; this results.jsonl was not written by kvplan sweep (or was edited), "
+        "so it is left as it is: pass a new {out} folder",
+        where=f"{results}:{number}",
+        what=what,
+    )
 
 
 def finished_records(results: Path) -> list[ResultRecord]:
@@ -41,8 +45,11 @@ def finished_records(results: Path) -> list[ResultRecord]:
                 continue
             raise _foreign(results, number, "not a JSON line") from None
         params = record.get("params") if isinstance(record, dict) else None
-        if not isinstance(params, dict) or not isinstance(params.get("point_id"), str) \
-                or record.get("kind") not in SWEEP_KINDS:
+        if (
+            not isinstance(params, dict)
+            or not isinstance(params.get("point_id"), str)
+            or record.get("kind") not in SWEEP_KINDS
+        ):
             raise _foreign(results, number, "not a sweep point record")
         if record["kind"] != "error":
             try:

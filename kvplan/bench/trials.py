@@ -21,7 +21,9 @@ OVERLOAD = 0.02  # ... and at least the time a rate this far over what the repli
 # queue up the SLO's TTFT / E2E limit (limit / OVERLOAD): a short trial passes any overload
 MAX_TRIAL_REQUESTS = 8000
 SETTLE = 3.0  # a passing trial's arrivals must span this many of its own p90 end-to-end latencies
-GROWTH = 0.10  # a settled run's requests in the system, and a cluster's p90 E2E, grow no more than this
+GROWTH = (
+    0.10  # a settled run's requests in the system, and a cluster's p90 E2E, grow no more than this
+)
 ALL_AT_ONCE_SCALE = 1e-9  # a trace's arrivals squeezed to (almost) t = 0
 
 
@@ -32,16 +34,24 @@ def trace_rate(workload: WorkloadSpec) -> float | None:
         return None
     from kvplan.workload import load_trace
 
-    arrivals = [r.arrival_s for r in load_trace(workload.trace, workload.trace_format,
-                                                skip_bad_lines=workload.skip_bad_lines).requests]
+    arrivals = [
+        r.arrival_s
+        for r in load_trace(
+            workload.trace, workload.trace_format, skip_bad_lines=workload.skip_bad_lines
+        ).requests
+    ]
     span = max(arrivals) - min(arrivals) if len(arrivals) > 1 else 0.0
     if span <= 0:
-        raise ValueError(f"trace {workload.trace} has no spread of arrival times to rescale to a rate; "
-                         "give a trace whose requests arrive over time")
+        raise ValueError(
+            f"trace {workload.trace} has no spread of arrival times to rescale to a rate; "
+            "give a trace whose requests arrive over time"
+        )
     return (len(arrivals) - 1) / span
 
 
-def sent_at(workload: WorkloadSpec, rate: float, requests: int, native_rate: float | None) -> WorkloadSpec:
+def sent_at(
+    workload: WorkloadSpec, rate: float, requests: int, native_rate: float | None
+) -> WorkloadSpec:
     """The workload sent at `rate` requests/s: a synthetic one at that rate, a trace with its own
     arrivals rescaled (time_scale = its rate / the wanted one). An infinite rate sends everything
     at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst, a trace squeezed."""
@@ -50,7 +60,9 @@ def sent_at(workload: WorkloadSpec, rate: float, requests: int, native_rate: flo
             return dataclasses.replace(workload, arrival="burst", num_requests=requests)
         return dataclasses.replace(workload, rate=rate, num_requests=requests)
     scale = native_rate / rate if math.isfinite(rate) else ALL_AT_ONCE_SCALE
-    return dataclasses.replace(workload, time_scale=max(scale, ALL_AT_ONCE_SCALE), num_requests=requests)
+    return dataclasses.replace(
+        workload, time_scale=max(scale, ALL_AT_ONCE_SCALE), num_requests=requests
+    )
 
 
 def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
@@ -75,17 +87,23 @@ def growing(series: dict[str, list[float]], span_s: float) -> bool | None:
         return sum(values) / len(values) if values else None
 
     start = times[0]
-    third, last = mean(start + 0.5 * span_s, start + 0.75 * span_s), mean(start + 0.75 * span_s, start + span_s)
+    third, last = (
+        mean(start + 0.5 * span_s, start + 0.75 * span_s),
+        mean(start + 0.75 * span_s, start + span_s),
+    )
     if third is None or last is None:
         return None
     return last > (1 + GROWTH) * third
 
 
-Run = Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]  # a workload's metrics and series
+Run = Callable[
+    [WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]
+]  # a workload's metrics and series
 
 
-def settled_run(demand: Demand, run: Run, rate: float, e2e_alone_s: float,
-                min_requests: int | None = None) -> tuple[dict[str, Any], int]:
+def settled_run(
+    demand: Demand, run: Run, rate: float, e2e_alone_s: float, min_requests: int | None = None
+) -> tuple[dict[str, Any], int]:
     """A run at `rate` long enough to settle, and how many simulations it took. A run that
     meets the SLO is rerun longer (at least twice as long) while its arrivals span less than
     SETTLE of its own p90 end-to-end latencies, or while the requests in the system still grow
@@ -96,7 +114,9 @@ def settled_run(demand: Demand, run: Run, rate: float, e2e_alone_s: float,
     requests = max(min_requests or 0, trial_requests(demand, rate, e2e_alone_s))
     metrics, series = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
     runs, previous_e2e = 1, None
-    while demand.slo.queue_limit_s > 0 and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS:
+    while (
+        demand.slo.queue_limit_s > 0 and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS
+    ):
         e2e = float(metrics.get("e2e_s_p90") or 0.0)
         needed = math.ceil(rate * SETTLE * e2e)
         still = growing(series, requests / rate)

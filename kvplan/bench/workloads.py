@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN
 from kvplan.spec import ModelSpec
 from kvplan.spec.setting_error import SettingError
 from kvplan.workload.bench_load import BenchLoad
 from kvplan.workload.request import Request
 
-DEFAULT_MAX_MODEL_LEN = 4096
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_RATE = 3.0
 # The default stream shares a prefix (one 1,024-token system prompt before each
@@ -35,7 +35,9 @@ class WorkloadSpec:
     trace: str | None = None
     trace_format: str | None = None
     skip_bad_lines: bool = False
-    num_requests: int | None = None  # synthetic: DEFAULT_NUM_REQUESTS; trace: the first N (default all)
+    num_requests: int | None = (
+        None  # synthetic: DEFAULT_NUM_REQUESTS; trace: the first N (default all)
+    )
     rate: float = DEFAULT_RATE
     arrival: str = "poisson"
     cv: float = 1.0
@@ -58,8 +60,9 @@ class WorkloadSpec:
 
     def __post_init__(self) -> None:
         if self.num_requests is not None and self.num_requests < 1:
-            raise SettingError("{num_requests} must be at least 1, got {got}",
-                               got=self.num_requests)
+            raise SettingError(
+                "{num_requests} must be at least 1, got {got}", got=self.num_requests
+            )
         if self.samples < 1:
             raise SettingError("{samples} must be at least 1, got {got}", got=self.samples)
 
@@ -81,8 +84,9 @@ def default_max_model_len(model: ModelSpec, mode: str, trace: bool) -> int:
     return model.max_position_embeddings
 
 
-def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
-                   max_model_len: int | None = None) -> Workload:
+def build_workload(
+    spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int, max_model_len: int | None = None
+) -> Workload:
     """The requests of one run, and its resolved max_model_len."""
     # the generators (numpy) load when a workload is built, not for the defaults' help text
     from kvplan.workload import load_trace, make_workload
@@ -94,28 +98,63 @@ def build_workload(spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int,
         raise SettingError("{max_model_len} must be at least 2, got {got}", got=max_model_len)
     skipped = 0
     if spec.trace is not None:
-        loaded = load_trace(spec.trace, spec.trace_format, skip_bad_lines=spec.skip_bad_lines,
-                            max_requests=spec.num_requests, time_scale=spec.time_scale)
+        loaded = load_trace(
+            spec.trace,
+            spec.trace_format,
+            skip_bad_lines=spec.skip_bad_lines,
+            max_requests=spec.num_requests,
+            time_scale=spec.time_scale,
+        )
         requests, skipped = loaded.requests, loaded.skipped
-        info = {"kind": "trace", "path": str(spec.trace), "format": loaded.fmt, "skipped_lines": skipped,
-                "time_scale": spec.time_scale}
+        info = {
+            "kind": "trace",
+            "path": str(spec.trace),
+            "format": loaded.fmt,
+            "skipped_lines": skipped,
+            "time_scale": spec.time_scale,
+        }
     elif spec.vllm_shaped:
         requests, info = _vllm_bench_workload(spec, seed)
     else:
         params = dict(spec.params)
-        if spec.kind == "system-prompt" and "system_prompt_len" not in params and max_model_len < 4 * SYSTEM_PROMPT_LEN:
+        if (
+            spec.kind == "system-prompt"
+            and "system_prompt_len" not in params
+            and max_model_len < 4 * SYSTEM_PROMPT_LEN
+        ):
             # a small model (stories260K: 512 tokens) keeps room for the messages after the prompt
             params["system_prompt_len"] = max(1, max_model_len // 4)
-        if spec.kind in SHARED_PREFIX_KINDS and "vocab_size" not in params and model.vocab_size < SHARED_VOCAB:
-            params["vocab_size"] = model.vocab_size  # token ids the model can embed (real mode runs them)
+        if (
+            spec.kind in SHARED_PREFIX_KINDS
+            and "vocab_size" not in params
+            and model.vocab_size < SHARED_VOCAB
+        ):
+            params["vocab_size"] = (
+                model.vocab_size
+            )  # token ids the model can embed (real mode runs them)
         try:
-            requests = make_workload(spec.kind, spec.num_requests or DEFAULT_NUM_REQUESTS, rate=spec.rate,
-                                     arrival=spec.arrival, cv=spec.cv, seed=seed, max_model_len=max_model_len,
-                                     stats_path=spec.stats_path, **params)
+            requests = make_workload(
+                spec.kind,
+                spec.num_requests or DEFAULT_NUM_REQUESTS,
+                rate=spec.rate,
+                arrival=spec.arrival,
+                cv=spec.cv,
+                seed=seed,
+                max_model_len=max_model_len,
+                stats_path=spec.stats_path,
+                **params,
+            )
         except TypeError as err:  # an unknown --workload-param name
-            raise SettingError("{params}: {err}; see the generator's parameters in the README",
-                               err=err) from None
-        info = {"kind": spec.kind, "rate": spec.rate, "arrival": spec.arrival, "cv": spec.cv, **params}
+            raise SettingError(
+                "{params}: {err}; see the generator's parameters in the README", err=err
+            ) from None
+        info = {
+            "kind": spec.kind,
+            "rate": spec.rate,
+            "arrival": spec.arrival,
+            "cv": spec.cv,
+            **params,
+        }
     if spec.samples > 1:  # parallel samples share the prompt's blocks copy-on-write
         requests = [dataclasses.replace(r, n=spec.samples) for r in requests]
         info["samples"] = spec.samples
@@ -126,14 +165,29 @@ def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], 
     from kvplan.workload.vllm_bench import bench_requests
 
     if spec.kind not in VLLM_DATASETS:
-        raise SettingError("{rate} inf goes with {workload} random or sharegpt (vLLM's datasets), "
-                           "not {kind}", kind=spec.kind)
-    load = BenchLoad(dataset=spec.kind, num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
-                     input_len=spec.input_len, output_len=spec.output_len, range_ratio=spec.random_range_ratio or 0.0,
-                     range_below=spec.range_below and spec.random_range_ratio is not None, request_rate=spec.rate,
-                     burstiness=spec.burstiness, seed=seed)
-    info = {"kind": spec.kind, "rate": spec.rate, "input_len": load.input_len, "output_len": load.output_len,
-            "range_ratio": load.range_ratio, "burstiness": load.burstiness}
+        raise SettingError(
+            "{rate} inf goes with {workload} random or sharegpt (vLLM's datasets), not {kind}",
+            kind=spec.kind,
+        )
+    load = BenchLoad(
+        dataset=spec.kind,
+        num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
+        input_len=spec.input_len,
+        output_len=spec.output_len,
+        range_ratio=spec.random_range_ratio or 0.0,
+        range_below=spec.range_below and spec.random_range_ratio is not None,
+        request_rate=spec.rate,
+        burstiness=spec.burstiness,
+        seed=seed,
+    )
+    info = {
+        "kind": spec.kind,
+        "rate": spec.rate,
+        "input_len": load.input_len,
+        "output_len": load.output_len,
+        "range_ratio": load.range_ratio,
+        "burstiness": load.burstiness,
+    }
     return bench_requests(load), info
 
 
@@ -154,7 +208,7 @@ def parse_workload_params(pairs: list[str]) -> dict[str, Any]:
                 params[name.strip()] = text
             else:  # "nan" and "inf" parse as floats but are never a setting
                 if not math.isfinite(params[name.strip()]):
-                    raise SettingError("{params} '{pair}': the value must be a finite number",
-                                       pair=pair)
+                    raise SettingError(
+                        "{params} '{pair}': the value must be a finite number", pair=pair
+                    )
     return params
-

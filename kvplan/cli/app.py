@@ -36,8 +36,11 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """KV-cache capacity planning and benchmarking for LLM inference."""
 
 

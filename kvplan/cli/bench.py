@@ -40,15 +40,30 @@ from kvplan.spec.resolve import resolve_model
 if TYPE_CHECKING:
     from kvplan.bench.config import BenchConfig
 
-Panels = tuple[HardwareOptions, KvOptions, WorkloadOptions, ClusterOptions, EngineOptions,
-               OutputOptions, RealOptions, TierOptions]
+Panels = tuple[
+    HardwareOptions,
+    KvOptions,
+    WorkloadOptions,
+    ClusterOptions,
+    EngineOptions,
+    OutputOptions,
+    RealOptions,
+    TierOptions,
+]
 
 
 @cli_errors("out")
 @with_panels  # the help lists the panels in this order
-def bench(hardware: HardwareOptions, kv: KvOptions, requests: WorkloadOptions,
-          cluster: ClusterOptions, engine: EngineOptions, output: OutputOptions, real: RealOptions,
-          tiers: TierOptions) -> None:
+def bench(
+    hardware: HardwareOptions,
+    kv: KvOptions,
+    requests: WorkloadOptions,
+    cluster: ClusterOptions,
+    engine: EngineOptions,
+    output: OutputOptions,
+    real: RealOptions,
+    tiers: TierOptions,
+) -> None:
     """Run every optimization on the identical request stream and compare (simulated or real mode)."""
     from kvplan.bench.run import run_bench
 
@@ -61,14 +76,27 @@ def bench(hardware: HardwareOptions, kv: KvOptions, requests: WorkloadOptions,
     names = kv.names()
     if real.quality_text is not None:
         if real.mode != "real":
-            raise ValueError("--quality-text needs --mode real: quality is measured on a real "
-                             "model")
+            raise ValueError(
+                "--quality-text needs --mode real: quality is measured on a real model"
+            )
         from kvplan.cli.quality import run_quality_command
 
-        run_quality_command(hardware.model, real.model_path, real.layers, real.device,
-                            real.model_dtype, requests.seed, names, real.quality_text,
-                            real.tokenizer, kv.kv_budget, engine.kv_cache_gib, output.out,
-                            output.as_json, output.report)
+        run_quality_command(
+            hardware.model,
+            real.model_path,
+            real.layers,
+            real.device,
+            real.model_dtype,
+            requests.seed,
+            names,
+            real.quality_text,
+            real.tokenizer,
+            kv.kv_budget,
+            engine.kv_cache_gib,
+            output.out,
+            output.as_json,
+            output.report,
+        )
         return
     config = bench_config(panels)
     spec = requests.spec()
@@ -83,18 +111,28 @@ def bench(hardware: HardwareOptions, kv: KvOptions, requests: WorkloadOptions,
         written["index"] = write_report([path], path.with_suffix("")).index
 
     track = functools.partial(_progress_bars, unit="tokens" if real.mode == "real" else "requests")
-    outcome = run_bench(config, spec, names, output.out, track,
-                        after_write=write_report_beside if output.report else None,
-                        report_folder=output.report,
-                        announce=lambda text: error_console.print(escape(text), soft_wrap=True))
+    outcome = run_bench(
+        config,
+        spec,
+        names,
+        output.out,
+        track,
+        after_write=write_report_beside if output.report else None,
+        report_folder=output.report,
+        announce=lambda text: error_console.print(escape(text), soft_wrap=True),
+    )
     if outcome.skipped_lines:
-        error_console.print(f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
-                            f"{escape(str(requests.trace))}")
+        error_console.print(
+            f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
+            f"{escape(str(requests.trace))}"
+        )
     report_index = written.get("index")
     elapsed = time.perf_counter() - started
     records = outcome.records
     if output.as_json:
-        print(strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2))
+        print(
+            strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2)
+        )
         return
     if real.mode != "real" or real.model_path is None:  # a --model-path run names its checkpoint
         render_resolution(resolve_model(hardware.model))
@@ -104,10 +142,14 @@ def bench(hardware: HardwareOptions, kv: KvOptions, requests: WorkloadOptions,
 
         for record in records:
             figures = {k[5:]: v for k, v in record.metrics.items() if k.startswith("vllm_")}
-            console.print(escape(format_serving_block(figures, f"modeled by kvplan: {record.optimization}")),
-                          highlight=False)
-    console.print(f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
-                  f"results: {escape(str(outcome.out))}[/]")
+            console.print(
+                escape(format_serving_block(figures, f"modeled by kvplan: {record.optimization}")),
+                highlight=False,
+            )
+    console.print(
+        f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
+        f"results: {escape(str(outcome.out))}[/]"
+    )
     if report_index:
         console.print(f"report: {escape(str(report_index))}")
 
@@ -135,10 +177,20 @@ def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, devic
 
 
 @contextmanager
-def _progress_bars(names: list[str], total: int, unit: str = "requests") -> Iterator[Callable[[str, int], None]]:
+def _progress_bars(
+    names: list[str], total: int, unit: str = "requests"
+) -> Iterator[Callable[[str, int], None]]:
     """One bar per variant (optimization, or optimization@router), over its requests (real
     mode: its tokens, which move every step) with an ETA."""
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=error_console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=error_console,
+        transient=True,
+    ) as progress:
         tasks = {name: progress.add_task(escape(name), total=total) for name in names}
         yield lambda name, n: progress.advance(tasks[name], n)

@@ -35,7 +35,10 @@ def render_comparison(view: Comparison, console: Console) -> None:
 def _wide_width(view: Comparison) -> int:
     """Characters the optimizations-as-columns table needs with nothing cut or wrapped."""
     label = max(max(len(row.section), len(row.label) + 2) for row in view.rows)
-    cells = [max(len(name), *(len(row.cells[i]) for row in view.rows)) for i, name in enumerate(view.names)]
+    cells = [
+        max(len(name), *(len(row.cells[i]) for row in view.rows))
+        for i, name in enumerate(view.names)
+    ]
     return sum(width + BORDER for width in (label, *cells)) + EDGE
 
 
@@ -70,7 +73,9 @@ def _narrow(view: Comparison, width: int) -> list[Table]:
     tables = []
     for chunk in chunks:
         sections = " | ".join(dict.fromkeys(row.section for row in chunk))
-        table = Table(title=escape(sections), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+        table = Table(
+            title=escape(sections), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD
+        )
         table.add_column("optimization", style="cyan", no_wrap=True, width=name_width)
         for row in chunk:  # a fixed width: headers wrap between words, cells fit by construction
             table.add_column(escape(row.label), justify="right", width=_column_width(row))

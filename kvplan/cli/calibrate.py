@@ -22,52 +22,143 @@ from kvplan.cli.common import (
 
 @cli_errors("out")
 def calibrate(
-    results: Annotated[list[Path], typer.Argument(help="`vllm bench serve --save-result` JSON files, or text files holding vLLM's printed 'Serving Benchmark Result' block.")],
+    results: Annotated[
+        list[Path],
+        typer.Argument(
+            help="`vllm bench serve --save-result` JSON files, or text files holding vLLM's printed 'Serving Benchmark Result' block."
+        ),
+    ],
     model: ModelOpt = "llama-3.1-8b",
     gpu: GpuOpt = "h100",
     tp: TpOpt = 1,
     kv_dtype: KvDtypeOpt = "auto",
-    weight_dtype: Annotated[Optional[str], typer.Option(metavar="DTYPE", help="Weight dtype the server ran (e.g. fp8); default: the model's.")] = None,
-    engine: Annotated[str, typer.Option(metavar="NAME", help="Engine that produced the results (recorded in the file).")] = "vllm",
-    dataset: Annotated[str, typer.Option(metavar="NAME", help="The benchmark's dataset: random or sharegpt.")] = "random",
-    input_len: Annotated[Optional[int], typer.Option(metavar="TOKENS", help="random dataset: --input-len of the run (default: total input tokens / requests).")] = None,
-    output_len: Annotated[Optional[int], typer.Option(metavar="TOKENS", help="random dataset: --output-len of the run (default: total output tokens / requests).")] = None,
-    random_range_ratio: Annotated[Optional[float], typer.Option(metavar="X", help="random dataset: --random-range-ratio as the run's vLLM read it (before 0.8.4: lengths in [L r, L]); default: fixed lengths.")] = None,
-    max_concurrency: Annotated[Optional[int], typer.Option(metavar="N", help="The run's --max-concurrency where the result file does not record it.")] = None,
-    max_num_seqs: Annotated[Optional[int], typer.Option(metavar="N", help="The server's --max-num-seqs (default: vLLM's for the GPU and version).")] = None,
-    max_num_batched_tokens: Annotated[Optional[int], typer.Option(metavar="N", help="The server's --max-num-batched-tokens (default: vLLM's for the GPU and version).")] = None,
-    engine_version: Annotated[str, typer.Option(metavar="VERSION", help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: current.")] = "",
-    out: Annotated[Path, typer.Option(metavar="FILE", help="Calibration file to write (JSON), for `kvplan bench --calibration`.")] = Path("calibration.json"),
+    weight_dtype: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="DTYPE", help="Weight dtype the server ran (e.g. fp8); default: the model's."
+        ),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME", help="Engine that produced the results (recorded in the file)."
+        ),
+    ] = "vllm",
+    dataset: Annotated[
+        str, typer.Option(metavar="NAME", help="The benchmark's dataset: random or sharegpt.")
+    ] = "random",
+    input_len: Annotated[
+        Optional[int],
+        typer.Option(
+            metavar="TOKENS",
+            help="random dataset: --input-len of the run (default: total input tokens / requests).",
+        ),
+    ] = None,
+    output_len: Annotated[
+        Optional[int],
+        typer.Option(
+            metavar="TOKENS",
+            help="random dataset: --output-len of the run (default: total output tokens / requests).",
+        ),
+    ] = None,
+    random_range_ratio: Annotated[
+        Optional[float],
+        typer.Option(
+            metavar="X",
+            help="random dataset: --random-range-ratio as the run's vLLM read it (before 0.8.4: lengths in [L r, L]); default: fixed lengths.",
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        Optional[int],
+        typer.Option(
+            metavar="N",
+            help="The run's --max-concurrency where the result file does not record it.",
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        Optional[int],
+        typer.Option(
+            metavar="N",
+            help="The server's --max-num-seqs (default: vLLM's for the GPU and version).",
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        Optional[int],
+        typer.Option(
+            metavar="N",
+            help="The server's --max-num-batched-tokens (default: vLLM's for the GPU and version).",
+        ),
+    ] = None,
+    engine_version: Annotated[
+        str,
+        typer.Option(
+            metavar="VERSION",
+            help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: current.",
+        ),
+    ] = "",
+    out: Annotated[
+        Path,
+        typer.Option(
+            metavar="FILE",
+            help="Calibration file to write (JSON), for `kvplan bench --calibration`.",
+        ),
+    ] = Path("calibration.json"),
 ) -> None:
     """Fit bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert GEMMs' factor to measured runs; print the fit error per run."""
     from kvplan.sim.calibrate_runs import calibrate_results
     from kvplan.spec.resolve import load_gpu, load_model
 
-    settings = {"model": load_model(model).name, "gpu": load_gpu(gpu).name, "tp": tp, "kv_dtype": kv_dtype,
-                "weight_dtype": weight_dtype, "engine": engine, "dataset": dataset, "input_len": input_len,
-                "output_len": output_len, "range_ratio": random_range_ratio, "max_concurrency": max_concurrency,
-                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-                "engine_version": engine_version}
+    settings = {
+        "model": load_model(model).name,
+        "gpu": load_gpu(gpu).name,
+        "tp": tp,
+        "kv_dtype": kv_dtype,
+        "weight_dtype": weight_dtype,
+        "engine": engine,
+        "dataset": dataset,
+        "input_len": input_len,
+        "output_len": output_len,
+        "range_ratio": random_range_ratio,
+        "max_concurrency": max_concurrency,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "engine_version": engine_version,
+    }
     with console.status("fitting the step model, then once more per run left out..."):
         result = calibrate_results(results, settings, out)
     console.print(_error_table(f"fit error per run ({escape(result.params.source)})", result.rows))
     if result.held_out_rows:
-        console.print(_error_table("held out: each run predicted by a fit without it (what to expect on a new run)",
-                                   result.held_out_rows))
+        console.print(
+            _error_table(
+                "held out: each run predicted by a fit without it (what to expect on a new run)",
+                result.held_out_rows,
+            )
+        )
         summary = result.held_out or {}
-        console.print("held-out median error: " + ", ".join(
-            f"{name.removesuffix('_error')} ±{100 * value:.1f}% ({int(summary[name.replace('_error', '_runs')])} runs)"
-            for name, value in summary.items() if name.endswith("_error")))
+        console.print(
+            "held-out median error: "
+            + ", ".join(
+                f"{name.removesuffix('_error')} ±{100 * value:.1f}% ({int(summary[name.replace('_error', '_runs')])} runs)"
+                for name, value in summary.items()
+                if name.endswith("_error")
+            )
+        )
     else:
-        console.print("[dim]one run: nothing to hold out, so the fit's error above is in-sample only; "
-                      "give two or more runs for a held-out error[/]")
+        console.print(
+            "[dim]one run: nothing to hold out, so the fit's error above is in-sample only; "
+            "give two or more runs for a held-out error[/]"
+        )
     params = result.params
-    console.print(f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
-                  f"FLOP/s x{params.flops_factor:.3f}, overhead {1000 * params.overhead_s:.3f} ms/step "
-                  f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence, MoE expert GEMMs x{params.moe_flops_factor:.3f} "
-                  "of the dense FLOP/s")
-    error_console.print(f"[dim]calibration: {out}; use it with kvplan bench --calibration {out} "
-                        f"(or calibration = \"{out}\" in a sweep file)[/]")
+    console.print(
+        f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
+        f"FLOP/s x{params.flops_factor:.3f}, overhead {1000 * params.overhead_s:.3f} ms/step "
+        f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence, MoE expert GEMMs x{params.moe_flops_factor:.3f} "
+        "of the dense FLOP/s"
+    )
+    error_console.print(
+        f"[dim]calibration: {out}; use it with kvplan bench --calibration {out} "
+        f'(or calibration = "{out}" in a sweep file)[/]'
+    )
 
 
 def _error_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -75,6 +166,11 @@ def _error_table(title: str, rows: list[dict[str, Any]]) -> Table:
     for column in ("run", "figure", "measured", "kvplan", "error"):
         table.add_column(column, justify="left" if column in ("run", "figure") else "right")
     for row in rows:
-        table.add_row(escape(row["run"]), row["metric"], f"{row['measured']:,.2f}", f"{row['predicted']:,.2f}",
-                      f"{100 * row['error']:+.1f}%")
+        table.add_row(
+            escape(row["run"]),
+            row["metric"],
+            f"{row['measured']:,.2f}",
+            f"{row['predicted']:,.2f}",
+            f"{100 * row['error']:+.1f}%",
+        )
     return table

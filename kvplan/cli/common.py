@@ -42,10 +42,20 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
                     if not existed[path] and path.is_file():
                         path.unlink()
                 if isinstance(err, KeyboardInterrupt):
-                    how = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted (Ctrl-C)"
+                    how = (
+                        "terminated (SIGTERM)"
+                        if isinstance(err, Terminated)
+                        else "interrupted (Ctrl-C)"
+                    )
                     kept = getattr(err, "kept", None)  # what a command saved of its finished work
-                    detail = escape(kept) if kept else ("results written before the interruption are kept, "
-                                                        "nothing half-written was left")
+                    detail = (
+                        escape(kept)
+                        if kept
+                        else (
+                            "results written before the interruption are kept, "
+                            "nothing half-written was left"
+                        )
+                    )
                     error_console.print(f"[bold red]error:[/] {how}; {detail}", soft_wrap=True)
                     raise typer.Exit(143 if isinstance(err, Terminated) else 130) from None
                 fail(error_message(err))
@@ -70,11 +80,15 @@ def error_message(err: BaseException) -> str:
 # Settings whose flag is not the setting's name with dashes (library errors name settings,
 # kvplan.spec.setting_error). A setting whose value comes from two flags names both.
 FLAGS = {
-    "params": "--workload-param", "vllm_figures": "--format vllm",
-    "step_model": "--step-model / --calibration", "swap_slots": "--swap-space-gib",
+    "params": "--workload-param",
+    "vllm_figures": "--format vllm",
+    "step_model": "--step-model / --calibration",
+    "swap_slots": "--swap-space-gib",
     "scheduler_steps": "--num-scheduler-steps",
-    "request_rate": "--rate", "range_ratio": "--random-range-ratio",  # vLLM's client's names
-    "reserve_bytes": "--reserve-gib", "kv_cache_bytes": "--kv-cache-gib",
+    "request_rate": "--rate",
+    "range_ratio": "--random-range-ratio",  # vLLM's client's names
+    "reserve_bytes": "--reserve-gib",
+    "kv_cache_bytes": "--kv-cache-gib",
     "gpu_memory_gib": "--gpu-mem-gib",
 }
 
@@ -91,21 +105,105 @@ def fail(message: str) -> None:
 
 
 # Help panels: options grouped by what they set, in every command's --help.
-HARDWARE, KV_PANEL, ENGINE, WORKLOAD, OUTPUT = ("Model and hardware", "KV formats and policies", "Engine",
-                                                "Workload", "Output")
+HARDWARE, KV_PANEL, ENGINE, WORKLOAD, OUTPUT = (
+    "Model and hardware",
+    "KV formats and policies",
+    "Engine",
+    "Workload",
+    "Output",
+)
 CLUSTER, REAL_MODE, TIERS = "Cluster", "Real mode", "Offload tiers"
 
 # Option aliases shared by estimate, bench and later commands.
-ModelOpt = Annotated[str, typer.Option("--model", "-m", rich_help_panel=HARDWARE, metavar="NAME", help="Profile name (kvplan profiles models) or a config.json / model dir.")]
-GpuOpt = Annotated[str, typer.Option("--gpu", "-g", rich_help_panel=HARDWARE, metavar="NAME", help="GPU profile (kvplan profiles gpus).")]
-TpOpt = Annotated[int, typer.Option("--tp", rich_help_panel=HARDWARE, metavar="N", help="Tensor-parallel degree (GPUs per replica).")]
-KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", rich_help_panel=KV_PANEL, metavar="FORMAT", help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...")]
-BlockSizeOpt = Annotated[int, typer.Option("--block-size", rich_help_panel=ENGINE, metavar="TOKENS", help="Tokens per KV block.")]
-EngineOpt = Annotated[str, typer.Option("--engine", rich_help_panel=ENGINE, metavar="NAME", help="The serving engine modeled: vllm or sglang (vllm-v0 / vllm-v1 name a vLLM generation). Its release's defaults size the pool, set the batch limits and time the steps.")]
-EngineVersionOpt = Annotated[Optional[str], typer.Option("--engine-version", rich_help_panel=ENGINE, metavar="X.Y.Z", help="The engine's release, e.g. 0.11.0 or 0.5.4.post2; default: the newest behaviour kvplan knows.")]
-UtilOpt = Annotated[Optional[float], typer.Option("--gpu-memory-utilization", rich_help_panel=ENGINE, metavar="FRACTION", help="Fraction of GPU memory the engine may use; default: the engine's own (vLLM >= 0.20: 0.92, older: 0.9, SGLang: 0.88).")]
-JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, metavar="", help="Print machine-readable JSON instead of tables.")]
-SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=WORKLOAD, metavar="N", help="Random seed; the same seed gives the same results.")]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        rich_help_panel=HARDWARE,
+        metavar="NAME",
+        help="Profile name (kvplan profiles models) or a config.json / model dir.",
+    ),
+]
+GpuOpt = Annotated[
+    str,
+    typer.Option(
+        "--gpu",
+        "-g",
+        rich_help_panel=HARDWARE,
+        metavar="NAME",
+        help="GPU profile (kvplan profiles gpus).",
+    ),
+]
+TpOpt = Annotated[
+    int,
+    typer.Option(
+        "--tp",
+        rich_help_panel=HARDWARE,
+        metavar="N",
+        help="Tensor-parallel degree (GPUs per replica).",
+    ),
+]
+KvDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--kv-dtype",
+        rich_help_panel=KV_PANEL,
+        metavar="FORMAT",
+        help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...",
+    ),
+]
+BlockSizeOpt = Annotated[
+    int,
+    typer.Option(
+        "--block-size", rich_help_panel=ENGINE, metavar="TOKENS", help="Tokens per KV block."
+    ),
+]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        rich_help_panel=ENGINE,
+        metavar="NAME",
+        help="The serving engine modeled: vllm or sglang (vllm-v0 / vllm-v1 name a vLLM generation). Its release's defaults size the pool, set the batch limits and time the steps.",
+    ),
+]
+EngineVersionOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--engine-version",
+        rich_help_panel=ENGINE,
+        metavar="X.Y.Z",
+        help="The engine's release, e.g. 0.11.0 or 0.5.4.post2; default: the newest behaviour kvplan knows.",
+    ),
+]
+UtilOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--gpu-memory-utilization",
+        rich_help_panel=ENGINE,
+        metavar="FRACTION",
+        help="Fraction of GPU memory the engine may use; default: the engine's own (vLLM >= 0.20: 0.92, older: 0.9, SGLang: 0.88).",
+    ),
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        rich_help_panel=OUTPUT,
+        metavar="",
+        help="Print machine-readable JSON instead of tables.",
+    ),
+]
+SeedOpt = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        rich_help_panel=WORKLOAD,
+        metavar="N",
+        help="Random seed; the same seed gives the same results.",
+    ),
+]
 
 
 def fmt_bytes(value: float) -> str:

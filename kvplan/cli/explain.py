@@ -14,17 +14,37 @@ from rich.table import Table
 from kvplan.cli.common import JsonOpt, cli_errors, console
 from kvplan.plan.explain import explain as explain_log
 
-_MEMORY_ROWS = (("total", "total GPU memory"), ("usable", "usable (total x utilization)"), ("weights", "weights"),
-                ("weights_plus_non_torch", "weights + non-torch"), ("activation_peak", "activation peak"),
-                ("non_torch", "non-torch memory"), ("cuda_graph", "CUDA graphs"), ("kv", "KV cache"),
-                ("unaccounted", "not printed by the log"))
+_MEMORY_ROWS = (
+    ("total", "total GPU memory"),
+    ("usable", "usable (total x utilization)"),
+    ("weights", "weights"),
+    ("weights_plus_non_torch", "weights + non-torch"),
+    ("activation_peak", "activation peak"),
+    ("non_torch", "non-torch memory"),
+    ("cuda_graph", "CUDA graphs"),
+    ("kv", "KV cache"),
+    ("unaccounted", "not printed by the log"),
+)
 
 
 @cli_errors()
 def explain(
     log: Annotated[str, typer.Argument(help="A vLLM or SGLang startup log file, or - for stdin.")],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="NAME", help="Model profile, when the log does not name it.")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", metavar="NAME", help="GPU profile or name, when the log does not show it.")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model", "-m", metavar="NAME", help="Model profile, when the log does not name it."
+        ),
+    ] = None,
+    gpu: Annotated[
+        Optional[str],
+        typer.Option(
+            "--gpu",
+            "-g",
+            metavar="NAME",
+            help="GPU profile or name, when the log does not show it.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Where a server's memory went, what its KV figures imply, and what-ifs in its own flags."""
@@ -47,8 +67,13 @@ def _fmt(value: object) -> str:
 
 
 def render(record: dict) -> None:
-    engine = record["engine"] + (f" {record['engine_generation']}" if record["engine_generation"] else "")
-    console.print(f"[bold]{escape(engine)}[/] startup log" + (f", version {escape(record['version'])}" if record["version"] else ""))
+    engine = record["engine"] + (
+        f" {record['engine_generation']}" if record["engine_generation"] else ""
+    )
+    console.print(
+        f"[bold]{escape(engine)}[/] startup log"
+        + (f", version {escape(record['version'])}" if record["version"] else "")
+    )
     inputs = Table(title="Inputs recovered", show_header=False, title_justify="left")
     inputs.add_column(style="cyan")
     inputs.add_column()
@@ -59,30 +84,50 @@ def render(record: dict) -> None:
         inputs.add_row(key, f"{_fmt(value)} [dim](not in the log; assumed)[/]")
     console.print(inputs)
 
-    memory = Table(title="Where the memory went (per GPU, GiB, as the server saw it)", show_header=True,
-                   title_justify="left", header_style="bold")
+    memory = Table(
+        title="Where the memory went (per GPU, GiB, as the server saw it)",
+        show_header=True,
+        title_justify="left",
+        header_style="bold",
+    )
     for column in ("", "server", "kvplan's model"):
         memory.add_column(column, justify="left" if not column else "right")
     predicted = record["prediction"] or {}
-    keys = {"total": "total_gib", "usable": "usable_gib", "weights": "weights_gib", "activation_peak": "activation_peak_gib",
-            "non_torch": "non_torch_gib", "cuda_graph": "cuda_graph_gib", "kv": "kv_gib"}
+    keys = {
+        "total": "total_gib",
+        "usable": "usable_gib",
+        "weights": "weights_gib",
+        "activation_peak": "activation_peak_gib",
+        "non_torch": "non_torch_gib",
+        "cuda_graph": "cuda_graph_gib",
+        "kv": "kv_gib",
+    }
     for key, label in _MEMORY_ROWS:
         logged, model = record["memory_gib"].get(key), predicted.get(keys.get(key, ""))
         if logged is not None or model is not None:
             memory.add_row(label, _fmt(logged), _fmt(model))
     console.print(memory)
     if predicted:
-        console.print(f"[dim]kvplan's model: {escape(predicted['engine_model'])}; profiling batch "
-                      f"{predicted['profiling_batch_tokens']:,} tokens, sampler {predicted['sampler_rows']:,} rows; "
-                      f"predicts {predicted['kv_cache_tokens']:,} KV tokens"
-                      + (f" ({predicted['error_pct']:+.1f}% vs the log)" if predicted["error_pct"] is not None else "") + "[/]")
+        console.print(
+            f"[dim]kvplan's model: {escape(predicted['engine_model'])}; profiling batch "
+            f"{predicted['profiling_batch_tokens']:,} tokens, sampler {predicted['sampler_rows']:,} rows; "
+            f"predicts {predicted['kv_cache_tokens']:,} KV tokens"
+            + (
+                f" ({predicted['error_pct']:+.1f}% vs the log)"
+                if predicted["error_pct"] is not None
+                else ""
+            )
+            + "[/]"
+        )
 
     kv = record["kv"]
     table = Table(title="KV bytes per token (per GPU)", show_header=False, title_justify="left")
     table.add_column(style="cyan")
     table.add_column(justify="right")
     table.add_row("KV tokens the server reported", _fmt(kv["tokens"]))
-    table.add_row("implied by the log (KV memory / tokens)", _fmt(kv["implied_bytes_per_token_per_gpu"]))
+    table.add_row(
+        "implied by the log (KV memory / tokens)", _fmt(kv["implied_bytes_per_token_per_gpu"])
+    )
     table.add_row("kvplan, from the model's config", _fmt(kv["kvplan_bytes_per_token_per_gpu"]))
     if record["max_concurrency"] is not None:
         table.add_row("maximum concurrency (logged)", f"{record['max_concurrency']:.2f}x")
@@ -94,11 +139,23 @@ def render(record: dict) -> None:
         console.print(f"{mark}{escape(kv['note'])}")
 
     if record["what_ifs"]:
-        ifs = Table(title="What if (same GPU, same model)", title_justify="left", header_style="bold")
+        ifs = Table(
+            title="What if (same GPU, same model)", title_justify="left", header_style="bold"
+        )
         for column in ("change", "KV tokens", "concurrency", "note"):
-            ifs.add_column(column, justify="right" if column in ("KV tokens", "concurrency") else "left",
-                           no_wrap=column != "note")
+            ifs.add_column(
+                column,
+                justify="right" if column in ("KV tokens", "concurrency") else "left",
+                no_wrap=column != "note",
+            )
         for row in record["what_ifs"]:
-            concurrency = f"{row['max_concurrency']:.2f}x" if row["max_concurrency"] is not None else "-"
-            ifs.add_row(escape(row["change"]), _fmt(row["kv_cache_tokens"]), concurrency, escape(row["note"]))
+            concurrency = (
+                f"{row['max_concurrency']:.2f}x" if row["max_concurrency"] is not None else "-"
+            )
+            ifs.add_row(
+                escape(row["change"]),
+                _fmt(row["kv_cache_tokens"]),
+                concurrency,
+                escape(row["note"]),
+            )
         console.print(ifs)

@@ -39,39 +39,188 @@ def _ints(text: str, flag: str) -> list[int]:
     except ValueError:
         values = []
     if not values:
-        raise ValueError(f"{flag} takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'")
+        raise ValueError(
+            f"{flag} takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'"
+        )
     return values
 
 
 @cli_errors()
 def plan(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="Profile name, Hugging Face id or config.json.")],
-    rate: Annotated[float, typer.Option(metavar="REQ/S", rich_help_panel=WORKLOAD, help="Requests per second the whole deployment must serve.")],
-    slo: Annotated[str, typer.Option(metavar="TARGETS", rich_help_panel=WORKLOAD, help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. ttft_p90=2s,tpot_p90=60ms.")] = "ttft_p90=2s",
-    workload: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=WORKLOAD, help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, system-prompt, rag, chat, ...")] = "sharegpt",
-    trace: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=WORKLOAD, help="Replay a request trace instead (Mooncake / Azure / generic JSONL, as kvplan bench --trace); its arrivals are rescaled to each rate tried.")] = None,
-    input_len: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --input-len.")] = 1024,
-    output_len: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --output-len.")] = 128,
-    workload_param: Annotated[Optional[list[str]], typer.Option("--workload-param", metavar="NAME=VALUE", rich_help_panel=WORKLOAD, help="Generator setting NAME=VALUE, as in kvplan bench.")] = None,
-    gpus: Annotated[Optional[str], typer.Option(metavar="NAMES", rich_help_panel=HARDWARE, help="GPUs to consider, comma-separated; default: every GPU the price file names.")] = None,
-    prices: Annotated[Optional[Path], typer.Option(metavar="FILE", rich_help_panel=HARDWARE, help="TOML file of $/GPU-hour ([usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.")] = None,
-    tp: Annotated[str, typer.Option(metavar="SIZES", rich_help_panel=HARDWARE, help="Tensor-parallel sizes to consider.")] = "1,2,4,8",
-    kv_dtype: Annotated[str, typer.Option(metavar="FORMATS", rich_help_panel=KV_PANEL, help="KV formats to consider, e.g. auto,fp8.")] = "auto",
-    max_num_seqs: Annotated[Optional[str], typer.Option(metavar="NS", rich_help_panel=ENGINE, help="--max-num-seqs values to consider; default: the engine's.")] = None,
-    max_gpus: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=HARDWARE, help="Most GPUs a plan may use.")] = None,
-    disagg: Annotated[bool, typer.Option("--disagg", rich_help_panel=HARDWARE, help="Also consider prefill/decode-disaggregated deployments (xPyD): each pool sized on its own, the pipeline verified with the KV transfer between them.")] = False,
-    kv_link_gbps: Annotated[Optional[float], typer.Option(metavar="GB/S", rich_help_panel=HARDWARE, help="--disagg: KV transfer bandwidth per GPU, one direction (default: the GPU profile's interconnect, i.e. both pools in one NVLink domain; across nodes give the NIC's, e.g. 50 for 400 Gb/s).")] = None,
-    optimization: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=KV_PANEL, help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's and SGLang's default.")] = "prefix",
+    model: Annotated[
+        str, typer.Argument(metavar="MODEL", help="Profile name, Hugging Face id or config.json.")
+    ],
+    rate: Annotated[
+        float,
+        typer.Option(
+            metavar="REQ/S",
+            rich_help_panel=WORKLOAD,
+            help="Requests per second the whole deployment must serve.",
+        ),
+    ],
+    slo: Annotated[
+        str,
+        typer.Option(
+            metavar="TARGETS",
+            rich_help_panel=WORKLOAD,
+            help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. ttft_p90=2s,tpot_p90=60ms.",
+        ),
+    ] = "ttft_p90=2s",
+    workload: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            rich_help_panel=WORKLOAD,
+            help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, system-prompt, rag, chat, ...",
+        ),
+    ] = "sharegpt",
+    trace: Annotated[
+        Optional[Path],
+        typer.Option(
+            metavar="FILE",
+            rich_help_panel=WORKLOAD,
+            help="Replay a request trace instead (Mooncake / Azure / generic JSONL, as kvplan bench --trace); its arrivals are rescaled to each rate tried.",
+        ),
+    ] = None,
+    input_len: Annotated[
+        int,
+        typer.Option(
+            metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --input-len."
+        ),
+    ] = 1024,
+    output_len: Annotated[
+        int,
+        typer.Option(
+            metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --output-len."
+        ),
+    ] = 128,
+    workload_param: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--workload-param",
+            metavar="NAME=VALUE",
+            rich_help_panel=WORKLOAD,
+            help="Generator setting NAME=VALUE, as in kvplan bench.",
+        ),
+    ] = None,
+    gpus: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="NAMES",
+            rich_help_panel=HARDWARE,
+            help="GPUs to consider, comma-separated; default: every GPU the price file names.",
+        ),
+    ] = None,
+    prices: Annotated[
+        Optional[Path],
+        typer.Option(
+            metavar="FILE",
+            rich_help_panel=HARDWARE,
+            help="TOML file of $/GPU-hour ([usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.",
+        ),
+    ] = None,
+    tp: Annotated[
+        str,
+        typer.Option(
+            metavar="SIZES", rich_help_panel=HARDWARE, help="Tensor-parallel sizes to consider."
+        ),
+    ] = "1,2,4,8",
+    kv_dtype: Annotated[
+        str,
+        typer.Option(
+            metavar="FORMATS",
+            rich_help_panel=KV_PANEL,
+            help="KV formats to consider, e.g. auto,fp8.",
+        ),
+    ] = "auto",
+    max_num_seqs: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="NS",
+            rich_help_panel=ENGINE,
+            help="--max-num-seqs values to consider; default: the engine's.",
+        ),
+    ] = None,
+    max_gpus: Annotated[
+        Optional[int],
+        typer.Option(metavar="N", rich_help_panel=HARDWARE, help="Most GPUs a plan may use."),
+    ] = None,
+    disagg: Annotated[
+        bool,
+        typer.Option(
+            "--disagg",
+            rich_help_panel=HARDWARE,
+            help="Also consider prefill/decode-disaggregated deployments (xPyD): each pool sized on its own, the pipeline verified with the KV transfer between them.",
+        ),
+    ] = False,
+    kv_link_gbps: Annotated[
+        Optional[float],
+        typer.Option(
+            metavar="GB/S",
+            rich_help_panel=HARDWARE,
+            help="--disagg: KV transfer bandwidth per GPU, one direction (default: the GPU profile's interconnect, i.e. both pools in one NVLink domain; across nodes give the NIC's, e.g. 50 for 400 Gb/s).",
+        ),
+    ] = None,
+    optimization: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            rich_help_panel=KV_PANEL,
+            help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's and SGLang's default.",
+        ),
+    ] = "prefix",
     engine: EngineOpt = "vllm",
     engine_version: EngineVersionOpt = None,
-    step_model: Annotated[Optional[str], typer.Option(metavar="NAME", rich_help_panel=ENGINE, help="fitted (default) or roofline, or a kvplan calibrate file.")] = None,
-    num_requests: Annotated[int, typer.Option(metavar="N", rich_help_panel=WORKLOAD, help="Requests per replica in each simulated trial.")] = 300,
-    executor: Annotated[str, typer.Option(metavar="NAME", rich_help_panel=OUTPUT, help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]'): where the candidates' searches run.")] = "local",
-    workers: Annotated[Optional[int], typer.Option(metavar="N", rich_help_panel=OUTPUT, help="Local processes for the search (default: the CPU count).")] = None,
-    address: Annotated[Optional[str], typer.Option(metavar="ADDR", rich_help_panel=OUTPUT, help="Ray cluster address (default: a local Ray instance).")] = None,
+    step_model: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="NAME",
+            rich_help_panel=ENGINE,
+            help="fitted (default) or roofline, or a kvplan calibrate file.",
+        ),
+    ] = None,
+    num_requests: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            rich_help_panel=WORKLOAD,
+            help="Requests per replica in each simulated trial.",
+        ),
+    ] = 300,
+    executor: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            rich_help_panel=OUTPUT,
+            help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]'): where the candidates' searches run.",
+        ),
+    ] = "local",
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            metavar="N",
+            rich_help_panel=OUTPUT,
+            help="Local processes for the search (default: the CPU count).",
+        ),
+    ] = None,
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="ADDR",
+            rich_help_panel=OUTPUT,
+            help="Ray cluster address (default: a local Ray instance).",
+        ),
+    ] = None,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
-    out: Annotated[Optional[Path], typer.Option(metavar="DIR", rich_help_panel=OUTPUT, help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            metavar="DIR",
+            rich_help_panel=OUTPUT,
+            help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).",
+        ),
+    ] = None,
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas; with --disagg also prefill/decode pools) that serves --rate within --slo: the fewest replicas by branch and bound on kvplan's simulated engine, the best verified as a whole cluster."""
     from kvplan.bench.deploy_plan import make_plan
@@ -89,9 +238,18 @@ def plan(
     if not rate > 0 or rate == float("inf"):
         raise ValueError(f"--rate must be a positive number of requests per second, got {rate}")
     if num_requests < 10:
-        raise ValueError(f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}")
-    check_numbers({"workers": workers, "input-len": input_len, "output-len": output_len, "max-gpus": max_gpus,
-                   "kv-link-gbps": kv_link_gbps})
+        raise ValueError(
+            f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}"
+        )
+    check_numbers(
+        {
+            "workers": workers,
+            "input-len": input_len,
+            "output-len": output_len,
+            "max-gpus": max_gpus,
+            "kv-link-gbps": kv_link_gbps,
+        }
+    )
     runner = make_executor(executor, workers, address)
     if out is not None and out.exists() and not out.is_dir():
         raise ValueError(f"--out '{out}' is a file; give a folder for plan.json and plan.jsonl")
@@ -102,23 +260,49 @@ def plan(
     elif price_table:
         gpu_names = sorted(price_table)
     else:
-        raise ValueError("name the GPUs to consider with --gpus h100-80gb,l40s,... or give a --prices file")
+        raise ValueError(
+            "name the GPUs to consider with --gpus h100-80gb,l40s,... or give a --prices file"
+        )
     load_model(model)  # an unknown model fails here, before any search
     seqs: list[int | None] = list(_ints(max_num_seqs, "--max-num-seqs")) if max_num_seqs else [None]
-    candidates = [Candidate(gpu, size, dtype.strip(), n) for gpu in dict.fromkeys(gpu_names)
-                  for size in _ints(tp, "--tp") for dtype in kv_dtype.split(",") for n in seqs]
-    demand = Demand(model=model, rate=rate, slo=targets,
-                    workload=WorkloadSpec(kind=workload, params=parse_workload_params(workload_param or []),
-                                          trace=str(trace) if trace else None, input_len=input_len,
-                                          output_len=output_len),
-                    optimization=optimization, num_requests=num_requests, engine=engine,
-                    engine_version=engine_version, step_model=step_model, seed=seed)
+    candidates = [
+        Candidate(gpu, size, dtype.strip(), n)
+        for gpu in dict.fromkeys(gpu_names)
+        for size in _ints(tp, "--tp")
+        for dtype in kv_dtype.split(",")
+        for n in seqs
+    ]
+    demand = Demand(
+        model=model,
+        rate=rate,
+        slo=targets,
+        workload=WorkloadSpec(
+            kind=workload,
+            params=parse_workload_params(workload_param or []),
+            trace=str(trace) if trace else None,
+            input_len=input_len,
+            output_len=output_len,
+        ),
+        optimization=optimization,
+        num_requests=num_requests,
+        engine=engine,
+        engine_version=engine_version,
+        step_model=step_model,
+        seed=seed,
+    )
     if disagg:  # a SLO the prefill pool cannot be sized by fails before any search
         from kvplan.bench.disagg_plan import pool_demands
 
         pool_demands(demand)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=error_console, transient=True, disable=json_out) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=error_console,
+        transient=True,
+        disable=json_out,
+    ) as progress:
         task = progress.add_task("searching", total=len(candidates))
 
         def note(label: str, more: int) -> None:
@@ -127,8 +311,16 @@ def plan(
             if label:
                 progress.update(task, advance=1, description=escape(label))
 
-        result = make_plan(demand, candidates, price_table, runner, max_gpus, note, disagg=disagg,
-                           kv_link_gbps=kv_link_gbps)
+        result = make_plan(
+            demand,
+            candidates,
+            price_table,
+            runner,
+            max_gpus,
+            note,
+            disagg=disagg,
+            kv_link_gbps=kv_link_gbps,
+        )
     data = plan_json(result)
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -139,6 +331,7 @@ def plan(
         return
     render_plan(data, list(dict.fromkeys(target.metric for target in targets.targets)))
     if out:
-        error_console.print(f"[dim]plan: {escape(str(out / 'plan.json'))}; kvplan report "
-                            f"{escape(str(out / 'plan.jsonl'))} draws cost against capacity[/]")
-
+        error_console.print(
+            f"[dim]plan: {escape(str(out / 'plan.json'))}; kvplan report "
+            f"{escape(str(out / 'plan.jsonl'))} draws cost against capacity[/]"
+        )

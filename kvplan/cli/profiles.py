@@ -15,7 +15,9 @@ from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import gpu_profiles, model_profiles
 from kvplan.spec.resolve import load_gpu, load_model
 
-app = typer.Typer(cls=Group, help="List and show the shipped model and GPU profiles.", no_args_is_help=True)
+app = typer.Typer(
+    cls=Group, help="List and show the shipped model and GPU profiles.", no_args_is_help=True
+)
 
 
 @app.command("models", cls=Command)
@@ -25,21 +27,41 @@ def models(as_json: JsonOpt = False) -> None:
     records = []
     for name, profile in model_profiles().items():
         spec = load_model(name)
-        records.append({
-            "name": name, "hf_repo": profile.hf_repo, "kv_kind": spec.kv_kind, "layers": spec.num_layers,
-            "params_b": round(spec.params.total / 1e9, 3), "active_params_b": round(spec.params.active / 1e9, 3),
-            "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(parse_kv_format("bf16")),
-            "max_context": spec.max_position_embeddings,
-        })
+        records.append(
+            {
+                "name": name,
+                "hf_repo": profile.hf_repo,
+                "kv_kind": spec.kv_kind,
+                "layers": spec.num_layers,
+                "params_b": round(spec.params.total / 1e9, 3),
+                "active_params_b": round(spec.params.active / 1e9, 3),
+                "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(parse_kv_format("bf16")),
+                "max_context": spec.max_position_embeddings,
+            }
+        )
     if as_json:
         print(strict_json(records, indent=2))
         return
-    console.print(compact_table("Model profiles (kvplan profiles show NAME for details)",
-                                ("name", "KV", "layers", "params", "active", "KiB/tok bf16", "max ctx"),
-                                [[escape(r["name"]), escape(r["kv_kind"]), str(r["layers"]), _billions(r["params_b"]),
-                                  _billions(r["active_params_b"]) if r["active_params_b"] < r["params_b"] * 0.9 else "",
-                                  f"{r['kv_bytes_per_token_bf16'] / 1024:,.1f}", _tokens(r["max_context"])]
-                                 for r in records]))
+    console.print(
+        compact_table(
+            "Model profiles (kvplan profiles show NAME for details)",
+            ("name", "KV", "layers", "params", "active", "KiB/tok bf16", "max ctx"),
+            [
+                [
+                    escape(r["name"]),
+                    escape(r["kv_kind"]),
+                    str(r["layers"]),
+                    _billions(r["params_b"]),
+                    _billions(r["active_params_b"])
+                    if r["active_params_b"] < r["params_b"] * 0.9
+                    else "",
+                    f"{r['kv_bytes_per_token_bf16'] / 1024:,.1f}",
+                    _tokens(r["max_context"]),
+                ]
+                for r in records
+            ],
+        )
+    )
 
 
 def _billions(value: float) -> str:
@@ -47,18 +69,35 @@ def _billions(value: float) -> str:
 
 
 def _tokens(count: int) -> str:
-    return f"{count // 1024}k" if count >= 1024 and count % 1024 == 0 else f"{count / 1000:.0f}k" if count >= 1000 else str(count)
+    return (
+        f"{count // 1024}k"
+        if count >= 1024 and count % 1024 == 0
+        else f"{count / 1000:.0f}k"
+        if count >= 1000
+        else str(count)
+    )
 
 
 def compact_table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
     """A catalog listing: one header rule, columns one space apart, and the first column
     (names) never broken, so 80 columns hold a name whole (longer cells in later columns
     fold instead)."""
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  collapse_padding=True, padding=(0, 1))
+    table = Table(
+        title=title,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        padding=(0, 1),
+    )
     for index, header in enumerate(headers):
-        table.add_column(header, no_wrap=index == 0, overflow="fold",
-                         justify="left" if index < 2 or header == "GPU" else "right")
+        table.add_column(
+            header,
+            no_wrap=index == 0,
+            overflow="fold",
+            justify="left" if index < 2 or header == "GPU" else "right",
+        )
     for row in rows:
         table.add_row(*row)
     return table
@@ -68,23 +107,48 @@ def compact_table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -
 @cli_errors()
 def gpus(as_json: JsonOpt = False) -> None:
     """GPU profiles: dense datasheet figures with their sources."""
-    records = [{"name": g.name, "display_name": g.display_name, "memory_gib": g.memory_gib,
-                "hbm_tbps": g.hbm_tbps, "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops,
-                "fp8_support": g.fp8_support, "source": g.source} for g in gpu_profiles().values()]
+    records = [
+        {
+            "name": g.name,
+            "display_name": g.display_name,
+            "memory_gib": g.memory_gib,
+            "hbm_tbps": g.hbm_tbps,
+            "bf16_tflops": g.bf16_tflops,
+            "fp8_tflops": g.fp8_tflops,
+            "fp8_support": g.fp8_support,
+            "source": g.source,
+        }
+        for g in gpu_profiles().values()
+    ]
     if as_json:
         print(strict_json(records, indent=2))
         return
-    console.print(compact_table("GPU profiles (dense, no sparsity)",
-                                ("name", "GPU", "memory", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s"),
-                                [[escape(r["name"]), escape(r["display_name"]), f"{r['memory_gib']:g} GiB",
-                                  f"{r['hbm_tbps']:g}", f"{r['bf16_tflops']:,.1f}",
-                                  f"{r['fp8_tflops']:,.1f}" if r["fp8_support"] else "no FP8"] for r in records]))
+    console.print(
+        compact_table(
+            "GPU profiles (dense, no sparsity)",
+            ("name", "GPU", "memory", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s"),
+            [
+                [
+                    escape(r["name"]),
+                    escape(r["display_name"]),
+                    f"{r['memory_gib']:g} GiB",
+                    f"{r['hbm_tbps']:g}",
+                    f"{r['bf16_tflops']:,.1f}",
+                    f"{r['fp8_tflops']:,.1f}" if r["fp8_support"] else "no FP8",
+                ]
+                for r in records
+            ],
+        )
+    )
     console.print("[dim]sources: kvplan profiles show GPU[/]")
 
 
 @app.command("show", cls=Command)
 @cli_errors()
-def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name.")], as_json: JsonOpt = False) -> None:
+def show(
+    name: Annotated[str, typer.Argument(help="A model or GPU profile name.")],
+    as_json: JsonOpt = False,
+) -> None:
     """Details of one model or GPU profile, with its source."""
     try:
         gpu = load_gpu(name)
@@ -97,19 +161,29 @@ def show(name: Annotated[str, typer.Argument(help="A model or GPU profile name."
         spec = load_model(name)
         profile = model_profiles().get(spec.name)
         record = {
-            "name": spec.name, "source": spec.source, "model_type": spec.model_type, "kv_kind": spec.kv_kind,
-            "layers": spec.num_layers, "hidden_size": spec.hidden_size, "attention_heads": spec.num_heads,
+            "name": spec.name,
+            "source": spec.source,
+            "model_type": spec.model_type,
+            "kv_kind": spec.kv_kind,
+            "layers": spec.num_layers,
+            "hidden_size": spec.hidden_size,
+            "attention_heads": spec.num_heads,
             "attention_groups": [g.describe() for g in spec.groups],
-            "params_total": spec.params.total, "params_active": spec.params.active,
-            "weight_dtype": spec.weight_dtype, "weight_bytes": spec.weight_bytes(),
+            "params_total": spec.params.total,
+            "params_active": spec.params.active,
+            "weight_dtype": spec.weight_dtype,
+            "weight_bytes": spec.weight_bytes(),
             "max_position_embeddings": spec.max_position_embeddings,
             "kv_bytes_per_token_bf16": spec.kv_bytes_per_token(parse_kv_format("bf16")),
         }
         if profile:
-            record.update(config_file=profile.file, copied_from=profile.source,
-                          published_params_b=profile.published_params_b,
-                          published_active_b=profile.published_active_b,
-                          published_source=profile.published_params_source)
+            record.update(
+                config_file=profile.file,
+                copied_from=profile.source,
+                published_params_b=profile.published_params_b,
+                published_active_b=profile.published_active_b,
+                published_source=profile.published_params_source,
+            )
     if as_json:
         print(strict_json(record, indent=2))
         return

@@ -26,11 +26,35 @@ from kvplan.results.latest import DEFAULT_FOLDER
 
 @cli_errors()
 def sweep(
-    study: Annotated[Path, typer.Argument(help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices].")],
-    out: Annotated[Path, typer.Option(metavar="DIR", help="Output folder: results.jsonl (one record per point) and study.csv.")] = DEFAULT_FOLDER / "sweep",
-    executor: Annotated[str, typer.Option(metavar="NAME", help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').")] = DEFAULT_EXECUTOR,
-    address: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster: auto, HOST:PORT, or local (start one here).")] = None,
-    workers: Annotated[Optional[int], typer.Option(metavar="N", help="Local executor processes (default: the CPU count).")] = None,
+    study: Annotated[
+        Path,
+        typer.Argument(
+            help="Sweep file (TOML) with \\[fixed], \\[axes], optional \\[slo] and \\[prices]."
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            metavar="DIR", help="Output folder: results.jsonl (one record per point) and study.csv."
+        ),
+    ] = DEFAULT_FOLDER / "sweep",
+    executor: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').",
+        ),
+    ] = DEFAULT_EXECUTOR,
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="ADDRESS", help="Ray cluster: auto, HOST:PORT, or local (start one here)."
+        ),
+    ] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(metavar="N", help="Local executor processes (default: the CPU count)."),
+    ] = None,
 ) -> None:
     """Expand the grid, run every point not already in the output, and summarize the study."""
     from kvplan.bench.study import DEFAULT_SLO_S, summarize, varying
@@ -41,34 +65,68 @@ def sweep(
     check_numbers({"workers": workers})  # --workers 0 is not a pool
     spec = load_spec(study)
     total = len(spec.points())
-    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), console=error_console, transient=True) as progress:
+    with Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=error_console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("points", total=total)
-        records = run_sweep(spec, out, executor, workers, address, lambda n, _: progress.advance(task, n),
-                            notify=lambda text: error_console.print(f"[yellow]note:[/] {escape(text)}"))
+        records = run_sweep(
+            spec,
+            out,
+            executor,
+            workers,
+            address,
+            lambda n, _: progress.advance(task, n),
+            notify=lambda text: error_console.print(f"[yellow]note:[/] {escape(text)}"),
+        )
     failed = [r for r in records if r.kind == "error"]
     rows = summarize(records, spec.slo_ttft_p90_s, spec.prices)
     if rows:
         text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
+        writer = csv.DictWriter(
+            text, fieldnames=list(dict.fromkeys(k for row in rows for k in row))
+        )
         writer.writeheader()
         writer.writerows(rows)
         write_text(out / "study.csv", text.getvalue())  # atomic
         slo = spec.slo_ttft_p90_s or DEFAULT_SLO_S
         shown = varying(rows)
         headers = [column.replace("_", " ") for column in shown]
-        console.print(f"[bold]{total} points; sustained: p90 TTFT <= {slo:g} s (modeled in simulated mode)[/]")
+        console.print(
+            f"[bold]{total} points; sustained: p90 TTFT <= {slo:g} s (modeled in simulated mode)[/]"
+        )
         # names whole at any width (at 80 columns rich cut 'contiguous-or…')
-        console.print(fitted_table("", headers, [[_cell(row.get(c)) for c in shown] for row in rows], console.width,
-                                   left=headers))
-    for record in failed:  # name the point by its axis values (the fixed settings are the same for all)
-        console.print(f"[red]failed[/] {escape(_point_label(record, spec.axes))}: "
-                      f"{escape(str(record.metrics['error']))}")
-    console.print(f"[dim]results: {escape(str(out / 'results.jsonl'))} ({len(records) - len(failed)} ok, {len(failed)} failed); "
-                  f"kvplan report {escape(str(out / 'results.jsonl'))} draws them[/]")
+        console.print(
+            fitted_table(
+                "",
+                headers,
+                [[_cell(row.get(c)) for c in shown] for row in rows],
+                console.width,
+                left=headers,
+            )
+        )
+    for (
+        record
+    ) in failed:  # name the point by its axis values (the fixed settings are the same for all)
+        console.print(
+            f"[red]failed[/] {escape(_point_label(record, spec.axes))}: "
+            f"{escape(str(record.metrics['error']))}"
+        )
+    console.print(
+        f"[dim]results: {escape(str(out / 'results.jsonl'))} ({len(records) - len(failed)} ok, {len(failed)} failed); "
+        f"kvplan report {escape(str(out / 'results.jsonl'))} draws them[/]"
+    )
     if records and len(failed) == len(records):
-        raise ValueError(f"all {len(records)} points failed (first: {_point_label(failed[0], spec.axes)}: "
-                         f"{failed[0].metrics['error']}); fix the sweep file")
+        raise ValueError(
+            f"all {len(records)} points failed (first: {_point_label(failed[0], spec.axes)}: "
+            f"{failed[0].metrics['error']}); fix the sweep file"
+        )
 
 
 def _point_label(record: ResultRecord, axes: dict) -> str:

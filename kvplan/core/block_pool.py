@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-NONE = -1  # a block holding no prefix: Python's hash() never returns -1, kvplan's other hashes are >= 0
+NONE = (
+    -1
+)  # a block holding no prefix: Python's hash() never returns -1, kvplan's other hashes are >= 0
 _FEW = 4  # batches up to this size take the scalar path (array calls cost more than they save)
 _count = np.count_nonzero  # in C; ndarray.any() / .all() go through Python-level wrappers
 
@@ -41,7 +43,9 @@ class BlockPool:
             raise ValueError(f"the KV pool needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_counts = np.zeros(num_blocks, dtype=np.int64)
-        self.block_hashes = np.full(num_blocks, NONE, dtype=np.int64)  # block -> hash of the prefix it holds
+        self.block_hashes = np.full(
+            num_blocks, NONE, dtype=np.int64
+        )  # block -> hash of the prefix it holds
         self.hash_to_block: dict[int, int] = {}
         self.num_free = num_blocks
         # The free queue: log[head:tail] in order, an entry live while queued_at[block] is its position.
@@ -53,11 +57,15 @@ class BlockPool:
         self._marks = np.empty(num_blocks, dtype=np.int64)  # scratch for free()'s repeat check
         self._head, self._tail = 0, num_blocks
         self.cached_evictions = 0  # cached blocks reclaimed for new allocations
-        self.epoch = 0  # moves when blocks join the free queue or prefixes are cached (admission can change)
+        self.epoch = (
+            0  # moves when blocks join the free queue or prefixes are cached (admission can change)
+        )
         # Kept incrementally so per-step metrics never walk the pool:
         self.num_cached_free = 0  # free blocks that still hold a reusable prefix
         self.extra_refs = 0  # references beyond the first: sum of max(0, ref_count - 1)
-        self.on_evict: Callable[[int, int], None] | None = None  # offload: (hash, block) moves down a tier
+        self.on_evict: Callable[[int, int], None] | None = (
+            None  # offload: (hash, block) moves down a tier
+        )
 
     @property
     def num_allocated(self) -> int:
@@ -66,8 +74,8 @@ class BlockPool:
     @property
     def free_queue(self) -> list[int]:
         """The free blocks, front (reclaimed first) to back; for inspection, O(pool)."""
-        live = self._log[self._head:self._tail]
-        return live[self._queued_at[live] == self._positions[self._head:self._tail]].tolist()
+        live = self._log[self._head : self._tail]
+        return live[self._queued_at[live] == self._positions[self._head : self._tail]].tolist()
 
     @property
     def block_to_hash(self) -> dict[int, int]:
@@ -107,7 +115,12 @@ class BlockPool:
         return blocks.tolist()
 
     def _allocate_few(self, count: int) -> list[int]:
-        log, queued_at, ref_counts, block_hashes = self._log, self._queued_at, self.ref_counts, self.block_hashes
+        log, queued_at, ref_counts, block_hashes = (
+            self._log,
+            self._queued_at,
+            self.ref_counts,
+            self.block_hashes,
+        )
         head = self._head
         blocks: list[int] = []
         evicted: list[int] = []
@@ -183,7 +196,9 @@ class BlockPool:
         ref_counts = self.ref_counts
         counts = ref_counts[blocks]
         if _count(counts) < count:
-            raise RuntimeError(f"block {int(blocks[np.argmin(counts != 0)])} freed more often than allocated")
+            raise RuntimeError(
+                f"block {int(blocks[np.argmin(counts != 0)])} freed more often than allocated"
+            )
         # A block listed twice drops twice, in order: scatter positions, and any block whose
         # slot does not read back its own position appeared again later
         # (more entries than the pool has blocks can only be repeats).
@@ -227,13 +242,13 @@ class BlockPool:
             head, tail = self._head, self._tail
             window = self._log[head:tail]
             live = window[self._queued_at[window] == self._positions[head:tail]]
-            self._log[:len(live)] = live
-            self._queued_at[live] = self._positions[:len(live)]
+            self._log[: len(live)] = live
+            self._queued_at[live] = self._positions[: len(live)]
             self._head, self._tail = 0, len(live)
         self.epoch += 1
         tail = self._tail
-        self._log[tail:tail + count] = blocks
-        self._queued_at[blocks] = self._positions[tail:tail + count]
+        self._log[tail : tail + count] = blocks
+        self._queued_at[blocks] = self._positions[tail : tail + count]
         self._tail = tail + count
         self.num_free += count
 
@@ -252,9 +267,12 @@ class BlockPool:
         known = self.hash_to_block
         block_ids = as_blocks(blocks)
         self.epoch += 1
-        if _count(self.block_hashes[block_ids] != NONE):  # some blocks already hold a prefix: keep them
+        if _count(
+            self.block_hashes[block_ids] != NONE
+        ):  # some blocks already hold a prefix: keep them
             fresh = (self.block_hashes[block_ids] == NONE) & ~np.fromiter(
-                map(known.__contains__, hashes), dtype=bool, count=len(hashes))
+                map(known.__contains__, hashes), dtype=bool, count=len(hashes)
+            )
             picked = np.flatnonzero(fresh).tolist()
             hashes, blocks = [hashes[i] for i in picked], [blocks[i] for i in picked]
             known.update(zip(hashes, blocks))

@@ -38,14 +38,20 @@ class RunResult:
 
 
 class Engine:
-    def __init__(self, allocator: Allocator, runner: Runner, config: SchedulerConfig, max_model_len: int) -> None:
+    def __init__(
+        self, allocator: Allocator, runner: Runner, config: SchedulerConfig, max_model_len: int
+    ) -> None:
         self.scheduler = Scheduler(allocator, config)  # refuses batch limits left unresolved
         tokens = self.scheduler.max_num_batched_tokens
         if not config.chunked_prefill and tokens < max_model_len:
             # A preempted request recomputes prompt + generated tokens in one step without
             # chunking; vLLM refuses this configuration for the same reason.
-            raise SettingError("without chunked prefill {max_num_batched_tokens} ({tokens}) must be at least "
-                               "{max_model_len} ({limit})", tokens=tokens, limit=max_model_len)
+            raise SettingError(
+                "without chunked prefill {max_num_batched_tokens} ({tokens}) must be at least "
+                "{max_model_len} ({limit})",
+                tokens=tokens,
+                limit=max_model_len,
+            )
         self.allocator = allocator
         self.runner = runner
         self.max_model_len = max_model_len
@@ -54,7 +60,9 @@ class Engine:
         self.start: float | None = None  # the first arrival
         self.finished: list[Sequence] = []
         self.rejected: list[Sequence] = []
-        self.ended = 0  # requests finished or rejected (parallel samples count once), kept as they end
+        self.ended = (
+            0  # requests finished or rejected (parallel samples count once), kept as they end
+        )
         self.progress: ProgressCallback | None = None
 
     def _rejection(self, seq: Sequence) -> str | None:
@@ -96,7 +104,9 @@ class Engine:
             if scheduler.running:
                 raise RuntimeError("scheduler made no progress with sequences running")
             # Nothing runs and the head cannot be admitted into an idle pool: it never will.
-            self._reject(scheduler.waiting.popleft(), "cannot be admitted even into an idle KV pool")
+            self._reject(
+                scheduler.waiting.popleft(), "cannot be admitted even into an idle KV pool"
+            )
             return
         dt = self.runner.step_time(plan)
         self.now += dt
@@ -126,6 +136,12 @@ class Engine:
 
     def result(self) -> RunResult:
         makespan = self.now - (self.start or 0.0)
-        metrics = run_summary(self.allocator, self.scheduler, self.step_metrics, self.finished, self.rejected,
-                              makespan)
+        metrics = run_summary(
+            self.allocator,
+            self.scheduler,
+            self.step_metrics,
+            self.finished,
+            self.rejected,
+            makespan,
+        )
         return RunResult(metrics, self.step_metrics.timeseries(), self.finished, self.rejected)

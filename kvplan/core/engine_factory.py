@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kvplan.core.tiers.cache import TIER_POLICIES
 from kvplan.plan import sglang_defaults
-from kvplan.plan.capacity import max_model_len_for
 from kvplan.plan.engine_releases import batch_defaults, engine_generation, parse_version
+from kvplan.plan.pool_sizing import max_model_len_for
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
@@ -58,12 +58,16 @@ class SizingConfig:
     def __post_init__(self) -> None:
         self.generation  # validates the engine name
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise SettingError("{block_size} must be a power of two, got {got}", got=self.block_size)
+            raise SettingError(
+                "{block_size} must be a power of two, got {got}", got=self.block_size
+            )
         if self.swap_space_gib < 0:
             raise SettingError("{swap_space_gib} must not be negative")
 
 
-def engine_scheduler(config: SizingConfig, scheduler: SchedulerConfig, pool_slots: int | None = None) -> SchedulerConfig:
+def engine_scheduler(
+    config: SizingConfig, scheduler: SchedulerConfig, pool_slots: int | None = None
+) -> SchedulerConfig:
     """The scheduler with the serving engine's own batch limits where it sets none (vLLM's
     defaults for the release, GPU and max_model_len; SGLang's chunked prefill size and, given
     the pool, its max_running_requests: kvplan.plan.engine_releases, plan.sglang_defaults).
@@ -71,12 +75,18 @@ def engine_scheduler(config: SizingConfig, scheduler: SchedulerConfig, pool_slot
     simplification (SGLang runs a prefill batch before the decodes unless --enable-mixed-chunk;
     on the shipped SGLang runs the mixed schedule predicted as well or better)."""
     sglang = config.generation == "sglang"
-    if scheduler.max_num_seqs is not None and scheduler.max_num_batched_tokens is not None and not sglang:
+    if (
+        scheduler.max_num_seqs is not None
+        and scheduler.max_num_batched_tokens is not None
+        and not sglang
+    ):
         return scheduler
     gpu = load_gpu(config.gpu)
     max_model_len = max_model_len_for(load_model(config.model), config.max_model_len)
     version = parse_version(config.engine_version)
-    defaults = batch_defaults(config.generation, version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len)
+    defaults = batch_defaults(
+        config.generation, version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len
+    )
     seqs = defaults.max_num_seqs
     if sglang and pool_slots is not None:
         seqs = sglang_defaults.max_running_requests(version, pool_slots, max_model_len)
@@ -129,8 +139,12 @@ class EngineSizing:
     gpu_memory_utilization: float | None = None  # what sized the pool (None: a fixed size)
 
 
-def make_tiers(sizing_config: SizingConfig, tier_config: TierConfig, optimization: Optimization,
-               sizing: EngineSizing) -> TieredCache | None:
+def make_tiers(
+    sizing_config: SizingConfig,
+    tier_config: TierConfig,
+    optimization: Optimization,
+    sizing: EngineSizing,
+) -> TieredCache | None:
     """CPU (and disk) tiers sized in blocks of this optimization's format; bandwidths from
     the GPU profile (host link, NVMe) unless overridden."""
     from kvplan.core.tiers import Tier, TieredCache
@@ -139,19 +153,31 @@ def make_tiers(sizing_config: SizingConfig, tier_config: TierConfig, optimizatio
         return None
     gpu = load_gpu(sizing_config.gpu)
     block_bytes = sizing.slot_bytes * sizing_config.block_size
-    sizes = {"cpu": (tier_config.cpu_cache_gb, tier_config.host_link_gbps or gpu.host_link_gbps),
-             "disk": (tier_config.disk_cache_gb, tier_config.nvme_gbps or gpu.nvme_gbps)}
+    sizes = {
+        "cpu": (tier_config.cpu_cache_gb, tier_config.host_link_gbps or gpu.host_link_gbps),
+        "disk": (tier_config.disk_cache_gb, tier_config.nvme_gbps or gpu.nvme_gbps),
+    }
     tiers = []
     for name in optimization.offload:
         gigabytes, bandwidth = sizes[name]
         if gigabytes < 0 or bandwidth <= 0:
-            raise ValueError(f"--{name}-cache-gb must not be negative and its bandwidth must be positive")
-        tiers.append(Tier(name, int(gigabytes * 1e9 // block_bytes), bandwidth * 1e9, tier_config.tier_policy))
+            raise ValueError(
+                f"--{name}-cache-gb must not be negative and its bandwidth must be positive"
+            )
+        tiers.append(
+            Tier(
+                name, int(gigabytes * 1e9 // block_bytes), bandwidth * 1e9, tier_config.tier_policy
+            )
+        )
     return TieredCache(tiers, block_bytes)
 
 
-def eviction_policy(optimization: Optimization, kv_budget: int | None, block_size: int,
-                    layer_budgets: Callable[[], tuple[int, ...] | None]) -> PolicySpec | None:
+def eviction_policy(
+    optimization: Optimization,
+    kv_budget: int | None,
+    block_size: int,
+    layer_budgets: Callable[[], tuple[int, ...] | None],
+) -> PolicySpec | None:
     """The eviction policy the optimization runs, keeping `kv_budget` tokens in pages of one
     pool block (None: the optimization has none). `layer_budgets` gives the per-layer split
     of a policy that splits its budget across layers (entropy-budget) and is asked only for
@@ -162,8 +188,11 @@ def eviction_policy(optimization: Optimization, kv_budget: int | None, block_siz
     if not optimization.policy:
         return None
     if kv_budget is None or kv_budget <= block_size:
-        raise SettingError("'{name}' needs {kv_budget} larger than one block ({block} tokens)", name=optimization.name,
-                           block=block_size)
+        raise SettingError(
+            "'{name}' needs {kv_budget} larger than one block ({block} tokens)",
+            name=optimization.name,
+            block=block_size,
+        )
     split = layer_budgets() if lookup(optimization.policy).splits_layers else None
     return PolicySpec(optimization.policy, kv_budget, block=block_size, layer_budgets=split)
 

@@ -31,7 +31,7 @@ def chained_hashes(tokens: tuple[int, ...], block_size: int) -> list[int]:
     hashes = []
     parent = ROOT_HASH
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tokens[start:start + block_size]))
+        parent = hash((parent, tokens[start : start + block_size]))
         hashes.append(parent)
     return hashes
 
@@ -42,8 +42,10 @@ def stable_chained_hashes(tokens: tuple[int, ...], block_size: int) -> list[int]
     hashes = []
     parent = STABLE_ROOT
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        ids = array("q", tokens[start:start + block_size])
-        if ids.itemsize != 8 or array("q", [1]).tobytes()[0] != 1:  # pragma: no cover - big-endian hosts
+        ids = array("q", tokens[start : start + block_size])
+        if (
+            ids.itemsize != 8 or array("q", [1]).tobytes()[0] != 1
+        ):  # pragma: no cover - big-endian hosts
             ids.byteswap()
         parent = hashlib.sha256(parent + ids.tobytes()).digest()
         hashes.append(int.from_bytes(parent[:8], "little") & (2**63 - 1))
@@ -77,13 +79,16 @@ def block_hashes(request: Request, block_size: int, stable: bool = False) -> lis
     return []
 
 
-def hashes_by_request(requests: list[Request], block_size: int, stable: bool = False) -> dict[int, list[int]]:
+def hashes_by_request(
+    requests: list[Request], block_size: int, stable: bool = False
+) -> dict[int, list[int]]:
     """Every request's block hashes once, shared by the bound below and the engine."""
     return {request.request_id: block_hashes(request, block_size, stable) for request in requests}
 
 
-def infinite_cache_hit_tokens(requests: list[Request], block_size: int,
-                              hashes: dict[int, list[int]] | None = None) -> tuple[int, int]:
+def infinite_cache_hit_tokens(
+    requests: list[Request], block_size: int, hashes: dict[int, list[int]] | None = None
+) -> tuple[int, int]:
     """(hit tokens, queried prompt tokens) for an unbounded cache replaying `requests` in
     arrival order: the upper bound a finite cache is measured against. Generated blocks
     are cached too (when ids are known); a fully cached prompt recomputes its last block.
@@ -94,7 +99,9 @@ def infinite_cache_hit_tokens(requests: list[Request], block_size: int,
     import numpy as np
 
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-    blocks = [hashes[r.request_id] if hashes is not None else block_hashes(r, block_size) for r in ordered]
+    blocks = [
+        hashes[r.request_id] if hashes is not None else block_hashes(r, block_size) for r in ordered
+    ]
     queried = sum(r.prompt_len for r in ordered)
     counts = np.fromiter((len(b) for b in blocks), dtype=np.int64, count=len(blocks))
     if not counts.sum():

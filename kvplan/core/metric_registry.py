@@ -81,8 +81,12 @@ class ClusterRule(Enum):
 
 
 # The rules under which a cluster record carries the metric.
-REPORTED_BY_CLUSTER = (ClusterRule.SUM, ClusterRule.POD_MEAN, ClusterRule.PER_POD,
-                       ClusterRule.CLUSTER)
+REPORTED_BY_CLUSTER = (
+    ClusterRule.SUM,
+    ClusterRule.POD_MEAN,
+    ClusterRule.PER_POD,
+    ClusterRule.CLUSTER,
+)
 
 
 @dataclass(frozen=True)
@@ -131,27 +135,42 @@ class Placeholder:
 # Offload tiers by name (kvplan.core.tiers), measured copy directions (real mode's tier
 # storage, "device_to_cpu"), and the figures `vllm bench serve` saves under its own names.
 TIER_LABELS = {"cpu": "CPU", "disk": "disk"}
-PLACEHOLDERS = {"tier": Placeholder("|".join(TIER_LABELS), TIER_LABELS),
-                "direction": Placeholder("[a-z]+_to_[a-z]+"), "figure": Placeholder("[a-z0-9_]+")}
+PLACEHOLDERS = {
+    "tier": Placeholder("|".join(TIER_LABELS), TIER_LABELS),
+    "direction": Placeholder("[a-z]+_to_[a-z]+"),
+    "figure": Placeholder("[a-z0-9_]+"),
+}
 
 
-def _latency(prefix: str, label: str, what: str, exported: tuple[str, ...] = (),
-             ratios: tuple[str, ...] = ()) -> tuple[Metric, ...]:
+def _latency(
+    prefix: str, label: str, what: str, exported: tuple[str, ...] = (), ratios: tuple[str, ...] = ()
+) -> tuple[Metric, ...]:
     """Mean and percentiles over requests (kvplan.core.metrics.percentiles), in seconds."""
     words = {"mean": "Mean", "p50": "Median", "p90": "p90", "p99": "p99"}
     stem = "kvplan_" + what.replace(" ", "_") + "_seconds"
-    return tuple(Metric(f"{prefix}_{stat}", f"{label} {stat}", Unit.SECONDS, Direction.LOWER,
-                        Feature.LATENCY, ClusterRule.CLUSTER, f"{word} {what}.",
-                        column=f"{label} {stat} (s)",
-                        ratio_label=f"{label} {stat} vs base" if stat in ratios else "",
-                        prometheus=Prometheus(f"{stem}_{stat}") if stat in exported else None)
-                 for stat, word in words.items())
+    return tuple(
+        Metric(
+            f"{prefix}_{stat}",
+            f"{label} {stat}",
+            Unit.SECONDS,
+            Direction.LOWER,
+            Feature.LATENCY,
+            ClusterRule.CLUSTER,
+            f"{word} {what}.",
+            column=f"{label} {stat} (s)",
+            ratio_label=f"{label} {stat} vs base" if stat in ratios else "",
+            prometheus=Prometheus(f"{stem}_{stat}") if stat in exported else None,
+        )
+        for stat, word in words.items()
+    )
 
 
-# Short names keep each entry below to two or three lines.
+# Short names keep each entry below to two or three lines; the table stays in rows (the
+# formatter would give every field of every entry its own line).
 U, D, F, C = Unit, Direction, Feature, ClusterRule
 P = Prometheus
 
+# fmt: off
 METRICS: tuple[Metric, ...] = (
     Metric("pods", "pods", U.COUNT, D.NEITHER, F.ROUTING, C.CLUSTER,
            "Engine instances behind the router."),
@@ -314,6 +333,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("kivi_bytes_per_seq_estimated", "KIVI bytes per sequence (estimated)", U.BYTES,
            D.LOWER, F.REAL_MODE, C.RUN, "KIVI's bytes per sequence as the estimator sizes them."),
 )
+# fmt: on
 
 
 def _regex(template: str) -> re.Pattern[str]:
@@ -336,18 +356,25 @@ def find(name: str) -> Metric | None:
     for regex, entry in _PATTERNS:
         match = regex.fullmatch(name)
         if match:
-            labels = {key: PLACEHOLDERS[key].label(value)
-                      for key, value in match.groupdict().items()}
-            return replace(entry, name=name, label=entry.label.format(**labels),
-                           column=entry.column.format(**labels))
+            labels = {
+                key: PLACEHOLDERS[key].label(value) for key, value in match.groupdict().items()
+            }
+            return replace(
+                entry,
+                name=name,
+                label=entry.label.format(**labels),
+                column=entry.column.format(**labels),
+            )
     return None
 
 
 def metric(name: str) -> Metric:
     found = find(name)
     if found is None:
-        raise KeyError(f"'{name}' is not a registered metric; register it in "
-                       "kvplan.core.metric_registry.METRICS")
+        raise KeyError(
+            f"'{name}' is not a registered metric; register it in "
+            "kvplan.core.metric_registry.METRICS"
+        )
     return found
 
 

@@ -17,7 +17,14 @@ from kvplan.core.kv import Allocator
 from kvplan.core.scheduler import Scheduler
 from kvplan.core.sequence import Sequence
 
-SPLIT = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "cached", "free")
+SPLIT = (
+    "token_states",
+    "reservation",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "cached",
+    "free",
+)
 TIMESERIES_POINTS = 400
 WAITING_SCAN = 64  # waiting requests inspected for the smallest reservation need
 
@@ -35,8 +42,11 @@ class StepMetrics:
     elapsed: float = 0.0
     steps: int = 0
     capacity: int = 0
-    columns: dict[str, array] = field(default_factory=lambda: {
-        key: array("d") for key in ("dt", *POOL_SHARES, "shared_refs", "block_refs")})
+    columns: dict[str, array] = field(
+        default_factory=lambda: {
+            key: array("d") for key in ("dt", *POOL_SHARES, "shared_refs", "block_refs")
+        }
+    )
     trace_t: array = field(default_factory=lambda: array("d"))
     trace_usage: array = field(default_factory=lambda: array("d"))
     trace_running: array = field(default_factory=lambda: array("l"))
@@ -98,7 +108,9 @@ class StepMetrics:
             terms = dt * values if divisor is None else dt * values / divisor
             return float(np.add.accumulate(np.concatenate(([0.0], terms)))[-1])
 
-        column = {key: np.frombuffer(values, dtype=np.float64) for key, values in self.columns.items()}
+        column = {
+            key: np.frombuffer(values, dtype=np.float64) for key, values in self.columns.items()
+        }
         sums = {key: weighted(column[key], self.capacity) for key in POOL_SHARES}
         sums["used"] = sums["token_states"]
         for key in ("shared_refs", "block_refs"):
@@ -132,7 +144,9 @@ def pool_split(allocator: Allocator, scheduler: Scheduler) -> tuple[int, int, in
     """The pool, in slots, split as the vLLM paper's Fig. 2 does (docs/metrics.md): token states,
     reservation, internal fragmentation, external fragmentation, cached, free; the six sum
     to the pool size, and token states + reservation + internal = reserved."""
-    used = scheduler.used_slots - allocator.shared_slots  # a block shared by several sequences counts once
+    used = (
+        scheduler.used_slots - allocator.shared_slots
+    )  # a block shared by several sequences counts once
     reserved = allocator.reserved_slots
     cached = allocator.cached_free_slots
     if allocator.reserves_ahead:  # held for tokens not generated yet, then over-reserved
@@ -144,8 +158,13 @@ def pool_split(allocator: Allocator, scheduler: Scheduler) -> tuple[int, int, in
     waiting = scheduler.waiting
     if waiting and allocator.fragments_externally:
         memo = waiting.memo
-        if memo is None or memo[0] != waiting.version:  # the head may have changed since the last step
-            memo = waiting.memo = (waiting.version, min(allocator.reservation_size(seq) for seq in _head(waiting)))
+        if (
+            memo is None or memo[0] != waiting.version
+        ):  # the head may have changed since the last step
+            memo = waiting.memo = (
+                waiting.version,
+                min(allocator.reservation_size(seq) for seq in _head(waiting)),
+            )
         external = allocator.external_fragmentation(memo[1])
     free = allocator.capacity_slots - reserved - external - cached
     return used, reservation, internal, external, cached, free
@@ -167,11 +186,17 @@ def percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
         return {f"{prefix}_{name}": None for name in ("mean", "p50", "p90", "p99")}
     data = np.asarray(values, dtype=float)
     p50, p90, p99 = np.percentile(data, [50, 90, 99])
-    return {f"{prefix}_mean": float(data.mean()), f"{prefix}_p50": float(p50),
-            f"{prefix}_p90": float(p90), f"{prefix}_p99": float(p99)}
+    return {
+        f"{prefix}_mean": float(data.mean()),
+        f"{prefix}_p50": float(p50),
+        f"{prefix}_p90": float(p90),
+        f"{prefix}_p99": float(p99),
+    }
 
 
-def request_metrics(finished: list[Sequence], arrivals: dict[int, float] | None = None) -> dict[str, float | None]:
+def request_metrics(
+    finished: list[Sequence], arrivals: dict[int, float] | None = None
+) -> dict[str, float | None]:
     """TTFT, TPOT (= mean inter-token latency per request) and E2E percentiles, in seconds;
     `arrivals` (by request id) replaces the arrival the engine saw (a decode instance sees a
     request when its KV has arrived; its user sent it before the prefill)."""
@@ -185,4 +210,8 @@ def request_metrics(finished: list[Sequence], arrivals: dict[int, float] | None 
         e2e.append(finish - arrival)
         if seq.request.output_len > 1:
             tpot.append((finish - first) / (seq.request.output_len - 1))
-    return {**percentiles(ttft, "ttft_s"), **percentiles(tpot, "tpot_s"), **percentiles(e2e, "e2e_s")}
+    return {
+        **percentiles(ttft, "ttft_s"),
+        **percentiles(tpot, "tpot_s"),
+        **percentiles(e2e, "e2e_s"),
+    }

@@ -68,8 +68,10 @@ class WaitingQueue(deque):  # type: ignore[type-arg]
 class Scheduler:
     def __init__(self, allocator: Allocator, config: SchedulerConfig) -> None:
         if config.max_num_seqs is None or config.max_num_batched_tokens is None:
-            raise ValueError("the scheduler needs its batch limits: resolve the engine's defaults first "
-                             "(SchedulerConfig.resolved)")
+            raise ValueError(
+                "the scheduler needs its batch limits: resolve the engine's defaults first "
+                "(SchedulerConfig.resolved)"
+            )
         self.allocator = allocator
         self.config = config
         self.max_num_seqs: int = config.max_num_seqs
@@ -83,7 +85,9 @@ class Scheduler:
         # Running totals the metrics read every step without walking the batch.
         self.used_slots = 0  # tokens with KV on the device
         self.running_final_slots = 0  # final lengths of running sequences
-        self.steps_since_admission = 0  # multi-step scheduling: decode steps since the last decision
+        self.steps_since_admission = (
+            0  # multi-step scheduling: decode steps since the last decision
+        )
         # The waiting head the pool last refused: (sequence, the allocator's admission epoch,
         # the token budget it was refused at). Until the epoch moves or the budget shrinks it
         # would be refused again, so it is not looked up again.
@@ -102,7 +106,10 @@ class Scheduler:
         self.allocator.free(seq)
         self.used_slots -= seq.num_computed
         self.running_final_slots -= seq.final_len
-        if self.config.preemption == "swap" and self.swap_used_slots + slots <= self.config.swap_slots:
+        if (
+            self.config.preemption == "swap"
+            and self.swap_used_slots + slots <= self.config.swap_slots
+        ):
             seq.status = Status.SWAPPED
             seq.swapped_blocks = slots
             self.swap_used_slots += slots
@@ -188,13 +195,24 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             refused, epoch = self._refused, allocator.admission_epoch
-            if refused is not None and refused[0] is seq and refused[1] == epoch and budget >= refused[2]:
+            if (
+                refused is not None
+                and refused[0] is seq
+                and refused[1] == epoch
+                and budget >= refused[2]
+            ):
                 break
             # KV computed elsewhere (a prefill instance) arrives on the first admission only; the
             # last prompt token is computed again to sample, as vLLM does after a remote prefill
-            transferred = seq.request.transferred_tokens and not seq.num_computed and not seq.preemptions
-            fresh = allocator.prefix_caching and seq.status == Status.WAITING and seq.num_computed == 0 \
+            transferred = (
+                seq.request.transferred_tokens and not seq.num_computed and not seq.preemptions
+            )
+            fresh = (
+                allocator.prefix_caching
+                and seq.status == Status.WAITING
+                and seq.num_computed == 0
                 and not transferred
+            )
             hits = allocator.lookup(seq) if fresh else NO_HITS  # passed on to can_admit and adopt
             cached = allocator.hit_tokens(hits) if fresh else 0
             if transferred:
@@ -208,7 +226,9 @@ class Scheduler:
                     self._refused = (seq, epoch, budget)
                 break
             if fresh:
-                cached = allocator.adopt(seq, hits)  # lower-tier bytes that cannot be read come back short
+                cached = allocator.adopt(
+                    seq, hits
+                )  # lower-tier bytes that cannot be read come back short
                 total = cached + count
             if fresh or transferred:
                 seq.num_computed = cached
@@ -275,8 +295,12 @@ class Scheduler:
             seq.num_computed = computed
             if trims:
                 allocator.trim(seq)
-            if caching and seq.hashes and seq.cached_blocks < len(seq.hashes) \
-                    and computed >= (seq.cached_blocks + 1) * block_size:
+            if (
+                caching
+                and seq.hashes
+                and seq.cached_blocks < len(seq.hashes)
+                and computed >= (seq.cached_blocks + 1) * block_size
+            ):
                 allocator.cache_full_blocks(seq)
             if computed < seq.prompt_len + seq.num_generated:
                 continue  # a prefill chunk: no token sampled yet

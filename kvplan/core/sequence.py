@@ -21,10 +21,30 @@ class Sequence:
     sequence holds prompt + generated - 1 tokens of KV, and a preempted one recomputes
     prompt + generated tokens."""
 
-    __slots__ = ("request", "prompt_len", "output_len", "capacity", "status", "num_computed", "num_generated", "num_cached", "block_table", "extent",
-                 "first_token_s", "finish_s", "admitted_s", "preemptions", "reject_reason", "final_len",
-                 "hit_tokens", "swapped_blocks", "sample_index", "hashes", "cached_blocks",
-                 "dropped_blocks")
+    __slots__ = (
+        "request",
+        "prompt_len",
+        "output_len",
+        "capacity",
+        "status",
+        "num_computed",
+        "num_generated",
+        "num_cached",
+        "block_table",
+        "extent",
+        "first_token_s",
+        "finish_s",
+        "admitted_s",
+        "preemptions",
+        "reject_reason",
+        "final_len",
+        "hit_tokens",
+        "swapped_blocks",
+        "sample_index",
+        "hashes",
+        "cached_blocks",
+        "dropped_blocks",
+    )
 
     def __init__(self, request: Request, sample_index: int = 0) -> None:
         self.request = request

@@ -13,8 +13,14 @@ from kvplan.core.scheduler import Scheduler
 from kvplan.core.sequence import Sequence
 
 
-def run_summary(allocator: Allocator, scheduler: Scheduler, step_metrics: StepMetrics,
-                finished: list[Sequence], rejected: list[Sequence], makespan: float) -> dict[str, Any]:
+def run_summary(
+    allocator: Allocator,
+    scheduler: Scheduler,
+    step_metrics: StepMetrics,
+    finished: list[Sequence],
+    rejected: list[Sequence],
+    makespan: float,
+) -> dict[str, Any]:
     requests = [seq for seq in finished if seq.sample_index == 0]
     return {
         "requests_finished": len(requests),
@@ -44,7 +50,9 @@ def pool_summary(step_metrics: StepMetrics) -> dict[str, float]:
         "waste": 1.0 - used / reserved if reserved else 0.0,
         "token_states_of_reserved": used / reserved if reserved else 0.0,
         # Blocks a sequence-by-sequence count would need but sharing avoids (vLLM paper §6.3).
-        "sharing_savings": averages["shared_refs"] / averages["block_refs"] if averages["block_refs"] else 0.0,
+        "sharing_savings": averages["shared_refs"] / averages["block_refs"]
+        if averages["block_refs"]
+        else 0.0,
         # Tokens held once for several sequences (shared blocks); evicted tokens are held by none
         "shared_token_share": _share(logical - used - evicted, logical),
         "evicted_token_share": evicted / logical if logical else 0.0,
@@ -64,12 +72,17 @@ def _share(part: float, whole: float) -> float:
 
 def eviction_summary(allocator: Allocator) -> dict[str, int]:
     """Tokens an eviction policy dropped over the run (only runs with a policy report it)."""
-    return {} if allocator.retained_cap is None else {"tokens_dropped": allocator.evicted_tokens_total}
+    return (
+        {} if allocator.retained_cap is None else {"tokens_dropped": allocator.evicted_tokens_total}
+    )
 
 
 def preemption_summary(scheduler: Scheduler) -> dict[str, int]:
-    return {"preemptions": scheduler.preemptions, "recomputed_tokens": scheduler.recomputed_tokens,
-            "swapped_out_slots": scheduler.swapped_out_slots_total}
+    return {
+        "preemptions": scheduler.preemptions,
+        "recomputed_tokens": scheduler.recomputed_tokens,
+        "swapped_out_slots": scheduler.swapped_out_slots_total,
+    }
 
 
 def throughput(finished: list[Sequence], makespan: float) -> dict[str, float]:
@@ -79,9 +92,11 @@ def throughput(finished: list[Sequence], makespan: float) -> dict[str, float]:
     requests = [seq for seq in finished if seq.sample_index == 0]
     output_tokens = sum(seq.request.output_len for seq in finished)
     prompt_tokens = sum(seq.request.prompt_len for seq in requests)
-    return {"output_tokens_per_s": output_tokens / span,
-            "total_tokens_per_s": (output_tokens + prompt_tokens) / span,
-            "requests_per_s": len(requests) / span}
+    return {
+        "output_tokens_per_s": output_tokens / span,
+        "total_tokens_per_s": (output_tokens + prompt_tokens) / span,
+        "requests_per_s": len(requests) / span,
+    }
 
 
 def prefix_summary(allocator: Allocator) -> dict[str, Any]:
@@ -89,11 +104,15 @@ def prefix_summary(allocator: Allocator) -> dict[str, Any]:
     stats, pool = allocator.prefix_stats, allocator.pool
     if stats is None or pool is None:
         return {}
-    return {"prefix_cache_queries": stats.queries, "prefix_cache_hits": stats.hits,
-            "prefix_hit_rate": stats.hit_rate,
-            "preempted_prefix_queries": stats.preempted_queries, "preempted_prefix_hits": stats.preempted_hits,
-            "prefill_tokens_saved": stats.hits + stats.preempted_hits,
-            "cached_blocks_evicted": pool.cached_evictions}
+    return {
+        "prefix_cache_queries": stats.queries,
+        "prefix_cache_hits": stats.hits,
+        "prefix_hit_rate": stats.hit_rate,
+        "preempted_prefix_queries": stats.preempted_queries,
+        "preempted_prefix_hits": stats.preempted_hits,
+        "prefill_tokens_saved": stats.hits + stats.preempted_hits,
+        "cached_blocks_evicted": pool.cached_evictions,
+    }
 
 
 def tier_summary(allocator: Allocator) -> dict[str, Any]:
@@ -106,13 +125,20 @@ def tier_summary(allocator: Allocator) -> dict[str, Any]:
     tier_hits = 0
     for tier in tiers.tiers:
         tier_hits += tier.stats.hits_tokens
-        summary.update({f"{tier.name}_hit_tokens": tier.stats.hits_tokens,
-                        f"{tier.name}_bytes_in": tier.stats.bytes_in,
-                        f"{tier.name}_bytes_out": tier.stats.bytes_out,
-                        f"{tier.name}_evictions": tier.stats.evictions,
-                        f"{tier.name}_hit_rate": hit_rate(tier.stats.hits_tokens, stats.queries)})
-    summary.update(offload_reloads=tiers.reloads, offload_recomputes=tiers.recomputes,
-                   total_hit_rate=hit_rate(stats.hits + tier_hits, stats.queries))
+        summary.update(
+            {
+                f"{tier.name}_hit_tokens": tier.stats.hits_tokens,
+                f"{tier.name}_bytes_in": tier.stats.bytes_in,
+                f"{tier.name}_bytes_out": tier.stats.bytes_out,
+                f"{tier.name}_evictions": tier.stats.evictions,
+                f"{tier.name}_hit_rate": hit_rate(tier.stats.hits_tokens, stats.queries),
+            }
+        )
+    summary.update(
+        offload_reloads=tiers.reloads,
+        offload_recomputes=tiers.recomputes,
+        total_hit_rate=hit_rate(stats.hits + tier_hits, stats.queries),
+    )
     return summary
 
 

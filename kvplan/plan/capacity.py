@@ -5,115 +5,42 @@ gpu_memory_utilization; KV pool = usable - weights - the reserve the engine's pr
 run takes (activation peak, non-torch memory, CUDA graphs: plan/memory_model.py, per
 engine version); blocks = pool // (block_size x bytes per token); "GPU KV cache size" =
 blocks x block_size tokens; "maximum concurrency" = KV cache tokens / max_model_len.
-The max_model_len default and the block count are the engines' too (kvplan.sim.factory,
-kvplan.real.factory): `max_model_len_for`, `whole_blocks`.
+The max_model_len default and the block count are the engines' too (plan/pool_sizing.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from kvplan.plan.engine_releases import default_utilization
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.plan.hybrid_kv import vllm_kv_cache
-from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings, MemoryProfile, predict_memory
+from kvplan.plan.memory_model import MemoryProfile, predict_memory
+from kvplan.plan.plan_inputs import GIB, MAX_TOKENS, PlanInputs, valid_tps
+from kvplan.plan.pool_sizing import whole_blocks
 from kvplan.plan.sglang_kv import sglang_kv_tokens
-from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
-from kvplan.spec.setting_error import SettingError
-
-GIB = 2**30
-MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
-DEFAULT_MAX_MODEL_LEN = 4096  # for a model whose config names no max_position_embeddings
+from kvplan.spec import parse_kv_format
 
 
-def max_model_len_for(model: ModelSpec, asked: int | None = None) -> int:
-    """The longest sequence an engine serves: the length asked for, else the model's
-    max_position_embeddings, else DEFAULT_MAX_MODEL_LEN."""
-    return asked or model.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
-
-
-def whole_blocks(pool_bytes: float, slot_bytes: float, block_size: int) -> int:
-    """Blocks of `block_size` slots a KV pool of `pool_bytes` holds, rounded down as an
-    allocator does (none in an empty or negative pool)."""
-    return math.floor(pool_bytes / (slot_bytes * block_size)) if pool_bytes > 0 else 0
-
-
-def engine_memory(inputs: PlanInputs, tp: int | None = None, context: int | None = None) -> MemoryProfile:
+def engine_memory(
+    inputs: PlanInputs, tp: int | None = None, context: int | None = None
+) -> MemoryProfile:
     """The startup memory the chosen engine will see per GPU (before any --reserve-gib override)."""
     tp = tp or inputs.tp
-    weights = loaded_weight_bytes_per_gpu(inputs.model, inputs.gpu, tp, inputs.weight_dtype, inputs.engine)
+    weights = loaded_weight_bytes_per_gpu(
+        inputs.model, inputs.gpu, tp, inputs.weight_dtype, inputs.engine
+    )
     total = inputs.gpu_memory_gib * GIB if inputs.gpu_memory_gib else None
-    return predict_memory(inputs.model, inputs.gpu, tp=tp, utilization=inputs.utilization,
-                          max_model_len=context or inputs.max_model_len, weight_bytes=weights,
-                          settings=inputs.engine_settings, total_bytes=total)
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    model: ModelSpec
-    gpu: GpuSpec
-    tp: int = 1
-    kv_format: KVFormat = field(default_factory=lambda: parse_kv_format("bf16"))
-    context: int | None = None  # max_model_len; the model's max_position_embeddings if None
-    batch: int = 1
-    block_size: int = 16
-    gpu_memory_utilization: float | None = None  # the engine version's default if None
-    reserve_bytes: float | None = None
-    kv_cache_bytes: float | None = None  # a fixed KV pool per GPU, as vLLM's kv_cache_memory_bytes
-    weight_dtype: str | None = None
-    respect_windows: bool = False  # size sliding-window layers at their window (ideal)
-    gpu_memory_gib: float | None = None
-    kv_budget: int | None = None  # tokens an eviction policy keeps per layer per sequence
-    engine: str = DEFAULT_ENGINE  # whose startup memory profile to model (plan/memory_model.py)
-    max_num_batched_tokens: int | None = None  # the engine's default if None
-    max_num_seqs: int | None = None
-    engine_version: tuple[int, int, int] | None = None  # the newest behaviour if None
-
-    def __post_init__(self) -> None:
-        checks = [  # (holds, the error's template, the value it names)
-            (self.tp >= 1, "{tp} must be at least 1, got {got}", self.tp),
-            (self.batch >= 1, "{batch} must be at least 1, got {got}", self.batch),
-            (self.block_size >= 1, "{block_size} must be positive, got {got}", self.block_size),
-            (0 < self.utilization <= 1, "{gpu_memory_utilization} must be in (0, 1], got {got}",
-             self.gpu_memory_utilization),
-            (self.context is None or 1 <= self.context <= MAX_TOKENS,
-             "{context} must be between 1 and {most:,} tokens, got {got}", self.context),
-            (self.batch <= MAX_TOKENS, "{batch} must be at most {most:,}, got {got}", self.batch),
-            (self.reserve_bytes is None or self.reserve_bytes >= 0, "{reserve_bytes} must not be negative", None),
-            (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "{kv_cache_bytes} must be positive", None),
-            (self.gpu_memory_gib is None or self.gpu_memory_gib > 0, "{gpu_memory_gib} must be positive", None),
-            (self.kv_budget is None or self.kv_budget >= 1, "{kv_budget} must be at least 1 token", None),
-        ]
-        for holds, template, got in checks:
-            if not holds:
-                raise SettingError(template, got=got, most=MAX_TOKENS)
-        self.engine_settings  # validates engine and batching limits
-        if self.model.num_heads % self.tp:
-            raise SettingError("{tp} {got} must divide the {heads} attention heads of {name}; try {valid}",
-                               got=self.tp, heads=self.model.num_heads, name=self.model.name,
-                               valid=", ".join(map(str, valid_tps(self.model)[:5])))
-
-    @property
-    def utilization(self) -> float:
-        """gpu_memory_utilization as given, else the engine's own default for its version."""
-        if self.gpu_memory_utilization is not None:
-            return self.gpu_memory_utilization
-        memory = self.gpu_memory_gib or self.gpu.usable_memory_bytes / GIB
-        return default_utilization(self.engine, self.engine_version, memory, self.tp)
-
-    @property
-    def max_model_len(self) -> int:
-        return max_model_len_for(self.model, self.context)
-
-    @property
-    def engine_settings(self) -> EngineSettings:
-        return EngineSettings(engine=self.engine, max_num_batched_tokens=self.max_num_batched_tokens,
-                              max_num_seqs=self.max_num_seqs, version=self.engine_version)
-
-
-def valid_tps(model: ModelSpec, limit: int = 64) -> list[int]:
-    return [tp for tp in (1, 2, 4, 8, 16, 32, 64) if tp <= limit and model.num_heads % tp == 0]
+    return predict_memory(
+        inputs.model,
+        inputs.gpu,
+        tp=tp,
+        utilization=inputs.utilization,
+        max_model_len=context or inputs.max_model_len,
+        weight_bytes=weights,
+        settings=inputs.engine_settings,
+        total_bytes=total,
+    )
 
 
 @dataclass(frozen=True)
@@ -165,24 +92,40 @@ class CapacityPlan:
         kv_pool = max(0.0, self.kv_pool_bytes)
         if i.engine == "vllm-v1":
             batched = engine_memory(i).batched_tokens
-            cache = vllm_kv_cache(i.model, i.kv_format, i.tp, kv_pool, i.max_model_len, i.block_size,
-                                  max_num_batched_tokens=batched)
-            return {"reported_tokens": cache.reported_tokens, "reported_concurrency": cache.reported_concurrency,
-                    "true_concurrency": cache.true_concurrency, "kv_cache_groups": len(cache.groups),
-                    "block_size": cache.block_size, "page_size_bytes": cache.page_size_bytes,
-                    "padding_bytes": cache.padding_bytes}
+            cache = vllm_kv_cache(
+                i.model,
+                i.kv_format,
+                i.tp,
+                kv_pool,
+                i.max_model_len,
+                i.block_size,
+                max_num_batched_tokens=batched,
+            )
+            return {
+                "reported_tokens": cache.reported_tokens,
+                "reported_concurrency": cache.reported_concurrency,
+                "true_concurrency": cache.true_concurrency,
+                "kv_cache_groups": len(cache.groups),
+                "block_size": cache.block_size,
+                "page_size_bytes": cache.page_size_bytes,
+                "padding_bytes": cache.padding_bytes,
+            }
         if i.engine == "sglang":
             pool = sglang_kv_tokens(i.model, i.kv_format, i.tp, kv_pool)
-            return {"reported_tokens": pool.max_total_num_tokens,
-                    "reported_concurrency": pool.max_total_num_tokens / i.max_model_len,
-                    "swa_tokens": pool.swa_tokens or 0}
+            return {
+                "reported_tokens": pool.max_total_num_tokens,
+                "reported_concurrency": pool.max_total_num_tokens / i.max_model_len,
+                "swa_tokens": pool.swa_tokens or 0,
+            }
         return None
 
     @property
     def context_limit(self) -> int:
         """The longest context the model takes: its max_position_embeddings (or the context
         asked for, if longer), so "largest context" never names a length the model cannot run."""
-        return max(self.inputs.model.max_position_embeddings or MAX_TOKENS, self.inputs.max_model_len)
+        return max(
+            self.inputs.model.max_position_embeddings or MAX_TOKENS, self.inputs.max_model_len
+        )
 
     @property
     def fits(self) -> bool:
@@ -193,38 +136,59 @@ class CapacityPlan:
         i = self.inputs
         return {
             "schema": "kvplan.estimate/1",
-            "model": i.model.name, "model_source": i.model.source, "kv_kind": i.model.kv_kind,
-            "gpu": i.gpu.name, "tp": i.tp, "kv_dtype": i.kv_format.name,
+            "model": i.model.name,
+            "model_source": i.model.source,
+            "kv_kind": i.model.kv_kind,
+            "gpu": i.gpu.name,
+            "tp": i.tp,
+            "kv_dtype": i.kv_format.name,
             "weight_dtype": i.model.weight_format_name(i.weight_dtype),
-            "context": i.max_model_len, "batch": i.batch, "block_size": i.block_size,
+            "context": i.max_model_len,
+            "batch": i.batch,
+            "block_size": i.block_size,
             "gpu_memory_utilization": i.utilization,
-            "allocation": "ideal" if i.respect_windows else "full", "kv_budget": i.kv_budget,
+            "allocation": "ideal" if i.respect_windows else "full",
+            "kv_budget": i.kv_budget,
             "engine": i.engine,
-            "params_total": i.model.params.total, "params_active": i.model.params.active,
+            "params_total": i.model.params.total,
+            "params_active": i.model.params.active,
             # Byte counts are whole bytes; pool sizes round down, as an allocator would.
             "kv_bytes_per_token": round(i.model.kv_bytes_per_token(i.kv_format)),
             "kv_bytes_per_token_per_gpu": round(self.kv_bytes_per_token),
             "naive_kv_bytes_per_token": round(self.naive_kv_bytes_per_token),
-            "seq_kv_bytes_full": math.ceil(self.seq_bytes_full), "seq_kv_bytes_ideal": math.ceil(self.seq_bytes_ideal),
+            "seq_kv_bytes_full": math.ceil(self.seq_bytes_full),
+            "seq_kv_bytes_ideal": math.ceil(self.seq_bytes_ideal),
             "seq_kv_bytes_without_budget": math.ceil(self.seq_bytes_unbudgeted),
             "request_kv_bytes_per_gpu": math.ceil(self.seq_bytes * i.batch),
-            "usable_bytes_per_gpu": math.floor(self.usable_bytes), "weight_bytes_per_gpu": math.ceil(self.weight_bytes_per_gpu),
+            "usable_bytes_per_gpu": math.floor(self.usable_bytes),
+            "weight_bytes_per_gpu": math.ceil(self.weight_bytes_per_gpu),
             "reserve_bytes_per_gpu": math.ceil(self.reserve_bytes),
             "kv_budget_bytes_per_gpu": math.floor(self.kv_pool_bytes),
-            "block_bytes_per_gpu": round(self.block_bytes), "num_blocks": self.num_blocks,
-            "kv_cache_tokens": self.kv_cache_tokens, "max_concurrency": round(self.max_concurrency, 4),
-            "max_batch_at_context": self.max_batch, "max_context_at_batch": self.max_context,
+            "block_bytes_per_gpu": round(self.block_bytes),
+            "num_blocks": self.num_blocks,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 4),
+            "max_batch_at_context": self.max_batch,
+            "max_context_at_batch": self.max_context,
             "engine_reports": _rounded(self.engine_report()),
             "smallest_tp_for_weights": smallest_tp_for_weights(i),
-            "verdict": self.verdict, "reasons": list(self.reasons), "suggestions": list(self.suggestions),
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "suggestions": list(self.suggestions),
         }
 
 
 def _rounded(report: dict[str, float | int] | None) -> dict[str, float | int] | None:
-    return None if report is None else {k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}
+    return (
+        None
+        if report is None
+        else {k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}
+    )
 
 
-def _seq_bytes(inputs: PlanInputs, context: int, respect_windows: bool, budgeted: bool = True) -> float:
+def _seq_bytes(
+    inputs: PlanInputs, context: int, respect_windows: bool, budgeted: bool = True
+) -> float:
     """Bytes one sequence holds per GPU, rounded up to whole blocks per attention group;
     with `budgeted`, each layer keeps at most --kv-budget tokens."""
     model, fmt, block = inputs.model, inputs.kv_format, inputs.block_size
@@ -260,35 +224,60 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     memory = engine_memory(inputs)
     usable, weights = memory.usable_bytes, memory.weight_bytes
     reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else memory.reserve_bytes
-    kv_pool = inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
+    kv_pool = (
+        inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
+    )
     per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
     blocks = whole_blocks(kv_pool, per_token, inputs.block_size)
     context = inputs.max_model_len
     seq_full = _seq_bytes(inputs, context, False)
     seq_ideal = _seq_bytes(inputs, context, True)
     seq = seq_ideal if inputs.respect_windows else seq_full
-    shell = CapacityPlan(inputs, usable, weights, reserve, kv_pool, per_token,
-                         model.naive_kv_bytes_per_token(inputs.kv_format), blocks, seq,
-                         seq_ideal, seq_full, _seq_bytes(inputs, context, inputs.respect_windows, budgeted=False),
-                         0, 0, "", (), ())
+    shell = CapacityPlan(
+        inputs,
+        usable,
+        weights,
+        reserve,
+        kv_pool,
+        per_token,
+        model.naive_kv_bytes_per_token(inputs.kv_format),
+        blocks,
+        seq,
+        seq_ideal,
+        seq_full,
+        _seq_bytes(inputs, context, inputs.respect_windows, budgeted=False),
+        0,
+        0,
+        "",
+        (),
+        (),
+    )
     allocatable = shell.allocatable_bytes
     max_batch = int(allocatable // seq) if seq else 0
-    max_context = (_max_context(inputs, allocatable, inputs.batch, shell.context_limit)
-                   if allocatable > 0 else 0)
+    max_context = (
+        _max_context(inputs, allocatable, inputs.batch, shell.context_limit)
+        if allocatable > 0
+        else 0
+    )
 
     reasons: list[str] = []
     if weights + reserve > usable and inputs.kv_cache_bytes is None:
         verdict = "weights-do-not-fit"
-        reasons.append(f"weights need {weights / GIB:.1f} GiB per GPU + {reserve / GIB:.1f} GiB reserve, "
-                       f"but only {usable / GIB:.1f} GiB is usable at {inputs.utilization:.0%}")
+        reasons.append(
+            f"weights need {weights / GIB:.1f} GiB per GPU + {reserve / GIB:.1f} GiB reserve, "
+            f"but only {usable / GIB:.1f} GiB is usable at {inputs.utilization:.0%}"
+        )
     elif seq * inputs.batch > allocatable:
         verdict = "kv-does-not-fit"
-        reasons.append(f"{inputs.batch} x {context:,} tokens need {seq * inputs.batch / GIB:.2f} GiB of KV "
-                       f"per GPU; the KV budget is {max(kv_pool, 0) / GIB:.2f} GiB")
+        reasons.append(
+            f"{inputs.batch} x {context:,} tokens need {seq * inputs.batch / GIB:.2f} GiB of KV "
+            f"per GPU; the KV budget is {max(kv_pool, 0) / GIB:.2f} GiB"
+        )
     else:
         verdict = "fits"
-    result = replace(shell, max_batch=max_batch, max_context=max_context, verdict=verdict,
-                     reasons=tuple(reasons))
+    result = replace(
+        shell, max_batch=max_batch, max_context=max_context, verdict=verdict, reasons=tuple(reasons)
+    )
     return replace(result, suggestions=_suggestions(result)) if suggest else result
 
 
@@ -298,8 +287,10 @@ def _suggestions(result: CapacityPlan) -> tuple[str, ...]:
     tips: list[str] = []
     if result.verdict != "fits":
         if result.verdict == "kv-does-not-fit" and result.max_context > 0:
-            tips.append(f"largest max_model_len that fits at batch {inputs.batch}: {result.max_context:,} "
-                        f"(vLLM: --max-model-len {result.max_context})")
+            tips.append(
+                f"largest max_model_len that fits at batch {inputs.batch}: {result.max_context:,} "
+                f"(vLLM: --max-model-len {result.max_context})"
+            )
         if result.verdict == "kv-does-not-fit" and result.max_batch > 0:
             tips.append(f"largest batch at {inputs.max_model_len:,} tokens: {result.max_batch}")
         weights_fp8 = (inputs.weight_dtype or inputs.model.weight_dtype) == "fp8"
@@ -309,19 +300,25 @@ def _suggestions(result: CapacityPlan) -> tuple[str, ...]:
             tips.append(f"FP8 weights (--weight-dtype fp8): {outcome}")
         elif inputs.kv_format.bits > 8 and inputs.gpu.fp8_support:
             fp8 = plan(replace(inputs, kv_format=parse_kv_format("fp8")), suggest=False)
-            tips.append(f"FP8 KV cache (--kv-dtype fp8): {'fits' if fp8.fits else 'still does not fit'}, "
-                        f"{fp8.kv_cache_tokens:,} tokens of KV cache")
+            tips.append(
+                f"FP8 KV cache (--kv-dtype fp8): {'fits' if fp8.fits else 'still does not fit'}, "
+                f"{fp8.kv_cache_tokens:,} tokens of KV cache"
+            )
         for tp in valid_tps(inputs.model):
             if tp > inputs.tp:
                 bigger = plan(replace(inputs, tp=tp), suggest=False)
                 if bigger.fits:
-                    tips.append(f"TP={tp} ({tp} x {inputs.gpu.name}) fits, {bigger.max_concurrency:.2f}x concurrency")
+                    tips.append(
+                        f"TP={tp} ({tp} x {inputs.gpu.name}) fits, {bigger.max_concurrency:.2f}x concurrency"
+                    )
                     break
         if inputs.model.has_windows and not inputs.respect_windows:
             ideal = plan(replace(inputs, respect_windows=True), suggest=False)
             if ideal.fits:
-                tips.append("fits if sliding-window layers keep only their window (--allocation ideal; "
-                            "vLLM's hybrid KV cache manager does this)")
+                tips.append(
+                    "fits if sliding-window layers keep only their window (--allocation ideal; "
+                    "vLLM's hybrid KV cache manager does this)"
+                )
     return tuple(tips)
 
 
@@ -330,9 +327,11 @@ def check_can_fit_somehow(inputs: PlanInputs) -> None:
     if inputs.kv_cache_bytes is None and smallest_tp_for_weights(inputs) is None:
         largest = valid_tps(inputs.model)[-1]
         weights = plan(replace(inputs, tp=largest), suggest=False).weight_bytes_per_gpu
-        raise ValueError(f"{inputs.model.name} cannot fit on {inputs.gpu.name} at any TP up to {largest}: "
-                         f"weights alone need {weights / GIB:.1f} GiB per GPU; choose a GPU with more memory "
-                         "or a smaller --weight-dtype")
+        raise ValueError(
+            f"{inputs.model.name} cannot fit on {inputs.gpu.name} at any TP up to {largest}: "
+            f"weights alone need {weights / GIB:.1f} GiB per GPU; choose a GPU with more memory "
+            "or a smaller --weight-dtype"
+        )
 
 
 def smallest_tp_for_weights(inputs: PlanInputs) -> int | None:

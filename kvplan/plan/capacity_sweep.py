@@ -22,9 +22,25 @@ from kvplan.spec.setting_error import SettingError
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
 CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
-COLUMNS = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "block_size", "gpu_memory_utilization",
-           "kv_bytes_per_token", "seq_kv_bytes", "weight_bytes_per_gpu", "kv_budget_bytes_per_gpu",
-           "num_blocks", "kv_cache_tokens", "max_concurrency", "max_batch_at_context", "verdict")
+COLUMNS = (
+    "model",
+    "gpu",
+    "tp",
+    "kv_dtype",
+    "context",
+    "batch",
+    "block_size",
+    "gpu_memory_utilization",
+    "kv_bytes_per_token",
+    "seq_kv_bytes",
+    "weight_bytes_per_gpu",
+    "kv_budget_bytes_per_gpu",
+    "num_blocks",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "max_batch_at_context",
+    "verdict",
+)
 
 _RANGE = re.compile(r"^(?P<start>[^.:]+)\.\.(?P<stop>[^.:]+)(?::(?P<step>.+))?$")
 
@@ -35,8 +51,11 @@ def _number(text: str, kind: type, axis: str) -> float:
     try:
         value = float(text.strip())
     except ValueError:
-        raise SettingError("{sweep} {axis}: '{text}' is not a number; write e.g. {axis}=0.8,0.9", axis=axis,
-                           text=text.strip()) from None
+        raise SettingError(
+            "{sweep} {axis}: '{text}' is not a number; write e.g. {axis}=0.8,0.9",
+            axis=axis,
+            text=text.strip(),
+        ) from None
     # The same finite range as the flag of the same name
     return check_number(axis, value, within="sweep")
 
@@ -44,8 +63,10 @@ def _number(text: str, kind: type, axis: str) -> float:
 def parse_axis(spec: str) -> tuple[str, list[Any]]:
     """'context=1k..128k' (doubling), 'batch=8..64:8' (stepped), 'kv-dtype=fp16,fp8' (listed)."""
     if "=" not in spec:
-        raise SettingError("{sweep} '{spec}' needs NAME=VALUES, e.g. context=1k..128k or kv-dtype=fp16,fp8",
-                           spec=spec)
+        raise SettingError(
+            "{sweep} '{spec}' needs NAME=VALUES, e.g. context=1k..128k or kv-dtype=fp16,fp8",
+            spec=spec,
+        )
     name, values = (part.strip() for part in spec.split("=", 1))
     name = name.replace("_", "-")
     if name in ("kv-dtype", "model", "gpu"):
@@ -56,21 +77,28 @@ def parse_axis(spec: str) -> tuple[str, list[Any]]:
     if name == "tp":
         return name, list(dict.fromkeys(int(_number(v, int, name)) for v in values.split(",")))
     if name not in NUMERIC_AXES:
-        raise SettingError("{sweep}: unknown axis '{axis}'; use one of: {known}", axis=name,
-                           known=", ".join(sorted([*NUMERIC_AXES, *CATEGORICAL_AXES])))
+        raise SettingError(
+            "{sweep}: unknown axis '{axis}'; use one of: {known}",
+            axis=name,
+            known=", ".join(sorted([*NUMERIC_AXES, *CATEGORICAL_AXES])),
+        )
     kind = NUMERIC_AXES[name]
     match = _RANGE.match(values)
     if not match:
         return name, list(dict.fromkeys(_number(v, kind, name) for v in values.split(",")))
     start, stop = _number(match["start"], kind, name), _number(match["stop"], kind, name)
     if stop < start:
-        raise SettingError("{sweep} {axis}: range {values} runs backwards; write the smaller value first",
-                           axis=name, values=values)
+        raise SettingError(
+            "{sweep} {axis}: range {values} runs backwards; write the smaller value first",
+            axis=name,
+            values=values,
+        )
     points: list[float] = []
     step = _number(match["step"], kind, name) if match["step"] else None
     count = (stop - start) / step if step else math.log2(stop / start)
-    check_grid_size([int(count) + 2], MAX_GRID_POINTS, f" {name}={values}", "use a larger step",
-                    within="sweep")
+    check_grid_size(
+        [int(count) + 2], MAX_GRID_POINTS, f" {name}={values}", "use a larger step", within="sweep"
+    )
     value = start
     while value <= stop * (1 + 1e-9):
         points.append(value)
@@ -85,48 +113,74 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
     import numpy as np
 
     sizes = [len(values) for values in axes.values()]
-    check_grid_size(sizes, MAX_GRID_POINTS, "", "sweep fewer values or use coarser steps", within="sweep")
+    check_grid_size(
+        sizes, MAX_GRID_POINTS, "", "sweep fewer values or use coarser steps", within="sweep"
+    )
     models = [load_model(m) for m in axes.get("model", [])] or [base.model]
     gpus = [load_gpu(g) for g in axes.get("gpu", [])] or [base.gpu]
     formats = [parse_kv_format(f) for f in axes.get("kv-dtype", [])] or [base.kv_format]
     tps = axes.get("tp", [base.tp])
-    numeric = [np.asarray(axes.get(name, [_base_value(base, name)]), dtype=float) for name in NUMERIC_AXES]
+    numeric = [
+        np.asarray(axes.get(name, [_base_value(base, name)]), dtype=float) for name in NUMERIC_AXES
+    ]
     grids = [g.ravel() for g in np.meshgrid(*numeric, indexing="ij")]
     context, batch, block, util = grids
     n = context.size
     parts: dict[str, list[Any]] = {column: [] for column in COLUMNS}
 
     for model, gpu, fmt, tp in itertools.product(models, gpus, formats, tps):
-        point = replace(base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=int(context[0]))
+        point = replace(
+            base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=int(context[0])
+        )
         per_token = model.kv_bytes_per_token(fmt, point.tp)
         profiles = {int(c): engine_memory(point, context=int(c)) for c in np.unique(context)}
         weights = next(iter(profiles.values())).weight_bytes  # the weights as the engine loads them
-        reserve = (np.full(n, base.reserve_bytes) if base.reserve_bytes is not None
-                   else np.array([profiles[int(c)].reserve_bytes for c in context]))
+        reserve = (
+            np.full(n, base.reserve_bytes)
+            if base.reserve_bytes is not None
+            else np.array([profiles[int(c)].reserve_bytes for c in context])
+        )
         usable = profiles[int(context[0])].total_bytes * util
-        kv_pool = np.full(n, base.kv_cache_bytes) if base.kv_cache_bytes is not None else usable - weights - reserve
+        kv_pool = (
+            np.full(n, base.kv_cache_bytes)
+            if base.kv_cache_bytes is not None
+            else usable - weights - reserve
+        )
         blocks = np.maximum(0, np.floor(kv_pool / (per_token * block)))
         state = model.state_bytes_per_seq(point.tp)
         seq = np.full(n, float(state))
         for group in model.token_groups:
-            tokens = np.minimum(context, group.window) if (base.respect_windows and group.window) else context
+            tokens = (
+                np.minimum(context, group.window)
+                if (base.respect_windows and group.window)
+                else context
+            )
             if base.kv_budget is not None:
                 tokens = np.minimum(tokens, base.kv_budget)
             seq += np.ceil(tokens / block) * block * group.bytes_per_token(fmt, point.tp)
         allocatable = np.maximum(0, kv_pool) if state else blocks * block * per_token
         weights_fail = (weights + reserve > usable) & (base.kv_cache_bytes is None)
-        verdict = np.where(weights_fail, "weights-do-not-fit",
-                           np.where(seq * batch > allocatable, "kv-does-not-fit", "fits"))
+        verdict = np.where(
+            weights_fail,
+            "weights-do-not-fit",
+            np.where(seq * batch > allocatable, "kv-does-not-fit", "fits"),
+        )
         values = {
-            "model": [model.name] * n, "gpu": [gpu.name] * n, "tp": np.full(n, point.tp),
-            "kv_dtype": [fmt.name] * n, "context": context.astype(int), "batch": batch.astype(int),
-            "block_size": block.astype(int), "gpu_memory_utilization": util,
+            "model": [model.name] * n,
+            "gpu": [gpu.name] * n,
+            "tp": np.full(n, point.tp),
+            "kv_dtype": [fmt.name] * n,
+            "context": context.astype(int),
+            "batch": batch.astype(int),
+            "block_size": block.astype(int),
+            "gpu_memory_utilization": util,
             # Byte counts are whole bytes; integers also keep the CSV small and fast to write.
             "kv_bytes_per_token": np.full(n, round(model.kv_bytes_per_token(fmt)), dtype=np.int64),
             "seq_kv_bytes": np.rint(seq).astype(np.int64),
             "weight_bytes_per_gpu": np.full(n, round(weights), dtype=np.int64),
             "kv_budget_bytes_per_gpu": np.floor(kv_pool).astype(np.int64),
-            "num_blocks": blocks.astype(np.int64), "kv_cache_tokens": (blocks * block).astype(np.int64),
+            "num_blocks": blocks.astype(np.int64),
+            "kv_cache_tokens": (blocks * block).astype(np.int64),
             "max_concurrency": np.round(allocatable / seq, 4),
             "max_batch_at_context": np.floor(allocatable / seq).astype(np.int64),
             "verdict": verdict,
@@ -137,8 +191,12 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
 
 
 def _base_value(base: PlanInputs, axis: str) -> float:
-    return {"context": base.max_model_len, "batch": base.batch, "block-size": base.block_size,
-            "gpu-memory-utilization": base.utilization}[axis]
+    return {
+        "context": base.max_model_len,
+        "batch": base.batch,
+        "block-size": base.block_size,
+        "gpu-memory-utilization": base.utilization,
+    }[axis]
 
 
 def _concat(chunks: list[Any]) -> Any:
@@ -161,7 +219,16 @@ def write_csv(columns: dict[str, Any], path: Any) -> None:
         writer.writerows(zip(*plain))
 
 
-PARAM_COLUMNS = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "block_size", "gpu_memory_utilization")
+PARAM_COLUMNS = (
+    "model",
+    "gpu",
+    "tp",
+    "kv_dtype",
+    "context",
+    "batch",
+    "block_size",
+    "gpu_memory_utilization",
+)
 
 
 def estimate_records(rows_: list[dict[str, Any]], allocation: str) -> list[ResultRecord]:
@@ -171,18 +238,24 @@ def estimate_records(rows_: list[dict[str, Any]], allocation: str) -> list[Resul
 
     from kvplan.results import make_record
 
-    run_id = hashlib.sha256(json.dumps(rows_[:1] + rows_[-1:], sort_keys=True).encode()).hexdigest()[:12]
+    run_id = hashlib.sha256(
+        json.dumps(rows_[:1] + rows_[-1:], sort_keys=True).encode()
+    ).hexdigest()[:12]
     records = []
     for row in rows_:
         params = {key: row[key] for key in PARAM_COLUMNS}
         params["allocation"] = allocation
         metrics = {key: value for key, value in row.items() if key not in PARAM_COLUMNS}
-        records.append(make_record("estimate", run_id, "analytic", row["kv_dtype"], params, metrics))
+        records.append(
+            make_record("estimate", run_id, "analytic", row["kv_dtype"], params, metrics)
+        )
     return records
 
 
 def rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
     """Row dicts with plain Python values (for JSON)."""
     count = len(columns["model"])
-    plain = {name: (col.tolist() if hasattr(col, "tolist") else col) for name, col in columns.items()}
+    plain = {
+        name: (col.tolist() if hasattr(col, "tolist") else col) for name, col in columns.items()
+    }
     return [{name: plain[name][i] for name in COLUMNS} for i in range(count)]

@@ -33,17 +33,31 @@ from kvplan.spec import ModelSpec
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.setting_error import SettingError
 
-SAMPLER_BYTES_PER_LOGIT = {"sort-copy": 32.0, "sort": 28.0, "flashinfer": 10.0, "triton": 14.0, "v2": 2.0}
-SAMPLER_PATH_NAMES = {"sort-copy": "PyTorch sort top-k/top-p, 32 B per logit", "sort": "PyTorch sort top-k/top-p, 28 B per logit",
-                      "flashinfer": "FlashInfer top-k/top-p, 10 B per logit", "triton": "Triton top-k/top-p, 14 B per logit",
-                      "v2": "Model Runner V2, 2 B per logit"}
+SAMPLER_BYTES_PER_LOGIT = {
+    "sort-copy": 32.0,
+    "sort": 28.0,
+    "flashinfer": 10.0,
+    "triton": 14.0,
+    "v2": 2.0,
+}
+SAMPLER_PATH_NAMES = {
+    "sort-copy": "PyTorch sort top-k/top-p, 32 B per logit",
+    "sort": "PyTorch sort top-k/top-p, 28 B per logit",
+    "flashinfer": "FlashInfer top-k/top-p, 10 B per logit",
+    "triton": "Triton top-k/top-p, 14 B per logit",
+    "v2": "Model Runner V2, 2 B per logit",
+}
 # The V1 model runner's default path from each release on (the dummy run's metadata asks for
 # top_k = vocab - 1 and top_p = 0.9 in every release, so top-k/top-p always runs).
 V1_SAMPLER_PATHS: tuple[tuple[Version, str, str], ...] = (
     ((0, 8, 0), "sort-copy", "PR #13594 profiles the sampler; PyTorch sort, out-of-place cumsum"),
     ((0, 8, 3), "sort", "cumsum written in place"),
-    ((0, 9, 0), "flashinfer", "PR #15777: FlashInfer >= 0.2.3 samples when installed (vLLM's Docker image has it; "
-                              "a pip install without it logs 'Falling back to the PyTorch-native implementation')"),
+    (
+        (0, 9, 0),
+        "flashinfer",
+        "PR #15777: FlashInfer >= 0.2.3 samples when installed (vLLM's Docker image has it; "
+        "a pip install without it logs 'Falling back to the PyTorch-native implementation')",
+    ),
     ((0, 11, 1), "sort", "PR #26859: FlashInfer sampling off by default"),
     ((0, 17, 0), "triton", "PR #33538: Triton top-k/top-p kernels"),
 )
@@ -86,20 +100,30 @@ class BatchDefaults:
     chunked_prefill: bool
 
 
-def batch_defaults(generation: str, version: Version | None, gpu_memory_gib: float, gpu_name: str,
-                   max_model_len: int, offline: bool = False) -> BatchDefaults:
+def batch_defaults(
+    generation: str,
+    version: Version | None,
+    gpu_memory_gib: float,
+    gpu_name: str,
+    max_model_len: int,
+    offline: bool = False,
+) -> BatchDefaults:
     """vLLM's default batch limits for `vllm serve` (offline: the LLM class, as `vllm bench
     throughput` / `latency` run it) on a GPU of gpu_memory_gib as the driver reports it;
     SGLang's chunked prefill size."""
     if generation == "sglang":
         # max_running_requests also depends on the pool (sglang_defaults.max_running_requests)
-        return BatchDefaults(4096, sglang_defaults.chunked_prefill_size(version, gpu_memory_gib), True)
+        return BatchDefaults(
+            4096, sglang_defaults.chunked_prefill_size(version, gpu_memory_gib), True
+        )
     if generation == "vllm-v0":
         chunked = max_model_len > LONG_CONTEXT and on_or_after(version, V0_LONG_CONTEXT_CHUNKED)
         return BatchDefaults(256, V0_CHUNK_BUDGET if chunked else max(max_model_len, 2048), chunked)
     name = gpu_name.lower()
     if on_or_after(version, V1_DEFAULTS_BY_MEMORY):
-        large = gpu_memory_gib >= HIGH_END_GIB and not ("a100" in name and on_or_after(version, V1_DEFAULTS_NOT_A100))
+        large = gpu_memory_gib >= HIGH_END_GIB and not (
+            "a100" in name and on_or_after(version, V1_DEFAULTS_NOT_A100)
+        )
         seqs = 1024 if large else 256
     else:
         large = "h100" in name or "h200" in name
@@ -118,7 +142,11 @@ RANGE_RATIO_SYMMETRIC = (0, 8, 4)
 def range_ratio_below(engine: str | None, version: str | None) -> bool:
     """Whether a vLLM release's benchmark client reads --random-range-ratio as a floor."""
     release = parse_version(version)
-    return (engine or "vllm") in ("vllm", "vllm-v0", "vllm-v1") and release is not None and release < RANGE_RATIO_SYMMETRIC
+    return (
+        (engine or "vllm") in ("vllm", "vllm-v0", "vllm-v1")
+        and release is not None
+        and release < RANGE_RATIO_SYMMETRIC
+    )
 
 
 ENGINE_NAMES = ("vllm", "sglang")
@@ -169,8 +197,16 @@ def uses_v2_runner(model: ModelSpec, version: Version | None) -> bool:
     if on_or_after(version, V2_RUNNER_DENSE):
         return not model.params.is_moe and not has_state
     if on_or_after(version, V2_RUNNER_FIRST_MODELS):
-        quantized = model.checkpoint_quant is not None or model.weight_dtype not in ("bf16", "fp16", "fp32")
-        return model.model_type in V2_RUNNER_FIRST_MODEL_TYPES and not model.params.is_moe and not quantized
+        quantized = model.checkpoint_quant is not None or model.weight_dtype not in (
+            "bf16",
+            "fp16",
+            "fp32",
+        )
+        return (
+            model.model_type in V2_RUNNER_FIRST_MODEL_TYPES
+            and not model.params.is_moe
+            and not quantized
+        )
     return False
 
 
@@ -186,7 +222,9 @@ def v1_sampler_path(model: ModelSpec, version: Version | None) -> str | None:
     return chosen
 
 
-def default_utilization(engine: str, version: Version | None, memory_gib: float | None = None, tp: int = 1) -> float:
+def default_utilization(
+    engine: str, version: Version | None, memory_gib: float | None = None, tp: int = 1
+) -> float:
     """gpu_memory_utilization (vLLM) or mem_fraction_static (SGLang: by release, card memory and
     TP, kvplan/plan/sglang_defaults.py) when none is given."""
     if engine == "sglang":

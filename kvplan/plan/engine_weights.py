@@ -67,12 +67,20 @@ def mxfp4_expert_bytes_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int) -> float
     inner = _round_up(cdiv(intermediate, tp), align_i)
     hidden = _round_up(model.hidden_size, align_h)
     values = 3 * hidden * inner  # gate and up (2 x inner x hidden), down (hidden x inner)
-    per_expert = values / 2 + values / MXFP4_BLOCK + ((2 * inner + hidden) * bias_bytes if biased else 0)
+    per_expert = (
+        values / 2 + values / MXFP4_BLOCK + ((2 * inner + hidden) * bias_bytes if biased else 0)
+    )
     return per_expert * model.num_experts * model.num_layers
 
 
-def loaded_weight_bytes_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int, weight_dtype: str | None,
-                                engine: str, expert_split: int = 1) -> float:
+def loaded_weight_bytes_per_gpu(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    weight_dtype: str | None,
+    engine: str,
+    expert_split: int = 1,
+) -> float:
     """What one GPU holds after vLLM loads the weights (the checkpoint's bytes otherwise).
 
     expert_split: the data-parallel ranks the routed experts are spread over besides TP
@@ -88,6 +96,11 @@ def loaded_weight_bytes_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int, weight_
         loaded = mxfp4_expert_bytes_per_gpu(model, gpu, tp)
         if loaded is not None:
             # the checkpoint's experts as kvplan sizes them: every expert parameter at the format's bits
-            stored = model.params.experts_total * (quant.weight_bits + quant.scale_bits / quant.group_size) / 8 / tp
+            stored = (
+                model.params.experts_total
+                * (quant.weight_bits + quant.scale_bits / quant.group_size)
+                / 8
+                / tp
+            )
             weights += (loaded - stored) / expert_split
     return weights

@@ -29,7 +29,9 @@ def memory_breakdown(log: ServerLog, setup: ServerSetup) -> dict[str, float | No
     usable = total * log.gpu_memory_utilization if total and log.gpu_memory_utilization else None
     activation = log.peak_activation_gib
     if activation is None and log.peak_torch_memory_gib is not None and log.weights_gib is not None:
-        activation = log.peak_torch_memory_gib - log.weights_gib  # ~0.6.4 counts weights in its peak
+        activation = (
+            log.peak_torch_memory_gib - log.weights_gib
+        )  # ~0.6.4 counts weights in its peak
     kv = log.available_kv_gib
     if kv is None and log.sglang_k_size_gb is not None and log.sglang_v_size_gb is not None:
         kv = log.sglang_k_size_gb + log.sglang_v_size_gb
@@ -38,13 +40,30 @@ def memory_breakdown(log: ServerLog, setup: ServerSetup) -> dict[str, float | No
     weights = log.weights_gib
     non_torch = log.non_torch_gib
     # the newer per-worker summary prints weights + non-torch as one figure
-    parts = [weights if weights is not None else log.non_kv_gib, activation, non_torch, log.cuda_graph_gib, kv]
+    parts = [
+        weights if weights is not None else log.non_kv_gib,
+        activation,
+        non_torch,
+        log.cuda_graph_gib,
+        kv,
+    ]
     printed = [p for p in parts if p is not None]
-    unaccounted = usable - sum(printed) if usable is not None and kv is not None and len(printed) >= 3 else None
-    return {"total": total, "usable": _round(usable), "weights": weights,
-            "weights_plus_non_torch": log.non_kv_gib, "activation_peak": _round(activation),
-            "non_torch": non_torch, "cuda_graph": log.cuda_graph_gib, "kv": kv,
-            "unaccounted": _round(unaccounted)}
+    unaccounted = (
+        usable - sum(printed)
+        if usable is not None and kv is not None and len(printed) >= 3
+        else None
+    )
+    return {
+        "total": total,
+        "usable": _round(usable),
+        "weights": weights,
+        "weights_plus_non_torch": log.non_kv_gib,
+        "activation_peak": _round(activation),
+        "non_torch": non_torch,
+        "cuda_graph": log.cuda_graph_gib,
+        "kv": kv,
+        "unaccounted": _round(unaccounted),
+    }
 
 
 def logged_kv_tokens(log: ServerLog, setup: ServerSetup) -> int | None:
@@ -63,19 +82,32 @@ def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) ->
     """The log's implied KV bytes per token per GPU next to kvplan's, with the verdict."""
     tokens = logged_kv_tokens(log, setup)
     implied = kv_gib * GIB / tokens if kv_gib and tokens else None
-    result = {"tokens": tokens, "blocks": log.num_gpu_blocks, "implied_bytes_per_token_per_gpu": _round(implied, 1),
-              "kvplan_bytes_per_token_per_gpu": None, "kvplan_bytes_per_token": None, "agrees": None, "note": ""}
+    result = {
+        "tokens": tokens,
+        "blocks": log.num_gpu_blocks,
+        "implied_bytes_per_token_per_gpu": _round(implied, 1),
+        "kvplan_bytes_per_token_per_gpu": None,
+        "kvplan_bytes_per_token": None,
+        "agrees": None,
+        "note": "",
+    }
     model = setup.model
     if model is None:
-        result["note"] = "model not matched to a kvplan profile; pass --model PROFILE to compare bytes per token"
+        result["note"] = (
+            "model not matched to a kvplan profile; pass --model PROFILE to compare bytes per token"
+        )
         return result
     fmt = parse_kv_format(setup.kv_dtype, model)
     per_gpu = model.kv_bytes_per_token(fmt, setup.tp) * stage_layers_share(model, setup.pp)
-    result.update(kvplan_bytes_per_token_per_gpu=round(per_gpu, 1),
-                  kvplan_bytes_per_token=round(model.kv_bytes_per_token(fmt), 1))
+    result.update(
+        kvplan_bytes_per_token_per_gpu=round(per_gpu, 1),
+        kvplan_bytes_per_token=round(model.kv_bytes_per_token(fmt), 1),
+    )
     if model.has_windows or model.state_bytes_per_seq():
-        result["note"] = ("hybrid/windowed model: newer vLLM derives the tokens figure from concurrency x "
-                          "max_model_len, so KV memory / tokens is not a per-token cost")
+        result["note"] = (
+            "hybrid/windowed model: newer vLLM derives the tokens figure from concurrency x "
+            "max_model_len, so KV memory / tokens is not a per-token cost"
+        )
         return result
     if implied is None or kv_gib is None or tokens is None:
         result["note"] = "the log does not print both KV memory and a token count"
@@ -86,8 +118,11 @@ def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) ->
     low = math.floor((kv_gib - precision) * GIB / (per_gpu * step)) * step
     high = math.floor((kv_gib + precision) * GIB / (per_gpu * step)) * step
     result["agrees"] = low <= tokens <= high
-    result["note"] = (f"equal within block rounding ({low:,}-{high:,} tokens fit {kv_gib} GiB at kvplan's size)"
-                      if result["agrees"] else f"kvplan's size gives {low:,}-{high:,} tokens for {kv_gib} GiB")
+    result["note"] = (
+        f"equal within block rounding ({low:,}-{high:,} tokens fit {kv_gib} GiB at kvplan's size)"
+        if result["agrees"]
+        else f"kvplan's size gives {low:,}-{high:,} tokens for {kv_gib} GiB"
+    )
     return result
 
 
@@ -95,7 +130,9 @@ def _tokens(kv_bytes: float, per_token: float, step: int) -> int:
     return max(0, math.floor(kv_bytes / (per_token * step)) * step) if per_token else 0
 
 
-def what_ifs(log: ServerLog, setup: ServerSetup, kv_gib: float | None, per_token: float | None) -> list[dict]:
+def what_ifs(
+    log: ServerLog, setup: ServerSetup, kv_gib: float | None, per_token: float | None
+) -> list[dict]:
     """Changes in the server's own flags and what they would give (per GPU memory held fixed)."""
     if kv_gib is None or not per_token:
         return []
@@ -106,21 +143,36 @@ def what_ifs(log: ServerLog, setup: ServerSetup, kv_gib: float | None, per_token
     out: list[dict] = []
 
     def add(change: str, tokens: int, note: str) -> None:
-        out.append({"change": change, "kv_cache_tokens": tokens,
-                    "max_concurrency": round(tokens / length, 2) if length else None, "note": note})
+        out.append(
+            {
+                "change": change,
+                "kv_cache_tokens": tokens,
+                "max_concurrency": round(tokens / length, 2) if length else None,
+                "note": note,
+            }
+        )
 
     fmt = parse_kv_format(setup.kv_dtype, setup.model) if setup.model else None
     if fmt is None or fmt.bits > 8:
         fp8_per_token = per_token * 8 / (fmt.bits if fmt else 16)
-        add("--kv-cache-dtype fp8" + ("_e4m3" if sglang else ""), _tokens(kv, fp8_per_token, step),
-            "same KV memory, 1 byte per element (per-tensor scales)")
-    total = log.total_gpu_memory_gib * GIB if log.total_gpu_memory_gib else (
-        setup.gpu.usable_memory_bytes if setup.gpu else None)
+        add(
+            "--kv-cache-dtype fp8" + ("_e4m3" if sglang else ""),
+            _tokens(kv, fp8_per_token, step),
+            "same KV memory, 1 byte per element (per-tensor scales)",
+        )
+    total = (
+        log.total_gpu_memory_gib * GIB
+        if log.total_gpu_memory_gib
+        else (setup.gpu.usable_memory_bytes if setup.gpu else None)
+    )
     if total and setup.utilization < 0.95:
         flag = "--mem-fraction-static" if sglang else "--gpu-memory-utilization"
         extra = total * (0.95 - setup.utilization)
-        add(f"{flag} 0.95", _tokens(kv + extra, per_token, step),
-            f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and fragmentation")
+        add(
+            f"{flag} 0.95",
+            _tokens(kv + extra, per_token, step),
+            f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and fragmentation",
+        )
     if not sglang:
         fits = logged_kv_tokens(log, setup) or _tokens(kv, per_token, step)
         note = "one request of this length fits the KV cache"
@@ -128,20 +180,36 @@ def what_ifs(log: ServerLog, setup: ServerSetup, kv_gib: float | None, per_token
             note += "; v0 profiles max_model_len tokens, so a shorter length also frees activation memory"
         if log.max_tokens_in_kv_from_error is not None:
             note += f" (the server's own estimate: {log.max_tokens_in_kv_from_error:,})"
-        out.append({"change": f"--max-model-len {fits}", "kv_cache_tokens": fits, "max_concurrency": 1.0,
-                    "note": note})
+        out.append(
+            {
+                "change": f"--max-model-len {fits}",
+                "kv_cache_tokens": fits,
+                "max_concurrency": 1.0,
+                "note": note,
+            }
+        )
     if setup.model is not None:
         tp = setup.tp * 2
         fmt = fmt or parse_kv_format("auto", setup.model)
-        weights = (log.weights_gib * GIB if log.weights_gib is not None
-                   else predict_capacity(setup).memory.weight_bytes if setup.known else None)
+        weights = (
+            log.weights_gib * GIB
+            if log.weights_gib is not None
+            else predict_capacity(setup).memory.weight_bytes
+            if setup.known
+            else None
+        )
         if weights is not None and setup.model.num_heads % tp == 0:
             kv_tp = kv + weights / 2
-            per_token_tp = setup.model.kv_bytes_per_token(fmt, tp) * stage_layers_share(setup.model, setup.pp)
+            per_token_tp = setup.model.kv_bytes_per_token(fmt, tp) * stage_layers_share(
+                setup.model, setup.pp
+            )
             flag = "--tp" if sglang else "--tensor-parallel-size"
-            add(f"{flag} {tp}", _tokens(kv_tp, per_token_tp, step),
+            add(
+                f"{flag} {tp}",
+                _tokens(kv_tp, per_token_tp, step),
                 f"weights per GPU halve (+{weights / 2 / GIB:.2f} GiB for KV); KV heads split across {tp} GPUs; "
-                "activation peak assumed unchanged")
+                "activation peak assumed unchanged",
+            )
     return out
 
 
@@ -152,15 +220,23 @@ def prediction(log: ServerLog, setup: ServerSetup) -> dict | None:
     predicted = predict_capacity(setup)
     memory = predicted.memory
     logged = logged_kv_tokens(log, setup)
-    return {"engine": setup.engine, "engine_model": ENGINE_DESCRIPTIONS[setup.engine],
-            "total_gib": round(memory.total_bytes / GIB, 2), "usable_gib": round(memory.usable_bytes / GIB, 2),
-            "weights_gib": round(memory.weight_bytes / GIB, 2),
-            "activation_peak_gib": round(memory.activation_bytes / GIB, 2),
-            "non_torch_gib": round(memory.non_torch_bytes / GIB, 2),
-            "cuda_graph_gib": round(memory.cuda_graph_bytes / GIB, 2), "kv_gib": round(memory.kv_bytes / GIB, 2),
-            "profiling_batch_tokens": memory.batched_tokens, "sampler_rows": memory.sampler_rows,
-            "kv_cache_tokens": predicted.kv_cache_tokens,
-            "error_pct": round((predicted.kv_cache_tokens - logged) / logged * 100, 2) if logged else None}
+    return {
+        "engine": setup.engine,
+        "engine_model": ENGINE_DESCRIPTIONS[setup.engine],
+        "total_gib": round(memory.total_bytes / GIB, 2),
+        "usable_gib": round(memory.usable_bytes / GIB, 2),
+        "weights_gib": round(memory.weight_bytes / GIB, 2),
+        "activation_peak_gib": round(memory.activation_bytes / GIB, 2),
+        "non_torch_gib": round(memory.non_torch_bytes / GIB, 2),
+        "cuda_graph_gib": round(memory.cuda_graph_bytes / GIB, 2),
+        "kv_gib": round(memory.kv_bytes / GIB, 2),
+        "profiling_batch_tokens": memory.batched_tokens,
+        "sampler_rows": memory.sampler_rows,
+        "kv_cache_tokens": predicted.kv_cache_tokens,
+        "error_pct": round((predicted.kv_cache_tokens - logged) / logged * 100, 2)
+        if logged
+        else None,
+    }
 
 
 def explain(text: str, model: str | None = None, gpu: str | None = None) -> dict:
@@ -170,23 +246,53 @@ def explain(text: str, model: str | None = None, gpu: str | None = None) -> dict
     memory = memory_breakdown(log, setup)
     kv = bytes_per_token(log, setup, memory["kv"])
     # What-ifs use kvplan's size where it is a per-token cost the log agrees with, else the log's own.
-    dense = setup.model is not None and not (setup.model.has_windows or setup.model.state_bytes_per_seq())
+    dense = setup.model is not None and not (
+        setup.model.has_windows or setup.model.state_bytes_per_seq()
+    )
     use_kvplan = dense and kv["agrees"] is not False and kv["kvplan_bytes_per_token_per_gpu"]
-    per_token = kv["kvplan_bytes_per_token_per_gpu"] if use_kvplan else kv["implied_bytes_per_token_per_gpu"]
-    inputs = {"model": log.model, "model_profile": setup.model_match, "model_profile_note": setup.model_note,
-              "gpu": log.gpu_name,
-              "gpu_profile": setup.gpu.name if setup.gpu else None, "tensor_parallel_size": log.tensor_parallel_size,
-              "pipeline_parallel_size": log.pipeline_parallel_size, "data_parallel_size": log.data_parallel_size,
-              "gpu_memory_utilization": log.gpu_memory_utilization, "max_model_len": log.max_model_len,
-              "kv_cache_dtype": log.kv_cache_dtype, "block_size": log.block_size,
-              "max_num_batched_tokens": log.max_num_batched_tokens, "max_num_seqs": log.max_num_seqs,
-              "enforce_eager": log.enforce_eager, "quantization": log.quantization, "dtype": log.dtype}
-    assumed = {"tensor_parallel_size": setup.tp, "gpu_memory_utilization": setup.utilization,
-               "max_model_len": setup.max_model_len, "block_size": setup.block_size, "kv_cache_dtype": setup.kv_dtype}
-    return {"schema": SCHEMA, "engine": log.engine, "engine_generation": log.engine_generation,
-            "version": log.version, "inputs": inputs,
-            "assumed": {k: v for k, v in assumed.items() if inputs.get(k) is None},
-            "memory_gib": memory, "kv": kv, "prediction": prediction(log, setup),
-            "what_ifs": what_ifs(log, setup, memory["kv"], per_token),
-            "max_concurrency": log.max_concurrency, "refusal_max_tokens": log.max_tokens_in_kv_from_error,
-            "recovered": log.recovered()}
+    per_token = (
+        kv["kvplan_bytes_per_token_per_gpu"]
+        if use_kvplan
+        else kv["implied_bytes_per_token_per_gpu"]
+    )
+    inputs = {
+        "model": log.model,
+        "model_profile": setup.model_match,
+        "model_profile_note": setup.model_note,
+        "gpu": log.gpu_name,
+        "gpu_profile": setup.gpu.name if setup.gpu else None,
+        "tensor_parallel_size": log.tensor_parallel_size,
+        "pipeline_parallel_size": log.pipeline_parallel_size,
+        "data_parallel_size": log.data_parallel_size,
+        "gpu_memory_utilization": log.gpu_memory_utilization,
+        "max_model_len": log.max_model_len,
+        "kv_cache_dtype": log.kv_cache_dtype,
+        "block_size": log.block_size,
+        "max_num_batched_tokens": log.max_num_batched_tokens,
+        "max_num_seqs": log.max_num_seqs,
+        "enforce_eager": log.enforce_eager,
+        "quantization": log.quantization,
+        "dtype": log.dtype,
+    }
+    assumed = {
+        "tensor_parallel_size": setup.tp,
+        "gpu_memory_utilization": setup.utilization,
+        "max_model_len": setup.max_model_len,
+        "block_size": setup.block_size,
+        "kv_cache_dtype": setup.kv_dtype,
+    }
+    return {
+        "schema": SCHEMA,
+        "engine": log.engine,
+        "engine_generation": log.engine_generation,
+        "version": log.version,
+        "inputs": inputs,
+        "assumed": {k: v for k, v in assumed.items() if inputs.get(k) is None},
+        "memory_gib": memory,
+        "kv": kv,
+        "prediction": prediction(log, setup),
+        "what_ifs": what_ifs(log, setup, memory["kv"], per_token),
+        "max_concurrency": log.max_concurrency,
+        "refusal_max_tokens": log.max_tokens_in_kv_from_error,
+        "recovered": log.recovered(),
+    }

@@ -93,8 +93,10 @@ class VllmKVCache:
 
     @property
     def blocks_per_request(self) -> int:
-        return sum(g.blocks_per_request(self.max_model_len, self.max_num_batched_tokens, self.state_blocks)
-                   for g in self.groups)
+        return sum(
+            g.blocks_per_request(self.max_model_len, self.max_num_batched_tokens, self.state_blocks)
+            for g in self.groups
+        )
 
     @property
     def reported_concurrency(self) -> float:
@@ -118,7 +120,10 @@ class VllmKVCache:
     def fits_one_request(self) -> bool:
         """vLLM refuses to start when one max_model_len request's blocks exceed the memory
         (kv_cache_utils._check_enough_kv_cache_memory)."""
-        return self.available_bytes > 0 and self._needed_bytes(self.max_model_len) <= self.available_bytes
+        return (
+            self.available_bytes > 0
+            and self._needed_bytes(self.max_model_len) <= self.available_bytes
+        )
 
     @property
     def estimated_max_model_len(self) -> int:
@@ -133,26 +138,46 @@ class VllmKVCache:
         return best
 
     def _needed_bytes(self, length: int) -> int:
-        blocks = sum(g.blocks_per_request(length, self.max_num_batched_tokens, self.state_blocks)
-                     for g in self.groups)
+        blocks = sum(
+            g.blocks_per_request(length, self.max_num_batched_tokens, self.state_blocks)
+            for g in self.groups
+        )
         return blocks * self.block_bytes
 
     @property
     def padding_bytes(self) -> float:
         """Pool bytes that hold no data when it is filled with max_model_len requests: padding
         layers of short groups and Mamba pages padded up to the attention page."""
-        blocks = [(g.blocks_per_request(self.max_model_len, self.max_num_batched_tokens, self.state_blocks), g)
-                  for g in self.groups]
+        blocks = [
+            (
+                g.blocks_per_request(
+                    self.max_model_len, self.max_num_batched_tokens, self.state_blocks
+                ),
+                g,
+            )
+            for g in self.groups
+        ]
         per_request = sum(n * g.block_bytes for n, g in blocks)
         wasted = sum(n * g.wasted_bytes_per_block for n, g in blocks)
         return self.pool_bytes * wasted / per_request if per_request else 0.0
 
 
-def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_gpu: float, max_model_len: int,
-                  block_size: int = 16, hybrid_manager: bool = True, *, max_num_batched_tokens: int = 2048,
-                  vllm_version: str | Version | None = None, mamba_cache_mode: str = "none",
-                  num_speculative_tokens: int = 0, mamba_alignment: int = 16,
-                  draft_layers: int = 0) -> VllmKVCache:
+def vllm_kv_cache(
+    model: ModelSpec,
+    fmt: KVFormat,
+    tp: int,
+    available_bytes_per_gpu: float,
+    max_model_len: int,
+    block_size: int = 16,
+    hybrid_manager: bool = True,
+    *,
+    max_num_batched_tokens: int = 2048,
+    vllm_version: str | Version | None = None,
+    mamba_cache_mode: str = "none",
+    num_speculative_tokens: int = 0,
+    mamba_alignment: int = 16,
+    draft_layers: int = 0,
+) -> VllmKVCache:
     """vLLM v1's KV cache sizing for a model on one GPU, given the "Available KV cache memory".
 
     max_num_batched_tokens: the scheduler's token budget (vLLM's API-server default is 2048,
@@ -167,17 +192,42 @@ def vllm_kv_cache(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_
     """
     if max_model_len <= 0:
         raise ValueError("max_model_len must be positive")
-    version = vllm_version if isinstance(vllm_version, tuple) or vllm_version is None else parse_version(vllm_version)
-    if version is not None and version < HYBRID_ALLOCATOR_SINCE and not any(g.kind == "state" for g in model.groups):
+    version = (
+        vllm_version
+        if isinstance(vllm_version, tuple) or vllm_version is None
+        else parse_version(vllm_version)
+    )
+    if (
+        version is not None
+        and version < HYBRID_ALLOCATOR_SINCE
+        and not any(g.kind == "state" for g in model.groups)
+    ):
         hybrid_manager = False
-    groups = kv_cache_groups(model, fmt, tp, block_size, hybrid_manager=hybrid_manager,
-                             mamba_alignment=mamba_alignment, draft_layers=draft_layers)
+    groups = kv_cache_groups(
+        model,
+        fmt,
+        tp,
+        block_size,
+        hybrid_manager=hybrid_manager,
+        mamba_alignment=mamba_alignment,
+        draft_layers=draft_layers,
+    )
     mode = mamba_cache_mode.lower()
     if mode not in ("none", "align", "all"):
         raise ValueError(f"mamba_cache_mode must be none, align or all, got {mamba_cache_mode!r}")
     state_block_size = min(g.block_size for g in groups)
-    state_blocks = (cdiv(max_model_len, state_block_size) if mode == "all"
-                    else (2 if mode == "align" else 1) + num_speculative_tokens)
+    state_blocks = (
+        cdiv(max_model_len, state_block_size)
+        if mode == "all"
+        else (2 if mode == "align" else 1) + num_speculative_tokens
+    )
     from_concurrency = version is None or version >= TOKENS_FROM_CONCURRENCY_SINCE
     in_flight = max_num_batched_tokens * in_flight_batches(version)
-    return VllmKVCache(groups, float(available_bytes_per_gpu), max_model_len, in_flight, state_blocks, from_concurrency)
+    return VllmKVCache(
+        groups,
+        float(available_bytes_per_gpu),
+        max_model_len,
+        in_flight,
+        state_blocks,
+        from_concurrency,
+    )

@@ -51,8 +51,9 @@ class KVCacheGroupSpec:
         """Bytes of one block that hold no data: padding layers and padded (Mamba) pages."""
         if self.uniform_type_pages:
             return 0
-        return (self.padding_layers * self.page_size_bytes
-                + self.num_layers * (self.page_size_bytes - self.real_page_size_bytes))
+        return self.padding_layers * self.page_size_bytes + self.num_layers * (
+            self.page_size_bytes - self.real_page_size_bytes
+        )
 
     @property
     def span(self) -> int:
@@ -61,11 +62,15 @@ class KVCacheGroupSpec:
             raise ValueError(f"a {self.kind} KV group needs its window")
         return self.window
 
-    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int,
-                           state_blocks: int = 1) -> int:
+    def blocks_per_request(
+        self, max_model_len: int, max_num_batched_tokens: int, state_blocks: int = 1
+    ) -> int:
         """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
         if self.kind == "sliding":
-            return cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
+            return (
+                cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size)
+                + 1
+            )
         if self.kind == "chunked":
             return cdiv(min(self.span + max_num_batched_tokens, max_model_len), self.block_size)
         if self.kind == "state":
@@ -93,8 +98,9 @@ class _LayerType:
     window: int | None
 
 
-def _layer_types(model: ModelSpec, fmt: KVFormat, tp: int, hybrid_manager: bool,
-                 draft_layers: int = 0) -> list[_LayerType]:
+def _layer_types(
+    model: ModelSpec, fmt: KVFormat, tp: int, hybrid_manager: bool, draft_layers: int = 0
+) -> list[_LayerType]:
     types = []
     for g in model.groups:
         if g.kind == "state":
@@ -115,14 +121,17 @@ def _layer_types(model: ModelSpec, fmt: KVFormat, tp: int, hybrid_manager: bool,
         key = (t.kind, t.bytes_per_token, t.state_bytes, t.window)
         if key in merged:
             old = merged[key]
-            merged[key] = _LayerType(t.kind, old.num_layers + t.num_layers, t.bytes_per_token, t.state_bytes, t.window)
+            merged[key] = _LayerType(
+                t.kind, old.num_layers + t.num_layers, t.bytes_per_token, t.state_bytes, t.window
+            )
         else:
             merged[key] = t
     return list(merged.values())
 
 
-def mamba_block_size(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16,
-                     alignment: int = 16) -> int:
+def mamba_block_size(
+    model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16, alignment: int = 16
+) -> int:
     """The attention block size vLLM uses for an attention + Mamba/linear-attention model.
 
     The smallest multiple of `alignment` tokens whose attention page (the full-attention layer's
@@ -133,16 +142,28 @@ def mamba_block_size(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int =
     attention = [g for g in model.groups if g.kind in ("full", "sliding", "chunked", "mla")]
     if not states or not attention:
         return block_size
-    per_token = int(math.ceil(next((g for g in attention if g.kind == "full"), attention[0])
-                              .bytes_per_token_layer(fmt, tp)))
+    per_token = int(
+        math.ceil(
+            next((g for g in attention if g.kind == "full"), attention[0]).bytes_per_token_layer(
+                fmt, tp
+            )
+        )
+    )
     state = max(g.state_bytes_per_layer // tp for g in states)
     needed = alignment * cdiv(state, alignment * per_token)
     return max(block_size, needed)
 
 
-def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16, *,
-                    hybrid_manager: bool = True, mamba_alignment: int = 16,
-                    draft_layers: int = 0) -> tuple[KVCacheGroupSpec, ...]:
+def kv_cache_groups(
+    model: ModelSpec,
+    fmt: KVFormat,
+    tp: int,
+    block_size: int = 16,
+    *,
+    hybrid_manager: bool = True,
+    mamba_alignment: int = 16,
+    draft_layers: int = 0,
+) -> tuple[KVCacheGroupSpec, ...]:
     """vLLM's KV cache groups for a model on one GPU (kv_cache_utils.get_kv_cache_groups).
 
     One group per layer type (or several per type, each padded to the common group size), every
@@ -153,21 +174,35 @@ def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 
         raise ValueError("tp and block_size must be positive")
     types = _layer_types(model, fmt, tp, hybrid_manager, draft_layers)
     if any(t.kind == "state" for t in types) and not hybrid_manager:
-        raise ValueError("vLLM cannot disable the hybrid KV cache manager for a model with "
-                         "linear-attention / Mamba state layers")
+        raise ValueError(
+            "vLLM cannot disable the hybrid KV cache manager for a model with "
+            "linear-attention / Mamba state layers"
+        )
     attn_block = mamba_block_size(model, fmt, tp, block_size, mamba_alignment)
-    pages = {id(t): (t.bytes_per_token * attn_block if t.kind != "state" else t.state_bytes) for t in types}
+    pages = {
+        id(t): (t.bytes_per_token * attn_block if t.kind != "state" else t.state_bytes)
+        for t in types
+    }
 
-    if len(types) == 1 or (all(t.kind in FULL_LENGTH_KINDS for t in types)
-                           and len({pages[id(t)] for t in types}) > 1):
+    if len(types) == 1 or (
+        all(t.kind in FULL_LENGTH_KINDS for t in types) and len({pages[id(t)] for t in types}) > 1
+    ):
         # One group: a uniform spec, or full-length layers with per-layer page sizes.
         total = sum(t.num_layers for t in types)
         kind = types[0].kind if len({t.kind for t in types}) == 1 else "full"
         if len(types) == 1:
             t = types[0]
-            return (KVCacheGroupSpec(kind, total, total, attn_block, pages[id(t)], pages[id(t)], t.window),)
+            return (
+                KVCacheGroupSpec(
+                    kind, total, total, attn_block, pages[id(t)], pages[id(t)], t.window
+                ),
+            )
         per_layer = tuple(pages[id(t)] for t in types for _ in range(t.num_layers))
-        return (KVCacheGroupSpec(kind, total, total, attn_block, max(per_layer), max(per_layer), None, per_layer),)
+        return (
+            KVCacheGroupSpec(
+                kind, total, total, attn_block, max(per_layer), max(per_layer), None, per_layer
+            ),
+        )
 
     # unify_kv_cache_spec_page_size: the largest page wins.
     max_page = max(pages.values())
@@ -177,8 +212,10 @@ def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 
         block = attn_block
         if t.kind != "state" and page != max_page:
             if max_page % page:
-                raise ValueError(f"{t.kind} layers' page ({page:,} B) does not divide the largest page "
-                                 f"({max_page:,} B): vLLM cannot unify them by block size")
+                raise ValueError(
+                    f"{t.kind} layers' page ({page:,} B) does not divide the largest page "
+                    f"({max_page:,} B): vLLM cannot unify them by block size"
+                )
             block = attn_block * (max_page // page)
             page = max_page  # a larger block fills the page: nothing is padded
         unified.append((t, block, page))
@@ -192,5 +229,7 @@ def kv_cache_groups(model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 
         count = cdiv(t.num_layers, group_size)
         for i in range(count):  # layers[i::count], as vLLM assigns them
             members = len(range(i, t.num_layers, count))
-            groups.append(KVCacheGroupSpec(t.kind, members, group_size, block, max_page, page, t.window))
+            groups.append(
+                KVCacheGroupSpec(t.kind, members, group_size, block, max_page, page, t.window)
+            )
     return tuple(groups)

@@ -40,7 +40,9 @@ def resolve_model(logged: str | None) -> LoggedModel:
     try:
         # A log's local path (/models/Qwen2-7B-Instruct/) is from another machine: its folder
         # name is what names the model here.
-        resolved = resolve_name(parse_query(logged).repo if logged.strip().startswith(("/", "~", ".")) else logged)
+        resolved = resolve_name(
+            parse_query(logged).repo if logged.strip().startswith(("/", "~", ".")) else logged
+        )
     except ValueError as err:
         return LoggedModel(None, failure=str(err))
     return LoggedModel(resolved.spec, resolved.note)
@@ -65,7 +67,11 @@ def weight_dtype_hint(logged: str | None, quantization: str | None) -> str | Non
     suffix rules (kvplan/spec/resolve.py), and Meta's FP8 recipe for its one FP8 checkpoint."""
     dtype = strip_suffixes(parse_query(logged).name)[2] if logged else None
     text = f"{logged or ''} {quantization or ''}".lower()
-    if dtype == "fp8" and _META_FP8.search(text) and not re.search(r"neuralmagic|redhatai|\bamd/", text):
+    if (
+        dtype == "fp8"
+        and _META_FP8.search(text)
+        and not re.search(r"neuralmagic|redhatai|\bamd/", text)
+    ):
         return "fp8-meta"
     return dtype
 
@@ -89,36 +95,70 @@ class ServerSetup:
     weight_dtype: str | None
     settings: EngineSettings
     logged_total_bytes: float | None
-    model_failure: str | None = None  # why the logged model could not be sized (what the resolver tried)
-    expert_split: int = 1  # data-parallel ranks the experts are spread over (--enable-expert-parallel)
+    model_failure: str | None = (
+        None  # why the logged model could not be sized (what the resolver tried)
+    )
+    expert_split: int = (
+        1  # data-parallel ranks the experts are spread over (--enable-expert-parallel)
+    )
 
     @property
     def known(self) -> bool:
-        return self.model is not None and (self.gpu is not None or self.logged_total_bytes is not None)
+        return self.model is not None and (
+            self.gpu is not None or self.logged_total_bytes is not None
+        )
 
 
-def server_setup(log: ServerLog, model_name: str | None = None, gpu_name: str | None = None,
-                 version: str | None = None, date: str | None = None) -> ServerSetup:
+def server_setup(
+    log: ServerLog,
+    model_name: str | None = None,
+    gpu_name: str | None = None,
+    version: str | None = None,
+    date: str | None = None,
+) -> ServerSetup:
     """The setup behind a log; model_name / gpu_name / version fill in what the log does not
     show, and a log's date (YYYY-MM-DD) stands in for a version where neither is known."""
     logged = resolve_model(model_name or log.model)
     model, note = logged.spec, logged.note
     match = model.name if model else None
     gpu = resolve_gpu(gpu_name or log.gpu_name)
-    engine = "sglang" if log.engine == "sglang" else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
+    engine = (
+        "sglang"
+        if log.engine == "sglang"
+        else ("vllm-v0" if log.engine_generation == "v0" else "vllm-v1")
+    )
     release = parse_version(log.version) or parse_version(version) or version_on(date)
-    settings = EngineSettings(engine=engine, max_num_batched_tokens=log.max_num_batched_tokens,
-                              max_num_seqs=log.max_num_seqs, enforce_eager=bool(log.enforce_eager),
-                              version=release, sampler_path=log.sampler_path)
+    settings = EngineSettings(
+        engine=engine,
+        max_num_batched_tokens=log.max_num_batched_tokens,
+        max_num_seqs=log.max_num_seqs,
+        enforce_eager=bool(log.enforce_eager),
+        version=release,
+        sampler_path=log.sampler_path,
+    )
     max_len = log.max_model_len or (model.max_position_embeddings if model else None)
     tp = log.tensor_parallel_size or 1
     kv_dtype = log.kv_cache_dtype or "auto"
-    return ServerSetup(model, match, note, gpu, engine, log.tensor_parallel_size or 1, log.pipeline_parallel_size or 1,
-                       log.gpu_memory_utilization or default_utilization(engine, release, _memory_gib(gpu, log), tp),
-                       log.gpu_memory_utilization is not None, max_len, kv_dtype, log.block_size or 16,
-                       weight_dtype_hint(model_name or log.model, log.quantization), settings,
-                       log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None, logged.failure,
-                       (log.data_parallel_size or 1) if log.expert_parallel else 1)
+    return ServerSetup(
+        model,
+        match,
+        note,
+        gpu,
+        engine,
+        log.tensor_parallel_size or 1,
+        log.pipeline_parallel_size or 1,
+        log.gpu_memory_utilization
+        or default_utilization(engine, release, _memory_gib(gpu, log), tp),
+        log.gpu_memory_utilization is not None,
+        max_len,
+        kv_dtype,
+        log.block_size or 16,
+        weight_dtype_hint(model_name or log.model, log.quantization),
+        settings,
+        log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None,
+        logged.failure,
+        (log.data_parallel_size or 1) if log.expert_parallel else 1,
+    )
 
 
 def _memory_gib(gpu: GpuSpec | None, log: ServerLog) -> float | None:
@@ -145,14 +185,17 @@ def stage_layers_share(model: ModelSpec, pp: int) -> float:
     return math.ceil(model.num_layers / pp) / model.num_layers
 
 
-def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes: float | None = None,
-                     **overrides) -> CapacityPrediction:
+def predict_capacity(
+    setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes: float | None = None, **overrides
+) -> CapacityPrediction:
     """Predict KV memory, blocks and tokens for a setup (fields in overrides replace the setup's).
     kv_bytes fixes the KV budget per GPU (a log's "Available KV cache memory"): then only the
     engine's KV arithmetic is predicted, and no GPU needs to be known."""
     setup = replace(setup, **overrides) if overrides else setup
     if setup.model is None:
-        raise SettingError("{failure}; pass {model} NAME", failure=setup.model_failure or "the log names no model")
+        raise SettingError(
+            "{failure}; pass {model} NAME", failure=setup.model_failure or "the log names no model"
+        )
     model = setup.model
     gpu = setup.gpu or gpu_profiles()["h100-80gb"]
     if setup.gpu is not None:
@@ -164,22 +207,46 @@ def predict_capacity(setup: ServerSetup, fit: MemoryFit | None = None, kv_bytes:
     else:
         raise SettingError("the log does not name a GPU kvplan knows; pass {gpu} PROFILE")
     share = stage_layers_share(model, setup.pp)
-    weights = loaded_weight_bytes_per_gpu(model, gpu, setup.tp, setup.weight_dtype, setup.engine, setup.expert_split)
+    weights = loaded_weight_bytes_per_gpu(
+        model, gpu, setup.tp, setup.weight_dtype, setup.engine, setup.expert_split
+    )
     weights = weights * share if setup.pp > 1 else weights
-    memory = predict_memory(model, gpu, tp=setup.tp, utilization=setup.utilization,
-                            max_model_len=setup.max_model_len or 4096, weight_bytes=weights,
-                            settings=setup.settings, total_bytes=total, fit=fit)
+    memory = predict_memory(
+        model,
+        gpu,
+        tp=setup.tp,
+        utilization=setup.utilization,
+        max_model_len=setup.max_model_len or 4096,
+        weight_bytes=weights,
+        settings=setup.settings,
+        total_bytes=total,
+        fit=fit,
+    )
     budget = memory.kv_bytes if kv_bytes is None else kv_bytes
     fmt = parse_kv_format(setup.kv_dtype, model)
     per_token = model.kv_bytes_per_token(fmt, setup.tp) * share
     max_len = setup.max_model_len or model.max_position_embeddings or 4096
     if setup.engine == "vllm-v1" and setup.pp == 1:
         # V1 sizes by KV cache groups and prints tokens from them (kvplan/plan/hybrid_kv.py).
-        cache = vllm_kv_cache(model, fmt, setup.tp, max(0.0, budget), max_len, setup.block_size,
-                              max_num_batched_tokens=memory.batched_tokens, vllm_version=setup.settings.version)
-        blocks, tokens, concurrency = cache.num_blocks, cache.reported_tokens, cache.reported_concurrency
+        cache = vllm_kv_cache(
+            model,
+            fmt,
+            setup.tp,
+            max(0.0, budget),
+            max_len,
+            setup.block_size,
+            max_num_batched_tokens=memory.batched_tokens,
+            vllm_version=setup.settings.version,
+        )
+        blocks, tokens, concurrency = (
+            cache.num_blocks,
+            cache.reported_tokens,
+            cache.reported_concurrency,
+        )
     elif setup.engine == "sglang" and setup.pp == 1:
-        tokens = blocks = sglang_kv_tokens(model, fmt, setup.tp, max(0.0, budget)).max_total_num_tokens
+        tokens = blocks = sglang_kv_tokens(
+            model, fmt, setup.tp, max(0.0, budget)
+        ).max_total_num_tokens
         concurrency = tokens / max_len
     elif setup.engine == "sglang":
         tokens = blocks = max(0, math.floor(budget / per_token))

@@ -99,13 +99,19 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            raise SettingError("{engine} must be one of {known}, got '{got}'", known=", ".join(ENGINES), got=self.engine)
+            raise SettingError(
+                "{engine} must be one of {known}, got '{got}'",
+                known=", ".join(ENGINES),
+                got=self.engine,
+            )
         for name in ("max_num_batched_tokens", "max_num_seqs"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if self.sampler_path is not None and self.sampler_path not in SAMPLER_BYTES_PER_LOGIT:
-            raise ValueError(f"unknown sampler path '{self.sampler_path}'; one of {', '.join(SAMPLER_BYTES_PER_LOGIT)}")
+            raise ValueError(
+                f"unknown sampler path '{self.sampler_path}'; one of {', '.join(SAMPLER_BYTES_PER_LOGIT)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,9 @@ class MemoryProfile:
     cuda_graph_bytes: float
     batched_tokens: int
     sampler_rows: int
-    sampler_path: str | None = None  # V1's top-k/top-p path (engine_releases.py); None for v0 and SGLang
+    sampler_path: str | None = (
+        None  # V1's top-k/top-p path (engine_releases.py); None for v0 and SGLang
+    )
 
     @property
     def reserve_bytes(self) -> float:
@@ -142,7 +150,9 @@ def mlp_width(model: ModelSpec) -> float:
 
 def activation_elements_per_token(model: ModelSpec, tp: int) -> float:
     """Live activation elements per token at the widest point of a layer (before the fitted scale)."""
-    kv_heads = next((g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads)
+    kv_heads = next(
+        (g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads
+    )
     attention = (2 * model.num_heads + 2 * kv_heads) * model.head_dim  # q, k, v and the output
     mlp = 3 * mlp_width(model)  # gate and up projections, then the activated product
     return 2 * model.hidden_size + max(attention, mlp) / tp
@@ -155,24 +165,39 @@ def dequantized_weight_bytes(model: ModelSpec, tp: int) -> float:
     quant = model.checkpoint_quant
     if quant is None or quant.method != "bitsandbytes":
         return 0.0
-    kv_heads = next((g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads)
+    kv_heads = next(
+        (g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads
+    )
     qkv = (model.num_heads + 2 * kv_heads) * model.head_dim * model.hidden_size
     gate_up = 2 * mlp_width(model) * model.hidden_size
     return max(qkv, gate_up) / tp * ACTIVATION_BYTES
 
 
-def batching_defaults(settings: EngineSettings, gpu: GpuSpec, max_model_len: int, total_bytes: float) -> tuple[int, int]:
+def batching_defaults(
+    settings: EngineSettings, gpu: GpuSpec, max_model_len: int, total_bytes: float
+) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) the engine profiles with: the command line's, else
     vLLM's defaults for the release (engine_releases.batch_defaults)."""
-    defaults = batch_defaults(settings.engine, settings.version, total_bytes / GIB, gpu.name, max_model_len)
+    defaults = batch_defaults(
+        settings.engine, settings.version, total_bytes / GIB, gpu.name, max_model_len
+    )
     tokens = settings.max_num_batched_tokens or defaults.max_num_batched_tokens
     seqs = min(settings.max_num_seqs or defaults.max_num_seqs, tokens)
     return tokens, seqs
 
 
-def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: float, max_model_len: int,
-                   weight_bytes: float, settings: EngineSettings = EngineSettings(),
-                   total_bytes: float | None = None, fit: MemoryFit | None = None) -> MemoryProfile:
+def predict_memory(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    tp: int,
+    utilization: float,
+    max_model_len: int,
+    weight_bytes: float,
+    settings: EngineSettings = EngineSettings(),
+    total_bytes: float | None = None,
+    fit: MemoryFit | None = None,
+) -> MemoryProfile:
     """Per-GPU startup memory for `model` on `gpu` under `settings` (weights given per GPU)."""
     fit = fit or load_memory_fit()
     total = total_bytes if total_bytes is not None else gpu.usable_memory_bytes
@@ -181,9 +206,12 @@ def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: floa
     if settings.engine == "sglang":
         # the fraction is of the memory free once torch.distributed / NCCL started (the non-torch part)
         usable = (total - non_torch) * utilization + non_torch
-        return MemoryProfile("sglang", total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows)
-    forward = (fit.activation_scale * tokens * activation_elements_per_token(model, tp) * ACTIVATION_BYTES
-               + dequantized_weight_bytes(model, tp))
+        return MemoryProfile(
+            "sglang", total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows
+        )
+    forward = fit.activation_scale * tokens * activation_elements_per_token(
+        model, tp
+    ) * ACTIVATION_BYTES + dequantized_weight_bytes(model, tp)
     path = None
     if settings.engine == "vllm-v0":
         activation = forward + rows * model.vocab_size * fit.sampler_bytes_per_logit_v0
@@ -194,7 +222,19 @@ def predict_memory(model: ModelSpec, gpu: GpuSpec, *, tp: int, utilization: floa
         activation = max(forward, hidden + sampler)
     graphs_counted = settings.cuda_graph_in_budget
     if graphs_counted is None:
-        graphs_counted = settings.engine == "vllm-v1" and on_or_after(settings.version, CUDA_GRAPHS_IN_BUDGET)
+        graphs_counted = settings.engine == "vllm-v1" and on_or_after(
+            settings.version, CUDA_GRAPHS_IN_BUDGET
+        )
     graphs = fit.cuda_graph_gib * GIB if graphs_counted and not settings.enforce_eager else 0.0
-    return MemoryProfile(settings.engine, total, total * utilization, weight_bytes, activation,
-                         non_torch, graphs, tokens, rows, path)
+    return MemoryProfile(
+        settings.engine,
+        total,
+        total * utilization,
+        weight_bytes,
+        activation,
+        non_torch,
+        graphs,
+        tokens,
+        rows,
+        path,
+    )

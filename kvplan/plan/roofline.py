@@ -37,7 +37,9 @@ class Roofline:
     @property
     def uses_fp8_compute(self) -> bool:
         dtype = self.weight_dtype or self.model.weight_dtype
-        return weight_quant(dtype).dtype == "fp8" and self.gpu.fp8_support  # W8A8; weight-only formats compute in 16 bit
+        return (
+            weight_quant(dtype).dtype == "fp8" and self.gpu.fp8_support
+        )  # W8A8; weight-only formats compute in 16 bit
 
     @cached_property
     def peak_flops(self) -> float:
@@ -52,7 +54,11 @@ class Roofline:
         language model (a vision tower is loaded but no text step reads it), and for MoE the
         experts at least one token routes to (uniform routing: E(1-(1-k/E)^n))."""
         experts = self.expert_bytes_per_gpu
-        dense = self.weight_bytes_per_gpu - experts - self.model.vision_weight_bytes(self.weight_dtype) / self.tp
+        dense = (
+            self.weight_bytes_per_gpu
+            - experts
+            - self.model.vision_weight_bytes(self.weight_dtype) / self.tp
+        )
         if not experts or tokens <= 0:
             return dense + (experts if tokens > 0 else 0.0)
         total, per_token = self.model.num_experts, self.model.experts_per_token

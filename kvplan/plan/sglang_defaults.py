@@ -59,7 +59,12 @@ def mem_fraction_static(version: Version | None, memory_gib: float, tp: int, pp:
     parts = tp * pp
     if on_or_after(version, RESERVED_BY_PARTS):
         chunk = chunked_prefill_size(version, memory_gib)
-        reserved = 512 + max(chunk, 2048) * 1.5 + cuda_graph_max_bs(memory_gib, tp) * 2 + parts / 8 * GIB_MIB
+        reserved = (
+            512
+            + max(chunk, 2048) * 1.5
+            + cuda_graph_max_bs(memory_gib, tp) * 2
+            + parts / 8 * GIB_MIB
+        )
         if memory_gib > 60:
             reserved = max(reserved, 10 * GIB_MIB)
         return round((memory_gib * GIB_MIB - reserved) / (memory_gib * GIB_MIB), 3)

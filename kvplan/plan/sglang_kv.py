@@ -21,9 +21,17 @@ class SglangKVCache:
     mamba_slots: int | None = None
 
 
-def sglang_kv_tokens(model: ModelSpec, fmt: KVFormat, tp: int, available_bytes_per_gpu: float, *,
-                     swa_full_tokens_ratio: float = 0.8, page_size: int = 1, mamba_full_memory_ratio: float = 0.9,
-                     max_mamba_cache_size: int | None = None) -> SglangKVCache:
+def sglang_kv_tokens(
+    model: ModelSpec,
+    fmt: KVFormat,
+    tp: int,
+    available_bytes_per_gpu: float,
+    *,
+    swa_full_tokens_ratio: float = 0.8,
+    page_size: int = 1,
+    mamba_full_memory_ratio: float = 0.9,
+    max_mamba_cache_size: int | None = None,
+) -> SglangKVCache:
     """SGLang's KV pools from the bytes left for KV on one GPU (sglang/srt/model_executor/
     model_runner.py: profile_max_num_token, set_num_token_hybrid, the Mamba budget split).
 

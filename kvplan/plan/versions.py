@@ -26,4 +26,6 @@ def released_before(text: str | None, release: tuple[int, int, int]) -> bool:
     parsed = parse_version(text)
     if parsed is None:
         return False
-    return parsed < release or (parsed == release and re.search(r"(dev|rc|a|b)\d", (text or "").split("+")[0]) is not None)
+    return parsed < release or (
+        parsed == release and re.search(r"(dev|rc|a|b)\d", (text or "").split("+")[0]) is not None
+    )

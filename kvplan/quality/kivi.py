@@ -52,20 +52,28 @@ class KiviLayer:
     def append(self, key: torch.Tensor, value: torch.Tensor) -> None:
         """key, value [kv_heads, 1, head_dim] in full precision: joins the residual buffers."""
         self.key_full = key if self.key_full is None else torch.cat([self.key_full, key], dim=1)
-        self.value_full = value if self.value_full is None else torch.cat([self.value_full, value], dim=1)
+        self.value_full = (
+            value if self.value_full is None else torch.cat([self.value_full, value], dim=1)
+        )
 
     def settle(self) -> None:
         """After the step's attention (as the reference): full key groups are quantized, and
         values beyond the residual window leave it oldest first."""
-        keys, values = settle_counts(self._count(self.key_full), self._count(self.value_full), self.residual)
+        keys, values = settle_counts(
+            self._count(self.key_full), self._count(self.value_full), self.residual
+        )
         if keys:
             heads, _, dim = self.key_full.shape
-            grouped = self.key_full[:, :keys].float().reshape(heads, keys // self.group, self.group, dim)
+            grouped = (
+                self.key_full[:, :keys].float().reshape(heads, keys // self.group, self.group, dim)
+            )
             packed, scale, low = quantize_keys(grouped, self.bits)
             self.key_packed.append(packed)
             self.key_scale.append(scale)
             self.key_min.append(low)
-            read = dequantize_keys(packed, scale, low, self.bits, self.group).reshape(heads, keys, dim)
+            read = dequantize_keys(packed, scale, low, self.bits, self.group).reshape(
+                heads, keys, dim
+            )
             self.key_read = _extend(self.key_read, read)
             self.key_full = self.key_full[:, keys:] if keys < self.key_full.shape[1] else None
         if values:
@@ -74,8 +82,10 @@ class KiviLayer:
             self.value_packed.append(packed)
             self.value_scale.append(scale)
             self.value_min.append(low)
-            self.value_read = _extend(self.value_read, dequantize_values(packed, scale, low, self.bits,
-                                                                         oldest.shape[-1], self.group))
+            self.value_read = _extend(
+                self.value_read,
+                dequantize_values(packed, scale, low, self.bits, oldest.shape[-1], self.group),
+            )
             self.value_full = self.value_full[:, values:]
 
     @staticmethod
@@ -97,8 +107,16 @@ class KiviLayer:
 
     def nbytes(self) -> int:
         """Bytes the layer's K and V occupy, measured from its tensors."""
-        tensors = [*self.key_packed, *self.key_scale, *self.key_min, *self.value_packed, *self.value_scale,
-                   *self.value_min, self.key_full, self.value_full]
+        tensors = [
+            *self.key_packed,
+            *self.key_scale,
+            *self.key_min,
+            *self.value_packed,
+            *self.value_scale,
+            *self.value_min,
+            self.key_full,
+            self.value_full,
+        ]
         return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 

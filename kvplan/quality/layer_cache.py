@@ -18,30 +18,46 @@ class LayerCache:
     values: Any = None
     positions: Any = None  # np [kv_heads, n]: each kept token's original position
     scores: Any = None  # np [kv_heads, n]: attention each token received (summed over the group's query heads)
-    window_rows: list[Any] = field(default_factory=list)  # snapkv: recent per-query attention [kv_heads, n_then]
+    window_rows: list[Any] = field(
+        default_factory=list
+    )  # snapkv: recent per-query attention [kv_heads, n_then]
     entropy: float = 0.0
     entropy_steps: int = 0
     peak_tokens: int = 0
     key_absmax: float = 0.0  # of every K/V written (per-tensor scale calibration)
     value_absmax: float = 0.0
     kivi: Any = None  # a KiviLayer when the format is KIVI
-    raw_keys: Any = None  # [kv_heads, n, head_dim] as computed, before rounding (quantized streaming)
+    raw_keys: Any = (
+        None  # [kv_heads, n, head_dim] as computed, before rounding (quantized streaming)
+    )
 
     @property
     def count(self) -> int:
         return 0 if self.positions is None else self.positions.shape[1]
 
-    def append(self, key: torch.Tensor, value: torch.Tensor, position: int, raw_key: torch.Tensor | None = None
-               ) -> None:
+    def append(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        position: int,
+        raw_key: torch.Tensor | None = None,
+    ) -> None:
         """key, value [kv_heads, 1, head_dim]; raw_key: the key before the format rounded it."""
         if raw_key is not None:
-            self.raw_keys = raw_key if self.raw_keys is None else torch.cat([self.raw_keys, raw_key], dim=1)
+            self.raw_keys = (
+                raw_key if self.raw_keys is None else torch.cat([self.raw_keys, raw_key], dim=1)
+            )
         heads = key.shape[0]
         self.key_absmax = max(self.key_absmax, float(key.abs().max()))
         self.value_absmax = max(self.value_absmax, float(value.abs().max()))
         column = np.full((heads, 1), position)
         if self.positions is None:
-            self.keys, self.values, self.positions, self.scores = key, value, column, np.zeros((heads, 1))
+            self.keys, self.values, self.positions, self.scores = (
+                key,
+                value,
+                column,
+                np.zeros((heads, 1)),
+            )
         else:
             self.keys = torch.cat([self.keys, key], dim=1)
             self.values = torch.cat([self.values, value], dim=1)
@@ -84,14 +100,20 @@ def rope_inv_freq(model: Any) -> torch.Tensor:
     """The model's RoPE frequencies, for re-rotating cached keys (StreamingLLM re-indexing);
     only plain RoPE composes as `rotate` assumes."""
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-    if rotary is None or getattr(model.config, "rope_parameters", {}).get("rope_type", "default") != "default":
-        raise ValueError("streaming re-indexes RoPE positions and needs a model with default RoPE; "
-                         "use streaming-abspos (original positions)")
+    if (
+        rotary is None
+        or getattr(model.config, "rope_parameters", {}).get("rope_type", "default") != "default"
+    ):
+        raise ValueError(
+            "streaming re-indexes RoPE positions and needs a model with default RoPE; "
+            "use streaming-abspos (original positions)"
+        )
     return rotary.inv_freq
 
 
-def reindexed_keys(cache: LayerCache, keys: torch.Tensor, step: int, inv_freq: torch.Tensor,
-                   store: Any = None) -> torch.Tensor:
+def reindexed_keys(
+    cache: LayerCache, keys: torch.Tensor, step: int, inv_freq: torch.Tensor, store: Any = None
+) -> torch.Tensor:
     """StreamingLLM: the token in cache slot i sits at position i and the query at n - 1.
     Only distances matter to RoPE, so keys move by (i - p_i) - (step - (n - 1)).
     `store` (quantized formats): how the cache stores a key; a moved key is then rotated from

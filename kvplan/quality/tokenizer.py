@@ -25,7 +25,7 @@ class Llama2cTokenizer:
         while offset < len(data):
             score, length = struct.unpack_from("<fi", data, offset)
             offset += 8
-            self.pieces.append(data[offset:offset + length])
+            self.pieces.append(data[offset : offset + length])
             self.scores.append(score)
             offset += length
         self.lookup = {piece: index for index, piece in enumerate(self.pieces)}
@@ -47,8 +47,10 @@ class Llama2cTokenizer:
                     best_id = merged
             if best < 0:
                 break
-            tokens[best:best + 2] = [best_id]
+            tokens[best : best + 2] = [best_id]
         return ([BOS] if bos else []) + tokens
 
     def decode(self, tokens: list[int]) -> str:
-        return b"".join(self.pieces[t] for t in tokens if t not in (BOS, EOS)).decode("utf-8", "replace")
+        return b"".join(self.pieces[t] for t in tokens if t not in (BOS, EOS)).decode(
+            "utf-8", "replace"
+        )

@@ -39,7 +39,9 @@ class StepContext:
     prefill_max_query: int
     backend: str | None = None
     eviction: Any = None  # real/eviction.py's RealEviction: an eviction policy working on the pool
-    kivi: Any = None  # real/kivi_pool.py's KiviServing: a KIVI pool and its full-precision residuals
+    kivi: Any = (
+        None  # real/kivi_pool.py's KiviServing: a KIVI pool and its full-precision residuals
+    )
     # Index work the torch kernels derive from the tables and lengths, shared by every layer.
     plan_cache: dict = field(default_factory=dict)
 
@@ -49,16 +51,26 @@ def check_supported(config: Any) -> None:
     text = getattr(config, "get_text_config", lambda: config)()
     model_type = getattr(text, "model_type", "")
     if getattr(text, "alibi", False) or model_type in ("bloom", "mpt"):
-        raise ValueError(f"real mode cannot run '{model_type}': ALiBi position biases are not implemented in "
-                         "kvplan's attention kernels")
+        raise ValueError(
+            f"real mode cannot run '{model_type}': ALiBi position biases are not implemented in "
+            "kvplan's attention kernels"
+        )
     if getattr(text, "use_bidirectional_attention", False):
-        raise ValueError("real mode cannot run a model with use_bidirectional_attention=true (its kernels are causal)")
+        raise ValueError(
+            "real mode cannot run a model with use_bidirectional_attention=true (its kernels are causal)"
+        )
     if getattr(text, "num_kv_shared_layers", 0):
-        raise ValueError("real mode cannot run a model with num_kv_shared_layers (layers reading another layer's KV)")
+        raise ValueError(
+            "real mode cannot run a model with num_kv_shared_layers (layers reading another layer's KV)"
+        )
     layer_types = getattr(text, "layer_types", None) or []
-    unknown = sorted(set(layer_types) - {"full_attention", "sliding_attention", "chunked_attention"})
+    unknown = sorted(
+        set(layer_types) - {"full_attention", "sliding_attention", "chunked_attention"}
+    )
     if unknown:
-        raise ValueError(f"real mode cannot run layer_types {unknown}: only full, sliding and chunked attention")
+        raise ValueError(
+            f"real mode cannot run layer_types {unknown}: only full, sliding and chunked attention"
+        )
     if "chunked_attention" in layer_types and not getattr(text, "attention_chunk_size", None):
         raise ValueError("layer_types has chunked_attention but attention_chunk_size is not set")
 
@@ -75,13 +87,25 @@ def layer_variant(module: Any, kwargs: dict[str, Any]) -> Any:
     if layer_types and layer_types[module.layer_idx] == "chunked_attention":
         chunk = config.attention_chunk_size
     sinks = kwargs.get("s_aux")
-    return AttentionVariant(sliding_window=kwargs.get("sliding_window"), chunk_size=chunk,
-                            softcap=kwargs.get("softcap"), sinks=None if sinks is None else sinks.detach())
+    return AttentionVariant(
+        sliding_window=kwargs.get("sliding_window"),
+        chunk_size=chunk,
+        softcap=kwargs.get("softcap"),
+        sinks=None if sinks is None else sinks.detach(),
+    )
 
 
-def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
-                            scaling: float | None = None, dropout: float = 0.0, kvplan_ctx: StepContext | None = None,
-                            **kwargs: Any) -> tuple[Any, None]:
+def paged_attention_forward(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    kvplan_ctx: StepContext | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
     """transformers attention interface: query [1, H, T, D], key/value [1, KV, T, D] (after RoPE)."""
     import torch
 
@@ -105,23 +129,60 @@ def paged_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     common = dict(variant=variant, backend=ctx.backend, plan_cache=ctx.plan_cache)
     if ctx.kivi is not None:  # quantized blocks + residual, stored and read as KIVI does
-        return ctx.kivi.attend(module.layer_idx, q, k, v, scale, ctx, common).to(q.dtype).unsqueeze(0), None
-    write_kv(k, v, cache.key_cache, cache.value_cache, ctx.slot_mapping, cache.fmt, cache.k_scale, cache.v_scale,
-             backend=ctx.backend)
+        return ctx.kivi.attend(module.layer_idx, q, k, v, scale, ctx, common).to(q.dtype).unsqueeze(
+            0
+        ), None
+    write_kv(
+        k,
+        v,
+        cache.key_cache,
+        cache.value_cache,
+        ctx.slot_mapping,
+        cache.fmt,
+        cache.k_scale,
+        cache.v_scale,
+        backend=ctx.backend,
+    )
     if eviction is not None:
         eviction.before_attention(module.layer_idx, cache, k, v, ctx.backend)
     common.update(fmt=cache.fmt, k_scale=cache.k_scale, v_scale=cache.v_scale)
     parts = []
     n = ctx.num_decode
     if n:
-        parts.append(paged_attention(q[:n].contiguous(), cache.key_cache, cache.value_cache, ctx.decode_tables,
-                                     ctx.decode_lens, scale, max_seq_len=ctx.decode_max_len, **common))
-    if q.shape[0] > n and eviction is not None and eviction.sinks is not None:  # streaming (real/streaming.py)
-        parts.append(eviction.sinks.prefill(module.layer_idx, cache, eviction.prefill_steps, q[n:], scale, common))
+        parts.append(
+            paged_attention(
+                q[:n].contiguous(),
+                cache.key_cache,
+                cache.value_cache,
+                ctx.decode_tables,
+                ctx.decode_lens,
+                scale,
+                max_seq_len=ctx.decode_max_len,
+                **common,
+            )
+        )
+    if (
+        q.shape[0] > n and eviction is not None and eviction.sinks is not None
+    ):  # streaming (real/streaming.py)
+        parts.append(
+            eviction.sinks.prefill(
+                module.layer_idx, cache, eviction.prefill_steps, q[n:], scale, common
+            )
+        )
     elif q.shape[0] > n:
-        parts.append(paged_prefill(q[n:].contiguous(), cache.key_cache, cache.value_cache, ctx.prefill_tables,
-                                   ctx.prefill_query_start, ctx.prefill_lens, scale,
-                                   max_query_len=ctx.prefill_max_query, **common))
+        parts.append(
+            paged_prefill(
+                q[n:].contiguous(),
+                cache.key_cache,
+                cache.value_cache,
+                ctx.prefill_tables,
+                ctx.prefill_query_start,
+                ctx.prefill_lens,
+                scale,
+                max_query_len=ctx.prefill_max_query,
+                **common,
+            )
+        )
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     if eviction is not None:
         eviction.after_attention(module.layer_idx, cache, q, scale, len(ctx.pool))

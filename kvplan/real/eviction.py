@@ -4,29 +4,23 @@ The block manager (kvplan.core.kv.budget.PolicyBudget, the simulator's memory mo
 how many slots each sequence holds; this file makes the pool's tensors hold exactly those
 tokens, per layer and per KV head (selection: kvplan.core.policies, as the quality
 evaluator uses it):
-- h2o and paged-eviction: each head's kept tokens sit compacted in the sequence's first
-  slots. A decode step at its budget first selects, per head, what to keep with the new
-  token counted as the newest (h2o: the least accumulated attention outside the recent
-  half goes; paged-eviction: the page of lowest mean attention over the layer's heads,
-  never the newest), moves kept slots from the tail into the holes (one copy per evicted
-  slot), then writes the new token into the last slot; so no step attends to budget + 1
-  tokens. A prefill chunk attends to everything kept plus the chunk, then the head's kept
-  tokens are gathered to the front. paged-eviction picks pages per layer, as the quality
-  evaluator does; a block table is shared by every layer, so a page dropped in one layer
-  is compacted away there rather than unmapped (named simplification).
-- entropy-budget: h2o per KV head within each layer, at the layer's own budget (probed:
-  real/factory.py). One block table serves every layer, so the sequence's blocks hold the
-  largest layer budget; a layer keeps its tokens compacted in its first slots and writes,
-  reads and scores only those (per-layer slot mappings and lengths: `layer_context`), its
-  tail slots unused (the simulator's internal fragmentation: slots.used_tokens).
-- snapkv: nothing is evicted until the step that reads the prompt's last token; then the
-  prompt's last `window` queries (kept across chunks) vote per KV head over the earlier
-  prompt tokens, votes are max-pooled, and each head's top tokens plus the window are
-  gathered to the front; later tokens are all kept.
-- sliding-window and streaming: tokens stay at their positions; the block manager frees
-  blocks the window has left (streaming keeps the sink block) and the kernels'
-  sliding-window mask (budget keys, the query included) hides the stale slots;
-  streaming writes its sinks into the window's first 4 slots (real/streaming.py).
+- policies that compact (`policy.compacts`: h2o, paged-eviction, entropy-budget, snapkv)
+  keep each head's tokens in the sequence's first slots. A decode step at its budget first
+  selects (`policy.keep`) with the new token counted as the newest, moves kept slots from
+  the tail into the holes (one copy per evicted slot), then writes the new token into the
+  last slot, so no step attends to budget + 1 tokens; a prefill chunk attends to everything
+  kept plus the chunk, then each head's kept tokens are gathered to the front. Pages are
+  picked per layer; one block table serves every layer, so a page dropped in one layer is
+  compacted away there rather than unmapped (named simplification). A policy that splits
+  its budget across layers keeps each layer at its own budget on its own slots
+  (`layer_context`), the blocks holding the largest (the rest: internal fragmentation).
+- a policy that selects after the prompt (snapkv) evicts nothing until the step that reads
+  the prompt's last token; then the last `window` prompt queries (kept across chunks) vote
+  per KV head over the earlier tokens (`policy.keep_after_prompt`); later tokens all stay.
+- window policies keep tokens at their positions; the block manager frees blocks the
+  window has left (sinks keep block 0), the kernels' sliding-window mask (budget keys,
+  the query included) hides stale slots, and sinks are written into the window's first
+  slots (real/streaming.py).
 Attention runs in kvplan's paged kernels; the scores the policies need are recomputed
 beside them in torch (the kernels return no probabilities), per KV head, the query heads
 of a GQA group adding their attention.
@@ -51,8 +45,12 @@ from kvplan.spec.setting_error import SettingError
 def check_real_policy(spec: PolicySpec) -> None:
     refusal = spec.policy.real_refusal
     if refusal is not None:
-        raise SettingError("real mode cannot run '{policy}': {refusal}; measure it with {quality_text} or in "
-                           "simulated mode", policy=spec.name, refusal=refusal)
+        raise SettingError(
+            "real mode cannot run '{policy}': {refusal}; measure it with {quality_text} or in "
+            "simulated mode",
+            policy=spec.name,
+            refusal=refusal,
+        )
 
 
 @dataclass
@@ -71,12 +69,16 @@ class RealEviction:
     spec: PolicySpec
     budget: PolicyBudget
     block_size: int
-    scores: dict[tuple[int, int], list[Any]] = field(default_factory=dict)  # per layer: np [kv_heads, held]
+    scores: dict[tuple[int, int], list[Any]] = field(
+        default_factory=dict
+    )  # per layer: np [kv_heads, held]
     # per layer: np [kv_heads, held], each slot's token position (hole filling reorders slots)
     positions: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
     # snapkv: per layer, the latest prompt queries [<= window, heads, dim] and their slots
     window_queries: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
-    measured: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)  # (length, slots held)
+    measured: dict[tuple[int, int], list[tuple[int, int]]] = field(
+        default_factory=dict
+    )  # (length, slots held)
     copied_slots: int = 0
     steps: list[SeqStep] = field(default_factory=list)
     # The alternative to compaction, measured on the same run: leave holes where tokens were
@@ -86,10 +88,14 @@ class RealEviction:
     compact_blocks: int = 0
     sinks: SinkCopies | None = None  # streaming: the sinks written into each window
     # per step: (tokens written, slots each layer holds); `measured` keeps the largest
-    layer_measured: dict[tuple[int, int], list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)
+    layer_measured: dict[tuple[int, int], list[tuple[int, tuple[int, ...]]]] = field(
+        default_factory=dict
+    )
     _live: dict[tuple[int, int], set[int]] = field(default_factory=dict)
     _layer_slots: list[int] = field(default_factory=list)
-    _contexts: dict[int, Any] = field(default_factory=dict)  # entropy-budget: per layer budget, this step's context
+    _contexts: dict[int, Any] = field(
+        default_factory=dict
+    )  # entropy-budget: per layer budget, this step's context
 
     @property
     def compacted(self) -> bool:
@@ -116,19 +122,38 @@ class RealEviction:
         for (seq, count), start in zip(order, slot_starts.tolist()):
             key = (seq.request.request_id, seq.sample_index)
             if seq.num_computed == 0:  # a fresh or recomputed sequence
-                for table in (self.scores, self.positions, self.measured, self.window_queries, self.layer_measured):
+                for table in (
+                    self.scores,
+                    self.positions,
+                    self.measured,
+                    self.window_queries,
+                    self.layer_measured,
+                ):
                     table.pop(key, None)
                 if self.sinks is not None:
                     self.sinks.forget(key)
             kept = self.budget.kept(seq)
-            self.steps.append(SeqStep(key, seq.prompt_len, int(start), count, seq.num_computed + count,
-                                      list(seq.block_table), self.compacted and count == 1 and kept > start))
+            self.steps.append(
+                SeqStep(
+                    key,
+                    seq.prompt_len,
+                    int(start),
+                    count,
+                    seq.num_computed + count,
+                    list(seq.block_table),
+                    self.compacted and count == 1 and kept > start,
+                )
+            )
         return self
 
     def layer_held(self, step: SeqStep, layer: int, length: int) -> int:
         """Tokens per head the layer holds once `length` tokens are written."""
         budgets = self.spec.layer_budgets
-        return held_tokens(self.spec, step.prompt_len, length) if budgets is None else min(length, budgets[layer])
+        return (
+            held_tokens(self.spec, step.prompt_len, length)
+            if budgets is None
+            else min(length, budgets[layer])
+        )
 
     def layer_start(self, step: SeqStep, layer: int) -> int:
         """The layer's slot for the step's first new token (entropy-budget: per layer)."""
@@ -141,7 +166,9 @@ class RealEviction:
     def _evicts_first(self, step: SeqStep, layer: int) -> bool:
         if self.spec.layer_budgets is None:
             return step.evict_first
-        return step.count == 1 and self.layer_held(step, layer, step.length - 1) > self.layer_start(step, layer)
+        return step.count == 1 and self.layer_held(step, layer, step.length - 1) > self.layer_start(
+            step, layer
+        )
 
     def layer_context(self, layer: int, ctx: Any) -> Any:
         """The step context a layer's attention uses: entropy-budget's layers write their new
@@ -154,17 +181,25 @@ class RealEviction:
 
             import torch
 
-            starts = np.array([self.layer_start(step, layer) for step in self.steps], dtype=np.int64)
+            starts = np.array(
+                [self.layer_start(step, layer) for step in self.steps], dtype=np.int64
+            )
             counts = np.array([step.count for step in self.steps], dtype=np.int64)
-            slots = [pool_slots.flat_slots(step.table, start + np.arange(step.count), self.block_size)
-                     for step, start in zip(self.steps, starts.tolist())]
+            slots = [
+                pool_slots.flat_slots(step.table, start + np.arange(step.count), self.block_size)
+                for step, start in zip(self.steps, starts.tolist())
+            ]
             device = ctx.slot_mapping.device
             lens = torch.from_numpy(starts + counts).to(device=device, dtype=torch.int32)
             decode = ctx.num_decode
             self._contexts[budgets[layer]] = replace(
-                ctx, slot_mapping=torch.cat(slots).to(device) if slots else ctx.slot_mapping,
-                decode_lens=lens[:decode], decode_max_len=int(lens[:decode].max()) if decode else 0,
-                prefill_lens=lens[decode:], plan_cache={})
+                ctx,
+                slot_mapping=torch.cat(slots).to(device) if slots else ctx.slot_mapping,
+                decode_lens=lens[:decode],
+                decode_max_len=int(lens[:decode].max()) if decode else 0,
+                prefill_lens=lens[decode:],
+                plan_cache={},
+            )
         return self._contexts[budgets[layer]]
 
     def variant(self, variant: Any) -> Any:
@@ -177,13 +212,21 @@ class RealEviction:
         policy selects over each head's slots ranked by token position (h2o's recent half
         and paged-eviction's pages are by position)."""
         order = np.argsort(positions, axis=1, kind="stable")
-        chosen = np.asarray(self.spec.policy.keep(self.spec, np.take_along_axis(scores, order, axis=1),
-                                                  np.take_along_axis(positions, order, axis=1), held))
+        chosen = np.asarray(
+            self.spec.policy.keep(
+                self.spec,
+                np.take_along_axis(scores, order, axis=1),
+                np.take_along_axis(positions, order, axis=1),
+                held,
+            )
+        )
         if chosen.ndim == 1:  # one kept set for every head
             chosen = np.tile(chosen, (scores.shape[0], 1))
         keep = np.sort(np.take_along_axis(order, chosen, axis=1), axis=1)
         if keep.shape[1] != held:
-            raise RuntimeError(f"{self.spec.name} kept {keep.shape[1]} slots, the memory model says {held}")
+            raise RuntimeError(
+                f"{self.spec.name} kept {keep.shape[1]} slots, the memory model says {held}"
+            )
         return keep
 
     @property
@@ -192,7 +235,9 @@ class RealEviction:
 
     # -- inside each layer's attention ----------------------------------------------------
 
-    def before_attention(self, layer: int, cache: Any, key: Any, value: Any, backend: str | None) -> None:
+    def before_attention(
+        self, layer: int, cache: Any, key: Any, value: Any, backend: str | None
+    ) -> None:
         """Streaming: each decode query's window gets the sinks in its first 4 slots (`key`,
         `value`: the step's new K/V as the model computed them, before the pool stored them)."""
         if self.sinks is None:
@@ -201,7 +246,16 @@ class RealEviction:
         dtype = key.dtype
         for step in self.steps:
             if step.count == 1:
-                self.sinks.place(layer, cache, step.key, step.table, step.slot_start, step.length - 1, dtype, backend)
+                self.sinks.place(
+                    layer,
+                    cache,
+                    step.key,
+                    step.table,
+                    step.slot_start,
+                    step.length - 1,
+                    dtype,
+                    backend,
+                )
 
     def before_write(self, layer: int, cache: Any) -> None:
         """Decode steps at their budget: per head, fill the victims' holes from the tail."""
@@ -211,9 +265,15 @@ class RealEviction:
             start = self.layer_start(step, layer)
             scores, positions = self._layer_scores(step, layer), self.positions[step.key][layer]
             heads, kept = scores.shape
-            extended = np.concatenate([scores, np.zeros((heads, 1))], axis=1)  # the new token: recent
-            extended_positions = np.concatenate([positions, np.full((heads, 1), step.length - 1)], axis=1)
-            keep = self._keep(extended, extended_positions, start + 1)[:, :-1]  # the new token stays last
+            extended = np.concatenate(
+                [scores, np.zeros((heads, 1))], axis=1
+            )  # the new token: recent
+            extended_positions = np.concatenate(
+                [positions, np.full((heads, 1), step.length - 1)], axis=1
+            )
+            keep = self._keep(extended, extended_positions, start + 1)[
+                :, :-1
+            ]  # the new token stays last
             moved_heads, sources, targets = pool_slots.fill_holes(keep, start)
             pool_slots.move_slots(cache, step.table, self.block_size, moved_heads, sources, targets)
             scores[moved_heads, targets] = scores[moved_heads, sources]
@@ -222,11 +282,13 @@ class RealEviction:
             self.scores[step.key][layer] = scores[:, :start]
             self.positions[step.key][layer] = positions[:, :start]
 
-    def after_attention(self, layer: int, cache: Any, query: Any, scale: float, num_layers: int) -> None:
+    def after_attention(
+        self, layer: int, cache: Any, query: Any, scale: float, num_layers: int
+    ) -> None:
         """Accumulate this step's attention per KV head; compact to what the policy keeps."""
         row = 0
         for index, step in enumerate(self.steps):
-            q = query[row:row + step.count]
+            q = query[row : row + step.count]
             row += step.count
             lens = step.slot_start + step.count
             if not self.compacted:
@@ -234,10 +296,12 @@ class RealEviction:
             else:
                 slots = self._compact_step(layer, cache, step, q, scale)
             self._layer_slots.append(slots)  # layer-major: each layer's steps in order
-            per_layer = self._layer_slots[index::len(self.steps)]
+            per_layer = self._layer_slots[index :: len(self.steps)]
             if self.compacted:
                 self._count_holes(step, layer, num_layers, max(per_layer))
-            if layer == num_layers - 1:  # the slots the sequence's blocks must hold: its largest layer's
+            if (
+                layer == num_layers - 1
+            ):  # the slots the sequence's blocks must hold: its largest layer's
                 self.measured.setdefault(step.key, []).append((step.length, max(per_layer)))
                 self.layer_measured.setdefault(step.key, []).append((step.length, tuple(per_layer)))
         if layer == num_layers - 1:
@@ -263,7 +327,9 @@ class RealEviction:
                 self._remember_queries(step, layer, q)
         else:
             keys = pool_slots.read_keys(cache, step.table, lens, self.block_size)
-            received = pool_slots.attention_probs(keys, q, start + np.arange(step.count), scale).sum(axis=1)
+            received = pool_slots.attention_probs(
+                keys, q, start + np.arange(step.count), scale
+            ).sum(axis=1)
             scores = np.concatenate([scores, np.zeros((heads, step.count))], axis=1) + received
             if held < lens:
                 keep = self._keep(scores, positions, held)
@@ -281,9 +347,11 @@ class RealEviction:
             layers.append(None)
         previous = layers[layer]
         rows = q.detach().float() if previous is None else _cat(previous, q.detach().float())
-        layers[layer] = rows[-self.spec.window:]
+        layers[layer] = rows[-self.spec.window :]
 
-    def _snapkv_keep(self, layer: int, cache: Any, step: SeqStep, q: Any, scale: float, held: int) -> Any | None:
+    def _snapkv_keep(
+        self, layer: int, cache: Any, step: SeqStep, q: Any, scale: float, held: int
+    ) -> Any | None:
         """SnapKV's one compression, in the step that reads the prompt's last token: the
         last `window` prompt queries vote over the earlier prompt tokens, per KV head."""
         prompt = step.prompt_len
@@ -299,7 +367,9 @@ class RealEviction:
         probs = pool_slots.attention_probs(keys, queries, np.arange(prompt - window, prompt), scale)
         votes = probs.sum(axis=1)[:, : prompt - window]
         keep = self.spec.policy.keep_after_prompt(self.spec, votes, window)
-        tail = np.tile(np.arange(prompt, step.slot_start + step.count), (keep.shape[0], 1))  # recomputed outputs
+        tail = np.tile(
+            np.arange(prompt, step.slot_start + step.count), (keep.shape[0], 1)
+        )  # recomputed outputs
         keep = np.concatenate([keep, tail], axis=1)
         if keep.shape[1] != held:
             raise RuntimeError(f"snapkv kept {keep.shape[1]} slots, the memory model says {held}")

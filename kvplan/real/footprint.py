@@ -49,17 +49,22 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_real_model_memory(spec: ModelSpec, layers: int | None, dtype: str, device: str) -> str | None:
+def check_real_model_memory(
+    spec: ModelSpec, layers: int | None, dtype: str, device: str
+) -> str | None:
     """A one-line warning for a large build, or ValueError when it cannot fit in memory."""
     need = model_footprint(spec, layers, dtype)
     if need.weight_bytes < WARN_BYTES:
         return None
     small = model_footprint(spec, 2, dtype)
-    fix = (f"pass --layers 2 ({small.weight_bytes / GIB:.1f} GiB), a smaller --model"
-           + (" or --model-dtype bf16" if dtype == "fp32" else ""))
+    fix = f"pass --layers 2 ({small.weight_bytes / GIB:.1f} GiB), a smaller --model" + (
+        " or --model-dtype bf16" if dtype == "fp32" else ""
+    )
     free = available_bytes()
-    what = (f"real mode builds {spec.name} ({need.layers} layers) in {dtype}: about "
-            f"{need.weight_bytes / GIB:.1f} GiB of weights in host memory")
+    what = (
+        f"real mode builds {spec.name} ({need.layers} layers) in {dtype}: about "
+        f"{need.weight_bytes / GIB:.1f} GiB of weights in host memory"
+    )
     if free is not None and need.weight_bytes > free:
         raise ValueError(f"{what}, but only {free / GIB:.1f} GiB is available; {fix}")
     return f"{what} before moving to {device}; this can take minutes ({fix} for a quick run)"

@@ -26,18 +26,28 @@ from kvplan import cdiv
 from kvplan.core.sequence import Sequence
 
 
-def check_kivi_serving(block_size: int, allocator: str, prefix: bool, offload: tuple[str, ...], policy: str | None,
-                       name: str) -> None:
+def check_kivi_serving(
+    block_size: int,
+    allocator: str,
+    prefix: bool,
+    offload: tuple[str, ...],
+    policy: str | None,
+    name: str,
+) -> None:
     """Refuse, naming the fix, what the KIVI pool cannot combine with."""
     from kvplan.kernels.kivi import KIVI_GROUP
 
     if block_size != KIVI_GROUP:
-        raise ValueError(f"{name} keeps one key group ({KIVI_GROUP} tokens, the paper's G) per pool block: "
-                         f"use --block-size {KIVI_GROUP}")
+        raise ValueError(
+            f"{name} keeps one key group ({KIVI_GROUP} tokens, the paper's G) per pool block: "
+            f"use --block-size {KIVI_GROUP}"
+        )
     if allocator != "paged" or prefix or offload or policy:
-        raise ValueError(f"{name} runs on the plain paged pool only (no contiguous allocator, prefix caching, "
-                         "offload tier or eviction policy: their blocks would be shared without the "
-                         "per-sequence full-precision residual)")
+        raise ValueError(
+            f"{name} runs on the plain paged pool only (no contiguous allocator, prefix caching, "
+            "offload tier or eviction policy: their blocks would be shared without the "
+            "per-sequence full-precision residual)"
+        )
 
 
 @dataclass
@@ -57,14 +67,22 @@ class KiviServing:
     pool: list[Any]  # one KiviPagedCache per layer
     block_size: int
     format_name: str  # kivi-int2 / kivi-int4
-    residual: dict[tuple[int, int], list[list[Any]]] = field(default_factory=dict)  # per layer [keys, values]
-    done: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (keys, values) quantized
-    measured: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (tokens, bytes) at finish
+    residual: dict[tuple[int, int], list[list[Any]]] = field(
+        default_factory=dict
+    )  # per layer [keys, values]
+    done: dict[tuple[int, int], tuple[int, int]] = field(
+        default_factory=dict
+    )  # (keys, values) quantized
+    measured: dict[tuple[int, int], tuple[int, int]] = field(
+        default_factory=dict
+    )  # (tokens, bytes) at finish
     peak_residual_bytes: int = 0
     seqs: list[_SeqPlan] = field(default_factory=list)
     plan: dict[str, Any] = field(default_factory=dict)
 
-    def begin_step(self, order: list[tuple[Sequence, int]], num_decode: int, device: Any) -> KiviServing:
+    def begin_step(
+        self, order: list[tuple[Sequence, int]], num_decode: int, device: Any
+    ) -> KiviServing:
         """Plan one step for every layer: the scratch's blocks and renumbered tables, where
         residual rows go, and what settles into which blocks and slots afterwards."""
         import torch
@@ -81,8 +99,10 @@ class KiviServing:
                 self.residual[key] = [[None, None] for _ in self.pool]
                 self.done[key] = (0, 0)
             elif key not in self.residual:
-                raise ValueError("KIVI serving cannot fork parallel samples (each needs its own residual); "
-                                 "run requests with n = 1")
+                raise ValueError(
+                    "KIVI serving cannot fork parallel samples (each needs its own residual); "
+                    "run requests with n = 1"
+                )
             key_done, value_done = self.done[key]
             length = start + count
             width = cdiv(length, size)
@@ -94,28 +114,48 @@ class KiviServing:
             keys, values = settle_counts(length - key_done, length - value_done, size)
             positions = np.arange(value_done, value_done + values)
             table = np.asarray(seq.block_table, dtype=np.int64)
-            key_blocks.append(table[key_done // size:(key_done + keys) // size])
+            key_blocks.append(table[key_done // size : (key_done + keys) // size])
             value_slots.append(table[positions // size] * size + positions % size)
             final = seq.prompt_len + seq.output_len - 1  # the last sampled token is never written
-            self.seqs.append(_SeqPlan(key, first, count, key_done, value_done, length, list(seq.block_table),
-                                      length >= final))
+            self.seqs.append(
+                _SeqPlan(
+                    key,
+                    first,
+                    count,
+                    key_done,
+                    value_done,
+                    length,
+                    list(seq.block_table),
+                    length >= final,
+                )
+            )
             self.done[key] = (key_done + keys, value_done + values)
             first += count
 
         def tensor(parts: list[Any]) -> Any:
-            return torch.from_numpy(np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)).to(device)
+            return torch.from_numpy(
+                np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+            ).to(device)
 
         widest = max((len(t) for t in tables), default=0)
         padded = np.zeros((len(tables), widest), dtype=np.int64)
         for row, table in enumerate(tables):
-            padded[row, :len(table)] = table
+            padded[row, : len(table)] = table
         padded = torch.from_numpy(padded).to(device=device, dtype=torch.int32)
-        self.plan = dict(blocks=tensor([np.asarray(blocks)]), key_rows=tensor(key_rows), value_rows=tensor(value_rows),
-                         key_blocks=tensor(key_blocks), value_slots=tensor(value_slots),
-                         decode_tables=padded[:num_decode], prefill_tables=padded[num_decode:])
+        self.plan = dict(
+            blocks=tensor([np.asarray(blocks)]),
+            key_rows=tensor(key_rows),
+            value_rows=tensor(value_rows),
+            key_blocks=tensor(key_blocks),
+            value_slots=tensor(value_slots),
+            decode_tables=padded[:num_decode],
+            prefill_tables=padded[num_decode:],
+        )
         return self
 
-    def attend(self, layer: int, q: Any, k: Any, v: Any, scale: float, ctx: Any, common: dict[str, Any]) -> Any:
+    def attend(
+        self, layer: int, q: Any, k: Any, v: Any, scale: float, ctx: Any, common: dict[str, Any]
+    ) -> Any:
         """One layer's attention for the step (q/k/v packed [tokens, heads, dim]); stores the
         step's K/V as KIVI does."""
         import torch
@@ -128,7 +168,9 @@ class KiviServing:
         buffers = []
         for seq in self.seqs:
             buffer = self.residual[seq.key][layer]
-            for index, new in enumerate((k[seq.first:seq.first + seq.count], v[seq.first:seq.first + seq.count])):
+            for index, new in enumerate(
+                (k[seq.first : seq.first + seq.count], v[seq.first : seq.first + seq.count])
+            ):
                 buffer[index] = new if buffer[index] is None else torch.cat([buffer[index], new])
             buffers.append(buffer)
         keys, values = cache.read_blocks(plan["blocks"])
@@ -141,12 +183,32 @@ class KiviServing:
         common = dict(common, fmt=get_format("fp32"), k_scale=None, v_scale=None)
         parts, n = [], ctx.num_decode
         if n:
-            parts.append(paged_attention(q[:n].contiguous(), keys, values, plan["decode_tables"], ctx.decode_lens,
-                                         scale, max_seq_len=ctx.decode_max_len, **common))
+            parts.append(
+                paged_attention(
+                    q[:n].contiguous(),
+                    keys,
+                    values,
+                    plan["decode_tables"],
+                    ctx.decode_lens,
+                    scale,
+                    max_seq_len=ctx.decode_max_len,
+                    **common,
+                )
+            )
         if q.shape[0] > n:
-            parts.append(paged_prefill(q[n:].contiguous(), keys, values, plan["prefill_tables"],
-                                       ctx.prefill_query_start, ctx.prefill_lens, scale,
-                                       max_query_len=ctx.prefill_max_query, **common))
+            parts.append(
+                paged_prefill(
+                    q[n:].contiguous(),
+                    keys,
+                    values,
+                    plan["prefill_tables"],
+                    ctx.prefill_query_start,
+                    ctx.prefill_lens,
+                    scale,
+                    max_query_len=ctx.prefill_max_query,
+                    **common,
+                )
+            )
         self._settle(layer, cache, buffers)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -158,7 +220,9 @@ class KiviServing:
         for seq, buffer in zip(self.seqs, buffers):
             keys, values = self._settling(seq)
             if keys:
-                settled_keys.append(buffer[0][:keys].reshape(keys // size, size, *buffer[0].shape[1:]))
+                settled_keys.append(
+                    buffer[0][:keys].reshape(keys // size, size, *buffer[0].shape[1:])
+                )
                 buffer[0] = buffer[0][keys:]
             if values:
                 settled_values.append(buffer[1][:values])
@@ -176,8 +240,12 @@ class KiviServing:
         return key_done - seq.key_done, value_done - seq.value_done
 
     def residual_bytes(self, key: tuple[int, int]) -> int:
-        return sum(t.numel() * t.element_size() for layer in self.residual.get(key, []) for t in layer
-                   if t is not None)
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self.residual.get(key, [])
+            for t in layer
+            if t is not None
+        )
 
     def sequence_bytes(self, key: tuple[int, int], table: list[int]) -> int:
         """K/V bytes one sequence holds, measured from the pool's tensors and its residual."""
@@ -185,14 +253,19 @@ class KiviServing:
 
         key_done, value_done = self.done[key]
         size = self.block_size
-        blocks = torch.tensor(table[:key_done // size], dtype=torch.long)
+        blocks = torch.tensor(table[: key_done // size], dtype=torch.long)
         positions = np.arange(value_done)
-        slots = torch.from_numpy(np.asarray(table, dtype=np.int64)[positions // size] * size + positions % size)
-        return self.residual_bytes(key) + sum(cache.key_block_bytes(blocks) + cache.value_slot_bytes(slots)
-                                              for cache in self.pool)
+        slots = torch.from_numpy(
+            np.asarray(table, dtype=np.int64)[positions // size] * size + positions % size
+        )
+        return self.residual_bytes(key) + sum(
+            cache.key_block_bytes(blocks) + cache.value_slot_bytes(slots) for cache in self.pool
+        )
 
     def _after_step(self) -> None:
-        self.peak_residual_bytes = max(self.peak_residual_bytes, sum(self.residual_bytes(k) for k in self.residual))
+        self.peak_residual_bytes = max(
+            self.peak_residual_bytes, sum(self.residual_bytes(k) for k in self.residual)
+        )
         for seq in self.seqs:
             if seq.finishes:
                 self.measured[seq.key] = (seq.length, self.sequence_bytes(seq.key, seq.table))

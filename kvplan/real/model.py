@@ -35,8 +35,9 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def load_causal_lm(model: str, model_path: str | None, layers: int | None, dtype: str, device: str,
-                   seed: int = 0) -> tuple[Any, dict[str, Any]]:
+def load_causal_lm(
+    model: str, model_path: str | None, layers: int | None, dtype: str, device: str, seed: int = 0
+) -> tuple[Any, dict[str, Any]]:
     """(model in eval mode on `device`, its config dict). `layers` keeps the first N layers
     of a profile's shape so a large model's structure fits a small machine."""
     import torch
@@ -49,11 +50,15 @@ def load_causal_lm(model: str, model_path: str | None, layers: int | None, dtype
         path = Path(model_path).expanduser()
         config = read_config(path)
         try:
-            lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch_dtype)
+            lm = AutoModelForCausalLM.from_pretrained(
+                path, local_files_only=True, dtype=torch_dtype
+            )
         except Exception as err:  # transformers raises many types for a broken folder
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"model directory '{path}' does not load ({first}); pass a local transformers "
-                             "checkpoint folder with config.json and weights") from None
+            raise ValueError(
+                f"model directory '{path}' does not load ({first}); pass a local transformers "
+                "checkpoint folder with config.json and weights"
+            ) from None
     else:
         spec = load_model(model)
         profile = model_profiles().get(spec.name)
@@ -68,8 +73,10 @@ def load_causal_lm(model: str, model_path: str | None, layers: int | None, dtype
         try:
             hf_config = AutoConfig.for_model(**config)
         except Exception as err:
-            raise ValueError(f"transformers cannot build model type '{config.get('model_type')}' ({err}); "
-                             "pass --model-path with a local checkpoint") from None
+            raise ValueError(
+                f"transformers cannot build model type '{config.get('model_type')}' ({err}); "
+                "pass --model-path with a local checkpoint"
+            ) from None
         torch.manual_seed(seed)
         lm = AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype)
     return lm.to(device).eval(), config

@@ -18,13 +18,17 @@ def flat_slots(table: list[int], indices: Any, block_size: int) -> Any:
     return blocks * block_size + indices % block_size
 
 
-def read_slots(cache: Any, table: list[int], indices: Any, block_size: int, values: bool = False) -> Any:
+def read_slots(
+    cache: Any, table: list[int], indices: Any, block_size: int, values: bool = False
+) -> Any:
     """Keys (or values) at the sequence's slots `indices`, as attention reads them:
     [len(indices), kv_heads, head_dim] fp32."""
     from kvplan.kernels.quant import dequantize
 
     slots = flat_slots(table, indices, block_size).to(cache.key_cache.device)
-    store, scales = (cache.value_cache, cache.v_scale) if values else (cache.key_cache, cache.k_scale)
+    store, scales = (
+        (cache.value_cache, cache.v_scale) if values else (cache.key_cache, cache.k_scale)
+    )
     heads = store.shape[2]
     stored = store.reshape(-1, heads, store.shape[-1])[slots]
     if scales is not None and scales.dim() == 4:
@@ -58,7 +62,9 @@ def _tensors(cache: Any) -> list[Any]:
     return [t.reshape(-1, heads, t.shape[-1]) for t in out]
 
 
-def move_slots(cache: Any, table: list[int], block_size: int, heads: Any, sources: Any, targets: Any) -> None:
+def move_slots(
+    cache: Any, table: list[int], block_size: int, heads: Any, sources: Any, targets: Any
+) -> None:
     """Per (head, source, target): copy the head's K/V at slot `source` into slot `target`
     (all sources are read before any target is written)."""
     import torch
@@ -96,4 +102,8 @@ def fill_holes(keep: Any, held: int) -> tuple[Any, Any, Any]:
             heads.append(head)
             sources.append(source)
             targets.append(hole)
-    return np.array(heads, dtype=np.int64), np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64)
+    return (
+        np.array(heads, dtype=np.int64),
+        np.array(sources, dtype=np.int64),
+        np.array(targets, dtype=np.int64),
+    )

@@ -42,8 +42,13 @@ def _as_slots(cache: Any) -> Any:
             return tensor  # per-tensor scales
         return tensor.reshape(-1, 1, *tensor.shape[2:])
 
-    return replace(cache, key_cache=view(cache.key_cache), value_cache=view(cache.value_cache),
-                   k_scale=view(cache.k_scale), v_scale=view(cache.v_scale))
+    return replace(
+        cache,
+        key_cache=view(cache.key_cache),
+        value_cache=view(cache.value_cache),
+        k_scale=view(cache.k_scale),
+        v_scale=view(cache.v_scale),
+    )
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,9 @@ class StepLayout:
     contiguous: bool  # tables are one-slot "blocks": a contiguous allocator's extents
 
 
-def lay_out(order: list[tuple[Sequence, int]], block_size: int, eviction: RealEviction | None) -> StepLayout:
+def lay_out(
+    order: list[tuple[Sequence, int]], block_size: int, eviction: RealEviction | None
+) -> StepLayout:
     """The step's positions, slots and block tables, from the block manager's state."""
     n = len(order)
     counts = np.fromiter((count for _, count in order), dtype=np.int64, count=n)
@@ -72,8 +79,11 @@ def lay_out(order: list[tuple[Sequence, int]], block_size: int, eviction: RealEv
     ends = starts + counts
     # Where the new tokens go in each sequence's slots: their positions, unless an
     # eviction policy keeps fewer (real/eviction.py); RoPE positions stay the tokens' own.
-    slot_starts = starts if eviction is None else np.fromiter(
-        (eviction.slot_start(seq) for seq, _ in order), dtype=np.int64, count=n)
+    slot_starts = (
+        starts
+        if eviction is None
+        else np.fromiter((eviction.slot_start(seq) for seq, _ in order), dtype=np.int64, count=n)
+    )
     slot_ends = slot_starts + counts
     contiguous = bool(order) and order[0][0].extent is not None
     block = 1 if contiguous else block_size
@@ -84,15 +94,32 @@ def lay_out(order: list[tuple[Sequence, int]], block_size: int, eviction: RealEv
         widths = cdiv(slot_ends, block)
         tables = np.full((n, int(widths.max()) if n else 0), -1, dtype=np.int64)
         for row, (seq, _) in enumerate(order):
-            tables[row, :widths[row]] = seq.block_table[:widths[row]]
+            tables[row, : widths[row]] = seq.block_table[: widths[row]]
     owner = np.repeat(np.arange(n), counts)
     first_index = np.cumsum(counts) - counts
     positions = starts[owner] + np.arange(len(owner)) - first_index[owner]
-    in_slots = positions if eviction is None else slot_starts[owner] + np.arange(len(owner)) - first_index[owner]
+    in_slots = (
+        positions
+        if eviction is None
+        else slot_starts[owner] + np.arange(len(owner)) - first_index[owner]
+    )
     slots = tables[owner, in_slots // block] * block + in_slots % block
-    done = ends == np.fromiter((seq.prompt_len + seq.num_generated for seq, _ in order), dtype=np.int64, count=n)
-    return StepLayout(order, counts, first_index, positions, slot_ends, slot_starts, slots, tables,
-                      int(np.count_nonzero(counts == 1)), done, contiguous)
+    done = ends == np.fromiter(
+        (seq.prompt_len + seq.num_generated for seq, _ in order), dtype=np.int64, count=n
+    )
+    return StepLayout(
+        order,
+        counts,
+        first_index,
+        positions,
+        slot_ends,
+        slot_starts,
+        slots,
+        tables,
+        int(np.count_nonzero(counts == 1)),
+        done,
+        contiguous,
+    )
 
 
 @dataclass(frozen=True)
@@ -115,9 +142,18 @@ class RealRunner:
 
     mode = "real"
 
-    def __init__(self, model: Any, pool: list[Any], block_size: int, vocab_size: int, device: str,
-                 backend: str | None = None, seed: int = 0, eviction: RealEviction | None = None,
-                 kivi: KiviServing | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        pool: list[Any],
+        block_size: int,
+        vocab_size: int,
+        device: str,
+        backend: str | None = None,
+        seed: int = 0,
+        eviction: RealEviction | None = None,
+        kivi: KiviServing | None = None,
+    ) -> None:
         import torch
 
         check_supported(model.config)
@@ -136,8 +172,12 @@ class RealRunner:
         self.eviction = eviction
         self.kivi = kivi
         self.tokens: dict[tuple[int, int], list[int]] = {}
-        self.step_logits: dict[tuple[int, int], Any] = {}  # last step's sampled logits (quality checks)
-        self.block_tokens: dict[int, tuple[int, ...]] = {}  # full paged block -> the tokens written in it
+        self.step_logits: dict[
+            tuple[int, int], Any
+        ] = {}  # last step's sampled logits (quality checks)
+        self.block_tokens: dict[
+            int, tuple[int, ...]
+        ] = {}  # full paged block -> the tokens written in it
         self.checked: set[tuple[int, int]] = set()  # sequences whose cached prefix was compared
         self.keep_logits = False
         # Teacher forcing (kvplan/real/teacher.py): a sequence's next tokens come from its text,
@@ -149,8 +189,12 @@ class RealRunner:
         """Bytes of the pool's tensors (KIVI: plus the peak its residuals held between steps)."""
         total = 0 if self.kivi is None else self.kivi.peak_residual_bytes
         for cache in self.pool:
-            tensors = getattr(cache, "tensors", None) or (cache.key_cache, cache.value_cache, cache.k_scale,
-                                                          cache.v_scale)
+            tensors = getattr(cache, "tensors", None) or (
+                cache.key_cache,
+                cache.value_cache,
+                cache.k_scale,
+                cache.v_scale,
+            )
             for tensor in tensors:
                 if tensor is not None:
                     total += tensor.numel() * tensor.element_size()
@@ -184,12 +228,14 @@ class RealRunner:
         if start and key not in self.checked:
             for j in range(dropped, start // size):
                 cached = self.block_tokens.get(table[j - dropped])
-                if cached is not None and cached != tuple(tokens[j * size:(j + 1) * size]):
-                    raise RuntimeError(f"prefix cache: block {table[j - dropped]} matched request {key[0]} by hash "
-                                       "but holds other tokens (a hash collision); rerun without 'prefix'")
+                if cached is not None and cached != tuple(tokens[j * size : (j + 1) * size]):
+                    raise RuntimeError(
+                        f"prefix cache: block {table[j - dropped]} matched request {key[0]} by hash "
+                        "but holds other tokens (a hash collision); rerun without 'prefix'"
+                    )
         self.checked.add(key)
         for j in range(start // size, end // size):  # blocks this step fills
-            self.block_tokens[table[j - dropped]] = tuple(tokens[j * size:(j + 1) * size])
+            self.block_tokens[table[j - dropped]] = tuple(tokens[j * size : (j + 1) * size])
 
     def step_time(self, plan: StepPlan) -> float:
         started = time.perf_counter()
@@ -198,7 +244,9 @@ class RealRunner:
             import torch
 
             torch.cuda.synchronize()
-        return time.perf_counter() - started + plan.transfer_s  # offload copies were timed as they ran
+        return (
+            time.perf_counter() - started + plan.transfer_s
+        )  # offload copies were timed as they ran
 
     def prepare(self, plan: StepPlan) -> PreparedStep:
         """Lay the step out, read its tokens and build the attention's step context."""
@@ -214,10 +262,13 @@ class RealRunner:
         import torch
 
         with torch.inference_mode():
-            output = self.model(input_ids=torch.tensor([step.ids], device=self.device),
-                                position_ids=self._tensor(step.layout.positions[None, :], torch.long),
-                                kvplan_ctx=step.context, logits_to_keep=self._tensor(step.keep, torch.long),
-                                use_cache=False)
+            output = self.model(
+                input_ids=torch.tensor([step.ids], device=self.device),
+                position_ids=self._tensor(step.layout.positions[None, :], torch.long),
+                kvplan_ctx=step.context,
+                logits_to_keep=self._tensor(step.keep, torch.long),
+                use_cache=False,
+            )
         logits = output.logits[0].float()
         if step.forced_rows:
             logits = self._take_forced(step.forced_rows, logits)
@@ -225,7 +276,9 @@ class RealRunner:
         for seq, token, row in zip(step.sampled, next_tokens, logits):
             self.tokens_of(seq).append(token)
             if self.keep_logits:
-                self.step_logits.setdefault((seq.request.request_id, seq.sample_index), []).append(row)
+                self.step_logits.setdefault((seq.request.request_id, seq.sample_index), []).append(
+                    row
+                )
 
     def _token_ids(self, layout: StepLayout) -> list[int]:
         """The packed token ids; blocks prefix caching may hit are checked and recorded on the way."""
@@ -234,15 +287,22 @@ class RealRunner:
         for seq, count in layout.order:
             start = seq.num_computed
             tokens = self.tokens_of(seq)
-            ids.extend(tokens[start:start + count])
+            ids.extend(tokens[start : start + count])
             if check:
                 self._check_and_record(seq, tokens, start, start + count)
         return ids
 
-    def _rows_to_keep(self, layout: StepLayout) -> tuple[np.ndarray, list[tuple[Sequence, int]], list[Sequence]]:
+    def _rows_to_keep(
+        self, layout: StepLayout
+    ) -> tuple[np.ndarray, list[tuple[Sequence, int]], list[Sequence]]:
         """The packed rows whose logits the step needs: the last row of each sequence that
         samples; with teacher forcing, every row of a forced sequence first."""
-        order, counts, first_index, done = layout.order, layout.counts, layout.first_index, layout.done
+        order, counts, first_index, done = (
+            layout.order,
+            layout.counts,
+            layout.first_index,
+            layout.done,
+        )
         if not self.forced:
             sampled = [seq for (seq, _), last in zip(order, done) if last]
             return (first_index + counts - 1)[done], [], sampled
@@ -274,12 +334,19 @@ class RealRunner:
             decode_lens=self._tensor(slot_ends[:num_decode], torch.int32),
             decode_max_len=int(slot_ends[:num_decode].max()) if num_decode else 0,
             prefill_tables=self._tensor(tables[num_decode:], torch.int32),
-            prefill_query_start=self._tensor(np.concatenate([[0], np.cumsum(prefill_counts)]), torch.int32),
+            prefill_query_start=self._tensor(
+                np.concatenate([[0], np.cumsum(prefill_counts)]), torch.int32
+            ),
             prefill_lens=self._tensor(slot_ends[num_decode:], torch.int32),
             prefill_max_query=int(prefill_counts.max()) if len(prefill_counts) else 0,
             backend=self.backend,
-            eviction=None if self.eviction is None else self.eviction.begin_step(layout.order, layout.slot_starts),
-            kivi=None if self.kivi is None else self.kivi.begin_step(layout.order, num_decode, self.device))
+            eviction=None
+            if self.eviction is None
+            else self.eviction.begin_step(layout.order, layout.slot_starts),
+            kivi=None
+            if self.kivi is None
+            else self.kivi.begin_step(layout.order, num_decode, self.device),
+        )
 
     def _tensor(self, array: np.ndarray, dtype: Any) -> Any:
         import torch
@@ -293,7 +360,7 @@ class RealRunner:
         row = 0
         for seq, count in forced_rows:
             key = (seq.request.request_id, seq.sample_index)
-            self.step_logits.setdefault(key, []).extend(logits[row:row + count])
+            self.step_logits.setdefault(key, []).extend(logits[row : row + count])
             row += count
             tokens = self.tokens_of(seq)
             if seq.num_computed + count == seq.prompt_len + seq.num_generated:

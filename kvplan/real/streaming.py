@@ -59,13 +59,24 @@ class SinkCopies:
                 rows = slice(row, row + min(step.count, SINKS - first))
                 known = self.stash.get((step.key, layer))
                 k, v = key[rows].detach().clone(), value[rows].detach().clone()
-                if known is not None and first > 0:  # a prompt shorter than the sinks: decode steps add them
+                if (
+                    known is not None and first > 0
+                ):  # a prompt shorter than the sinks: decode steps add them
                     k, v = torch.cat([known[0], k]), torch.cat([known[1], v])
                 self.stash[(step.key, layer)] = (k, v)
             row += step.count
 
-    def place(self, layer: int, cache: Any, key: tuple[int, int], table: list[int], query_slot: int,
-              query_position: int, dtype: Any, backend: str | None) -> None:
+    def place(
+        self,
+        layer: int,
+        cache: Any,
+        key: tuple[int, int],
+        table: list[int],
+        query_slot: int,
+        query_position: int,
+        dtype: Any,
+        backend: str | None,
+    ) -> None:
         """Write the sinks into the first 4 slots of the window of the query at
         `query_position` (slot `query_slot`), rotated to sit right before the window."""
         import torch
@@ -83,14 +94,27 @@ class SinkCopies:
         if self.inv_freq is not None:
             heads = keys.shape[1]
             delta = torch.full((heads, SINKS), shift)
-            keys = rotate(keys.transpose(0, 1), delta, self.inv_freq.to(keys.device)).transpose(0, 1)
+            keys = rotate(keys.transpose(0, 1), delta, self.inv_freq.to(keys.device)).transpose(
+                0, 1
+            )
         targets = query_slot - self.budget + 1 + np.arange(SINKS)
         slots = pool_slots.flat_slots(table, targets, self.block_size).to(cache.key_cache.device)
-        write_kv(keys.to(dtype).contiguous(), values.to(dtype).contiguous(), cache.key_cache, cache.value_cache, slots,
-                 cache.fmt, cache.k_scale, cache.v_scale, backend=backend)
+        write_kv(
+            keys.to(dtype).contiguous(),
+            values.to(dtype).contiguous(),
+            cache.key_cache,
+            cache.value_cache,
+            slots,
+            cache.fmt,
+            cache.k_scale,
+            cache.v_scale,
+            backend=backend,
+        )
         self.copies += SINKS
 
-    def prefill(self, layer: int, cache: Any, steps: list[Any], q: Any, scale: float, common: dict[str, Any]) -> Any:
+    def prefill(
+        self, layer: int, cache: Any, steps: list[Any], q: Any, scale: float, common: dict[str, Any]
+    ) -> Any:
         """Attention output for the prefill rows `q` (the chunks of `steps`, in order)."""
         import torch
 
@@ -115,18 +139,39 @@ class SinkCopies:
 
         def tables(rows: list[list[int]]) -> Any:
             width = max(len(t) for t in rows)
-            return torch.tensor([t + [0] * (width - len(t)) for t in rows], dtype=torch.int32, device=device)
+            return torch.tensor(
+                [t + [0] * (width - len(t)) for t in rows], dtype=torch.int32, device=device
+            )
 
         if early_rows:
             index = torch.tensor(early_rows, device=device)
-            out[index] = paged_attention(q[index].contiguous(), cache.key_cache, cache.value_cache,
-                                         tables(early_tables),
-                                         torch.tensor(early_lens, dtype=torch.int32, device=device), scale,
-                                         max_seq_len=max(early_lens), **common).to(q.dtype)
-        for index, step, slot, position in late:  # in order: a row's copies cover only tokens later rows drop
-            self.place(layer, cache, step.key, step.table, slot, position, q.dtype, common.get("backend"))
-            out[index:index + 1] = paged_attention(q[index:index + 1].contiguous(), cache.key_cache, cache.value_cache,
-                                                   tables([step.table]),
-                                                   torch.tensor([slot + 1], dtype=torch.int32, device=device), scale,
-                                                   max_seq_len=slot + 1, **common).to(q.dtype)
+            out[index] = paged_attention(
+                q[index].contiguous(),
+                cache.key_cache,
+                cache.value_cache,
+                tables(early_tables),
+                torch.tensor(early_lens, dtype=torch.int32, device=device),
+                scale,
+                max_seq_len=max(early_lens),
+                **common,
+            ).to(q.dtype)
+        for (
+            index,
+            step,
+            slot,
+            position,
+        ) in late:  # in order: a row's copies cover only tokens later rows drop
+            self.place(
+                layer, cache, step.key, step.table, slot, position, q.dtype, common.get("backend")
+            )
+            out[index : index + 1] = paged_attention(
+                q[index : index + 1].contiguous(),
+                cache.key_cache,
+                cache.value_cache,
+                tables([step.table]),
+                torch.tensor([slot + 1], dtype=torch.int32, device=device),
+                scale,
+                max_seq_len=slot + 1,
+                **common,
+            ).to(q.dtype)
         return out

@@ -30,15 +30,20 @@ def served_logits(factory: Any, optimization: Any, tokens: list[int]) -> Any:
     engine, _ = factory.build(optimization)
     prompt = served_prompt_len(optimization.policy, len(tokens))
     engine.runner.forced[(0, 0)] = list(tokens)
-    engine.run([Request(0, 0.0, prompt, len(tokens) - prompt, prompt_tokens=tuple(tokens[:prompt]))])
+    engine.run(
+        [Request(0, 0.0, prompt, len(tokens) - prompt, prompt_tokens=tuple(tokens[:prompt]))]
+    )
     rows = engine.runner.step_logits[(0, 0)]
     if len(rows) != len(tokens) - 1:
-        raise RuntimeError(f"the engine returned {len(rows)} positions for a {len(tokens)}-token text")
+        raise RuntimeError(
+            f"the engine returned {len(rows)} positions for a {len(tokens)}-token text"
+        )
     return torch.stack(rows)
 
 
-def served_quality(factory: Any, optimization: Any, tokens: list[int], reference: Any | None = None
-                   ) -> dict[str, float]:
+def served_quality(
+    factory: Any, optimization: Any, tokens: list[int], reference: Any | None = None
+) -> dict[str, float]:
     """Perplexity of the text and mean KL(reference || served) through the serving engine;
     `reference`: the full cache's served logits."""
     import math
@@ -46,9 +51,15 @@ def served_quality(factory: Any, optimization: Any, tokens: list[int], reference
     import torch
 
     logits = served_logits(factory, optimization, tokens)
-    nll = torch.nn.functional.cross_entropy(logits, torch.tensor(tokens[1:], device=logits.device)).item()
+    nll = torch.nn.functional.cross_entropy(
+        logits, torch.tensor(tokens[1:], device=logits.device)
+    ).item()
     out = {"served_perplexity": math.exp(nll)}
     if reference is not None:
-        out["served_kl_mean"] = torch.nn.functional.kl_div(logits.log_softmax(-1), reference.log_softmax(-1),
-                                                           log_target=True, reduction="batchmean").item()
+        out["served_kl_mean"] = torch.nn.functional.kl_div(
+            logits.log_softmax(-1),
+            reference.log_softmax(-1),
+            log_target=True,
+            reduction="batchmean",
+        ).item()
     return out

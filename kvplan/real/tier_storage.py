@@ -68,7 +68,9 @@ class TensorTierStorage:
         if any(t.is_cuda for t in self._tensors()):
             torch.cuda.synchronize()
         self.host[block_hash] = copies
-        return self._record("device->cpu", sum(c.numel() * c.element_size() for c in copies), started)
+        return self._record(
+            "device->cpu", sum(c.numel() * c.element_size() for c in copies), started
+        )
 
     def to_disk(self, block_hash: int) -> bool:
         """Host memory -> a file; False (with a warning) when the disk refuses it."""
@@ -127,7 +129,9 @@ class TensorTierStorage:
             torch.cuda.synchronize()
         if self.on_restore is not None:
             self.on_restore(block)
-        return self._record("cpu->device", sum(c.numel() * c.element_size() for c in copies), started)
+        return self._record(
+            "cpu->device", sum(c.numel() * c.element_size() for c in copies), started
+        )
 
     def lost(self, tier: str) -> None:
         self._warn(f"a block of the {tier} tier is missing (was its folder removed?); recomputing")

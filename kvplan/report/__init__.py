@@ -52,5 +52,9 @@ def write_report(results: list[str | Path], out_dir: str | Path) -> ReportOutput
 
     # One folder swap (results/atomic.py), not a file-by-file move
     names, rendered, alerts = swap_folder(out_dir, build)
-    return ReportOutput(out_dir / "index.html", [out_dir / n for n in names],
-                        [item.name for item, _ in rendered], alerts)
+    return ReportOutput(
+        out_dir / "index.html",
+        [out_dir / n for n in names],
+        [item.name for item, _ in rendered],
+        alerts,
+    )

@@ -28,7 +28,9 @@ class Chart:
 CHARTS: list[Chart] = []
 
 
-def chart(name: str, title: str, applies: Callable[[ReportData], bool]) -> Callable[[Callable[[ReportData], Figure]], Callable[[ReportData], Figure]]:
+def chart(
+    name: str, title: str, applies: Callable[[ReportData], bool]
+) -> Callable[[Callable[[ReportData], Figure]], Callable[[ReportData], Figure]]:
     def register(draw: Callable[[ReportData], Figure]) -> Callable[[ReportData], Figure]:
         CHARTS.append(Chart(name, title, applies, draw))
         return draw
@@ -45,17 +47,23 @@ def has_estimate(data: ReportData) -> bool:
 
 
 def has_metric(metric: str) -> Callable[[ReportData], bool]:
-    return lambda data: has_bench(data) and metric in data.bench and data.bench[metric].fillna(0).gt(0).any()
+    return lambda data: (
+        has_bench(data) and metric in data.bench and data.bench[metric].fillna(0).gt(0).any()
+    )
 
 
 def has_series(series: str) -> Callable[[ReportData], bool]:
     """Some run recorded the series with a value above zero (a flat zero line says nothing)."""
-    return lambda data: any(any(v > 0 for v in ts.get(series) or []) for ts in data.timeseries.values())
+    return lambda data: any(
+        any(v > 0 for v in ts.get(series) or []) for ts in data.timeseries.values()
+    )
 
 
 def has_column(metric: str) -> Callable[[ReportData], bool]:
     """Some run reported the metric at all (an offload tier that ran but never hit counts)."""
-    return lambda data: has_bench(data) and metric in data.bench and data.bench[metric].notna().any()
+    return lambda data: (
+        has_bench(data) and metric in data.bench and data.bench[metric].notna().any()
+    )
 
 
 def slanted(ax, fontsize: int = 8) -> None:
@@ -67,7 +75,9 @@ def slanted(ax, fontsize: int = 8) -> None:
         label.set_fontsize(fontsize)
 
 
-def percentile_dots(ax, bench, names: list[str], prefix: str, pcts: tuple[str, ...] = ("p50", "p90", "p99")) -> None:
+def percentile_dots(
+    ax, bench, names: list[str], prefix: str, pcts: tuple[str, ...] = ("p50", "p90", "p99")
+) -> None:
     """Percentiles as dots joined per run on a log axis: no bar whose baseline the log scale cuts."""
     markers = {"p50": "o", "p90": "s", "p99": "^"}
     for pct in pcts:
@@ -93,7 +103,10 @@ def column(bench, name: str, scale: float = 1.0) -> list[float]:
 def labels(data: ReportData) -> list[str]:
     """Optimization names, qualified by run when several runs share a report."""
     many = data.bench["run_id"].nunique() > 1
-    return [f"{o} [{r[:6]}]" if many else o for o, r in zip(data.bench["optimization"], data.bench["run_id"])]
+    return [
+        f"{o} [{r[:6]}]" if many else o
+        for o, r in zip(data.bench["optimization"], data.bench["run_id"])
+    ]
 
 
 def render(data: ReportData, out_dir: Path) -> list[tuple[Chart, Path]]:
@@ -112,3 +125,11 @@ def new_figure(width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int
     figure = Figure(figsize=(width, height), layout="constrained")
     axes = figure.subplots(rows, cols, squeeze=False)
     return figure, axes
+
+
+def ttft_dots(ax, bench, names: list[str]) -> None:
+    """TTFT p50 and p90 per run, as dots on a log axis."""
+    percentile_dots(ax, bench, names, "ttft_s", ("p50", "p90"))
+    mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
+    ax.set_ylabel(f"TTFT (s, {mode})")
+    ax.legend(fontsize=7)

@@ -18,10 +18,23 @@ from kvplan.results import ResultRecord, read_jsonl
 
 # The comparison table's metrics (comparison.csv's columns, under their registered column
 # labels), and the ratio to the run's baseline of each metric the registry names a ratio for.
-COMPARISON = ("token_states_share", "waste", "kv_cache_usage_mean", "running_mean", "preemptions",
-              "prefix_hit_rate", "sharing_savings", "load_imbalance", "output_tokens_per_s",
-              "requests_per_s", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "e2e_s_p90",
-              "requests_rejected")
+COMPARISON = (
+    "token_states_share",
+    "waste",
+    "kv_cache_usage_mean",
+    "running_mean",
+    "preemptions",
+    "prefix_hit_rate",
+    "sharing_savings",
+    "load_imbalance",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "ttft_s_p50",
+    "ttft_s_p90",
+    "tpot_s_p50",
+    "e2e_s_p90",
+    "requests_rejected",
+)
 RATIO_METRICS = tuple(entry.name for entry in METRICS if entry.ratio_label)
 
 
@@ -51,17 +64,25 @@ class ReportData:
 
 def load(paths: list[str | Path]) -> ReportData:
     if not paths:
-        raise ValueError("no results files given; pass one or more files written by kvplan bench or estimate --out")
+        raise ValueError(
+            "no results files given; pass one or more files written by kvplan bench or estimate --out"
+        )
     bench_rows, estimate_rows, quality_rows, fidelity_rows, plan_rows = [], [], [], [], []
     raw_records: list[ResultRecord] = []
     timeseries: dict[tuple[str, str], dict[str, list[float]]] = {}
     params: dict[str, dict[str, Any]] = {}
     for path in paths:
         for record in read_jsonl(path):
-            base = {"run_id": record.run_id, "optimization": record.optimization,
-                    "baseline": record.is_baseline, "mode": record.mode or "",
-                    "source": str(path)}
-            flat_params = {k: v for k, v in record.params.items() if not isinstance(v, (dict, list))}
+            base = {
+                "run_id": record.run_id,
+                "optimization": record.optimization,
+                "baseline": record.is_baseline,
+                "mode": record.mode or "",
+                "source": str(path),
+            }
+            flat_params = {
+                k: v for k, v in record.params.items() if not isinstance(v, (dict, list))
+            }
             workload = record.params.get("workload")
             if isinstance(workload, dict):
                 flat_params["workload"] = workload.get("kind", "")
@@ -70,28 +91,51 @@ def load(paths: list[str | Path]) -> ReportData:
                 continue
             if record.kind == "error":  # a failed sweep point: nothing to draw
                 continue
-            if record.kind == "fidelity":  # benchmarks/serving_fidelity.py: prediction vs measurement
+            if (
+                record.kind == "fidelity"
+            ):  # benchmarks/serving_fidelity.py: prediction vs measurement
                 fidelity_rows.append({**base, **flat_params, **record.metrics})
                 continue
             if record.kind == "plan":  # kvplan plan --out: one row per candidate
                 plan_rows.append({**base, **flat_params, **record.metrics})
                 continue
             if record.kind == "quality":
-                quality_rows.append({**base, **flat_params, **{k: v for k, v in record.metrics.items()
-                                                             if not isinstance(v, list)}})
+                quality_rows.append(
+                    {
+                        **base,
+                        **flat_params,
+                        **{k: v for k, v in record.metrics.items() if not isinstance(v, list)},
+                    }
+                )
                 continue
             router = record.params.get("router")
             raw_records.append(record)
             band = record.metrics.get("time_error_band") or {}
-            bench_rows.append({**base, **flat_params, "router": router,
-                               **{k: v for k, v in record.metrics.items() if not isinstance(v, dict)},
-                               # a modeled run's held-out error on output tok/s, for the throughput chart
-                               "throughput_error_band": band.get("output_throughput_error", math.nan)})
+            bench_rows.append(
+                {
+                    **base,
+                    **flat_params,
+                    "router": router,
+                    **{k: v for k, v in record.metrics.items() if not isinstance(v, dict)},
+                    # a modeled run's held-out error on output tok/s, for the throughput chart
+                    "throughput_error_band": band.get("output_throughput_error", math.nan),
+                }
+            )
             timeseries[(record.run_id, record.optimization)] = record.timeseries or {}
-            params.setdefault(record.run_id, {**record.params, "kvplan_version": record.kvplan_version})
-    return ReportData([str(p) for p in paths], pd.DataFrame(bench_rows), pd.DataFrame(estimate_rows),
-                      timeseries, params, pd.DataFrame(quality_rows), raw_records, pd.DataFrame(fidelity_rows),
-                      pd.DataFrame(plan_rows))
+            params.setdefault(
+                record.run_id, {**record.params, "kvplan_version": record.kvplan_version}
+            )
+    return ReportData(
+        [str(p) for p in paths],
+        pd.DataFrame(bench_rows),
+        pd.DataFrame(estimate_rows),
+        timeseries,
+        params,
+        pd.DataFrame(quality_rows),
+        raw_records,
+        pd.DataFrame(fidelity_rows),
+        pd.DataFrame(plan_rows),
+    )
 
 
 def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
@@ -101,8 +145,11 @@ def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
     for run_id, group in bench.groupby("run_id", sort=False):
         base = group[group["baseline"]].iloc[0] if group["baseline"].any() else group.iloc[0]
         for _, row in group.iterrows():
-            entry: dict[str, Any] = {"run": run_id, "optimization": row["optimization"],
-                                     "baseline": row["optimization"] == base["optimization"]}
+            entry: dict[str, Any] = {
+                "run": run_id,
+                "optimization": row["optimization"],
+                "baseline": row["optimization"] == base["optimization"],
+            }
             for name in COMPARISON:
                 if name in row and not _blank(row[name]):
                     entry[metric(name).column_label] = row[name]
@@ -125,19 +172,34 @@ def alerts(bench: pd.DataFrame) -> list[dict[str, str]]:
         name = f"{row['optimization']} ({row['run_id']})"
         usage = row.get("kv_cache_usage_mean")
         if usage is not None and usage > USAGE_ALERT:
-            found.append({"run": name, "alert": "KVCacheUsageHigh",
-                          "detail": f"mean KV cache usage {usage:.1%} > {USAGE_ALERT:.0%}: requests queue for memory"})
+            found.append(
+                {
+                    "run": name,
+                    "alert": "KVCacheUsageHigh",
+                    "detail": f"mean KV cache usage {usage:.1%} > {USAGE_ALERT:.0%}: requests queue for memory",
+                }
+            )
         queries = row.get("prefix_cache_queries")
         hit_rate = row.get("prefix_hit_rate")
         if queries and hit_rate is not None and not pd.isna(hit_rate) and hit_rate < HIT_RATE_ALERT:
-            found.append({"run": name, "alert": "PrefixCacheHitRateLow",
-                          "detail": f"prefix hit rate {hit_rate:.1%} < {HIT_RATE_ALERT:.0%}"})
+            found.append(
+                {
+                    "run": name,
+                    "alert": "PrefixCacheHitRateLow",
+                    "detail": f"prefix hit rate {hit_rate:.1%} < {HIT_RATE_ALERT:.0%}",
+                }
+            )
         finished = row.get("requests_finished") or 0
         preemptions = row.get("preemptions") or 0
         if finished and preemptions / finished > PREEMPTION_ALERT:
-            found.append({"run": name, "alert": "EvictionRateHigh",
-                          "detail": f"{preemptions:,} preemptions for {finished:,} requests "
-                                    f"({preemptions / finished:.0%} > {PREEMPTION_ALERT:.0%})"})
+            found.append(
+                {
+                    "run": name,
+                    "alert": "EvictionRateHigh",
+                    "detail": f"{preemptions:,} preemptions for {finished:,} requests "
+                    f"({preemptions / finished:.0%} > {PREEMPTION_ALERT:.0%})",
+                }
+            )
     return found
 
 
@@ -149,4 +211,6 @@ def study_rows(data: ReportData) -> tuple[list[dict[str, Any]], float | None]:
     if not swept:
         return [], None
     study = swept[0].params["study"]
-    return summarize(swept, study.get("slo_ttft_p90_s"), study.get("prices") or {}), study.get("slo_ttft_p90_s")
+    return summarize(swept, study.get("slo_ttft_p90_s"), study.get("prices") or {}), study.get(
+        "slo_ttft_p90_s"
+    )

@@ -15,10 +15,24 @@ from kvplan.core.metric_registry import Prometheus, metric
 
 # The metrics the exposition carries, in its order (vLLM's names first); each one's exposed
 # name, type and help text are its registry entry's (kvplan.core.metric_registry).
-EXPORTED = ("kv_cache_usage_mean", "prefix_cache_queries", "prefix_cache_hits", "preemptions",
-            "kv_cache_usage_peak", "token_states_share", "internal_fragmentation_share",
-            "external_fragmentation_share", "waste", "running_mean", "waiting_mean",
-            "output_tokens_per_s", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "recomputed_tokens")
+EXPORTED = (
+    "kv_cache_usage_mean",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "preemptions",
+    "kv_cache_usage_peak",
+    "token_states_share",
+    "internal_fragmentation_share",
+    "external_fragmentation_share",
+    "waste",
+    "running_mean",
+    "waiting_mean",
+    "output_tokens_per_s",
+    "ttft_s_p50",
+    "ttft_s_p90",
+    "tpot_s_p50",
+    "recomputed_tokens",
+)
 
 
 def _exposition(name: str) -> tuple[Prometheus, str]:
@@ -44,11 +58,16 @@ def prometheus_text(bench: pd.DataFrame) -> str:
             value = row[name]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
-            labels = (f'model_name="{_label(row.get("model", ""))}",gpu="{_label(row.get("gpu", ""))}",'
-                      f'optimization="{_label(row["optimization"])}",run_id="{_label(row["run_id"])}"')
+            labels = (
+                f'model_name="{_label(row.get("model", ""))}",gpu="{_label(row.get("gpu", ""))}",'
+                f'optimization="{_label(row["optimization"])}",run_id="{_label(row["run_id"])}"'
+            )
             samples.append(f"{exposed.name}{{{labels}}} {float(value):.10g}")
         if samples:
             kind = "counter" if exposed.counter else "gauge"
-            lines += [f"# HELP {exposed.name} {help_text}", f"# TYPE {exposed.name} {kind}",
-                      *samples]
+            lines += [
+                f"# HELP {exposed.name} {help_text}",
+                f"# TYPE {exposed.name} {kind}",
+                *samples,
+            ]
     return "\n".join(lines) + "\n"

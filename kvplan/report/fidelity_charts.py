@@ -14,13 +14,22 @@ def has_fidelity(data: ReportData) -> bool:
     return not data.fidelity.empty
 
 
-FIDELITY_METRICS = (("output_throughput", "output tokens/s"), ("mean_tpot_ms", "mean TPOT (ms)"),
-                    ("mean_ttft_ms", "mean TTFT (ms)"), ("median_tpot_ms", "median TPOT (ms)"),
-                    ("median_ttft_ms", "median TTFT (ms)"), ("latency_avg_s", "batch latency (s)"))
+FIDELITY_METRICS = (
+    ("output_throughput", "output tokens/s"),
+    ("mean_tpot_ms", "mean TPOT (ms)"),
+    ("mean_ttft_ms", "mean TTFT (ms)"),
+    ("median_tpot_ms", "median TPOT (ms)"),
+    ("median_ttft_ms", "median TTFT (ms)"),
+    ("latency_avg_s", "batch latency (s)"),
+)
 
 
-@chart("serving_fidelity", "Simulated vs measured vLLM / SGLang runs: datasheet roofline and the step model "
-       "held out (leave one sweep out, fitted from scratch)", has_fidelity)
+@chart(
+    "serving_fidelity",
+    "Simulated vs measured vLLM / SGLang runs: datasheet roofline and the step model "
+    "held out (leave one sweep out, fitted from scratch)",
+    has_fidelity,
+)
 def serving_fidelity(data: ReportData) -> Figure:
     frame = data.fidelity
     # files written before the held-out protocols name the leave-one-sweep-out column "loso"
@@ -29,7 +38,10 @@ def serving_fidelity(data: ReportData) -> Figure:
     figure, axes = new_figure(width=4.0 * len(shown), height=4.0, cols=len(shown))
     for ax, (metric, label) in zip(axes[0], shown):
         rows = frame[frame["metric"] == metric]
-        for predicted, color, name in (("datasheet", "#adb5bd", "datasheet"), (held, "#1c7ed6", "step model, held out")):
+        for predicted, color, name in (
+            ("datasheet", "#adb5bd", "datasheet"),
+            (held, "#1c7ed6", "step model, held out"),
+        ):
             ax.scatter(rows["measured"], rows[predicted], s=12, color=color, label=name)
         low = float(min(rows["measured"].min(), rows[["datasheet", held]].min().min()))
         high = float(max(rows["measured"].max(), rows[["datasheet", held]].max().max()))

@@ -35,9 +35,24 @@ figcaption { color: #495057; font-size: 0.9rem; margin-bottom: 0.3rem; }
 .muted { color: #868e96; font-size: 0.85rem; }
 """
 
-RUN_PARAMS = ("model", "gpu", "tp", "kv_format", "kv_dtype", "workload", "num_requests", "max_model_len",
-              "block_size", "gpu_memory_utilization", "kv_cache_gib", "scheduler_max_num_seqs",
-              "scheduler_max_num_batched_tokens", "scheduler_preemption", "seed", "kvplan_version")
+RUN_PARAMS = (
+    "model",
+    "gpu",
+    "tp",
+    "kv_format",
+    "kv_dtype",
+    "workload",
+    "num_requests",
+    "max_model_len",
+    "block_size",
+    "gpu_memory_utilization",
+    "kv_cache_gib",
+    "scheduler_max_num_seqs",
+    "scheduler_max_num_batched_tokens",
+    "scheduler_preemption",
+    "seed",
+    "kvplan_version",
+)
 
 
 def _esc(value: Any) -> str:
@@ -53,15 +68,41 @@ def _table(frame: pd.DataFrame, first: tuple[str, ...] = (), drop: tuple[str, ..
 # The page's comparison table: the throughput and concurrency ratios, then the headline
 # metrics, under their registered labels (comparison.csv keeps every column).
 HEADLINE_RATIOS = ("output_tokens_per_s", "running_mean")
-HEADLINE = ("output_tokens_per_s", "token_states_share", "waste", "kv_cache_usage_mean",
-            "prefix_hit_rate", "load_imbalance", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50",
-            "e2e_s_p90", "preemptions", "requests_rejected")
-COMPARISON_FIRST = ("optimization", "baseline",
-                    *(metric(name).ratio_label for name in HEADLINE_RATIOS),
-                    *(metric(name).column_label for name in HEADLINE))
+HEADLINE = (
+    "output_tokens_per_s",
+    "token_states_share",
+    "waste",
+    "kv_cache_usage_mean",
+    "prefix_hit_rate",
+    "load_imbalance",
+    "ttft_s_p50",
+    "ttft_s_p90",
+    "tpot_s_p50",
+    "e2e_s_p90",
+    "preemptions",
+    "requests_rejected",
+)
+COMPARISON_FIRST = (
+    "optimization",
+    "baseline",
+    *(metric(name).ratio_label for name in HEADLINE_RATIOS),
+    *(metric(name).column_label for name in HEADLINE),
+)
 VIEW_NAMES = {ratio_column(name): metric(name).ratio_label for name in RATIO_METRICS}
-ESTIMATE_FIRST = ("model", "gpu", "tp", "kv_dtype", "context", "batch", "verdict", "max_concurrency",
-                  "seq_kv_bytes", "kv_budget_bytes_per_gpu", "kv_cache_tokens", "max_batch_at_context")
+ESTIMATE_FIRST = (
+    "model",
+    "gpu",
+    "tp",
+    "kv_dtype",
+    "context",
+    "batch",
+    "verdict",
+    "max_concurrency",
+    "seq_kv_bytes",
+    "kv_budget_bytes_per_gpu",
+    "kv_cache_tokens",
+    "max_batch_at_context",
+)
 ESTIMATE_ROWS = 20
 
 
@@ -81,21 +122,31 @@ def _comparison(comparison: pd.DataFrame, data: ReportData) -> list[str]:
         params = data.params.get(run_id, {})
         workload = params.get("workload", {})
         kind = workload.get("kind", "") if isinstance(workload, dict) else workload
-        parts.append(f"<h3>{_esc(params.get('model', ''))} on {_esc(params.get('gpu', ''))}, "
-                     f"{_esc(kind)} (run {_esc(run_id)})</h3>")
+        parts.append(
+            f"<h3>{_esc(params.get('model', ''))} on {_esc(params.get('gpu', ''))}, "
+            f"{_esc(kind)} (run {_esc(run_id)})</h3>"
+        )
         columns = [c for c in COMPARISON_FIRST if c in rows]
         parts.append(_table(rows[columns], COMPARISON_FIRST))
     return parts
 
 
 def _estimates(data: ReportData) -> list[str]:
-    shown = data.estimate.drop(columns=["run_id", "baseline", "mode", "source", "optimization"], errors="ignore")
+    shown = data.estimate.drop(
+        columns=["run_id", "baseline", "mode", "source", "optimization"], errors="ignore"
+    )
     fits = shown[shown["verdict"] == "fits"] if "verdict" in shown else shown
-    sample = fits.sort_values("context", ascending=False).head(ESTIMATE_ROWS) if "context" in fits else fits.head(ESTIMATE_ROWS)
-    return ["<h2>Estimates</h2>",
-            f'<p class="muted">{len(shown):,} configurations; below, the {len(sample)} longest-context ones that fit; '
-            'every row is in <a href="estimates.csv">estimates.csv</a></p>',
-            _table(sample[[c for c in ESTIMATE_FIRST if c in sample]], ESTIMATE_FIRST)]
+    sample = (
+        fits.sort_values("context", ascending=False).head(ESTIMATE_ROWS)
+        if "context" in fits
+        else fits.head(ESTIMATE_ROWS)
+    )
+    return [
+        "<h2>Estimates</h2>",
+        f'<p class="muted">{len(shown):,} configurations; below, the {len(sample)} longest-context ones that fit; '
+        'every row is in <a href="estimates.csv">estimates.csv</a></p>',
+        _table(sample[[c for c in ESTIMATE_FIRST if c in sample]], ESTIMATE_FIRST),
+    ]
 
 
 def _run_parameters(data: ReportData) -> str:
@@ -105,8 +156,12 @@ def _run_parameters(data: ReportData) -> str:
         described = dict(params)
         if isinstance(workload, dict):
             described["workload"] = ", ".join(f"{k}={v}" for k, v in workload.items())
-        rows.append({"run": run_id, **{key: described[key] for key in RUN_PARAMS
-                                       if described.get(key) is not None}})
+        rows.append(
+            {
+                "run": run_id,
+                **{key: described[key] for key in RUN_PARAMS if described.get(key) is not None},
+            }
+        )
     return _table(pd.DataFrame(rows)) if rows else ""
 
 
@@ -114,61 +169,115 @@ def _image(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def build_page(data: ReportData, comparison: pd.DataFrame, alerts: list[dict[str, str]],
-               charts: list[tuple[Chart, Path]], files: list[str]) -> str:
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             "<title>kvplan report</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
-             "<h1>kvplan report</h1>",
-             f'<p class="muted">from {", ".join(_esc(s) for s in data.sources)}</p>']
+def build_page(
+    data: ReportData,
+    comparison: pd.DataFrame,
+    alerts: list[dict[str, str]],
+    charts: list[tuple[Chart, Path]],
+    files: list[str],
+) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>kvplan report</title>",
+        f"<style>{STYLE}</style>",
+        "</head>",
+        "<body>",
+        "<h1>kvplan report</h1>",
+        f'<p class="muted">from {", ".join(_esc(s) for s in data.sources)}</p>',
+    ]
     parts += _summary(data)
     if not data.bench.empty:
-        parts += ["<h2>Comparison</h2>",
-                  '<p class="muted">ratios are to each run\'s baseline (its first optimization); '
-                  "shares are time-averaged fractions of the KV pool; latencies are modeled in simulated mode "
-                  "and measured in real mode</p>",
-                  *_comparison(comparison, data)]
+        parts += [
+            "<h2>Comparison</h2>",
+            '<p class="muted">ratios are to each run\'s baseline (its first optimization); '
+            "shares are time-averaged fractions of the KV pool; latencies are modeled in simulated mode "
+            "and measured in real mode</p>",
+            *_comparison(comparison, data),
+        ]
         parts.append("<h2>Alerts</h2>")
         if alerts:
-            parts += [f'<div class="alert"><b>{_esc(a["alert"])}</b> {_esc(a["run"])}: {_esc(a["detail"])}</div>'
-                      for a in alerts]
+            parts += [
+                f'<div class="alert"><b>{_esc(a["alert"])}</b> {_esc(a["run"])}: {_esc(a["detail"])}</div>'
+                for a in alerts
+            ]
         else:
-            parts.append('<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
-                         "the usual thresholds</div>")
+            parts.append(
+                '<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
+                "the usual thresholds</div>"
+            )
     from kvplan.bench.study import varying
     from kvplan.report.data import study_rows
 
     study, _ = study_rows(data)
     if study:
-        parts += ["<h2>Study</h2>", '<p class="muted">per group of sweep settings: the highest request rate whose '
-                  "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per million output "
-                  "tokens where the sweep gave a GPU price</p>", _table(pd.DataFrame(study)[varying(study)])]
+        parts += [
+            "<h2>Study</h2>",
+            '<p class="muted">per group of sweep settings: the highest request rate whose '
+            "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per million output "
+            "tokens where the sweep gave a GPU price</p>",
+            _table(pd.DataFrame(study)[varying(study)]),
+        ]
     if not data.quality.empty:
-        columns = [c for c in ("optimization", "policy", "kv_format", "kv_budget", "kv_bytes_per_seq", "kv_bytes_vs_base",
-                               "max_concurrency", "perplexity", "perplexity_vs_base", "kl_mean", "greedy_agreement")
-                   if c in data.quality]
-        parts += ["<h2>Memory and quality</h2>",
-                  '<p class="muted">measured on a real model: perplexity of the text, KL(full || optimized), '
-                  "greedy agreement with the full cache</p>",
-                  _table(data.quality[columns].rename(columns={"kv_bytes_vs_base": "KV bytes vs base",
-                                                              "perplexity_vs_base": "perplexity change"}))]
+        columns = [
+            c
+            for c in (
+                "optimization",
+                "policy",
+                "kv_format",
+                "kv_budget",
+                "kv_bytes_per_seq",
+                "kv_bytes_vs_base",
+                "max_concurrency",
+                "perplexity",
+                "perplexity_vs_base",
+                "kl_mean",
+                "greedy_agreement",
+            )
+            if c in data.quality
+        ]
+        parts += [
+            "<h2>Memory and quality</h2>",
+            '<p class="muted">measured on a real model: perplexity of the text, KL(full || optimized), '
+            "greedy agreement with the full cache</p>",
+            _table(
+                data.quality[columns].rename(
+                    columns={
+                        "kv_bytes_vs_base": "KV bytes vs base",
+                        "perplexity_vs_base": "perplexity change",
+                    }
+                )
+            ),
+        ]
     from kvplan.report.policies import COLUMNS, policy_tradeoff
 
     tradeoff = policy_tradeoff(data)
     if not tradeoff.empty:
-        parts += ["<h2>Eviction policies by budget</h2>",
-                  '<p class="muted">the budget as a share of the full cache: of the workload\'s mean sequence '
-                  "(simulated: KV held, time-averaged, and speed at the target GPU) and of the quality text "
-                  "(real: perplexity, KL(full || policy), greedy agreement)</p>", _table(tradeoff, COLUMNS)]
+        parts += [
+            "<h2>Eviction policies by budget</h2>",
+            '<p class="muted">the budget as a share of the full cache: of the workload\'s mean sequence '
+            "(simulated: KV held, time-averaged, and speed at the target GPU) and of the quality text "
+            "(real: perplexity, KL(full || policy), greedy agreement)</p>",
+            _table(tradeoff, COLUMNS),
+        ]
     if charts:
         parts.append("<h2>Charts</h2>")
         for item, path in charts:
-            parts.append(f'<figure id="{_esc(item.name)}"><figcaption>{_esc(item.title)}</figcaption>'
-                         f'<img src="{_image(path)}" alt="{_esc(item.title)}"></figure>')
+            parts.append(
+                f'<figure id="{_esc(item.name)}"><figcaption>{_esc(item.title)}</figcaption>'
+                f'<img src="{_image(path)}" alt="{_esc(item.title)}"></figure>'
+            )
     if not data.estimate.empty:
         parts += _estimates(data)
     if not data.bench.empty:
         parts += ["<h2>Runs</h2>", _run_parameters(data)]
-    parts += ["<h2>Files</h2>", "<ul>"] + [f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in files] + ["</ul>"]
+    parts += (
+        ["<h2>Files</h2>", "<ul>"]
+        + [f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in files]
+        + ["</ul>"]
+    )
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"

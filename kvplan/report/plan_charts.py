@@ -12,7 +12,9 @@ from kvplan.report.data import ReportData
 
 
 def has_plan(data: ReportData) -> bool:
-    return not data.plan.empty and (data.plan.get("gpus", pd.Series(dtype=float)).fillna(0) > 0).any()
+    return (
+        not data.plan.empty and (data.plan.get("gpus", pd.Series(dtype=float)).fillna(0) > 0).any()
+    )
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -25,7 +27,11 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return front
 
 
-@chart("plan_pareto", "Deployments: cost against the rate each holds within the SLO (Pareto front)", has_plan)
+@chart(
+    "plan_pareto",
+    "Deployments: cost against the rate each holds within the SLO (Pareto front)",
+    has_plan,
+)
 def plan_pareto(data: ReportData) -> Figure:
     frame = data.plan[data.plan["gpus"].fillna(0) > 0]
     priced = "usd_per_hour" in frame and frame["usd_per_hour"].notna().all()
@@ -34,15 +40,32 @@ def plan_pareto(data: ReportData) -> Figure:
     ax = axes[0][0]
     for gpu, rows in frame.groupby("gpu"):
         ax.scatter(rows[x_column], rows["headroom_rps"], s=24, label=str(gpu))
-    front = pareto_front(list(zip(frame[x_column].astype(float), frame["headroom_rps"].astype(float))))
-    ax.plot([p[0] for p in front], [p[1] for p in front], color="black", linewidth=1, label="Pareto front")
+    front = pareto_front(
+        list(zip(frame[x_column].astype(float), frame["headroom_rps"].astype(float)))
+    )
+    ax.plot(
+        [p[0] for p in front],
+        [p[1] for p in front],
+        color="black",
+        linewidth=1,
+        label="Pareto front",
+    )
     winner = frame[frame.get("winner", 0) == 1]
     if not winner.empty:
-        ax.scatter(winner[x_column], winner["headroom_rps"], s=120, facecolors="none", edgecolors="red",
-                   linewidths=1.5, label="winner")
+        ax.scatter(
+            winner[x_column],
+            winner["headroom_rps"],
+            s=120,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=1.5,
+            label="winner",
+        )
     rate = float(frame["rate_rps"].iloc[0]) if "rate_rps" in frame else None
     if rate:
-        ax.axhline(rate, color="#868e96", linestyle="--", linewidth=1, label=f"target {rate:g} req/s")
+        ax.axhline(
+            rate, color="#868e96", linestyle="--", linewidth=1, label=f"target {rate:g} req/s"
+        )
     ax.set_xlabel(x_label)
     ax.set_ylabel("rate held within the SLO (req/s)")
     ax.legend(fontsize=7)

@@ -12,10 +12,22 @@ import pandas as pd
 
 from kvplan.report.data import ReportData
 
-GIB = 1024 ** 3
-COLUMNS = ("policy", "budget share", "budget (sim)", "KV GiB held", "KV MiB / seq", "KV usage", "mean running",
-           "output tok/s",
-           "budget (quality)", "KV bytes / seq", "perplexity", "KL", "agreement")
+GIB = 1024**3
+COLUMNS = (
+    "policy",
+    "budget share",
+    "budget (sim)",
+    "KV GiB held",
+    "KV MiB / seq",
+    "KV usage",
+    "mean running",
+    "output tok/s",
+    "budget (quality)",
+    "KV bytes / seq",
+    "perplexity",
+    "KL",
+    "agreement",
+)
 
 
 def _share(budget: object, full: object) -> float | None:
@@ -37,16 +49,30 @@ def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
             continue
         try:
             policy = parse_optimization(row["optimization"]).policy
-        except ValueError:  # a results file from elsewhere: names kvplan does not know are no policy
+        except (
+            ValueError
+        ):  # a results file from elsewhere: names kvplan does not know are no policy
             continue
         if not policy:
             continue
-        held = row.get("kv_cache_usage_mean", 0) * row.get("pool_slots", 0) * row.get("kv_bytes_per_token_per_gpu", 0)
+        held = (
+            row.get("kv_cache_usage_mean", 0)
+            * row.get("pool_slots", 0)
+            * row.get("kv_bytes_per_token_per_gpu", 0)
+        )
         running = row.get("running_mean") or 0
-        rows.append({"policy": policy, "budget share": share, "budget (sim)": int(row["kv_budget"]),
-                     "KV GiB held": held / GIB, "KV MiB / seq": held / running / 2**20 if running else None,
-                     "KV usage": row.get("kv_cache_usage_mean"),
-                     "mean running": row.get("running_mean"), "output tok/s": row.get("output_tokens_per_s")})
+        rows.append(
+            {
+                "policy": policy,
+                "budget share": share,
+                "budget (sim)": int(row["kv_budget"]),
+                "KV GiB held": held / GIB,
+                "KV MiB / seq": held / running / 2**20 if running else None,
+                "KV usage": row.get("kv_cache_usage_mean"),
+                "mean running": row.get("running_mean"),
+                "output tok/s": row.get("output_tokens_per_s"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -57,11 +83,21 @@ def _quality(quality: pd.DataFrame) -> pd.DataFrame:
     for _, row in quality.iterrows():
         share = _share(row["kv_budget"], row["text_tokens"])
         fmt = row.get("kv_format")
-        if row["policy"] == "full" or share is None or (isinstance(fmt, str) and fmt):  # a policy on its own
+        if (
+            row["policy"] == "full" or share is None or (isinstance(fmt, str) and fmt)
+        ):  # a policy on its own
             continue
-        rows.append({"policy": row["policy"], "budget share": share, "budget (quality)": int(row["kv_budget"]),
-                     "KV bytes / seq": row.get("kv_bytes_per_seq"), "perplexity": row.get("perplexity"),
-                     "KL": row.get("kl_mean"), "agreement": row.get("greedy_agreement")})
+        rows.append(
+            {
+                "policy": row["policy"],
+                "budget share": share,
+                "budget (quality)": int(row["kv_budget"]),
+                "KV bytes / seq": row.get("kv_bytes_per_seq"),
+                "perplexity": row.get("perplexity"),
+                "KL": row.get("kl_mean"),
+                "agreement": row.get("greedy_agreement"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -74,7 +110,8 @@ def policy_tradeoff(data: ReportData) -> pd.DataFrame:
     if simulated.empty or quality.empty:
         frame = simulated if quality.empty else quality
     else:
-        frame = simulated.drop_duplicates(keys, keep="last").merge(quality.drop_duplicates(keys, keep="last"),
-                                                                   on=keys, how="outer")
+        frame = simulated.drop_duplicates(keys, keep="last").merge(
+            quality.drop_duplicates(keys, keep="last"), on=keys, how="outer"
+        )
     frame = frame.sort_values(["budget share", "policy"]).reset_index(drop=True)
     return frame[[c for c in COLUMNS if c in frame]]

@@ -10,8 +10,12 @@ from kvplan.report.chart_registry import chart, new_figure
 from kvplan.report.data import ReportData
 from kvplan.report.policies import policy_tradeoff
 
-PANELS = (("mean running", "mean running requests (simulated)"), ("output tok/s", "output tokens/s (simulated)"),
-          ("perplexity", "perplexity (real)"), ("KL", "KL(full || policy) (real)"))
+PANELS = (
+    ("mean running", "mean running requests (simulated)"),
+    ("output tok/s", "output tokens/s (simulated)"),
+    ("perplexity", "perplexity (real)"),
+    ("KL", "KL(full || policy) (real)"),
+)
 
 
 def _panels(frame) -> list[tuple[str, str]]:
@@ -30,8 +34,11 @@ def has_tradeoff(data: ReportData) -> bool:
     return not frame.empty and bool(_panels(frame))
 
 
-@chart("policy_tradeoff", "Eviction policies by budget: concurrency and speed (simulated), quality (real)",
-       has_tradeoff)
+@chart(
+    "policy_tradeoff",
+    "Eviction policies by budget: concurrency and speed (simulated), quality (real)",
+    has_tradeoff,
+)
 def policy_tradeoff_chart(data: ReportData) -> Figure:
     frame = policy_tradeoff(data)
     panels = _panels(frame)
@@ -42,7 +49,13 @@ def policy_tradeoff_chart(data: ReportData) -> Figure:
     for ax, (column, label) in zip(axes[0], panels):
         for policy, rows in frame.dropna(subset=[column]).groupby("policy", sort=True):
             rows = rows.sort_values("budget share")
-            ax.plot(100 * rows["budget share"], rows[column], marker="o", label=policy, color=colors[policy])
+            ax.plot(
+                100 * rows["budget share"],
+                rows[column],
+                marker="o",
+                label=policy,
+                color=colors[policy],
+            )
         ax.set_xlabel("budget, % of the full cache")
         ax.set_title(label, fontsize=9)
         ax.grid(alpha=0.3)

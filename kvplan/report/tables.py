@@ -47,24 +47,56 @@ def check(value: Any) -> str:
 
 # How the page formats each unit of a registered metric (kvplan.core.metric_registry).
 BY_UNIT: dict[Unit, Callable[[Any], str]] = {
-    Unit.SHARE: pct, Unit.COUNT: count, Unit.TOKENS_PER_S: count, Unit.REQUESTS_PER_S: number,
-    Unit.NUMBER: number, Unit.SECONDS: seconds, Unit.BYTES: size, Unit.GB_PER_S: number}
+    Unit.SHARE: pct,
+    Unit.COUNT: count,
+    Unit.TOKENS_PER_S: count,
+    Unit.REQUESTS_PER_S: number,
+    Unit.NUMBER: number,
+    Unit.SECONDS: seconds,
+    Unit.BYTES: size,
+    Unit.GB_PER_S: number,
+}
 
 # Formatter by column label; the first matching rule wins (exact name, then suffix). Registered
 # metrics are formatted by unit under their column labels; the rest are other tables' columns.
 EXACT: dict[str, Callable[[Any], str]] = {
-    **{entry.column_label: BY_UNIT[entry.unit] for entry in METRICS
-       if entry.unit in BY_UNIT and entry.shape is Shape.SCALAR and not entry.is_pattern},
-    "baseline": check, "kv_budget": count,
-    "greedy_agreement": pct, "perplexity": lambda v: f"{v:.3f}", "kl_mean": lambda v: f"{v:.4f}",
-    "max_concurrency": number, "kv_bytes_per_seq": size, "context": count, "batch": count, "tp": count,
-    "seq_kv_bytes": size, "kv_budget_bytes_per_gpu": size, "kv_cache_tokens": count,
-    "max_batch_at_context": count, "gpu_memory_utilization": pct, "block_size": count, "num_requests": count,
-    "max_model_len": count, "kv_cache_gib": number, "kv_bytes_per_token": count, "weight_bytes_per_gpu": size,
-    "num_blocks": count, "perplexity change": lambda v: f"{100 * v:+.1f}%",
+    **{
+        entry.column_label: BY_UNIT[entry.unit]
+        for entry in METRICS
+        if entry.unit in BY_UNIT and entry.shape is Shape.SCALAR and not entry.is_pattern
+    },
+    "baseline": check,
+    "kv_budget": count,
+    "greedy_agreement": pct,
+    "perplexity": lambda v: f"{v:.3f}",
+    "kl_mean": lambda v: f"{v:.4f}",
+    "max_concurrency": number,
+    "kv_bytes_per_seq": size,
+    "context": count,
+    "batch": count,
+    "tp": count,
+    "seq_kv_bytes": size,
+    "kv_budget_bytes_per_gpu": size,
+    "kv_cache_tokens": count,
+    "max_batch_at_context": count,
+    "gpu_memory_utilization": pct,
+    "block_size": count,
+    "num_requests": count,
+    "max_model_len": count,
+    "kv_cache_gib": number,
+    "kv_bytes_per_token": count,
+    "weight_bytes_per_gpu": size,
+    "num_blocks": count,
+    "perplexity change": lambda v: f"{100 * v:+.1f}%",
     # eviction policies by budget (report/policies.py)
-    "budget share": lambda v: f"{100 * v:.0f}%", "budget (sim)": count, "budget (quality)": count,
-    "KV GiB held": lambda v: f"{v:.2f}", "KV MiB / seq": lambda v: f"{v:,.0f}", "KV bytes / seq": size, "KL": lambda v: f"{v:.4f}", "agreement": pct,
+    "budget share": lambda v: f"{100 * v:.0f}%",
+    "budget (sim)": count,
+    "budget (quality)": count,
+    "KV GiB held": lambda v: f"{v:.2f}",
+    "KV MiB / seq": lambda v: f"{v:,.0f}",
+    "KV bytes / seq": size,
+    "KL": lambda v: f"{v:.4f}",
+    "agreement": pct,
 }
 
 
@@ -76,7 +108,9 @@ def _formatter(column: str) -> Callable[[Any], str] | None:
     return None
 
 
-def formatted(frame: pd.DataFrame, first: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> pd.DataFrame:
+def formatted(
+    frame: pd.DataFrame, first: tuple[str, ...] = (), drop: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """A copy of `frame` as display strings: `first` columns lead (those present), `drop` go,
     empty columns go, each cell formatted by its column's rule; blanks stay blank."""
     kept = [c for c in frame.columns if c not in drop and frame[c].notna().any()]

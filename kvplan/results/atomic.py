@@ -50,8 +50,10 @@ def strict_json(obj: Any, **options: Any) -> str:
 
 def _path_error(path: Path, err: OSError) -> ValueError:
     reason = err.strerror or type(err).__name__
-    return ValueError(f"cannot write '{path}': {reason}; check that the folder exists, is writable and that "
-                      f"'{path}' is not a folder")
+    return ValueError(
+        f"cannot write '{path}': {reason}; check that the folder exists, is writable and that "
+        f"'{path}' is not a folder"
+    )
 
 
 @contextmanager
@@ -106,7 +108,9 @@ def _kept(path: Path) -> Iterator[None]:
     backup = path.with_name(f".{path.name}.kvplan-backup")
     backup.unlink(missing_ok=True)
     try:
-        os.link(path, backup)  # a second name for the old content; replacing `path` leaves it intact
+        os.link(
+            path, backup
+        )  # a second name for the old content; replacing `path` leaves it intact
     except OSError:  # a file system without hard links
         shutil.copy2(path, backup)
     try:
@@ -121,14 +125,21 @@ def _kept(path: Path) -> Iterator[None]:
 def check_folder_target(out_dir: Path, what: str = "report") -> None:
     """`out_dir` must be absent, empty or a previous kvplan report (it is replaced whole)."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{what} folder '{out_dir}' exists as a file; pass another --out or remove the file")
+        raise ValueError(
+            f"{what} folder '{out_dir}' exists as a file; pass another --out or remove the file"
+        )
     if out_dir.is_dir():
-        foreign = [p.name for p in out_dir.iterdir()
-                   if not p.name.startswith((".kvplan-", STAGING_PREFIX))
-                   and not (p.is_file() and p.suffix in REPORT_SUFFIXES)]
+        foreign = [
+            p.name
+            for p in out_dir.iterdir()
+            if not p.name.startswith((".kvplan-", STAGING_PREFIX))
+            and not (p.is_file() and p.suffix in REPORT_SUFFIXES)
+        ]
         if foreign:
-            raise ValueError(f"{what} folder '{out_dir}' holds other files ({', '.join(sorted(foreign)[:3])}); "
-                             "it is replaced as a whole, so pass a new or empty --out folder")
+            raise ValueError(
+                f"{what} folder '{out_dir}' holds other files ({', '.join(sorted(foreign)[:3])}); "
+                "it is replaced as a whole, so pass a new or empty --out folder"
+            )
 
 
 def swap_folder(out_dir: str | Path, build: Callable[[Path], T]) -> T:
@@ -137,7 +148,9 @@ def swap_folder(out_dir: str | Path, build: Callable[[Path], T]) -> T:
     check_folder_target(out_dir)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{out_dir.name}-", dir=out_dir.parent))
+        staging = Path(
+            tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{out_dir.name}-", dir=out_dir.parent)
+        )
     except OSError as err:
         raise _path_error(out_dir, err) from None
     try:
@@ -169,7 +182,10 @@ def _exchange(first: Path, second: Path) -> None:
         renameat2 = None
     if renameat2 is not None:
         at_fdcwd, rename_exchange = -100, 2
-        if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        if (
+            renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
+            == 0
+        ):
             return
     aside = second.with_name(f".kvplan-old-{second.name}-{os.getpid()}")
     os.rename(second, aside)

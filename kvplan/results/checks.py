@@ -9,8 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("bench", "estimate", "quality", "error", "fidelity", "plan")  # fidelity: benchmarks/serving_fidelity.py; plan: kvplan plan --out
-TEXT_METRICS = ("device", "error", "verdict", "policy", "kv_format", "kernel_backend", "model_dtype", "step_model")  # words, not numbers
+KINDS = (
+    "bench",
+    "estimate",
+    "quality",
+    "error",
+    "fidelity",
+    "plan",
+)  # fidelity: benchmarks/serving_fidelity.py; plan: kvplan plan --out
+TEXT_METRICS = (
+    "device",
+    "error",
+    "verdict",
+    "policy",
+    "kv_format",
+    "kernel_backend",
+    "model_dtype",
+    "step_model",
+)  # words, not numbers
 
 
 def _problem(record: dict[str, Any]) -> str | None:
@@ -30,8 +46,9 @@ def _problem(record: dict[str, Any]) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"metric '{name}' must be a number, got {value!r}"
     timeseries = record.get("timeseries")
-    if timeseries is not None and not (isinstance(timeseries, dict)
-                                       and all(isinstance(v, list) for v in timeseries.values())):
+    if timeseries is not None and not (
+        isinstance(timeseries, dict) and all(isinstance(v, list) for v in timeseries.values())
+    ):
         return "'timeseries' must be an object of lists"
     return None
 
@@ -40,5 +57,7 @@ def check_record(record: dict[str, Any], where: str) -> None:
     """Raise ValueError at `where` (file:line) when a field has the wrong shape."""
     problem = _problem(record)
     if problem:
-        raise ValueError(f"{where}: {problem}; the file was not written by this kvplan version or was edited, "
-                         "re-run the command that wrote it")
+        raise ValueError(
+            f"{where}: {problem}; the file was not written by this kvplan version or was edited, "
+            "re-run the command that wrote it"
+        )

@@ -36,11 +36,15 @@ def read_record(line: str, where: str = "record") -> ResultRecord:
     except RecursionError:
         raise ValueError("nested too deeply to be a result record") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"not valid JSON ({err.msg}); the file may be truncated, re-run the benchmark") from None
+        raise ValueError(
+            f"not valid JSON ({err.msg}); the file may be truncated, re-run the benchmark"
+        ) from None
     missing = [key for key in REQUIRED if not isinstance(data, dict) or key not in data]
     if missing or data.get("schema") != SCHEMA:
-        raise ValueError(f"not a kvplan result record (missing {', '.join(missing) or 'schema'}); "
-                         "expected lines written by kvplan bench")
+        raise ValueError(
+            f"not a kvplan result record (missing {', '.join(missing) or 'schema'}); "
+            "expected lines written by kvplan bench"
+        )
     check_record(data, where)  # field shapes, not only names
     return ResultRecord.from_dict(data)
 
@@ -48,7 +52,9 @@ def read_record(line: str, where: str = "record") -> ResultRecord:
 def read_jsonl(path: str | Path) -> list[ResultRecord]:
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"results file '{path}' does not exist; run 'kvplan bench --out {path}' first")
+        raise ValueError(
+            f"results file '{path}' does not exist; run 'kvplan bench --out {path}' first"
+        )
     records = []
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -57,12 +63,16 @@ def read_jsonl(path: str | Path) -> list[ResultRecord]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise ValueError(f"{path}:{number}: not UTF-8 text; is this a kvplan results file?") from None
+                raise ValueError(
+                    f"{path}:{number}: not UTF-8 text; is this a kvplan results file?"
+                ) from None
             try:
                 records.append(read_record(line, f"{path}:{number}"))
             except ValueError as err:
                 message = str(err)
-                raise ValueError(message if message.startswith(f"{path}:") else f"{path}:{number}: {message}") from None
+                raise ValueError(
+                    message if message.startswith(f"{path}:") else f"{path}:{number}: {message}"
+                ) from None
     if not records:
         raise ValueError(f"results file '{path}' is empty; run 'kvplan bench' to produce results")
     return records

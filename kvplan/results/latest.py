@@ -19,7 +19,9 @@ POINTER_NAME = "latest"
 DEFAULT_FOLDER = Path("reports")
 
 
-def timestamped_path(folder: Path, stem: str, now: dt.datetime | None = None, suffix: str = ".jsonl") -> Path:
+def timestamped_path(
+    folder: Path, stem: str, now: dt.datetime | None = None, suffix: str = ".jsonl"
+) -> Path:
     """folder/STEM-YYYYMMDD-HHMMSS.jsonl, with -2, -3 ... appended when that name is taken."""
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
     candidate = folder / f"{stem}-{stamp}{suffix}"
@@ -42,11 +44,15 @@ def read_latest(folder: Path = DEFAULT_FOLDER) -> Path:
     """The results file folder/latest names; ValueError naming the fix when there is none."""
     pointer = folder / POINTER_NAME
     if not pointer.is_file():
-        raise ValueError(f"no results file given and '{pointer}' does not exist; run `kvplan bench` first "
-                         "or name a results file: kvplan report FILE.jsonl")
+        raise ValueError(
+            f"no results file given and '{pointer}' does not exist; run `kvplan bench` first "
+            "or name a results file: kvplan report FILE.jsonl"
+        )
     name = pointer.read_text().strip()
     target = folder / name
     if not name or "/" in name or not target.is_file():
-        raise ValueError(f"'{pointer}' names '{name}', which is not a results file in {folder}; "
-                         "name a results file: kvplan report FILE.jsonl")
+        raise ValueError(
+            f"'{pointer}' names '{name}', which is not a results file in {folder}; "
+            "name a results file: kvplan report FILE.jsonl"
+        )
     return target

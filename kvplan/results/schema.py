@@ -48,33 +48,67 @@ class ResultRecord:
 
     def to_dict(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in ("schema", "kind", "run_id")}
-        record.update({"kvplan_version": self.kvplan_version, "mode": self.mode, "optimization": self.optimization,
-                       "baseline": self.baseline, "params": self.params, "metrics": self.metrics,
-                       "timeseries": self.timeseries})
+        record.update(
+            {
+                "kvplan_version": self.kvplan_version,
+                "mode": self.mode,
+                "optimization": self.optimization,
+                "baseline": self.baseline,
+                "params": self.params,
+                "metrics": self.metrics,
+                "timeseries": self.timeseries,
+            }
+        )
         return {k: v for k, v in record.items() if v is not None or k in REQUIRED}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResultRecord:
         """From one parsed JSON line; the caller has checked the required fields."""
-        return cls(schema=data["schema"], kind=data["kind"], run_id=data["run_id"],
-                   optimization=data["optimization"], params=data["params"], metrics=data["metrics"],
-                   **{name: data.get(name) for name in OPTIONAL})
+        return cls(
+            schema=data["schema"],
+            kind=data["kind"],
+            run_id=data["run_id"],
+            optimization=data["optimization"],
+            params=data["params"],
+            metrics=data["metrics"],
+            **{name: data.get(name) for name in OPTIONAL},
+        )
 
 
-def make_record(kind: str, run_id: str, mode: str, optimization: str, params: dict[str, Any],
-                metrics: dict[str, Any], timeseries: dict[str, list[float]] | None = None,
-                baseline: bool = False) -> ResultRecord:
+def make_record(
+    kind: str,
+    run_id: str,
+    mode: str,
+    optimization: str,
+    params: dict[str, Any],
+    metrics: dict[str, Any],
+    timeseries: dict[str, list[float]] | None = None,
+    baseline: bool = False,
+) -> ResultRecord:
     from kvplan import __version__
 
-    return ResultRecord(kind, run_id, optimization, params, _finite(metrics), __version__, mode, baseline,
-                        timeseries or {})
+    return ResultRecord(
+        kind,
+        run_id,
+        optimization,
+        params,
+        _finite(metrics),
+        __version__,
+        mode,
+        baseline,
+        timeseries or {},
+    )
 
 
-def error_record(run_id: str, optimization: str, params: dict[str, Any], message: str) -> ResultRecord:
+def error_record(
+    run_id: str, optimization: str, params: dict[str, Any], message: str
+) -> ResultRecord:
     """A failed run (a sweep point): kept as data, with the error as its only metric."""
     return ResultRecord("error", run_id, optimization, params, {"error": message})
 
 
 def _finite(values: dict[str, Any]) -> dict[str, Any]:
     """JSON has no NaN/inf: store them as null so every reader can parse the file."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()
+    }

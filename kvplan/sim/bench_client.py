@@ -51,7 +51,11 @@ class StepObserver:
             for seq, _ in plan.scheduled:
                 self.admitted.setdefault(seq.request.request_id, self.steps)
             c = self.runner.costs(plan)
-            extra = dt - self.runner.step_time_from(c) if hasattr(self.runner, "step_time_from") else 0.0
+            extra = (
+                dt - self.runner.step_time_from(c)
+                if hasattr(self.runner, "step_time_from")
+                else 0.0
+            )
             release = -math.inf if self.release is None else self.release
             self.cost_rows.append((*(getattr(c, name) for name in COST_FIELDS), extra, release))
             self.release = None
@@ -70,7 +74,9 @@ class ClientRun:
     max_concurrency: int | None
     request_rate: float
     # For calibration replays: per request (request_id -> values).
-    send_step: dict[int, int] = field(default_factory=dict)  # step whose end freed its slot, -1 if none
+    send_step: dict[int, int] = field(
+        default_factory=dict
+    )  # step whose end freed its slot, -1 if none
     scheduled_s: dict[int, float] = field(default_factory=dict)
     first_step: dict[int, int] = field(default_factory=dict)
     last_step: dict[int, int] = field(default_factory=dict)
@@ -78,8 +84,14 @@ class ClientRun:
     step_costs: list[tuple[float, ...]] = field(default_factory=list)
 
 
-def run_client(engine: Engine, requests: list[Request], max_concurrency: int | None = None,
-               request_rate: float = math.inf, token_times: bool = True, record_costs: bool = False) -> ClientRun:
+def run_client(
+    engine: Engine,
+    requests: list[Request],
+    max_concurrency: int | None = None,
+    request_rate: float = math.inf,
+    token_times: bool = True,
+    record_costs: bool = False,
+) -> ClientRun:
     """Send `requests` (arrival_s = scheduled send time) to `engine`; run until all end."""
     if max_concurrency is not None and max_concurrency < 1:
         raise SettingError("{max_concurrency} must be at least 1, got {got}", got=max_concurrency)
@@ -128,7 +140,9 @@ def run_client(engine: Engine, requests: list[Request], max_concurrency: int | N
                 send = freed_at  # it waited in the client for this slot
                 run.send_step[request.request_id] = freed_step
             if engine.start is None and not sent:
-                engine.now = 0.0  # vLLM's clock starts when the benchmark does, not at the first send
+                engine.now = (
+                    0.0  # vLLM's clock starts when the benchmark does, not at the first send
+                )
             engine.submit(dataclasses.replace(request, arrival_s=send))
             sent += 1
             continue

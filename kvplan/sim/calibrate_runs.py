@@ -15,15 +15,32 @@ from kvplan.sim.calibration import compared, simulate
 from kvplan.sim.factor_fit import fit
 from kvplan.sim.step_model import CALIBRATION_FORMAT, FACTOR_NAMES, StepModelParams
 
-HELD_OUT_FIGURES = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "median_tpot_ms", "median_ttft_ms",
-                    "latency_avg_s")
+HELD_OUT_FIGURES = (
+    "output_throughput",
+    "mean_tpot_ms",
+    "mean_ttft_ms",
+    "median_tpot_ms",
+    "median_ttft_ms",
+    "latency_avg_s",
+)
 
 
-def write_calibration(path: Path, params: StepModelParams, gpu: str, engine: str, rows: list[dict[str, Any]],
-                      held_out: dict[str, float] | None = None) -> None:
-    data = {"format": CALIBRATION_FORMAT, "gpu": gpu, "engine": engine,
-            "params": {name: getattr(params, name) for name in FACTOR_NAMES}, "source": params.source,
-            "fit_errors": rows}
+def write_calibration(
+    path: Path,
+    params: StepModelParams,
+    gpu: str,
+    engine: str,
+    rows: list[dict[str, Any]],
+    held_out: dict[str, float] | None = None,
+) -> None:
+    data = {
+        "format": CALIBRATION_FORMAT,
+        "gpu": gpu,
+        "engine": engine,
+        "params": {name: getattr(params, name) for name in FACTOR_NAMES},
+        "source": params.source,
+        "fit_errors": rows,
+    }
     if held_out is not None:
         data["held_out"] = held_out
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,14 +52,24 @@ def write_calibration(path: Path, params: StepModelParams, gpu: str, engine: str
 @dataclass(frozen=True)
 class CalibrationResult:
     params: StepModelParams
-    rows: list[dict[str, Any]]  # per input run and figure: measured, predicted, error (the fit's own runs)
+    rows: list[
+        dict[str, Any]
+    ]  # per input run and figure: measured, predicted, error (the fit's own runs)
     held_out_rows: list[dict[str, Any]]  # the same, each run predicted by a fit without it
     held_out: dict[str, float] | None  # per figure: median absolute held-out error and runs
 
 
 def _errors(run_id: str, run, predicted: dict[str, float]) -> list[dict[str, Any]]:
-    return [{"run": run_id, "metric": metric, "measured": run.measured[metric], "predicted": predicted[metric],
-             "error": predicted[metric] / run.measured[metric] - 1.0} for metric in compared(run)]
+    return [
+        {
+            "run": run_id,
+            "metric": metric,
+            "measured": run.measured[metric],
+            "predicted": predicted[metric],
+            "error": predicted[metric] / run.measured[metric] - 1.0,
+        }
+        for metric in compared(run)
+    ]
 
 
 def held_out_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -55,8 +82,12 @@ def held_out_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def calibrate_results(paths: list[Path], settings: dict[str, Any], out: Path,
-                      progress: Callable[[str], None] | None = None) -> CalibrationResult:
+def calibrate_results(
+    paths: list[Path],
+    settings: dict[str, Any],
+    out: Path,
+    progress: Callable[[str], None] | None = None,
+) -> CalibrationResult:
     """Read measured results, fit the factors, refit once per run without it (leave one run
     out: the error a user should expect on a run the fit has not seen), write the file.
 
@@ -66,18 +97,24 @@ def calibrate_results(paths: list[Path], settings: dict[str, Any], out: Path,
     from kvplan.sim.measured import read_result
 
     if not paths:
-        raise ValueError("no result files given; pass one or more `vllm bench serve --save-result` JSONs or pasted blocks")
+        raise ValueError(
+            "no result files given; pass one or more `vllm bench serve --save-result` JSONs or pasted blocks"
+        )
     runs = [read_result(path, settings) for path in paths]
     runs = [run for run in runs if compared(run)]
     if not runs:
-        raise ValueError("none of the results has output throughput, TPOT or a non-queue-dominated TTFT to fit")
-    label = f"{len(runs)} run(s) of {runs[0].model} on {runs[0].tp} x {runs[0].gpu} ({runs[0].engine})"
+        raise ValueError(
+            "none of the results has output throughput, TPOT or a non-queue-dominated TTFT to fit"
+        )
+    label = (
+        f"{len(runs)} run(s) of {runs[0].model} on {runs[0].tp} x {runs[0].gpu} ({runs[0].engine})"
+    )
     params = fit(runs, label, progress=progress)
     rows = [row for run in runs for row in _errors(run.run_id, run, simulate(run, params)[0])]
     held_rows: list[dict[str, Any]] = []
     if len(runs) >= 2:
         for index, run in enumerate(runs):
-            others = runs[:index] + runs[index + 1:]
+            others = runs[:index] + runs[index + 1 :]
             without = fit(others, f"{len(others)} run(s) without {run.run_id}")
             held_rows += _errors(run.run_id, run, simulate(run, without)[0])
     held = held_out_summary(held_rows) if held_rows else None

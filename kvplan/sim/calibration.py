@@ -50,18 +50,27 @@ VLLM_BLOCK_SIZE = 16
 
 # --- one run through the simulator ------------------------------------------------------
 
+
 def _requests(run: MeasuredRun) -> list[Request]:
     n = run.num_prompts
     out_len = run.output_len or 128
     in_len = run.input_len or 1024
     if run.total_output_tokens and run.dataset == "random":
-        out_len = max(1, round(run.total_output_tokens / n))  # the run's actual outputs (EOS could stop early)
+        out_len = max(
+            1, round(run.total_output_tokens / n)
+        )  # the run's actual outputs (EOS could stop early)
     offline = run.benchmark in ("throughput", "latency")
-    load = BenchLoad(dataset=run.dataset, num_prompts=n, input_len=in_len, output_len=out_len,
-                     range_ratio=run.range_ratio or 0.0,
-                     range_below=run.range_ratio is not None and range_ratio_below(run.engine, run.engine_version),
-                     request_rate=math.inf if offline else run.request_rate,
-                     max_concurrency=None if offline else run.max_concurrency)
+    load = BenchLoad(
+        dataset=run.dataset,
+        num_prompts=n,
+        input_len=in_len,
+        output_len=out_len,
+        range_ratio=run.range_ratio or 0.0,
+        range_below=run.range_ratio is not None
+        and range_ratio_below(run.engine, run.engine_version),
+        request_rate=math.inf if offline else run.request_rate,
+        max_concurrency=None if offline else run.max_concurrency,
+    )
     if run.dataset != "sharegpt":
         return bench_requests(load)
     plain = bench_requests(load)
@@ -82,35 +91,63 @@ def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Reque
     model, gpu = load_model(run.model), load_gpu(run.gpu)
     longest = max(r.prompt_len + r.output_len for r in requests)
     max_model_len = run.max_model_len or max(longest, model.max_position_embeddings or 8192)
-    seqs, tokens, chunked = batch_defaults(run, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len)
+    seqs, tokens, chunked = batch_defaults(
+        run, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len
+    )
     if not chunked:
         tokens = max(tokens, max_model_len)
-    sizing = SizingConfig(model=run.model, gpu=run.gpu, tp=run.tp, kv_dtype=run.kv_dtype, block_size=VLLM_BLOCK_SIZE,
-                          max_model_len=max_model_len, weight_dtype=run.weight_dtype,
-                          gpu_memory_utilization=run.gpu_memory_utilization, engine=run.engine,
-                          engine_version=run.engine_version or None)
+    sizing = SizingConfig(
+        model=run.model,
+        gpu=run.gpu,
+        tp=run.tp,
+        kv_dtype=run.kv_dtype,
+        block_size=VLLM_BLOCK_SIZE,
+        max_model_len=max_model_len,
+        weight_dtype=run.weight_dtype,
+        gpu_memory_utilization=run.gpu_memory_utilization,
+        engine=run.engine,
+        engine_version=run.engine_version or None,
+    )
     generation = engine_generation(run.engine, run.engine_version)
     v0 = generation == "vllm-v0"
-    if generation == "sglang":  # the factory fills in SGLang's own limits (core.engine_factory.engine_scheduler)
-        scheduler = SchedulerConfig(max_num_seqs=run.max_num_seqs, max_num_batched_tokens=run.max_num_batched_tokens)
+    if (
+        generation == "sglang"
+    ):  # the factory fills in SGLang's own limits (core.engine_factory.engine_scheduler)
+        scheduler = SchedulerConfig(
+            max_num_seqs=run.max_num_seqs, max_num_batched_tokens=run.max_num_batched_tokens
+        )
     else:
-        scheduler = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, chunked_prefill=chunked,
-                                    prefill_first=v0 and not chunked,
-                                    scheduler_steps=run.num_scheduler_steps if v0 else 1)
+        scheduler = SchedulerConfig(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=tokens,
+            chunked_prefill=chunked,
+            prefill_first=v0 and not chunked,
+            scheduler_steps=run.num_scheduler_steps if v0 else 1,
+        )
     try:
-        engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(Optimization("paged"))
+        engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(
+            Optimization("paged")
+        )
     except ValueError as err:
         raise ValueError(f"{run.run_id}: {err}") from None
     return engine
 
 
-def simulate(run: MeasuredRun, params: StepModelParams, record: bool = False) -> tuple[dict[str, float], ClientRun]:
+def simulate(
+    run: MeasuredRun, params: StepModelParams, record: bool = False
+) -> tuple[dict[str, float], ClientRun]:
     """Predicted figures (the keys of MeasuredRun.measured) for the run under `params`."""
     requests = _requests(run)
     engine = build_engine(run, params, requests)
     offline = run.benchmark in ("throughput", "latency")
-    client = run_client(engine, requests, None if offline else run.max_concurrency,
-                        math.inf if offline else run.request_rate, token_times=record, record_costs=record)
+    client = run_client(
+        engine,
+        requests,
+        None if offline else run.max_concurrency,
+        math.inf if offline else run.request_rate,
+        token_times=record,
+        record_costs=record,
+    )
     return figures(client), client
 
 
@@ -118,9 +155,18 @@ def figures(client: ClientRun) -> dict[str, float]:
     done = client.finished
     duration = client.duration_s or 1e-12
     ttft = np.array([s.served[0] - s.request.arrival_s for s in done])
-    tpot = np.array([(s.served[1] - s.served[0]) / (s.request.output_len - 1) for s in done if s.request.output_len > 1])
-    return {"output_throughput": sum(s.request.output_len for s in done) / duration,
-            **latency_figures(ttft, tpot), "latency_avg_s": client.duration_s}
+    tpot = np.array(
+        [
+            (s.served[1] - s.served[0]) / (s.request.output_len - 1)
+            for s in done
+            if s.request.output_len > 1
+        ]
+    )
+    return {
+        "output_throughput": sum(s.request.output_len for s in done) / duration,
+        **latency_figures(ttft, tpot),
+        "latency_avg_s": client.duration_s,
+    }
 
 
 def latency_figures(ttft_s: np.ndarray, tpot_s: np.ndarray) -> dict[str, float]:
@@ -133,6 +179,7 @@ def latency_figures(ttft_s: np.ndarray, tpot_s: np.ndarray) -> dict[str, float]:
 
 
 # --- replay: the same schedule under other factors ------------------------------------
+
 
 @dataclass(frozen=True)
 class Replay:
@@ -153,29 +200,48 @@ class Replay:
     @classmethod
     def record(cls, run: MeasuredRun, params: StepModelParams) -> Replay:
         _, client = simulate(run, params, record=True)
-        width = len(COST_FIELDS)  # each row: the StepCosts fields, then the unscaled extra seconds and the release
+        width = len(
+            COST_FIELDS
+        )  # each row: the StepCosts fields, then the unscaled extra seconds and the release
         rows = np.asarray(client.step_costs, dtype=float).reshape(-1, width + 2)
         ids = sorted(client.first_step)
         runner_roof = load_gpu(run.gpu)
         model = load_model(run.model)
-        roof = Roofline(model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype)
+        roof = Roofline(
+            model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype
+        )
         lengths = {s.request.request_id: s.request.output_len for s in client.finished}
         columns = dict(zip(COST_FIELDS, rows[:, :width].T))
-        columns["all_reduce_s"] = columns["all_reduce_s"] + rows[:, width]  # swaps and transfers: no factor scales them
+        columns["all_reduce_s"] = (
+            columns["all_reduce_s"] + rows[:, width]
+        )  # swaps and transfers: no factor scales them
         costs = StepCosts(**columns)
-        recorded_dt = _step_times(costs, roof.bandwidth, roof.peak_flops, {n: getattr(params, n) for n in FACTOR_NAMES})
-        return cls(run, roof.bandwidth, roof.peak_flops, costs, recorded_dt, rows[:, width + 1],
-                   np.array([client.scheduled_s[i] for i in ids]),
-                   np.array([client.send_step[i] for i in ids], dtype=np.int64),
-                   np.array([client.admit_step[i] for i in ids], dtype=np.int64),
-                   np.array([client.first_step[i] for i in ids], dtype=np.int64),
-                   np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
-                   np.array([lengths[i] for i in ids], dtype=float))
+        recorded_dt = _step_times(
+            costs, roof.bandwidth, roof.peak_flops, {n: getattr(params, n) for n in FACTOR_NAMES}
+        )
+        return cls(
+            run,
+            roof.bandwidth,
+            roof.peak_flops,
+            costs,
+            recorded_dt,
+            rows[:, width + 1],
+            np.array([client.scheduled_s[i] for i in ids]),
+            np.array([client.send_step[i] for i in ids], dtype=np.int64),
+            np.array([client.admit_step[i] for i in ids], dtype=np.int64),
+            np.array([client.first_step[i] for i in ids], dtype=np.int64),
+            np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
+            np.array([lengths[i] for i in ids], dtype=float),
+        )
 
     @property
     def timing_dependent(self) -> bool:
         """An open loop at a finite rate: which requests share a step depends on step times."""
-        return self.run.benchmark == "serving" and math.isfinite(self.run.request_rate) and self.run.max_concurrency is None
+        return (
+            self.run.benchmark == "serving"
+            and math.isfinite(self.run.request_rate)
+            and self.run.max_concurrency is None
+        )
 
     def step_times(self, factors: dict[str, float]) -> np.ndarray:
         return _step_times(self.costs, self.peak_bandwidth, self.peak_flops, factors)
@@ -193,13 +259,19 @@ class Replay:
             duration = float(finish.max()) if len(finish) else 1e-12
         else:
             end = self._ends(dt)
-            send = np.where(self.send_step >= 0, np.maximum(self.scheduled, end[np.maximum(self.send_step, 0)]),
-                            self.scheduled)
+            send = np.where(
+                self.send_step >= 0,
+                np.maximum(self.scheduled, end[np.maximum(self.send_step, 0)]),
+                self.scheduled,
+            )
             ttft = end[self.first] - send
             tpot = (end[self.last] - end[self.first])[multi] / (self.outputs[multi] - 1)
             duration = float(end[-1]) if len(end) else 1e-12
-        return {"output_throughput": float(self.outputs.sum()) / duration, **latency_figures(ttft, tpot),
-                "latency_avg_s": duration}
+        return {
+            "output_throughput": float(self.outputs.sum()) / duration,
+            **latency_figures(ttft, tpot),
+            "latency_avg_s": duration,
+        }
 
     def _local_timeline(self, dt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """TTFT, finish time and TPOT per request when the schedule depends on timing.
@@ -215,19 +287,33 @@ class Replay:
         admitted_at = cum[self.admit] - dt[self.admit]  # on the request's own clock
         recorded_start = self._ends(self.recorded_dt)[self.admit] - self.recorded_dt[self.admit]
         before = np.maximum(self.admit - 1, 0)
-        scale = np.where(self.admit > 0, dt[before] / np.maximum(self.recorded_dt[before], 1e-15), 1.0)
+        scale = np.where(
+            self.admit > 0, dt[before] / np.maximum(self.recorded_dt[before], 1e-15), 1.0
+        )
         wait = np.maximum(0.0, recorded_start - self.scheduled) * scale
         multi = self.outputs > 1
         tpot = (cum[self.last] - cum[self.first])[multi] / (self.outputs[multi] - 1)
-        return (wait + cum[self.first] - admitted_at, self.scheduled + wait + cum[self.last] - admitted_at, tpot)
+        return (
+            wait + cum[self.first] - admitted_at,
+            self.scheduled + wait + cum[self.last] - admitted_at,
+            tpot,
+        )
 
 
-def _step_times(costs: StepCosts, peak_bandwidth: float, peak_flops: float, factors: dict[str, float]) -> np.ndarray:
+def _step_times(
+    costs: StepCosts, peak_bandwidth: float, peak_flops: float, factors: dict[str, float]
+) -> np.ndarray:
     """Every step's seconds under `factors` (step_seconds over the recorded cost arrays)."""
     flops_rate = peak_flops * factors["flops_factor"]
-    return step_seconds(costs, peak_bandwidth * factors["bandwidth_factor"],
-                        peak_bandwidth * factors["attention_bandwidth_factor"], flops_rate,
-                        factors["overhead_s"], factors["overhead_per_seq_s"], flops_rate * factors["moe_flops_factor"])
+    return step_seconds(
+        costs,
+        peak_bandwidth * factors["bandwidth_factor"],
+        peak_bandwidth * factors["attention_bandwidth_factor"],
+        flops_rate,
+        factors["overhead_s"],
+        factors["overhead_per_seq_s"],
+        flops_rate * factors["moe_flops_factor"],
+    )
 
 
 def compared(run: MeasuredRun) -> list[str]:
@@ -236,5 +322,8 @@ def compared(run: MeasuredRun) -> list[str]:
 
 
 def log_errors(run: MeasuredRun, predicted: dict[str, float]) -> list[float]:
-    return [math.log(max(predicted[k], 1e-12) / run.measured[k]) for k in compared(run)
-            if math.isfinite(predicted.get(k, math.nan))]
+    return [
+        math.log(max(predicted[k], 1e-12) / run.measured[k])
+        for k in compared(run)
+        if math.isfinite(predicted.get(k, math.nan))
+    ]

@@ -77,16 +77,30 @@ class Router:
         # Filter, then score, as llm-d's scheduler does: pods with requests already waiting
         # for memory are skipped while any pod has room, so a popular prefix cannot pile
         # its whole traffic onto the pod that cached it first.
-        candidates = [i for i, pod in enumerate(self.pods) if not pod.scheduler.waiting] or range(len(self.pods))
+        candidates = [i for i, pod in enumerate(self.pods) if not pod.scheduler.waiting] or range(
+            len(self.pods)
+        )
         hashes = block_hashes(request, self.block_size)
         busiest = max(1, max(_load(self.pods[i]) for i in candidates))
-        scores = [(self.config.w_hit * cached_prefix_fraction(self.pods[i], hashes)
-                   - self.config.w_load * _load(self.pods[i]) / busiest, -_load(self.pods[i]), -i) for i in candidates]
+        scores = [
+            (
+                self.config.w_hit * cached_prefix_fraction(self.pods[i], hashes)
+                - self.config.w_load * _load(self.pods[i]) / busiest,
+                -_load(self.pods[i]),
+                -i,
+            )
+            for i in candidates
+        ]
         return -max(scores)[2]
 
 
-def run_cluster(pods: list[Engine], requests: list[Request], router_config: RouterConfig, block_size: int,
-                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def run_cluster(
+    pods: list[Engine],
+    requests: list[Request],
+    router_config: RouterConfig,
+    block_size: int,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Route every request to a pod and run all pods to completion; cluster metrics."""
     router = Router(router_config, pods, block_size)
     assigned = [0] * len(pods)
@@ -103,18 +117,27 @@ def run_cluster(pods: list[Engine], requests: list[Request], router_config: Rout
     return cluster_metrics(pods, assigned, requests)
 
 
-def cluster_metrics(pods: list[Engine], assigned: list[int], requests: list[Request]) -> dict[str, Any]:
+def cluster_metrics(
+    pods: list[Engine], assigned: list[int], requests: list[Request]
+) -> dict[str, Any]:
     """The cluster's figures: each registered metric (kvplan.core.metric_registry) whose
     cluster rule reports it, in the registry's order; the rule of every other pod figure
     (POD_ONLY) says the cluster leaves it out, so none drops out unsaid."""
     pod_metrics = [pod.result().metrics for pod in pods]
     whole = _whole_cluster(pods, assigned, requests, pod_metrics)
-    return {entry.name: _aggregate(entry, pod_metrics, whole) for entry in METRICS
-            if entry.cluster in REPORTED_BY_CLUSTER}
+    return {
+        entry.name: _aggregate(entry, pod_metrics, whole)
+        for entry in METRICS
+        if entry.cluster in REPORTED_BY_CLUSTER
+    }
 
 
-def _whole_cluster(pods: list[Engine], assigned: list[int], requests: list[Request],
-                   pod_metrics: list[dict[str, Any]]) -> dict[str, Any]:
+def _whole_cluster(
+    pods: list[Engine],
+    assigned: list[int],
+    requests: list[Request],
+    pod_metrics: list[dict[str, Any]],
+) -> dict[str, Any]:
     """The figures computed over the whole cluster (ClusterRule.CLUSTER): routing, the
     makespan, throughput and latencies over every pod's requests, the pooled hit rate."""
     finished = [seq for pod in pods for seq in pod.finished]

@@ -67,17 +67,38 @@ class KvLink:
         return self.latency_s + tokens * self.bytes_per_token_per_gpu / (self.gbps * 1e9)
 
 
-def run_disaggregated(prefill_pods: list[Engine], decode_pods: list[Engine], requests: list[Request],
-                      link: KvLink, prefill_router: RouterConfig, block_size: int) -> dict[str, Any]:
+def run_disaggregated(
+    prefill_pods: list[Engine],
+    decode_pods: list[Engine],
+    requests: list[Request],
+    link: KvLink,
+    prefill_router: RouterConfig,
+    block_size: int,
+) -> dict[str, Any]:
     """Every request through the prefill pool, the link and the decode pool; the user's
     latencies (from the original arrival) and each pool's figures."""
-    prefilled = run_cluster(prefill_pods, Phase.PREFILL.requests(requests), prefill_router, block_size)
-    first_token = {seq.request.request_id: seq.served[0] for pod in prefill_pods for seq in pod.finished
-                   if seq.sample_index == 0}
+    prefilled = run_cluster(
+        prefill_pods, Phase.PREFILL.requests(requests), prefill_router, block_size
+    )
+    first_token = {
+        seq.request.request_id: seq.served[0]
+        for pod in prefill_pods
+        for seq in pod.finished
+        if seq.sample_index == 0
+    }
     rejected = [r.request_id for r in requests if r.request_id not in first_token]
-    transfer = {r.request_id: link.seconds(r.prompt_len) for r in requests if r.request_id in first_token}
-    handed = [dataclasses.replace(r, arrival_s=first_token[r.request_id] + transfer[r.request_id],
-                                  transferred_tokens=r.prompt_len) for r in requests if r.request_id in first_token]
+    transfer = {
+        r.request_id: link.seconds(r.prompt_len) for r in requests if r.request_id in first_token
+    }
+    handed = [
+        dataclasses.replace(
+            r,
+            arrival_s=first_token[r.request_id] + transfer[r.request_id],
+            transferred_tokens=r.prompt_len,
+        )
+        for r in requests
+        if r.request_id in first_token
+    ]
     decoded = run_cluster(decode_pods, handed, RouterConfig("least-loaded"), block_size)
     finished = [seq for pod in decode_pods for seq in pod.finished]
     arrivals = {r.request_id: r.arrival_s for r in requests}
@@ -96,5 +117,6 @@ def run_disaggregated(prefill_pods: list[Engine], decode_pods: list[Engine], req
         "decode_wait_s_p90": decoded["ttft_s_p90"],  # transfer's end to the first token
         "prefix_hit_rate": prefilled.get("prefix_hit_rate"),
         "preemptions": prefilled["preemptions"] + decoded["preemptions"],
-        "prefill_pods": len(prefill_pods), "decode_pods": len(decode_pods),
+        "prefill_pods": len(prefill_pods),
+        "decode_pods": len(decode_pods),
     }

@@ -17,8 +17,14 @@ from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
 
 # Search space, log-scaled: (low, high) per factor.
-BOUNDS = {"bandwidth_factor": (0.05, 1.0), "attention_bandwidth_factor": (0.02, 1.0), "flops_factor": (0.05, 1.0),
-          "overhead_s": (1e-6, 0.05), "overhead_per_seq_s": (1e-8, 1e-3), "moe_flops_factor": (0.05, 1.0)}
+BOUNDS = {
+    "bandwidth_factor": (0.05, 1.0),
+    "attention_bandwidth_factor": (0.02, 1.0),
+    "flops_factor": (0.05, 1.0),
+    "overhead_s": (1e-6, 0.05),
+    "overhead_per_seq_s": (1e-8, 1e-3),
+    "moe_flops_factor": (0.05, 1.0),
+}
 INTERIOR = StepModelParams(0.6, 0.3, 0.5, 2e-3, 1e-5, 0.7, source="typical interior start")
 
 
@@ -37,7 +43,9 @@ def _to_factors(x: np.ndarray, names: tuple[str, ...], held: StepModelParams) ->
     return out
 
 
-def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, iterations: int = 250, step: float = 0.5) -> np.ndarray:
+def nelder_mead(
+    f: Callable[[np.ndarray], float], x0: np.ndarray, iterations: int = 250, step: float = 0.5
+) -> np.ndarray:
     """Plain Nelder-Mead (reflection 1, expansion 2, contraction 0.5, shrink 0.5)."""
     simplex = [x0] + [x0 + step * np.eye(len(x0))[i] for i in range(len(x0))]
     values = [f(x) for x in simplex]
@@ -69,7 +77,9 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, iterations: in
 def fit_replays(replays: list[Replay], start: StepModelParams = DATASHEET) -> dict[str, float]:
     """Factors minimizing the summed squared log errors over the replays' compared figures."""
     if not replays:
-        raise ValueError("no measured run to fit: pass at least one result with output throughput, TPOT or latency")
+        raise ValueError(
+            "no measured run to fit: pass at least one result with output throughput, TPOT or latency"
+        )
 
     # Each sweep weighs the same, however many loads it measured: mechanisms, not rows.
     per_sweep: dict[str, int] = {}
@@ -80,19 +90,31 @@ def fit_replays(replays: list[Replay], start: StepModelParams = DATASHEET) -> di
 
     def loss(x: np.ndarray) -> float:
         factors = _to_factors(x, names, start)
-        return sum(e * e / per_sweep[r.run.sweep] for r in replays for e in log_errors(r.run, r.predict(factors)))
+        return sum(
+            e * e / per_sweep[r.run.sweep]
+            for r in replays
+            for e in log_errors(r.run, r.predict(factors))
+        )
 
     # Start inside the box (a corner start collapses the simplex on the clipped faces), from
     # the given factors and from a typical interior point; keep the better, then polish.
     starts = []
     for origin in (start, INTERIOR):
-        starts.append(np.log([min(max(getattr(origin, n), BOUNDS[n][0] * 2), BOUNDS[n][1] * 0.9) for n in names]))
+        starts.append(
+            np.log(
+                [min(max(getattr(origin, n), BOUNDS[n][0] * 2), BOUNDS[n][1] * 0.9) for n in names]
+            )
+        )
     best = min((nelder_mead(loss, x) for x in starts), key=loss)
     return _to_factors(nelder_mead(loss, best, iterations=120, step=0.2), names, start)
 
 
-def fit(runs: list[MeasuredRun], label: str, rounds: int = 2,
-        progress: Callable[[str], None] | None = None) -> StepModelParams:
+def fit(
+    runs: list[MeasuredRun],
+    label: str,
+    rounds: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> StepModelParams:
     """Fit the factors to measured runs: simulate, fit on the replays, repeat from the fit."""
     params = DATASHEET
     for _ in range(rounds):

@@ -36,13 +36,21 @@ from typing import Any
 
 from kvplan.plan.engine_releases import engine_generation, parse_version  # noqa: F401 (engine_generation re-exported)
 
-HARDWARE_FACTORS: tuple[str, ...] = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor")
+HARDWARE_FACTORS: tuple[str, ...] = (
+    "bandwidth_factor",
+    "attention_bandwidth_factor",
+    "flops_factor",
+)
 ENGINE_FACTORS: tuple[str, ...] = ("overhead_s", "overhead_per_seq_s")
 MOE_FACTORS: tuple[str, ...] = ("moe_flops_factor",)
 MOE_KEY = "moe"
 DEFAULT_GENERATION = "vllm-v1"
-POOLED = "all"  # the entry fitted on every run: GPU families and engine generations without their own
-UNSEEN_FAMILY = "unseen-family"  # the band of a GPU family no measured run covers (leave one family out)
+POOLED = (
+    "all"  # the entry fitted on every run: GPU families and engine generations without their own
+)
+UNSEEN_FAMILY = (
+    "unseen-family"  # the band of a GPU family no measured run covers (leave one family out)
+)
 ROCM_FAMILIES = ("cdna3",)
 PER_CHANNEL_FP8 = ("fp8-meta",)  # kvplan.spec.weight_quant recipes with per-channel FP8 scales
 ROCM_ROWWISE_FP8_FROM = (0, 9, 0)
@@ -53,8 +61,13 @@ def factor_key(family: str, weight_dtype: str | None, engine: str, version: str)
     """The hardware-factor key of a run: its GPU family, or '<family>/fp8-unfused' for
     per-channel FP8 weights on ROCm under a vLLM without the rowwise GEMM (module docstring)."""
     parsed = parse_version(version)
-    if (family in ROCM_FAMILIES and (weight_dtype or "").lower() in PER_CHANNEL_FP8 and engine == "vllm"
-            and parsed is not None and parsed < ROCM_ROWWISE_FP8_FROM):
+    if (
+        family in ROCM_FAMILIES
+        and (weight_dtype or "").lower() in PER_CHANNEL_FP8
+        and engine == "vllm"
+        and parsed is not None
+        and parsed < ROCM_ROWWISE_FP8_FROM
+    ):
         return f"{family}/{UNFUSED_FP8}"
     return family
 
@@ -69,24 +82,44 @@ class FactorTable:
     moe: dict[str, float] = field(default_factory=dict)
 
     def factors(self, family: str, generation: str) -> dict[str, float]:
-        hardware = (self.families.get(family) or self.families.get(family.split("/")[0]) or self.families.get("all")
-                    or {})
-        engine = (self.engines.get(generation) or self.engines.get(POOLED) or self.engines.get(DEFAULT_GENERATION)
-                  or {})
-        return {**{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS}, **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS},
-                **{n: self.moe.get(n, 1.0) for n in MOE_FACTORS}}
+        hardware = (
+            self.families.get(family)
+            or self.families.get(family.split("/")[0])
+            or self.families.get("all")
+            or {}
+        )
+        engine = (
+            self.engines.get(generation)
+            or self.engines.get(POOLED)
+            or self.engines.get(DEFAULT_GENERATION)
+            or {}
+        )
+        return {
+            **{n: hardware.get(n, 1.0) for n in HARDWARE_FACTORS},
+            **{n: engine.get(n, 0.0) for n in ENGINE_FACTORS},
+            **{n: self.moe.get(n, 1.0) for n in MOE_FACTORS},
+        }
 
     def describe(self, family: str, generation: str) -> str:
         base = family.split("/")[0]
-        pooled = ("" if family in self.families else f" (the '{base}' factors: no runs of this GEMM path)"
-                  if base in self.families else " (all-family fit: no runs of this family)")
+        pooled = (
+            ""
+            if family in self.families
+            else f" (the '{base}' factors: no runs of this GEMM path)"
+            if base in self.families
+            else " (all-family fit: no runs of this family)"
+        )
         return f"default for GPU family '{family}'{pooled} and engine {generation}"
 
     def to_toml(self, header: list[str], residuals: dict[str, list[str]]) -> str:
-        sections = [(f'{kind}."{key}"', key, table[key], names)
-                    for kind, table, names in (("family", self.families, HARDWARE_FACTORS),
-                                               ("engine", self.engines, ENGINE_FACTORS))
-                    for key in sorted(table, key=lambda k: (k == "all", k))]
+        sections = [
+            (f'{kind}."{key}"', key, table[key], names)
+            for kind, table, names in (
+                ("family", self.families, HARDWARE_FACTORS),
+                ("engine", self.engines, ENGINE_FACTORS),
+            )
+            for key in sorted(table, key=lambda k: (k == "all", k))
+        ]
         if self.moe:
             sections.append((MOE_KEY, MOE_KEY, self.moe, MOE_FACTORS))
         lines = [*header, ""]
@@ -101,10 +134,18 @@ class FactorTable:
 
     @classmethod
     def from_toml(cls, data: dict[str, Any]) -> FactorTable:
-        families = {k: {n: float(v[n]) for n in HARDWARE_FACTORS} for k, v in data.get("family", {}).items()}
-        engines = {k: {n: float(v[n]) for n in ENGINE_FACTORS} for k, v in data.get("engine", {}).items()}
-        notes = {k: str(v["fitted_on"]) for part in ("family", "engine") for k, v in data.get(part, {}).items()
-                 if "fitted_on" in v}
+        families = {
+            k: {n: float(v[n]) for n in HARDWARE_FACTORS} for k, v in data.get("family", {}).items()
+        }
+        engines = {
+            k: {n: float(v[n]) for n in ENGINE_FACTORS} for k, v in data.get("engine", {}).items()
+        }
+        notes = {
+            k: str(v["fitted_on"])
+            for part in ("family", "engine")
+            for k, v in data.get(part, {}).items()
+            if "fitted_on" in v
+        }
         moe_part = data.get(MOE_KEY, {})
         moe = {n: float(moe_part[n]) for n in MOE_FACTORS if n in moe_part}
         if "fitted_on" in moe_part:

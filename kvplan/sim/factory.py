@@ -20,8 +20,9 @@ from kvplan.core.engine_factory import (
 )
 from kvplan.core.kv import make_allocator
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.capacity import PlanInputs, max_model_len_for, plan, whole_blocks
+from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.engine_releases import parse_version
+from kvplan.plan.pool_sizing import max_model_len_for, whole_blocks
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.factor_table import UNSEEN_FAMILY, factor_key, held_out_band
 from kvplan.sim.runner import SimulatedRunner
@@ -37,7 +38,9 @@ from kvplan.spec.resolve import load_gpu, load_model
 FITTED, ROOFLINE = "fitted", "roofline"
 
 
-def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: Optimization) -> EngineSizing:
+def size_engine(
+    config: SizingConfig, scheduler: SchedulerConfig, optimization: Optimization
+) -> EngineSizing:
     """The KV pool per GPU from the capacity plan, in slots of the optimization's format.
 
     Linear-attention state (hybrids) is set aside for max_num_seqs sequences up front.
@@ -46,21 +49,35 @@ def size_engine(config: SizingConfig, scheduler: SchedulerConfig, optimization: 
     kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, model)
     max_model_len = max_model_len_for(model, config.max_model_len)
     scheduler = engine_scheduler(config, scheduler)
-    inputs = PlanInputs(model=model, gpu=load_gpu(config.gpu), tp=config.tp, kv_format=kv_format,
-                        context=max_model_len, block_size=config.block_size,
-                        gpu_memory_utilization=config.gpu_memory_utilization,
-                        kv_cache_bytes=None if config.kv_cache_gib is None else config.kv_cache_gib * GIB,
-                        weight_dtype=config.weight_dtype, engine=config.generation,
-                        engine_version=parse_version(config.engine_version),
-                        max_num_batched_tokens=scheduler.max_num_batched_tokens, max_num_seqs=scheduler.max_num_seqs)
+    inputs = PlanInputs(
+        model=model,
+        gpu=load_gpu(config.gpu),
+        tp=config.tp,
+        kv_format=kv_format,
+        context=max_model_len,
+        block_size=config.block_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        kv_cache_bytes=None if config.kv_cache_gib is None else config.kv_cache_gib * GIB,
+        weight_dtype=config.weight_dtype,
+        engine=config.generation,
+        engine_version=parse_version(config.engine_version),
+        max_num_batched_tokens=scheduler.max_num_batched_tokens,
+        max_num_seqs=scheduler.max_num_seqs,
+    )
     capacity = plan(inputs, suggest=False)
-    kv_pool_bytes = capacity.kv_pool_bytes - model.state_bytes_per_seq(config.tp) * (scheduler.max_num_seqs or 0)
+    kv_pool_bytes = capacity.kv_pool_bytes - model.state_bytes_per_seq(config.tp) * (
+        scheduler.max_num_seqs or 0
+    )
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
     blocks = whole_blocks(kv_pool_bytes, slot_bytes, config.block_size)
     if blocks < 1:
-        raise ValueError(f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
-                         f"{kv_pool_bytes / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib")
-    return EngineSizing(model, kv_format, kv_pool_bytes, slot_bytes, blocks * config.block_size, max_model_len)
+        raise ValueError(
+            f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
+            f"{kv_pool_bytes / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib"
+        )
+    return EngineSizing(
+        model, kv_format, kv_pool_bytes, slot_bytes, blocks * config.block_size, max_model_len
+    )
 
 
 @dataclass(frozen=True)
@@ -68,7 +85,9 @@ class SimulatedEngineFactory:
     """Engines with no KV tensors whose steps take the time the step model (or the roofline) says."""
 
     sizing: SizingConfig
-    scheduler: SchedulerConfig = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)  # the engine's
+    scheduler: SchedulerConfig = SchedulerConfig(
+        max_num_seqs=None, max_num_batched_tokens=None
+    )  # the engine's
     tiers: TierConfig = TierConfig()
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
     # entropy-budget's per-layer split (e.g. a real run's probe); None: every layer the budget
@@ -85,41 +104,63 @@ class SimulatedEngineFactory:
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
         config = self.sizing
         sizing = size_engine(config, self.scheduler, optimization)
-        policy = eviction_policy(optimization, self.kv_budget, config.block_size, lambda: self.layer_budgets)
-        roofline = Roofline(sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype)
+        policy = eviction_policy(
+            optimization, self.kv_budget, config.block_size, lambda: self.layer_budgets
+        )
+        roofline = Roofline(
+            sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype
+        )
         # The policy's memory model (kvplan.core.policies) decides the blocks each sequence
         # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM.
-        allocator = make_allocator(optimization.allocator, sizing.capacity_slots, config.block_size,
-                                   sizing.max_model_len, prefix_caching=optimization.prefix_caching,
-                                   policy=policy, tiers=make_tiers(config, self.tiers, optimization, sizing),
-                                   recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops,
-                                   copy_s_per_slot=2 * sizing.slot_bytes / roofline.bandwidth)
+        allocator = make_allocator(
+            optimization.allocator,
+            sizing.capacity_slots,
+            config.block_size,
+            sizing.max_model_len,
+            prefix_caching=optimization.prefix_caching,
+            policy=policy,
+            tiers=make_tiers(config, self.tiers, optimization, sizing),
+            recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops,
+            copy_s_per_slot=2 * sizing.slot_bytes / roofline.bandwidth,
+        )
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
-        scheduler = replace(engine_scheduler(config, self.scheduler, sizing.capacity_slots), swap_slots=swap_slots)
+        scheduler = replace(
+            engine_scheduler(config, self.scheduler, sizing.capacity_slots), swap_slots=swap_slots
+        )
         runner = SimulatedRunner(roofline)  # "roofline": datasheet peak, a lower bound
         if isinstance(self.step_model, StepModelParams):
             runner = StepModelRunner(roofline, self.step_model)
         elif self.step_model != ROOFLINE:
             calibration = None if self.step_model in (None, FITTED) else self.step_model
             engine = config.engine or "vllm"
-            key = factor_key(roofline.gpu.family, config.weight_dtype, engine, config.engine_version or "")
-            runner = StepModelRunner(roofline, step_model_params(calibration, key, config.generation))
+            key = factor_key(
+                roofline.gpu.family, config.weight_dtype, engine, config.engine_version or ""
+            )
+            runner = StepModelRunner(
+                roofline, step_model_params(calibration, key, config.generation)
+            )
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
         metrics: dict[str, Any] = {}
-        runner = getattr(engine.runner, "runner", engine.runner)  # under the bench client's StepObserver
+        runner = getattr(
+            engine.runner, "runner", engine.runner
+        )  # under the bench client's StepObserver
         if isinstance(runner, StepModelRunner):  # which step-model factors timed this run
             metrics["step_model"] = runner.params.source
             if self.step_model in (None, FITTED):
-                metrics["time_error_band"] = time_error_band(runner.roofline.gpu.family, self.sizing.generation)
+                metrics["time_error_band"] = time_error_band(
+                    runner.roofline.gpu.family, self.sizing.generation
+                )
             elif isinstance(self.step_model, str):
                 band = calibration_band(self.step_model)
                 if band is not None:
                     metrics["time_error_band"] = band
         budget = getattr(engine.allocator, "budget", None)
         if budget is not None and not budget.windowed:  # compaction copies, charged as time
-            metrics["eviction_copied_slots"] = round(budget.copied_total)  # entropy-budget: a mean over layers
+            metrics["eviction_copied_slots"] = round(
+                budget.copied_total
+            )  # entropy-budget: a mean over layers
         if budget is not None and budget.spec.layer_budgets:
             metrics["layer_budgets"] = list(budget.spec.layer_budgets)
         return metrics
@@ -134,8 +175,9 @@ def time_error_band(gpu_family: str, generation: str) -> dict[str, Any]:
     base = {"basis": "leave one sweep out", "gpu_family": gpu_family, "engine": generation}
     if band is not None:
         return {**base, **band}
-    unseen = held_out_band(UNSEEN_FAMILY, generation)  # how the fit did on a GPU family it never saw
+    unseen = held_out_band(
+        UNSEEN_FAMILY, generation
+    )  # how the fit did on a GPU family it never saw
     if unseen is not None:
         return {**base, "unvalidated": True, "basis": "leave one GPU family out", **unseen}
     return {**base, "unvalidated": True}
-

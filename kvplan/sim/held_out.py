@@ -66,20 +66,30 @@ def two_round_fit(runs: list[MeasuredRun], replays: dict[str, Replay]) -> Factor
     replays recorded again at that fit's speed (their batching depends on step times), polished
     from the first round: nothing enters but these runs."""
     table = fit_table([replays[r.run_id] for r in runs], family)
-    again = [Replay.record(r, params_for(table, r)) if replays[r.run_id].timing_dependent else replays[r.run_id]
-             for r in runs]
+    again = [
+        Replay.record(r, params_for(table, r))
+        if replays[r.run_id].timing_dependent
+        else replays[r.run_id]
+        for r in runs
+    ]
     return refit(again, family, table)
 
 
 def _fold(protocol: str, held: str) -> dict[str, dict[str, float]]:
     key_of = PROTOCOLS[protocol]
     table = two_round_fit([r for r in _RUNS if key_of(r) != held], _REPLAYS)
-    return {run.run_id: simulate(run, params_for(table, run))[0] for run in _RUNS if key_of(run) == held}
+    return {
+        run.run_id: simulate(run, params_for(table, run))[0] for run in _RUNS if key_of(run) == held
+    }
 
 
-def held_out_predictions(runs: list[MeasuredRun], replays: dict[str, Replay], protocol: str,
-                         workers: int | None = None,
-                         progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
+def held_out_predictions(
+    runs: list[MeasuredRun],
+    replays: dict[str, Replay],
+    protocol: str,
+    workers: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, float]]:
     """Every run's figures predicted with the group it belongs to held out (see the module docstring)."""
     global _RUNS, _REPLAYS
     _RUNS, _REPLAYS = runs, replays
@@ -117,8 +127,12 @@ class Scored:
 
 def scored(runs: list[MeasuredRun], predictions: dict[str, dict[str, float]]) -> list[Scored]:
     """The compared figures (compared(): TTFT only where it is not queue-dominated)."""
-    return [Scored(run, metric, run.measured[metric], predictions[run.run_id].get(metric, math.nan))
-            for run in runs if run.run_id in predictions for metric in compared(run)]
+    return [
+        Scored(run, metric, run.measured[metric], predictions[run.run_id].get(metric, math.nan))
+        for run in runs
+        if run.run_id in predictions
+        for metric in compared(run)
+    ]
 
 
 def median_abs(rows: list[Scored]) -> float | None:
@@ -138,7 +152,9 @@ def band_key(run: MeasuredRun) -> str:
     return f"{gpu_family(run)}/{generation_of(run)}"
 
 
-def bands(rows: list[Scored], key_of: Callable[[MeasuredRun], str] = band_key) -> dict[str, dict[str, float]]:
+def bands(
+    rows: list[Scored], key_of: Callable[[MeasuredRun], str] = band_key
+) -> dict[str, dict[str, float]]:
     """Per GPU family and engine generation (or another grouping): the median absolute
     held-out error of each time figure and how many runs it rests on (`<figure>_runs`)."""
     out: dict[str, dict[str, float]] = {}
@@ -158,4 +174,3 @@ def unseen_family_bands(rows: list[Scored]) -> dict[str, dict[str, float]]:
     """Leave-one-GPU-family-out errors per engine generation: the band for a GPU family no
     measured run covers ('unseen-family/<engine>')."""
     return bands(rows, lambda run: f"{UNSEEN_FAMILY}/{generation_of(run)}")
-

@@ -32,7 +32,14 @@ from kvplan.sim.factor_table import engine_generation
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
 
-METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_tpot_ms", "latency_avg_s")
+METRICS = (
+    "output_throughput",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "latency_avg_s",
+)
 # An offered rate up to this multiple of the saturation rate is not counted as saturating:
 # the last requests' own latency keeps a run's served rate a little under its offered one.
 SATURATION_MARGIN = 1.1
@@ -44,13 +51,21 @@ OFFLINE_SCRIPTS_USE_ENGINE_ARGS = (0, 6, 4)
 
 # vLLM's printed labels -> its JSON keys (serve.py prints "{:<40} {:<10.2f}").
 BLOCK_LABELS = {
-    "Successful requests": "completed", "Failed requests": "failed",
-    "Maximum request concurrency": "max_concurrency", "Request rate configured (RPS)": "request_rate",
-    "Benchmark duration (s)": "duration", "Total input tokens": "total_input_tokens",
-    "Total generated tokens": "total_output_tokens", "Request throughput (req/s)": "request_throughput",
-    "Output token throughput (tok/s)": "output_throughput", "Total token throughput (tok/s)": "total_token_throughput",
-    **{f"{stat} {name} (ms)": f"{key}_{name.lower()}_ms" for stat, key in (("Mean", "mean"), ("Median", "median"), ("P99", "p99"))
-       for name in ("TTFT", "TPOT", "ITL", "E2EL")},
+    "Successful requests": "completed",
+    "Failed requests": "failed",
+    "Maximum request concurrency": "max_concurrency",
+    "Request rate configured (RPS)": "request_rate",
+    "Benchmark duration (s)": "duration",
+    "Total input tokens": "total_input_tokens",
+    "Total generated tokens": "total_output_tokens",
+    "Request throughput (req/s)": "request_throughput",
+    "Output token throughput (tok/s)": "output_throughput",
+    "Total token throughput (tok/s)": "total_token_throughput",
+    **{
+        f"{stat} {name} (ms)": f"{key}_{name.lower()}_ms"
+        for stat, key in (("Mean", "mean"), ("Median", "median"), ("P99", "p99"))
+        for name in ("TTFT", "TPOT", "ITL", "E2EL")
+    },
 }
 
 
@@ -68,7 +83,9 @@ class MeasuredRun:
     dataset: str = "random"
     input_len: int | None = None
     output_len: int | None = None
-    range_ratio: float | None = None  # --random-range-ratio as the run's client read it; None: fixed lengths
+    range_ratio: float | None = (
+        None  # --random-range-ratio as the run's client read it; None: fixed lengths
+    )
     num_prompts: int = 1000
     request_rate: float = math.inf
     max_concurrency: int | None = None
@@ -97,7 +114,10 @@ class MeasuredRun:
             return False
         if math.isinf(self.request_rate) or self.request_rate >= 100:
             return True
-        return self.saturation_rate is not None and self.request_rate > SATURATION_MARGIN * self.saturation_rate
+        return (
+            self.saturation_rate is not None
+            and self.request_rate > SATURATION_MARGIN * self.saturation_rate
+        )
 
 
 def _float(value: Any) -> float | None:
@@ -130,9 +150,13 @@ def read_vllm_json(path: Path, settings: dict[str, Any]) -> MeasuredRun:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a readable vLLM result JSON ({err}); pass the file --save-result wrote") from None
+        raise ValueError(
+            f"{path}: not a readable vLLM result JSON ({err}); pass the file --save-result wrote"
+        ) from None
     if not isinstance(data, dict) or "output_throughput" not in data:
-        raise ValueError(f"{path}: no 'output_throughput' key; pass a `vllm bench serve --save-result` JSON")
+        raise ValueError(
+            f"{path}: no 'output_throughput' key; pass a `vllm bench serve --save-result` JSON"
+        )
     return _serving_run(path, data, settings)
 
 
@@ -143,49 +167,81 @@ def read_vllm_block(path: Path, settings: dict[str, Any]) -> MeasuredRun:
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: cannot read ({err})") from None
     if "Serving Benchmark Result" not in text:
-        raise ValueError(f"{path}: no 'Serving Benchmark Result' block; paste vLLM's printed result into it")
+        raise ValueError(
+            f"{path}: no 'Serving Benchmark Result' block; paste vLLM's printed result into it"
+        )
     values: dict[str, Any] = {}
     for line in text.splitlines():
         match = re.match(r"\s*([^:]+):\s+([-+0-9.eEinf]+)\s*$", line)
         if match and match.group(1).strip() in BLOCK_LABELS:
             values[BLOCK_LABELS[match.group(1).strip()]] = _float(match.group(2))
     if "output_throughput" not in values:
-        raise ValueError(f"{path}: the block has no 'Output token throughput (tok/s)' line; paste the whole block")
+        raise ValueError(
+            f"{path}: the block has no 'Output token throughput (tok/s)' line; paste the whole block"
+        )
     return _serving_run(path, values, settings)
 
 
 def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> MeasuredRun:
     for key in ("model", "gpu"):
         if not settings.get(key) and not (key == "model" and data.get("model_id")):
-            raise SettingError("{where}: the result does not name the {what}; pass {" + key + "}", where=path, what=key)
+            raise SettingError(
+                "{where}: the result does not name the {what}; pass {" + key + "}",
+                where=path,
+                what=key,
+            )
     completed = int(_float(data.get("completed")) or settings.get("num_prompts") or 0)
     if completed < 1:
-        raise ValueError(f"{path}: no completed requests in the result; pass a run that finished requests")
-    total_in, total_out = _float(data.get("total_input_tokens")), _float(data.get("total_output_tokens"))
+        raise ValueError(
+            f"{path}: no completed requests in the result; pass a run that finished requests"
+        )
+    total_in, total_out = (
+        _float(data.get("total_input_tokens")),
+        _float(data.get("total_output_tokens")),
+    )
     dataset = settings.get("dataset") or "random"
     input_len = settings.get("input_len") or (round(total_in / completed) if total_in else None)
     output_len = settings.get("output_len") or (round(total_out / completed) if total_out else None)
     if dataset == "random" and not (input_len and output_len):
-        raise SettingError("{where}: the result has no token totals; pass {input_len} and {output_len}", where=path)
+        raise SettingError(
+            "{where}: the result has no token totals; pass {input_len} and {output_len}", where=path
+        )
     rate = _float(data.get("request_rate"))
     concurrency = _float(data.get("max_concurrency")) or settings.get("max_concurrency")
     return MeasuredRun(
-        run_id=path.name, sweep=settings.get("sweep") or path.name, benchmark="serving",
-        model=settings.get("model") or str(data.get("model_id")), gpu=settings["gpu"], tp=int(settings.get("tp") or 1),
-        engine=settings.get("engine") or "vllm", dataset=dataset, input_len=input_len, output_len=output_len,
-        range_ratio=None if settings.get("range_ratio") is None else float(settings["range_ratio"]), num_prompts=completed,
-        request_rate=math.inf if rate is None else rate, max_concurrency=int(concurrency) if concurrency else None,
-        weight_dtype=settings.get("weight_dtype"), kv_dtype=settings.get("kv_dtype") or "auto",
-        max_num_seqs=settings.get("max_num_seqs"), engine_version=settings.get("engine_version") or "",
-        max_num_batched_tokens=settings.get("max_num_batched_tokens"), max_model_len=settings.get("max_model_len"),
-        total_input_tokens=int(total_in) if total_in else None, total_output_tokens=int(total_out) if total_out else None,
-        measured=_measured(data), saturation_rate=_float(data.get("request_throughput")))
+        run_id=path.name,
+        sweep=settings.get("sweep") or path.name,
+        benchmark="serving",
+        model=settings.get("model") or str(data.get("model_id")),
+        gpu=settings["gpu"],
+        tp=int(settings.get("tp") or 1),
+        engine=settings.get("engine") or "vllm",
+        dataset=dataset,
+        input_len=input_len,
+        output_len=output_len,
+        range_ratio=None if settings.get("range_ratio") is None else float(settings["range_ratio"]),
+        num_prompts=completed,
+        request_rate=math.inf if rate is None else rate,
+        max_concurrency=int(concurrency) if concurrency else None,
+        weight_dtype=settings.get("weight_dtype"),
+        kv_dtype=settings.get("kv_dtype") or "auto",
+        max_num_seqs=settings.get("max_num_seqs"),
+        engine_version=settings.get("engine_version") or "",
+        max_num_batched_tokens=settings.get("max_num_batched_tokens"),
+        max_model_len=settings.get("max_model_len"),
+        total_input_tokens=int(total_in) if total_in else None,
+        total_output_tokens=int(total_out) if total_out else None,
+        measured=_measured(data),
+        saturation_rate=_float(data.get("request_throughput")),
+    )
 
 
 def read_result(path: Path, settings: dict[str, Any]) -> MeasuredRun:
     """A JSON result or a pasted text block, told apart by content."""
     if not path.is_file():
-        raise ValueError(f"result file '{path}' does not exist; pass a --save-result JSON or a pasted result block")
+        raise ValueError(
+            f"result file '{path}' does not exist; pass a --save-result JSON or a pasted result block"
+        )
     head = path.read_text(errors="replace").lstrip()[:1]
     return read_vllm_json(path, settings) if head == "{" else read_vllm_block(path, settings)
 
@@ -205,11 +261,15 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
     kind = record.get("benchmark")
     dataset = "sharegpt" if (record.get("dataset") or "").startswith("sharegpt") else "random"
     measured: dict[str, float] = {}
-    out_tps = _float(record.get("output_throughput")) or _float(record.get("throughput_output_tokens_per_s"))
+    out_tps = _float(record.get("output_throughput")) or _float(
+        record.get("throughput_output_tokens_per_s")
+    )
     total_tps = _float(record.get("throughput_total_tokens_per_s"))
     in_len, out_len = record.get("input_len"), record.get("output_len")
     if out_tps is None and total_tps and in_len and out_len:
-        out_tps = total_tps * out_len / (in_len + out_len)  # fixed lengths: the output share of the total
+        out_tps = (
+            total_tps * out_len / (in_len + out_len)
+        )  # fixed lengths: the output share of the total
     if out_tps:
         measured["output_throughput"] = out_tps
     measured.update(_measured({k: record.get(k) for k in METRICS if k.endswith("_ms")}))
@@ -219,28 +279,46 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         return None, "random dataset without input/output lengths"
     if not measured:
         return None, "no comparable figure (output tok/s, TTFT, TPOT or latency) in the record"
-    num_prompts = record.get("num_prompts") or record.get("successful_requests") or record.get("latency_batch_size") or 100
+    num_prompts = (
+        record.get("num_prompts")
+        or record.get("successful_requests")
+        or record.get("latency_batch_size")
+        or 100
+    )
     if kind == "latency":
         num_prompts = record["latency_batch_size"]
     quant = (record.get("quantization") or "").lower()
     kv = (record.get("kv_cache_dtype") or "").lower()
     caveat = record.get("notes") or ""
     return MeasuredRun(
-        run_id=record["record_id"], sweep=record.get("sweep_id") or record["record_id"],
-        benchmark="serving" if kind == "serving" else str(kind), model=model, gpu=gpu,
-        tp=int(record.get("tensor_parallel_size") or 1), engine=record.get("engine") or "vllm", dataset=dataset,
-        input_len=in_len, output_len=out_len,
-        num_prompts=int(num_prompts), request_rate=_float(record.get("request_rate")) or math.inf,
+        run_id=record["record_id"],
+        sweep=record.get("sweep_id") or record["record_id"],
+        benchmark="serving" if kind == "serving" else str(kind),
+        model=model,
+        gpu=gpu,
+        tp=int(record.get("tensor_parallel_size") or 1),
+        engine=record.get("engine") or "vllm",
+        dataset=dataset,
+        input_len=in_len,
+        output_len=out_len,
+        num_prompts=int(num_prompts),
+        request_rate=_float(record.get("request_rate")) or math.inf,
         max_concurrency=record.get("max_concurrency"),
         weight_dtype=weight_dtype_hint(record.get("model"), quant) if "fp8" in quant else None,
         kv_dtype="fp8" if (kv == "fp8" or "fp8-kv" in quant) else "auto",
-        max_num_seqs=record.get("max_num_seqs"), engine_version=str(record.get("engine_version") or ""),
+        max_num_seqs=record.get("max_num_seqs"),
+        engine_version=str(record.get("engine_version") or ""),
         num_scheduler_steps=int(record.get("num_scheduler_steps") or 1),
         chunked_prefill=record.get("enable_chunked_prefill"),
-        max_num_batched_tokens=record.get("max_num_batched_tokens"), max_model_len=record.get("max_model_len"),
+        max_num_batched_tokens=record.get("max_num_batched_tokens"),
+        max_model_len=record.get("max_model_len"),
         gpu_memory_utilization=_float(record.get("gpu_memory_utilization")),
-        total_input_tokens=record.get("total_input_tokens"), total_output_tokens=record.get("total_output_tokens"),
-        measured=measured, caveat=caveat, saturation_rate=_served_rate(record)), ""
+        total_input_tokens=record.get("total_input_tokens"),
+        total_output_tokens=record.get("total_output_tokens"),
+        measured=measured,
+        caveat=caveat,
+        saturation_rate=_served_rate(record),
+    ), ""
 
 
 def _served_rate(record: dict[str, Any]) -> float | None:
@@ -273,12 +351,17 @@ def _with_sweep_saturation(runs: list[MeasuredRun]) -> list[MeasuredRun]:
     for run in runs:
         if run.benchmark == "serving" and run.saturation_rate is not None:
             best[run.sweep] = max(best.get(run.sweep, 0.0), run.saturation_rate)
-    return [replace(run, saturation_rate=best[run.sweep]) if run.sweep in best and run.benchmark == "serving" else run
-            for run in runs]
+    return [
+        replace(run, saturation_rate=best[run.sweep])
+        if run.sweep in best and run.benchmark == "serving"
+        else run
+        for run in runs
+    ]
 
 
-def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
-                   max_model_len: int) -> tuple[int, int, bool]:
+def batch_defaults(
+    run: MeasuredRun, gpu_memory_gib: float, gpu_name: str, max_model_len: int
+) -> tuple[int, int, bool]:
     """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with: the run's
     own settings where it states them, else vLLM's defaults for its version and GPU
     (kvplan.plan.engine_releases.batch_defaults: `vllm serve`'s for serving runs, the offline
@@ -288,12 +371,21 @@ def batch_defaults(run: MeasuredRun, gpu_memory_gib: float, gpu_name: str,
     offline = run.benchmark in ("throughput", "latency")
     generation = engine_generation(run.engine, run.engine_version)
     generation = generation if generation in ("vllm-v0", "vllm-v1") else "vllm-v1"
-    defaults = batch_defaults_for(generation, parse_version(run.engine_version), gpu_memory_gib, gpu_name,
-                                  max_model_len, offline)
+    defaults = batch_defaults_for(
+        generation,
+        parse_version(run.engine_version),
+        gpu_memory_gib,
+        gpu_name,
+        max_model_len,
+        offline,
+    )
     chunked = run.chunked_prefill
     if chunked is None:
-        old_script = generation == "vllm-v0" and offline and released_before(run.engine_version,
-                                                                             OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
+        old_script = (
+            generation == "vllm-v0"
+            and offline
+            and released_before(run.engine_version, OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
+        )
         chunked = defaults.chunked_prefill and not old_script
     budget = defaults.max_num_batched_tokens
     if generation == "vllm-v0" and not chunked:

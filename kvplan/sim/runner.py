@@ -23,15 +23,21 @@ class SimulatedRunner:
         # pair of a decode and of a prefill; they differ for MLA, AttentionGroup.attention_flops_per_pair).
         heads = model.num_heads / tp
         self.groups = [
-            (g.window, g.bytes_per_token(fmt, tp), g.attention_flops_per_pair(heads, prefill=False),
-             g.attention_flops_per_pair(heads, prefill=True))
+            (
+                g.window,
+                g.bytes_per_token(fmt, tp),
+                g.attention_flops_per_pair(heads, prefill=False),
+                g.attention_flops_per_pair(heads, prefill=True),
+            )
             for g in model.token_groups
         ]
         self.windowed = any(group[0] for group in self.groups)
         self.read_bytes_per_token = sum(group[1] for group in self.groups)
         self.decode_flops_per_pair = sum(group[2] for group in self.groups)
         self.prefill_flops_per_pair = sum(group[3] for group in self.groups)
-        self.up_projection_flops = sum(g.up_projection_flops_per_token(heads) for g in model.token_groups)
+        self.up_projection_flops = sum(
+            g.up_projection_flops_per_token(heads) for g in model.token_groups
+        )
         self.host_link = host_link_bytes_per_s or roofline.gpu.host_link_gbps * 1e9
 
     def attention_costs(self, plan: StepPlan) -> tuple[float, float]:
@@ -40,8 +46,11 @@ class SimulatedRunner:
         if self.windowed:
             return self._windowed_costs(plan)
         decode = plan.decode_pairs
-        flops = (decode * self.decode_flops_per_pair + (plan.attention_pairs - decode) * self.prefill_flops_per_pair
-                 + plan.prefill_context * self.up_projection_flops)
+        flops = (
+            decode * self.decode_flops_per_pair
+            + (plan.attention_pairs - decode) * self.prefill_flops_per_pair
+            + plan.prefill_context * self.up_projection_flops
+        )
         return plan.context_tokens * self.read_bytes_per_token, flops
 
     def step_time(self, plan: StepPlan) -> float:

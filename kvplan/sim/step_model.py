@@ -64,9 +64,20 @@ from kvplan.sim.runner import SimulatedRunner
 
 ACTIVATION_BYTES = 2.0  # bf16 activations cross the all-reduce even with FP8 weights
 ALL_REDUCES_PER_LAYER = 2
-FACTOR_NAMES = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor", "overhead_s", "overhead_per_seq_s",
-                "moe_flops_factor")
-RATIO_FACTORS = ("bandwidth_factor", "attention_bandwidth_factor", "flops_factor", "moe_flops_factor")
+FACTOR_NAMES = (
+    "bandwidth_factor",
+    "attention_bandwidth_factor",
+    "flops_factor",
+    "overhead_s",
+    "overhead_per_seq_s",
+    "moe_flops_factor",
+)
+RATIO_FACTORS = (
+    "bandwidth_factor",
+    "attention_bandwidth_factor",
+    "flops_factor",
+    "moe_flops_factor",
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +95,10 @@ class StepModelParams:
     def __post_init__(self) -> None:
         for name in RATIO_FACTORS:
             if not 0 < getattr(self, name) <= 2:
-                raise ValueError(f"step model factor {name} must be in (0, 2], got {getattr(self, name)}; "
-                                 "fix the calibration file")
+                raise ValueError(
+                    f"step model factor {name} must be in (0, 2], got {getattr(self, name)}; "
+                    "fix the calibration file"
+                )
         if self.overhead_s < 0 or self.overhead_per_seq_s < 0:
             raise ValueError("step model overheads must not be negative; fix the calibration file")
 
@@ -114,22 +127,38 @@ class StepCosts(NamedTuple):
 COST_FIELDS = StepCosts._fields  # the order a recorded step's row keeps them in
 
 
-def step_seconds(costs: StepCosts | Any, bandwidth: float, attention_bandwidth: float, flops_rate: float,
-                 overhead_s: float, overhead_per_seq_s: float, expert_flops_rate: float) -> Any:
+def step_seconds(
+    costs: StepCosts | Any,
+    bandwidth: float,
+    attention_bandwidth: float,
+    flops_rate: float,
+    overhead_s: float,
+    overhead_per_seq_s: float,
+    expert_flops_rate: float,
+) -> Any:
     """The step time formula (module docstring) for one step's costs, or for arrays of many
     steps' costs (kvplan.sim.calibration's replays): the one home of the formula."""
     top = np.maximum if isinstance(costs.weight_bytes, np.ndarray) else max
-    return ((overhead_s + overhead_per_seq_s * costs.sequences) * costs.decisions
-            + top(costs.weight_bytes / bandwidth, costs.linear_flops / flops_rate + costs.expert_flops / expert_flops_rate)
-            + top(costs.kv_bytes / attention_bandwidth, costs.attention_flops / flops_rate)
-            + costs.all_reduce_s)
+    return (
+        (overhead_s + overhead_per_seq_s * costs.sequences) * costs.decisions
+        + top(
+            costs.weight_bytes / bandwidth,
+            costs.linear_flops / flops_rate + costs.expert_flops / expert_flops_rate,
+        )
+        + top(costs.kv_bytes / attention_bandwidth, costs.attention_flops / flops_rate)
+        + costs.all_reduce_s
+    )
 
 
 class StepModelRunner(SimulatedRunner):
     """SimulatedRunner with the calibrated terms above (same StepPlan interface)."""
 
-    def __init__(self, roofline: Roofline, params: StepModelParams = DATASHEET,
-                 host_link_bytes_per_s: float | None = None) -> None:
+    def __init__(
+        self,
+        roofline: Roofline,
+        params: StepModelParams = DATASHEET,
+        host_link_bytes_per_s: float | None = None,
+    ) -> None:
         super().__init__(roofline, host_link_bytes_per_s)
         self.params = params
         gpu, model, tp = roofline.gpu, roofline.model, roofline.tp
@@ -146,7 +175,9 @@ class StepModelRunner(SimulatedRunner):
             calls = ALL_REDUCES_PER_LAYER * model.num_layers
             ring = 2.0 * (tp - 1) / tp
             self.all_reduce_fixed_s = calls * gpu.interconnect_latency_us * 1e-6
-            self.all_reduce_per_token_s = calls * ring * model.hidden_size * ACTIVATION_BYTES / (gpu.interconnect_gbps * 1e9)
+            self.all_reduce_per_token_s = (
+                calls * ring * model.hidden_size * ACTIVATION_BYTES / (gpu.interconnect_gbps * 1e9)
+            )
         else:
             self.all_reduce_fixed_s = self.all_reduce_per_token_s = 0.0
         dense = roofline.weight_bytes_per_gpu - roofline.expert_bytes_per_gpu
@@ -165,13 +196,27 @@ class StepModelRunner(SimulatedRunner):
     def costs(self, plan: StepPlan) -> StepCosts:
         kv_bytes, attention = self.attention_costs(plan)
         tokens = plan.num_tokens
-        return StepCosts(self.weight_bytes(tokens), kv_bytes, self.dense_flops_per_token * tokens, attention,
-                         len(plan.scheduled), self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens,
-                         1.0 if plan.decision else 0.0, self.expert_flops_per_token * tokens)
+        return StepCosts(
+            self.weight_bytes(tokens),
+            kv_bytes,
+            self.dense_flops_per_token * tokens,
+            attention,
+            len(plan.scheduled),
+            self.all_reduce_fixed_s + self.all_reduce_per_token_s * tokens,
+            1.0 if plan.decision else 0.0,
+            self.expert_flops_per_token * tokens,
+        )
 
     def step_time_from(self, c: StepCosts) -> float:
-        return step_seconds(c, self.bandwidth, self.attention_bandwidth, self.flops_rate, self.overhead_s,
-                            self.overhead_per_seq_s, self.expert_flops_rate)
+        return step_seconds(
+            c,
+            self.bandwidth,
+            self.attention_bandwidth,
+            self.flops_rate,
+            self.overhead_s,
+            self.overhead_per_seq_s,
+            self.expert_flops_rate,
+        )
 
     def step_time(self, plan: StepPlan) -> float:
         seconds = self.step_time_from(self.costs(plan))
@@ -182,6 +227,7 @@ class StepModelRunner(SimulatedRunner):
 
 
 # --- shipped defaults ------------------------------------------------------------------
+
 
 def default_params(family: str, generation: str = DEFAULT_GENERATION) -> StepModelParams:
     """The shipped factors: the GPU family's hardware factors and the engine's overheads
@@ -201,16 +247,24 @@ def load_calibration(path: str | Path) -> StepModelParams:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"calibration file '{path}' cannot be read ({err}); write one with `kvplan calibrate`") from None
+        raise ValueError(
+            f"calibration file '{path}' cannot be read ({err}); write one with `kvplan calibrate`"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
-        raise ValueError(f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`")
+        raise ValueError(
+            f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`"
+        )
     try:
         # Files written before the MoE factor existed were fitted without it: 1.0 is what they meant.
         values = {n: float(data["params"][n]) for n in FACTOR_NAMES if n != "moe_flops_factor"}
         values["moe_flops_factor"] = float(data["params"].get("moe_flops_factor", 1.0))
-        return StepModelParams(**values, source=f"calibration {path.name} ({data.get('source', '')})")
+        return StepModelParams(
+            **values, source=f"calibration {path.name} ({data.get('source', '')})"
+        )
     except (KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`") from None
+        raise ValueError(
+            f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`"
+        ) from None
 
 
 def calibration_band(path: str | Path) -> dict[str, Any] | None:
@@ -221,9 +275,15 @@ def calibration_band(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     band = data.get("held_out") if isinstance(data, dict) else None
-    return {"basis": "leave one run out (the calibration's own runs)", **band} if isinstance(band, dict) else None
+    return (
+        {"basis": "leave one run out (the calibration's own runs)", **band}
+        if isinstance(band, dict)
+        else None
+    )
 
 
-def step_model_params(calibration: str | None, family: str, generation: str = DEFAULT_GENERATION) -> StepModelParams:
+def step_model_params(
+    calibration: str | None, family: str, generation: str = DEFAULT_GENERATION
+) -> StepModelParams:
     """A calibration file's factors if one is given, else the shipped defaults."""
     return load_calibration(calibration) if calibration else default_params(family, generation)

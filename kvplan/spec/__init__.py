@@ -5,5 +5,14 @@ from kvplan.spec.gpu import GpuSpec
 from kvplan.spec.kv_format import KV_FORMAT_NAMES, KVFormat, dtype_bytes, parse_kv_format
 from kvplan.spec.model import AttentionGroup, AttentionKind, ModelSpec, ParamCount
 
-__all__ = ["AttentionGroup", "AttentionKind", "GpuSpec", "KVFormat", "KV_FORMAT_NAMES", "ModelSpec", "ParamCount",
-           "dtype_bytes", "parse_kv_format"]
+__all__ = [
+    "AttentionGroup",
+    "AttentionKind",
+    "GpuSpec",
+    "KVFormat",
+    "KV_FORMAT_NAMES",
+    "ModelSpec",
+    "ParamCount",
+    "dtype_bytes",
+    "parse_kv_format",
+]

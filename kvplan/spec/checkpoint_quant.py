@@ -75,34 +75,70 @@ def _group_label(group: int) -> str:
     return "" if group == 0 else ("-ch" if group < 0 else f"-g{group}")
 
 
-def _finish(quant: CheckpointQuant, entries: list[str], num_layers: int, has_vision: bool,
-            vision_default: bool) -> CheckpointQuant:
+def _finish(
+    quant: CheckpointQuant,
+    entries: list[str],
+    num_layers: int,
+    has_vision: bool,
+    vision_default: bool,
+) -> CheckpointQuant:
     kept = kept_modules(entries, num_layers)
     vision = vision_default and has_vision and "vision" not in kept.roles
     lm_head = quant.lm_head_quantized and "lm_head" not in kept.roles
-    return CheckpointQuant(**{**quant.__dict__, "vision_quantized": vision, "lm_head_quantized": lm_head,
-                              "attention_kept": kept.attention_kept, "dense_kept": kept.dense_kept,
-                              "experts_kept": kept.experts_kept})
+    return CheckpointQuant(
+        **{
+            **quant.__dict__,
+            "vision_quantized": vision,
+            "lm_head_quantized": lm_head,
+            "attention_kept": kept.attention_kept,
+            "dense_kept": kept.dense_kept,
+            "experts_kept": kept.experts_kept,
+        }
+    )
 
 
-def _gptq_like(method: str, bits: int, group: int, zeros: bool, source: str, lm_head: bool = False) -> CheckpointQuant:
+def _gptq_like(
+    method: str, bits: int, group: int, zeros: bool, source: str, lm_head: bool = False
+) -> CheckpointQuant:
     label = f"{method}-int{bits}{_group_label(group)}"
-    return CheckpointQuant(method, label, _int_dtype(bits), float(bits), group, SCALE_16,
-                           float(bits) if zeros else 0.0, lm_head_quantized=lm_head, source=source)
+    return CheckpointQuant(
+        method,
+        label,
+        _int_dtype(bits),
+        float(bits),
+        group,
+        SCALE_16,
+        float(bits) if zeros else 0.0,
+        lm_head_quantized=lm_head,
+        source=source,
+    )
 
 
 def _gptq(q: dict[str, Any]) -> CheckpointQuant:
     bits, group = int(q.get("bits", 4)), int(q.get("group_size", 128))
-    return _gptq_like("gptq", bits, group, True, "GPTQ: qweight + fp16 scales + packed qzeros per group "
-                      "(vLLM gptq.py create_weights; AutoGPTQ qlinear)", lm_head=bool(q.get("lm_head")))
+    return _gptq_like(
+        "gptq",
+        bits,
+        group,
+        True,
+        "GPTQ: qweight + fp16 scales + packed qzeros per group "
+        "(vLLM gptq.py create_weights; AutoGPTQ qlinear)",
+        lm_head=bool(q.get("lm_head")),
+    )
 
 
 def _awq(q: dict[str, Any]) -> CheckpointQuant:
     bits = int(q.get("bits", q.get("w_bit", 4)))
     group = int(q.get("group_size", q.get("q_group_size", 128)))
     zeros = bool(q.get("zero_point", True))
-    return _gptq_like("awq", bits, group, zeros, "AWQ: qweight + fp16 scales + packed qzeros per group when "
-                      "zero_point (vLLM awq.py create_weights)")
+    return _gptq_like(
+        "awq",
+        bits,
+        group,
+        zeros,
+        "AWQ: qweight + fp16 scales + packed qzeros per group when "
+        "zero_point (vLLM awq.py create_weights)",
+    )
 
 
 def _auto_round(q: dict[str, Any]) -> CheckpointQuant:
@@ -111,9 +147,14 @@ def _auto_round(q: dict[str, Any]) -> CheckpointQuant:
     sym = bool(q.get("sym", True))
     awq = "awq" in packing
     zeros = (not sym) if awq else True
-    quant = _gptq_like("autoround", bits, group, zeros,
-                       f"AutoRound, {packing}: {'AWQ' if awq else 'GPTQ'} layout (vLLM auto_round.py)",
-                       lm_head=False)
+    quant = _gptq_like(
+        "autoround",
+        bits,
+        group,
+        zeros,
+        f"AutoRound, {packing}: {'AWQ' if awq else 'GPTQ'} layout (vLLM auto_round.py)",
+        lm_head=False,
+    )
     return quant
 
 
@@ -121,19 +162,28 @@ def _fp8(q: dict[str, Any]) -> CheckpointQuant:
     block = q.get("weight_block_size")
     if block:
         bn, bk = int(block[0]), int(block[1])
-        return CheckpointQuant("fp8", f"fp8-block{bn}" if bn == bk else f"fp8-block{bn}x{bk}", "fp8", 8.0,
-                               scale_bits=SCALE_32, block=(bn, bk),
-                               source="fp8 block-wise: one fp32 weight_scale_inv per block (vLLM fp8.py)")
+        return CheckpointQuant(
+            "fp8",
+            f"fp8-block{bn}" if bn == bk else f"fp8-block{bn}x{bk}",
+            "fp8",
+            8.0,
+            scale_bits=SCALE_32,
+            block=(bn, bk),
+            source="fp8 block-wise: one fp32 weight_scale_inv per block (vLLM fp8.py)",
+        )
     return CheckpointQuant("fp8", "fp8", "fp8", 8.0, source="fp8 per-tensor scales (vLLM fp8.py)")
 
 
 def _fbgemm_fp8(q: dict[str, Any]) -> CheckpointQuant:
-    return CheckpointQuant("fbgemm_fp8", "fp8-channel", "fp8", 8.0, -1, SCALE_32,
-                           source="fbgemm_fp8: fp8 + fp32 scale per output channel (vLLM fbgemm_fp8.py)")
-
-
-
-
+    return CheckpointQuant(
+        "fbgemm_fp8",
+        "fp8-channel",
+        "fp8",
+        8.0,
+        -1,
+        SCALE_32,
+        source="fbgemm_fp8: fp8 + fp32 scale per output channel (vLLM fbgemm_fp8.py)",
+    )
 
 
 def _compressed_tensors(q: dict[str, Any]) -> CheckpointQuant:
@@ -154,62 +204,134 @@ def _compressed_tensors(q: dict[str, Any]) -> CheckpointQuant:
     src = f"compressed-tensors {fmt or 'format?'} {kind}{bits} {strategy}"
     if kind == "float" and bits == 4:
         if group == 16 or "nvfp4" in fmt or strategy == "tensor_group":
-            return CheckpointQuant("compressed-tensors", "nvfp4", **NVFP4,
-                                   source=src + ": fp4 + fp8 scale per 16 + fp32 global (vLLM compressed_tensors_w4a4_nvfp4.py)")
-        return CheckpointQuant("compressed-tensors", f"mxfp4-g{group or 32}", "mxfp4", 4.0, group or 32, 8.0,
-                               source=src + ": fp4 + E8M0 scale per group (vLLM compressed_tensors_w4a16_mxfp4.py)")
+            return CheckpointQuant(
+                "compressed-tensors",
+                "nvfp4",
+                **NVFP4,
+                source=src
+                + ": fp4 + fp8 scale per 16 + fp32 global (vLLM compressed_tensors_w4a4_nvfp4.py)",
+            )
+        return CheckpointQuant(
+            "compressed-tensors",
+            f"mxfp4-g{group or 32}",
+            "mxfp4",
+            4.0,
+            group or 32,
+            8.0,
+            source=src + ": fp4 + E8M0 scale per group (vLLM compressed_tensors_w4a16_mxfp4.py)",
+        )
     if kind == "float":
         if strategy == "block":
             bn, bk = (int(x) for x in (w.get("block_structure") or [128, 128]))
-            return CheckpointQuant("compressed-tensors", f"fp8-block{bn}" if bn == bk else f"fp8-block{bn}x{bk}",
-                                   "fp8", float(bits), scale_bits=SCALE_32, block=(bn, bk), source=src)
+            return CheckpointQuant(
+                "compressed-tensors",
+                f"fp8-block{bn}" if bn == bk else f"fp8-block{bn}x{bk}",
+                "fp8",
+                float(bits),
+                scale_bits=SCALE_32,
+                block=(bn, bk),
+                source=src,
+            )
         group = {"channel": -1, "group": group}.get(strategy, 0)
-        return CheckpointQuant("compressed-tensors", f"fp{bits}{_group_label(group)}", "fp8", float(bits), group,
-                               SCALE_32 if group else 0.0, source=src + " (vLLM compressed_tensors_w8a8_fp8.py)")
+        return CheckpointQuant(
+            "compressed-tensors",
+            f"fp{bits}{_group_label(group)}",
+            "fp8",
+            float(bits),
+            group,
+            SCALE_32 if group else 0.0,
+            source=src + " (vLLM compressed_tensors_w8a8_fp8.py)",
+        )
     # integer weights
     group = {"channel": -1, "group": group, "tensor": 0}.get(strategy, group)
     naive = "naive" in fmt
-    stored_bits = 8 * math.ceil(bits / 8) if naive else bits  # naive-quantized: one int8 container per value
+    stored_bits = (
+        8 * math.ceil(bits / 8) if naive else bits
+    )  # naive-quantized: one int8 container per value
     packed = "pack" in fmt
     # group scales in the activation dtype (wNa16); channel scales fp32 (vLLM's W8A8 int8 ChannelQuantScaleParameter)
     scale_bits = SCALE_16 if (packed or group > 0) else SCALE_32
     zero_bits = 0.0 if symmetric else (float(bits) if packed else 8.0)
     layer = "compressed_tensors_wNa16.py" if packed else "compressed_tensors_w8a8_int8.py"
-    return CheckpointQuant("compressed-tensors", f"int{bits}{_group_label(group)}" + ("" if symmetric else "-zp"),
-                           _int_dtype(bits), float(stored_bits), group, scale_bits if group else 0.0, zero_bits,
-                           source=src + f" (vLLM {layer})")
+    return CheckpointQuant(
+        "compressed-tensors",
+        f"int{bits}{_group_label(group)}" + ("" if symmetric else "-zp"),
+        _int_dtype(bits),
+        float(stored_bits),
+        group,
+        scale_bits if group else 0.0,
+        zero_bits,
+        source=src + f" (vLLM {layer})",
+    )
 
 
 def _untargeted(q: dict[str, Any]) -> list[str]:
     """compressed-tensors `targets` other than "Linear" (e.g. ["re:.*mlp.*"]) quantize only the
     roles they name: the roles none names come back as not-convert entries."""
-    targets = [t for g in (q.get("config_groups") or {}).values() if isinstance(g, dict)
-               for t in as_list(g.get("targets"))]
+    targets = [
+        t
+        for g in (q.get("config_groups") or {}).values()
+        if isinstance(g, dict)
+        for t in as_list(g.get("targets"))
+    ]
     if not targets or any(t.lower() in ("linear", "re:.*") for t in targets):
         return []
     named = {pattern_role(t) for t in targets}
-    return [f"re:.*{word}.*" for role, word in (("attention", "self_attn"), ("mlp", "mlp")) if role not in named]
+    return [
+        f"re:.*{word}.*"
+        for role, word in (("attention", "self_attn"), ("mlp", "mlp"))
+        if role not in named
+    ]
 
 
 def _bitsandbytes(q: dict[str, Any]) -> CheckpointQuant:
     if q.get("load_in_8bit") and not q.get("load_in_4bit"):
-        return CheckpointQuant("bitsandbytes", "bnb-int8", "int8", 8.0, -1, SCALE_32,
-                               source="bitsandbytes LLM.int8: int8 + fp32 SCB per output row (transformers quantizer_bnb_8bit)")
+        return CheckpointQuant(
+            "bitsandbytes",
+            "bnb-int8",
+            "int8",
+            8.0,
+            -1,
+            SCALE_32,
+            source="bitsandbytes LLM.int8: int8 + fp32 SCB per output row (transformers quantizer_bnb_8bit)",
+        )
     kind = str(q.get("bnb_4bit_quant_type", "fp4")).lower()
     blocksize = int(q.get("bnb_4bit_blocksize") or 64)
     if q.get("bnb_4bit_use_double_quant"):
         # absmax in 8 bit per block, one fp32 scale per 256 absmax values
-        return CheckpointQuant("bitsandbytes", f"bnb-{kind}-dq", "int4", 4.0, blocksize, 8.0,
-                               nested_bits=SCALE_32 / (blocksize * 256),
-                               source="bitsandbytes 4-bit double quant: 8-bit absmax per 64, fp32 per 256 absmax "
-                                      "(bitsandbytes quantize_4bit compress_statistics; transformers quantizer_bnb_4bit)")
-    return CheckpointQuant("bitsandbytes", f"bnb-{kind}", "int4", 4.0, blocksize, SCALE_32,
-                           source="bitsandbytes 4-bit: fp32 absmax per 64 (bitsandbytes quantize_4bit)")
+        return CheckpointQuant(
+            "bitsandbytes",
+            f"bnb-{kind}-dq",
+            "int4",
+            4.0,
+            blocksize,
+            8.0,
+            nested_bits=SCALE_32 / (blocksize * 256),
+            source="bitsandbytes 4-bit double quant: 8-bit absmax per 64, fp32 per 256 absmax "
+            "(bitsandbytes quantize_4bit compress_statistics; transformers quantizer_bnb_4bit)",
+        )
+    return CheckpointQuant(
+        "bitsandbytes",
+        f"bnb-{kind}",
+        "int4",
+        4.0,
+        blocksize,
+        SCALE_32,
+        source="bitsandbytes 4-bit: fp32 absmax per 64 (bitsandbytes quantize_4bit)",
+    )
 
 
 def _mxfp4(q: dict[str, Any]) -> CheckpointQuant:
-    return CheckpointQuant("mxfp4", "mxfp4-experts", "mxfp4", 4.0, 32, 8.0, experts_only=True,
-                           source="MXFP4 (gpt-oss): experts only, fp4 + E8M0 scale per 32 (vLLM mxfp4.py)")
+    return CheckpointQuant(
+        "mxfp4",
+        "mxfp4-experts",
+        "mxfp4",
+        4.0,
+        32,
+        8.0,
+        experts_only=True,
+        source="MXFP4 (gpt-oss): experts only, fp4 + E8M0 scale per 32 (vLLM mxfp4.py)",
+    )
 
 
 def checkpoint_quant(cfg: dict[str, Any], num_layers: int) -> CheckpointQuant | None:

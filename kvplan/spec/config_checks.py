@@ -50,9 +50,15 @@ class FieldRule:
             return None if ok else "must be a list of JSON objects, one per layer"
         if self.kind == "int|pattern" and isinstance(value, str):
             ok = bool(value) and not set(value) - {"L", "G"}
-            return None if ok else "must be an integer or a string of L (local) and G (global) per layer"
+            return (
+                None
+                if ok
+                else "must be an integer or a string of L (local) and G (global) per layer"
+            )
         if self.kind == "list[int]":
-            ok = isinstance(value, list) and all(_integer(v) is not None and 0 <= v < COUNT_MAX for v in value)
+            ok = isinstance(value, list) and all(
+                _integer(v) is not None and 0 <= v < COUNT_MAX for v in value
+            )
             return None if ok else "must be a list of layer indices (integers >= 0)"
         if self.kind == "int|flags" and isinstance(value, list):
             ok = all(isinstance(v, bool) or _integer(v) in (0, 1) for v in value)
@@ -79,38 +85,126 @@ def _dims(*names: str, low: int = 1, high: int = DIM_MAX) -> dict[str, FieldRule
 
 FIELD_RULES: dict[str, FieldRule] = {
     # shape of the transformer (every alias hf_config.get_field accepts)
-    **_dims("hidden_size", "n_embd", "d_model", "dim", "head_dim", "intermediate_size", "ffn_dim",
-            "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
-            "v_head_dim", "linear_key_head_dim", "linear_value_head_dim", "index_head_dim", "intermediate_size_mlp",
-            "dense_intermediate_size", "swa_head_dim",
-            "global_head_dim", "mamba_head_dim", "ssm_state_size", "moe_latent_size"),
+    **_dims(
+        "hidden_size",
+        "n_embd",
+        "d_model",
+        "dim",
+        "head_dim",
+        "intermediate_size",
+        "ffn_dim",
+        "moe_intermediate_size",
+        "kv_lora_rank",
+        "q_lora_rank",
+        "v_head_dim",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "index_head_dim",
+        "intermediate_size_mlp",
+        "dense_intermediate_size",
+        "swa_head_dim",
+        "global_head_dim",
+        "mamba_head_dim",
+        "ssm_state_size",
+        "moe_latent_size",
+    ),
     # 0 is a real value: Qwen3-Coder (qwen3_moe) ships shared_expert_intermediate_size 0, "no shared expert"
-    **_dims("qk_rope_head_dim", "qk_nope_head_dim", "shared_expert_intermediate_size",
-            "moe_shared_expert_intermediate_size", low=0),
-    **_dims("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_attention_heads", "n_head",
-            "num_heads", "n_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
-            "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim",
-            "full_attention_interval", "num_experts_per_tok", "experts_per_token", "mamba_num_heads", "n_groups",
-            "conv_kernel",
-            "moe_topk", "decoder_sparse_step", "index_n_heads", "interleave_moe_layer_step",
-            "num_global_key_value_heads", "no_rope_layer_interval", "swa_num_key_value_heads", high=COUNT_MAX),
-    **_dims("n_routed_experts", "num_local_experts", "num_experts", "n_shared_experts", "first_k_dense_replace",
-            "max_window_layers", "num_kv_shared_layers", low=0, high=COUNT_MAX),
-    **_dims("vocab_size", "padded_vocab_size", "max_position_embeddings", "n_positions", "max_seq_len",
-            "seq_length", "context_window_size", "sliding_window", "attention_chunk_size", "index_topk",
-            "sliding_window_size", high=LENGTH_MAX),
+    **_dims(
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "shared_expert_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+        low=0,
+    ),
+    **_dims(
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "n_layers",
+        "num_attention_heads",
+        "n_head",
+        "num_heads",
+        "n_heads",
+        "num_key_value_heads",
+        "n_head_kv",
+        "num_kv_heads",
+        "multi_query_group_num",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_conv_kernel_dim",
+        "full_attention_interval",
+        "num_experts_per_tok",
+        "experts_per_token",
+        "mamba_num_heads",
+        "n_groups",
+        "conv_kernel",
+        "moe_topk",
+        "decoder_sparse_step",
+        "index_n_heads",
+        "interleave_moe_layer_step",
+        "num_global_key_value_heads",
+        "no_rope_layer_interval",
+        "swa_num_key_value_heads",
+        high=COUNT_MAX,
+    ),
+    **_dims(
+        "n_routed_experts",
+        "num_local_experts",
+        "num_experts",
+        "n_shared_experts",
+        "first_k_dense_replace",
+        "max_window_layers",
+        "num_kv_shared_layers",
+        low=0,
+        high=COUNT_MAX,
+    ),
+    **_dims(
+        "vocab_size",
+        "padded_vocab_size",
+        "max_position_embeddings",
+        "n_positions",
+        "max_seq_len",
+        "seq_length",
+        "context_window_size",
+        "sliding_window",
+        "attention_chunk_size",
+        "index_topk",
+        "sliding_window_size",
+        high=LENGTH_MAX,
+    ),
     # DeepSeek: every n-th layer past first_k_dense_replace; MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer
     "moe_layer_freq": FieldRule("int|flags", 1, COUNT_MAX),
     "num_parameters": FieldRule("int", 1, PARAMS_MAX),
     "sliding_window_pattern": FieldRule("int|pattern", 1, COUNT_MAX),  # Gemma3: 6; EXAONE-4: "LLLG"
     # switches
-    **{name: FieldRule("bool") for name in ("tie_word_embeddings", "use_sliding_window", "multi_query",
-                                            "attention_bias", "enable_bias", "attn_output_gate",
-                                            "attention_k_eq_v", "enable_moe_block", "mlp_bias", "use_bias",
-                                            "use_conv_bias")},
+    **{
+        name: FieldRule("bool")
+        for name in (
+            "tie_word_embeddings",
+            "use_sliding_window",
+            "multi_query",
+            "attention_bias",
+            "enable_bias",
+            "attn_output_gate",
+            "attention_k_eq_v",
+            "enable_moe_block",
+            "mlp_bias",
+            "use_bias",
+            "use_conv_bias",
+        )
+    },
     # names and nested objects
-    **{name: FieldRule("str") for name in ("model_type", "torch_dtype", "dtype", "mamba_ssm_dtype",
-                                           "mamba_ssm_cache_dtype", "hybrid_override_pattern")},
+    **{
+        name: FieldRule("str")
+        for name in (
+            "model_type",
+            "torch_dtype",
+            "dtype",
+            "mamba_ssm_dtype",
+            "mamba_ssm_cache_dtype",
+            "hybrid_override_pattern",
+        )
+    },
     "quantization_config": FieldRule("dict"),
     "text_config": FieldRule("dict"),
     "layer_types": FieldRule("list[str]"),
@@ -120,7 +214,9 @@ FIELD_RULES: dict[str, FieldRule] = {
     "cross_attention_layers": FieldRule("list[int]"),  # mllama
     "layers_block_type": FieldRule("list[str]"),  # Nemotron-H as newer transformers write it
     "block_configs": FieldRule("list[dict]"),  # DeciLM / Nemotron-NAS, one per layer
-    "hybrid_layer_pattern": FieldRule("int|flags", 0, 0),  # MiMo-V2-Flash: 1 sliding, 0 full, per layer
+    "hybrid_layer_pattern": FieldRule(
+        "int|flags", 0, 0
+    ),  # MiMo-V2-Flash: 1 sliding, 0 full, per layer
 }
 
 # Fields inside nested objects: (object, field) -> rule.
@@ -141,7 +237,9 @@ def _kv_heads_divide_heads(cfg: dict[str, Any]) -> str | None:
     heads = _first(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     kv = _first(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
     if heads and kv and (kv[1] > heads[1] or heads[1] % kv[1]):
-        return f"'{kv[0]}' = {kv[1]} must divide '{heads[0]}' = {heads[1]} (grouped-query attention)"
+        return (
+            f"'{kv[0]}' = {kv[1]} must divide '{heads[0]}' = {heads[1]} (grouped-query attention)"
+        )
     return None
 
 
@@ -163,8 +261,13 @@ def _layer_types_cover_layers(cfg: dict[str, Any]) -> str | None:
 
 def _per_layer_flags_cover_layers(cfg: dict[str, Any]) -> str | None:
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    for key in ("moe_layer_freq", "hybrid_layer_pattern", "hybrid_override_pattern", "layers_block_type",
-                "block_configs"):
+    for key in (
+        "moe_layer_freq",
+        "hybrid_layer_pattern",
+        "hybrid_override_pattern",
+        "layers_block_type",
+        "block_configs",
+    ):
         flags = cfg.get(key)
         if layers and isinstance(flags, (list, str)) and flags and len(flags) != layers[1]:
             return f"'{key}' has {len(flags)} entries but '{layers[0]}' = {layers[1]}"
@@ -183,13 +286,18 @@ def _derived_head_dim_positive(cfg: dict[str, Any]) -> str | None:
     hidden = _first(cfg, "hidden_size", "n_embd", "d_model", "dim")
     heads = _first(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if hidden and heads and cfg.get("head_dim") is None and hidden[1] < heads[1]:
-        return (f"'{hidden[0]}' = {hidden[1]} is smaller than '{heads[0]}' = {heads[1]}, so the head dimension "
-                "(hidden / heads) is 0; set 'head_dim'")
+        return (
+            f"'{hidden[0]}' = {hidden[1]} is smaller than '{heads[0]}' = {heads[1]}, so the head dimension "
+            "(hidden / heads) is 0; set 'head_dim'"
+        )
     return None
 
 
 CONSISTENCY: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    _kv_heads_divide_heads, _top_k_within_experts, _layer_types_cover_layers, _per_layer_flags_cover_layers,
+    _kv_heads_divide_heads,
+    _top_k_within_experts,
+    _layer_types_cover_layers,
+    _per_layer_flags_cover_layers,
     _dense_layers_within_layers,
     _derived_head_dim_positive,
 )
@@ -208,7 +316,9 @@ def check_config(cfg: dict[str, Any], name: str, source: str = "") -> None:
         inner = cfg.get(outer)
         value = inner.get(key) if isinstance(inner, dict) else None
         if value is not None and (problem := rule.problem(value)) is not None:
-            raise ValueError(f"config of '{name}: '{outer}.{key}' = {_show(value)} {problem}; {fix}")
+            raise ValueError(
+                f"config of '{name}: '{outer}.{key}' = {_show(value)} {problem}; {fix}"
+            )
     for check in CONSISTENCY:
         if (problem := check(cfg)) is not None:
             raise ValueError(f"config of '{name}: {problem}; fix config.json")

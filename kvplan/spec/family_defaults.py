@@ -20,45 +20,91 @@ from typing import Any
 # is read from kwargs with a default of 6 (every 6th layer global), which is how the class
 # derives layer_types when a config ships neither.
 _GEMMA3_TEXT = {
-    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
-    "tie_word_embeddings": True, "attention_bias": False, "sliding_window": 4096, "sliding_window_pattern": 6,
+    "vocab_size": 262_208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131_072,
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
 }
 
 # transformers Exaone4Config (models/exaone4/configuration_exaone4.py); vLLM 0.10's own
 # Exaone4Config (transformers_utils/configs/exaone4.py) has the same shape defaults.
 _EXAONE4 = {
-    "vocab_size": 102_400, "hidden_size": 4096, "intermediate_size": 16_384, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 2048,
-    "tie_word_embeddings": False, "sliding_window": 4096, "sliding_window_pattern": 4,
+    "vocab_size": 102_400,
+    "hidden_size": 4096,
+    "intermediate_size": 16_384,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 4,
 }
 
 # transformers NemotronHConfig (models/nemotron_h/configuration_nemotron_h.py), the same values
 # as vLLM's NemotronHConfig (transformers_utils/configs/nemotron_h.py). mamba_ssm_cache_dtype:
 # float32 is also what vLLM falls back to (NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE).
 _NEMOTRON_H = {
-    "vocab_size": 131_072, "hidden_size": 4096, "intermediate_size": 21_504, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096, "tie_word_embeddings": False,
-    "attention_bias": False, "mlp_bias": False, "use_bias": False, "use_conv_bias": True,
-    "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4,
-    "mamba_ssm_cache_dtype": "float32", "n_routed_experts": 8, "n_shared_experts": 1,
-    "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688, "num_experts_per_tok": 2,
+    "vocab_size": 131_072,
+    "hidden_size": 4096,
+    "intermediate_size": 21_504,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "use_bias": False,
+    "use_conv_bias": True,
+    "ssm_state_size": 128,
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 64,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "mamba_ssm_cache_dtype": "float32",
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 7688,
+    "moe_shared_expert_intermediate_size": 7688,
+    "num_experts_per_tok": 2,
 }
 
 # transformers MllamaTextConfig (models/mllama/configuration_mllama.py): the 11B's shape, with
 # cross_attention_layers defaulting to [3, 8, ..., 38] when None.
 _MLLAMA_TEXT = {
-    "vocab_size": 128_256, "hidden_size": 4096, "num_hidden_layers": 40, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "intermediate_size": 14_336, "max_position_embeddings": 131_072,
-    "tie_word_embeddings": False, "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
+    "vocab_size": 128_256,
+    "hidden_size": 4096,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14_336,
+    "max_position_embeddings": 131_072,
+    "tie_word_embeddings": False,
+    "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
 }
 MLLAMA_CROSS_LAYERS: list[int] = _MLLAMA_TEXT["cross_attention_layers"]  # type: ignore[assignment]  # also what an explicit null means
 
 # transformers MllamaVisionConfig: read by spec/vision.py (tower) and the encoder-token count.
 MLLAMA_VISION = {
-    "hidden_size": 1280, "num_hidden_layers": 32, "num_global_layers": 8, "num_attention_heads": 16,
-    "num_channels": 3, "intermediate_size": 5120, "vision_output_dim": 7680, "image_size": 448,
-    "patch_size": 14, "max_num_tiles": 4,
+    "hidden_size": 1280,
+    "num_hidden_layers": 32,
+    "num_global_layers": 8,
+    "num_attention_heads": 16,
+    "num_channels": 3,
+    "intermediate_size": 5120,
+    "vision_output_dim": 7680,
+    "image_size": 448,
+    "patch_size": 14,
+    "max_num_tiles": 4,
     "supported_aspect_ratios": [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]],
 }
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 # H100 79.22/80 = 0.990). GDDR cards with ECC on lose more (L4: 22.49/24) and need their own
 # figure; GeForce cards without ECC report about 0.98 (RTX 3090 23.58/24; profiles/gpus.toml).
 DRIVER_SHARE_UNOBSERVED = 0.99
-GDDR_ECC_SHARE = 15 / 16  # inline ECC on data-center GDDR6 boards keeps one part in 16 for check bits
+GDDR_ECC_SHARE = (
+    15 / 16
+)  # inline ECC on data-center GDDR6 boards keeps one part in 16 for check bits
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,9 @@ class GpuSpec:
     family: str = "other"
     interconnect: str = "pcie-gen4"
     interconnect_gbps: float = 32.0  # per GPU, per direction
-    interconnect_latency_us: float = 15.0  # one small all-reduce (a kvplan assumption, not a datasheet figure)
+    interconnect_latency_us: float = (
+        15.0  # one small all-reduce (a kvplan assumption, not a datasheet figure)
+    )
     interconnect_source: str = "kvplan default: PCIe Gen4 x16"
     aliases: tuple[str, ...] = field(default_factory=tuple)
     # What CUDA reports as total memory (torch.cuda.mem_get_info, vLLM's total_gpu_memory):

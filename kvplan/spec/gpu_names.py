@@ -39,9 +39,21 @@ HINT = "run 'kvplan profiles gpus' for the list or pass {gpu_memory_gib}"  # a S
 # Series words that text may leave out before the model number ("A6000", "RTX 3090", "3090").
 OPTIONAL_PREFIXES = ("rtx",)
 # Package words as names write them -> the catalog's form.
-FORM_WORDS = {"sxm": "sxm", "sxm2": "sxm", "sxm3": "sxm", "sxm4": "sxm", "sxm5": "sxm", "hgx": "sxm",
-              "pcie": "pcie", "nvl": "nvl", "server": "server", "workstation": "workstation",
-              "superchip": "superchip", "gcd": "gcd", "oam": "oam"}
+FORM_WORDS = {
+    "sxm": "sxm",
+    "sxm2": "sxm",
+    "sxm3": "sxm",
+    "sxm4": "sxm",
+    "sxm5": "sxm",
+    "hgx": "sxm",
+    "pcie": "pcie",
+    "nvl": "nvl",
+    "server": "server",
+    "workstation": "workstation",
+    "superchip": "superchip",
+    "gcd": "gcd",
+    "oam": "oam",
+}
 # Words that imply a package only by convention; used when no form word is given.
 IMPLIED_FORMS = {"hbm3": "sxm"}
 MEMORY_TOLERANCE = 0.10  # datasheet "80GB" against what drivers report (79.22 GiB) and rounding
@@ -94,20 +106,29 @@ def _find_products(tokens: list[str]) -> tuple[list[str], list[float]]:
     figures: list[float] = []
     i = 0
     while i < len(tokens):
-        hit = next(((pat, prod) for pat, prod in _patterns() if tuple(tokens[i:i + len(pat)]) == pat), None)
+        hit = next(
+            ((pat, prod) for pat, prod in _patterns() if tuple(tokens[i : i + len(pat)]) == pat),
+            None,
+        )
         if hit:
             pattern, product = hit
             end = i + len(pattern)
-            if end < len(tokens) and tokens[end].isdigit() and int(tokens[end]) in _product_memories(product):
+            if (
+                end < len(tokens)
+                and tokens[end].isdigit()
+                and int(tokens[end]) in _product_memories(product)
+            ):
                 figures.append(float(tokens[end]))
         else:  # glued: the model number runs on into the memory size ("a" "10040" = A100 40GB)
-            hit = next(((pat, prod) for pat, prod in _patterns() if _glued(tokens, i, pat, prod)), None)
+            hit = next(
+                ((pat, prod) for pat, prod in _patterns() if _glued(tokens, i, pat, prod)), None
+            )
             if not hit:
                 i += 1
                 continue
             pattern, product = hit
             end = i + len(pattern)
-            figures.append(float(tokens[end - 1][len(pattern[-1]):]))
+            figures.append(float(tokens[end - 1][len(pattern[-1]) :]))
         if product not in found:
             found.append(product)
         i = end
@@ -116,13 +137,20 @@ def _find_products(tokens: list[str]) -> tuple[list[str], list[float]]:
 
 def _glued(tokens: list[str], i: int, pattern: tuple[str, ...], product: str) -> bool:
     last = tokens[i + len(pattern) - 1] if i + len(pattern) <= len(tokens) else ""
-    rest = last[len(pattern[-1]):]
-    return (pattern[-1].isdigit() and tuple(tokens[i:i + len(pattern) - 1]) == pattern[:-1]
-            and last.startswith(pattern[-1]) and len(rest) >= 2 and rest[0] != "0"
-            and int(rest) in _product_memories(product))
+    rest = last[len(pattern[-1]) :]
+    return (
+        pattern[-1].isdigit()
+        and tuple(tokens[i : i + len(pattern) - 1]) == pattern[:-1]
+        and last.startswith(pattern[-1])
+        and len(rest) >= 2
+        and rest[0] != "0"
+        and int(rest) in _product_memories(product)
+    )
 
 
-def _by_memory(candidates: list[GpuSpec], figures: list[float]) -> tuple[list[GpuSpec], list[float]]:
+def _by_memory(
+    candidates: list[GpuSpec], figures: list[float]
+) -> tuple[list[GpuSpec], list[float]]:
     """The candidates closest to a stated figure (within tolerance), and the figures none has."""
     best: dict[str, float] = {}
     unmatched = []
@@ -157,11 +185,24 @@ def _pick_default(candidates: list[GpuSpec]) -> GpuSpec:
     """The ambiguity rule (module docstring): the product's default variant, else one in the
     default's package, else the smaller memory, else catalog order."""
     order = list(gpu_profiles())
-    default = next((s for s in gpu_profiles().values() if s.product == candidates[0].product and s.product_default
-                    and s.mig is None), None)
+    default = next(
+        (
+            s
+            for s in gpu_profiles().values()
+            if s.product == candidates[0].product and s.product_default and s.mig is None
+        ),
+        None,
+    )
     default_form = default.form if default else None
-    return min(candidates, key=lambda s: (not s.product_default, s.form != default_form, s.memory_gib,
-                                          order.index(s.name)))
+    return min(
+        candidates,
+        key=lambda s: (
+            not s.product_default,
+            s.form != default_form,
+            s.memory_gib,
+            order.index(s.name),
+        ),
+    )
 
 
 def match_gpu_name(text: str) -> GpuMatch:
@@ -177,28 +218,42 @@ def match_gpu_name(text: str) -> GpuMatch:
         spec = exact
         note = f"'{text}' is the profile {spec.name} ({spec.display_name})"
         # a bare product alias ('h100', 'a100') names the default of several variants: say so
-        siblings = [n for n, s in catalog.items() if s.product == spec.product and s.mig is None and n != spec.name]
-        bare = spec.product is not None and tuple(_tokens(text)) in {p for p, q in _patterns() if q == spec.product}
+        siblings = [
+            n
+            for n, s in catalog.items()
+            if s.product == spec.product and s.mig is None and n != spec.name
+        ]
+        bare = spec.product is not None and tuple(_tokens(text)) in {
+            p for p, q in _patterns() if q == spec.product
+        }
         if bare and spec.product_default and siblings:
             others = ", ".join(siblings)
-            return GpuMatch(spec, f"{note}, the default {spec.product} variant; the others: {others}", True)
+            return GpuMatch(
+                spec, f"{note}, the default {spec.product} variant; the others: {others}", True
+            )
         return GpuMatch(spec, note)
 
     low = text.lower().replace("_", " ")
     mig = _MIG.search(low)
     profile = mig.group(1) if mig else None
     if mig:  # its "10gb" is the slice's size, not the card's
-        low = low[:mig.start()] + " " + low[mig.end():]
+        low = low[: mig.start()] + " " + low[mig.end() :]
     low = _COUNT.sub(" ", low)
     products, figures = _find_products(_tokens(low))
     if not products:
         raise SettingError("no GPU kvplan knows in '{text}'; " + HINT, text=text)
     figures += [float(m) for m in _MEMORY.findall(low)]
 
-    candidates = [s for p in products for s in catalog.values() if s.product == p and s.mig == profile]
+    candidates = [
+        s for p in products for s in catalog.values() if s.product == p and s.mig == profile
+    ]
     if not candidates:
-        raise SettingError("'{text}': no catalog entry for MIG {profile} on {products}; " + HINT, text=text,
-                           profile=profile, products=" / ".join(products))
+        raise SettingError(
+            "'{text}': no catalog entry for MIG {profile} on {products}; " + HINT,
+            text=text,
+            profile=profile,
+            products=" / ".join(products),
+        )
     notes = []
     candidates, unmatched = _by_memory(candidates, figures)
     if unmatched:
@@ -207,8 +262,12 @@ def match_gpu_name(text: str) -> GpuMatch:
     words = re.findall(r"[a-z0-9]+", low)
     candidates, unknown_forms = _by_form(candidates, words)
     if unknown_forms:
-        notes.append(f"ignored form {', '.join(unknown_forms)}: not a catalog variant of {candidates[0].product}")
-    if len({s.product for s in candidates}) > 1:  # two products named and nothing to tell them apart
+        notes.append(
+            f"ignored form {', '.join(unknown_forms)}: not a catalog variant of {candidates[0].product}"
+        )
+    if (
+        len({s.product for s in candidates}) > 1
+    ):  # two products named and nothing to tell them apart
         notes.append(f"read the first product named, {candidates[0].product}")
         candidates = [s for s in candidates if s.product == candidates[0].product]
 
@@ -216,13 +275,27 @@ def match_gpu_name(text: str) -> GpuMatch:
     defaulted = len(candidates) > 1
     if defaulted:
         others = ", ".join(s.name for s in candidates if s is not spec)
-        missing = [what for what, given in (("memory size", len(unmatched) < len(figures)),
-                                            ("form", any(w in FORM_WORDS for w in words))) if not given]
-        notes.append(f"the name gives no {' or '.join(missing) or 'detail'} to tell {spec.name} from {others}: "
-                     f"assumed {spec.name}, " + (f"the default {spec.product} variant" if spec.product_default
-                                                  else f"the {spec.form} variant, as the default is")
-                     + " (pass --gpu to choose)")
-    note = f"read '{text}' as {spec.name} ({spec.display_name})" + ("; " + "; ".join(notes) if notes else "")
+        missing = [
+            what
+            for what, given in (
+                ("memory size", len(unmatched) < len(figures)),
+                ("form", any(w in FORM_WORDS for w in words)),
+            )
+            if not given
+        ]
+        notes.append(
+            f"the name gives no {' or '.join(missing) or 'detail'} to tell {spec.name} from {others}: "
+            f"assumed {spec.name}, "
+            + (
+                f"the default {spec.product} variant"
+                if spec.product_default
+                else f"the {spec.form} variant, as the default is"
+            )
+            + " (pass --gpu to choose)"
+        )
+    note = f"read '{text}' as {spec.name} ({spec.display_name})" + (
+        "; " + "; ".join(notes) if notes else ""
+    )
     return GpuMatch(spec, note, defaulted)
 
 

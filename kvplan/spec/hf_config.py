@@ -35,8 +35,13 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "num_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "vocab_size": ("vocab_size", "padded_vocab_size"),
-    "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len",
-                                "seq_length", "context_window_size"),
+    "max_position_embeddings": (
+        "max_position_embeddings",
+        "n_positions",
+        "max_seq_len",
+        "seq_length",
+        "context_window_size",
+    ),
 }
 
 
@@ -60,34 +65,67 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 def _positive_int(cfg: dict[str, Any], key: str, name: str) -> int:
     value = get_field(cfg, key)
     if value is None:
-        raise ValueError(f"config of '{name}' has no '{_ALIASES.get(key, (key,))[0]}'; "
-                         "pass a Hugging Face config.json of a decoder-only model")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value != int(value):
-        raise ValueError(f"config of '{name}' has an invalid {key} = {value!r}; it must be a positive integer")
+        raise ValueError(
+            f"config of '{name}' has no '{_ALIASES.get(key, (key,))[0]}'; "
+            "pass a Hugging Face config.json of a decoder-only model"
+        )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value <= 0
+        or value != int(value)
+    ):
+        raise ValueError(
+            f"config of '{name}' has an invalid {key} = {value!r}; it must be a positive integer"
+        )
     return int(value)
 
 
-def _headed_group(cfg: dict[str, Any], kind: AttentionKind, count: int, heads: int | None, num_heads: int,
-                  hidden: int) -> AttentionGroup:
+def _headed_group(
+    cfg: dict[str, Any],
+    kind: AttentionKind,
+    count: int,
+    heads: int | None,
+    num_heads: int,
+    hidden: int,
+) -> AttentionGroup:
     default_heads, head_dim = layer_shape(cfg, kind, num_heads, hidden)
     if heads is not None and (heads <= 0 or heads > num_heads or num_heads % heads):
-        raise ValueError(f"a layer's {heads} KV heads must divide num_attention_heads = {num_heads}")
+        raise ValueError(
+            f"a layer's {heads} KV heads must divide num_attention_heads = {num_heads}"
+        )
     window = {"sliding": window_size(cfg), "chunked": cfg.get("attention_chunk_size")}.get(kind)
-    return AttentionGroup(kind, count, heads or default_heads, head_dim, int(window) if window else None)
+    return AttentionGroup(
+        kind, count, heads or default_heads, head_dim, int(window) if window else None
+    )
 
 
-def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int) -> tuple[AttentionGroup, ...]:
+def attention_groups(
+    cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int
+) -> tuple[AttentionGroup, ...]:
     """The per-token KV groups (and per-sequence state groups) of the decoder's layers; layers
     with no attention ('none') and image cross-attention ('cross', see cross_attention_groups)
     hold no per-token KV and are left out."""
     if cfg.get("kv_lora_rank"):
         rope = int(cfg.get("qk_rope_head_dim", 0))
-        sparse = bool(cfg.get("index_head_dim") and cfg.get("index_topk"))  # DeepSeek-V3.2 sparse attention
-        groups = [AttentionGroup("mla", num_layers, latent_dim=int(cfg["kv_lora_rank"]) + rope, rope_dim=rope,
-                                 sparse=sparse, nope_dim=int(cfg.get("qk_nope_head_dim") or 0),
-                                 value_dim=int(cfg.get("v_head_dim") or 0))]
+        sparse = bool(
+            cfg.get("index_head_dim") and cfg.get("index_topk")
+        )  # DeepSeek-V3.2 sparse attention
+        groups = [
+            AttentionGroup(
+                "mla",
+                num_layers,
+                latent_dim=int(cfg["kv_lora_rank"]) + rope,
+                rope_dim=rope,
+                sparse=sparse,
+                nope_dim=int(cfg.get("qk_nope_head_dim") or 0),
+                value_dim=int(cfg.get("v_head_dim") or 0),
+            )
+        ]
         if sparse:
-            groups.append(AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"])))
+            groups.append(
+                AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"]))
+            )
         return tuple(groups)
     owned = num_layers - kv_shared_layers(cfg, num_layers)
     layers = list(zip(layer_kinds(cfg, num_layers), layer_kv_heads(cfg, num_layers)))[:owned]
@@ -96,19 +134,24 @@ def attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int, hidde
         if kind == "state":
             count = sum(1 for k, _ in layers if k == "state")
             if count:
-                groups.append(AttentionGroup("state", count, state_bytes_per_layer=state_bytes_per_layer(cfg)))
+                groups.append(
+                    AttentionGroup("state", count, state_bytes_per_layer=state_bytes_per_layer(cfg))
+                )
             continue
         # one group per KV head count: DeciLM layers may each have their own
         counts: dict[int | None, int] = {}
         for k, heads in layers:
             if k == kind:
                 counts[heads] = counts.get(heads, 0) + 1
-        groups += [_headed_group(cfg, kind, n, heads, num_heads, hidden) for heads, n in counts.items()]
+        groups += [
+            _headed_group(cfg, kind, n, heads, num_heads, hidden) for heads, n in counts.items()
+        ]
     return tuple(groups)
 
 
-def cross_attention_groups(cfg: dict[str, Any], num_layers: int, num_heads: int,
-                           hidden: int) -> tuple[AttentionGroup, ...]:
+def cross_attention_groups(
+    cfg: dict[str, Any], num_layers: int, num_heads: int, hidden: int
+) -> tuple[AttentionGroup, ...]:
     """Llama-3.2-Vision's cross-attention layers: K and V of the image tokens, with the
     self-attention layers' KV heads and head_dim (MllamaTextCrossAttention).
 
@@ -147,8 +190,10 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
         # Read as a plain config it would look like one 512-wide KV head in every layer with a
         # 128-token window, which is not what vLLM allocates (a per-layer sliding cache, a KV
         # compressed 4x or 128x, an indexer, fp32 compressor states): refuse rather than mislead.
-        raise ValueError(f"config of '{name}': DeepSeek-V4's compressed sparse attention (compress_ratios) "
-                         "is not modeled by kvplan yet")
+        raise ValueError(
+            f"config of '{name}': DeepSeek-V4's compressed sparse attention (compress_ratios) "
+            "is not modeled by kvplan yet"
+        )
     # The config class's defaults for what the file leaves out (Gemma-3's text_config has no
     # num_attention_heads), then checks of every field's type, range and consistency.
     cfg_text = with_family_defaults(text_config(cfg))
@@ -169,8 +214,16 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
     groups = attention_groups(cfg, num_layers, num_heads, hidden)
     cross = cross_attention_groups(cfg, num_layers, num_heads, hidden)
     weight_dtype, quant = weight_format(cfg, num_layers)
-    params, experts, per_token = count_params(cfg, hidden, num_layers, num_heads, vocab, groups,
-                                              vision=vision_params(outer, hidden), cross=cross)
+    params, experts, per_token = count_params(
+        cfg,
+        hidden,
+        num_layers,
+        num_heads,
+        vocab,
+        groups,
+        vision=vision_params(outer, hidden),
+        cross=cross,
+    )
     return ModelSpec(
         name=name,
         source=source,

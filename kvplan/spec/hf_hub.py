@@ -24,9 +24,25 @@ from pathlib import Path
 from typing import Any
 
 # Bytes per element of the safetensors dtypes (the format's own dtype names).
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-                           "F4": 0.5, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4,
-                           "U64": 8, "BOOL": 1}
+SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "F4": 0.5,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+    "BOOL": 1,
+}
 HEADER_LIMIT = 100 * 2**20
 HUB_CONNECT_TIMEOUT_S = 3.0  # a safetensors header is JSON; anything larger is not one
 
@@ -71,7 +87,9 @@ def cached_repos(cache: Path | None = None) -> list[str]:
     return repos
 
 
-def cached_snapshot(repo: str, revision: str | None = None, cache: Path | None = None) -> Path | None:
+def cached_snapshot(
+    repo: str, revision: str | None = None, cache: Path | None = None
+) -> Path | None:
     """The snapshot folder of `repo` at `revision` (a branch, tag or commit; default main)
     that holds a config.json, or None. A repo id's case is matched loosely, as the Hub does."""
     cache = cache or hub_cache_dir()
@@ -93,7 +111,9 @@ def cached_snapshot(repo: str, revision: str | None = None, cache: Path | None =
         return None
     # No ref for main (a cache filled by revision only): the newest snapshot with a config.
     candidates = [p for p in snapshots.iterdir() if (p / "config.json").is_file()]
-    return max(candidates, key=lambda p: (p / "config.json").stat().st_mtime) if candidates else None
+    return (
+        max(candidates, key=lambda p: (p / "config.json").stat().st_mtime) if candidates else None
+    )
 
 
 def _header(path: Path) -> dict[str, Any]:
@@ -167,10 +187,19 @@ def hub_config(repo: str, revision: str | None) -> tuple[dict[str, Any], Path]:
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as err:  # a minimal install: the estimator does not need it
-        raise RuntimeError("huggingface_hub is not installed (pip install huggingface_hub)") from err
+        raise RuntimeError(
+            "huggingface_hub is not installed (pip install huggingface_hub)"
+        ) from err
     try:
-        path = Path(hf_hub_download(repo, "config.json", revision=revision, token=os.environ.get("HF_TOKEN") or None,
-                                    cache_dir=hub_cache_dir()))
+        path = Path(
+            hf_hub_download(
+                repo,
+                "config.json",
+                revision=revision,
+                token=os.environ.get("HF_TOKEN") or None,
+                cache_dir=hub_cache_dir(),
+            )
+        )
     except Exception as err:  # the Hub's errors are many classes; each one means "not from the Hub"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RuntimeError(f"{type(err).__name__}: {reason[:160]}") from None
@@ -184,21 +213,36 @@ def hub_checkpoint(repo: str, revision: str | None) -> CheckpointFiles | None:
     memo = snapshot / ".kvplan-safetensors.json" if snapshot else None
     if memo is not None and memo.is_file():
         data = json.loads(memo.read_text())
-        return CheckpointFiles(data["total_bytes"], tuple(map(tuple, data["elements_by_dtype"])), data["source"])
+        return CheckpointFiles(
+            data["total_bytes"], tuple(map(tuple, data["elements_by_dtype"])), data["source"]
+        )
     if offline() or hub_unreachable(hub_endpoint()):
         return None
     try:
         from huggingface_hub import get_safetensors_metadata
-        metadata = get_safetensors_metadata(repo, revision=revision, token=os.environ.get("HF_TOKEN") or None)
+
+        metadata = get_safetensors_metadata(
+            repo, revision=revision, token=os.environ.get("HF_TOKEN") or None
+        )
     except Exception:  # no safetensors on the Hub (a .bin checkpoint), or no network
         return None
-    tensors = [{"dtype": info.dtype, "shape": info.shape}
-               for file in metadata.files_metadata.values() for info in file.tensors.values()]
+    tensors = [
+        {"dtype": info.dtype, "shape": info.shape}
+        for file in metadata.files_metadata.values()
+        for info in file.tensors.values()
+    ]
     files = _count(tensors, f"safetensors headers of {repo} on the Hugging Face Hub")
     if memo is not None:
         try:
-            memo.write_text(json.dumps({"total_bytes": files.total_bytes,
-                                        "elements_by_dtype": files.elements_by_dtype, "source": files.source}))
+            memo.write_text(
+                json.dumps(
+                    {
+                        "total_bytes": files.total_bytes,
+                        "elements_by_dtype": files.elements_by_dtype,
+                        "source": files.source,
+                    }
+                )
+            )
         except OSError:
             pass  # a read-only cache only costs a second range read next time
     return files

@@ -11,7 +11,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-VISION_WORDS = ("vision", "visual", "vit", "multi_modal_projector", "mm_projector", "merger", "image")
+VISION_WORDS = (
+    "vision",
+    "visual",
+    "vit",
+    "multi_modal_projector",
+    "mm_projector",
+    "merger",
+    "image",
+)
 
 
 def as_list(value: Any) -> list[str]:
@@ -22,14 +30,41 @@ def as_list(value: Any) -> list[str]:
     return [str(v) for v in value if v is not None]
 
 
-_ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "q_a_proj", "q_b_proj",
-                          "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "wo")
+_ATTENTION_PROJECTIONS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "qkv_proj",
+    "q_a_proj",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_b_proj",
+    "wq",
+    "wk",
+    "wv",
+    "wo",
+)
 # a gated-delta-net layer's projections (Qwen3.5 in_proj_qkv / in_proj_z / out_proj, Qwen3-Next
 # in_proj_qkvz); in_proj_a / in_proj_b / in_proj_ba are hidden x value_heads, not sized apart
-_LINEAR_ATTENTION_PROJECTIONS = {"in_proj_qkv": 1 / 3, "in_proj_z": 1 / 3, "out_proj": 1 / 3, "in_proj_qkvz": 2 / 3}
+_LINEAR_ATTENTION_PROJECTIONS = {
+    "in_proj_qkv": 1 / 3,
+    "in_proj_z": 1 / 3,
+    "out_proj": 1 / 3,
+    "in_proj_qkvz": 2 / 3,
+}
 # the share of a layer's dense MLP one projection stands for
-_MLP_PROJECTIONS = {"gate_proj": 1 / 3, "up_proj": 1 / 3, "down_proj": 1 / 3, "w1": 1 / 3, "w2": 1 / 3, "w3": 1 / 3,
-                    "gate_up_proj": 2 / 3, "fc1": 1 / 2, "fc2": 1 / 2}
+_MLP_PROJECTIONS = {
+    "gate_proj": 1 / 3,
+    "up_proj": 1 / 3,
+    "down_proj": 1 / 3,
+    "w1": 1 / 3,
+    "w2": 1 / 3,
+    "w3": 1 / 3,
+    "gate_up_proj": 2 / 3,
+    "fc1": 1 / 2,
+    "fc2": 1 / 2,
+}
 
 
 def pattern_role(entry: str) -> str | None:
@@ -47,10 +82,16 @@ def pattern_role(entry: str) -> str | None:
         return "embedding"
     if "norm" in low:
         return None
-    if re.search(r"(^|\.)(gate|router)(\.|\W*$)", low) or "shared_expert_gate" in low or "e_score_correction" in low:
+    if (
+        re.search(r"(^|\.)(gate|router)(\.|\W*$)", low)
+        or "shared_expert_gate" in low
+        or "e_score_correction" in low
+    ):
         return "routers"
     leaf = re.sub(r"[^a-z0-9_]+$", "", low.rsplit(".", 1)[-1])
-    if re.search(r"(self_attn|linear_attn|attention|attn)\W*$", low) or re.search(r"(self_attn|attn)\.\*", low):
+    if re.search(r"(self_attn|linear_attn|attention|attn)\W*$", low) or re.search(
+        r"(self_attn|attn)\.\*", low
+    ):
         return "attention"
     if leaf in _ATTENTION_PROJECTIONS and re.search(r"attn|attention", low):
         return "attention-part"
@@ -139,13 +180,19 @@ def part_share(entry: str, role: str) -> float:
     down projection a third of the dense MLP; a whole module (self_attn, mlp, experts) 1."""
     leaf = _leaf(entry)
     if role == "attention-part":
-        return _LINEAR_ATTENTION_PROJECTIONS.get(leaf, 0.25) if "linear_attn" in entry.lower() else 0.25
+        return (
+            _LINEAR_ATTENTION_PROJECTIONS.get(leaf, 0.25)
+            if "linear_attn" in entry.lower()
+            else 0.25
+        )
     if role == "dense":
         return _MLP_PROJECTIONS.get(leaf, 1.0)
     return 1.0
 
 
-def role_formats(formats: dict[str, str], num_layers: int) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+def role_formats(
+    formats: dict[str, str], num_layers: int
+) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """A per-module format list (ModelOpt MIXED_PRECISION's `quantized_layers`, read as
     {module name: 'nvfp4' / 'fp8'}) as ({role: {format: fraction}}, {whole role: format}).
 
@@ -165,7 +212,13 @@ def role_formats(formats: dict[str, str], num_layers: int) -> tuple[dict[str, di
         if role not in ("attention", "attention-part", "dense", "experts", "mlp"):
             whole[role] = fmt
             continue
-        parts = ("dense", "experts") if role == "mlp" else ("attention",) if role.startswith("attention") else (role,)
+        parts = (
+            ("dense", "experts")
+            if role == "mlp"
+            else ("attention",)
+            if role.startswith("attention")
+            else (role,)
+        )
         layer = layer_of(name)
         for part in parts:
             by_layer = shares[part].setdefault(fmt, {})

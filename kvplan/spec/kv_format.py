@@ -16,8 +16,18 @@ class HasDtype(Protocol):
 
 
 _DTYPE_BYTES = {
-    "fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0, "bfloat16": 2.0,
-    "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,
+    "fp32": 4.0,
+    "float32": 4.0,
+    "fp16": 2.0,
+    "float16": 2.0,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+    "mxfp4": 4.25 / 8,
+    "nvfp4": 4.5 / 8,
 }
 
 
@@ -70,7 +80,9 @@ class KVFormat:
         """Per token: a value's (scale, min) pairs, one per group of channels."""
         return math.ceil(dim / min(self.group_size or dim, dim)) * 2 * self.scale_bytes
 
-    def kivi_sequence_bytes(self, tokens: int, dim: int, full_bytes: float, residual: int = 32) -> float:
+    def kivi_sequence_bytes(
+        self, tokens: int, dim: int, full_bytes: float, residual: int = 32
+    ) -> float:
         """K and V bytes of one KV head of one layer holding `tokens` tokens, as KIVI stores
         them: keys are quantized `residual` at a time (the rest wait in full precision),
         values beyond the `residual` newest are quantized one by one."""
@@ -78,8 +90,10 @@ class KVFormat:
         quant_keys = tokens - tokens % residual
         quant_values = max(0, tokens - residual)
         key = quant_keys * (dim * self.bits / 8 + self.kivi_key_pair_bytes(dim))
-        value = quant_values * (math.ceil(dim / width) * math.ceil(width * self.bits / 8)
-                                + self.kivi_value_pair_bytes(dim))
+        value = quant_values * (
+            math.ceil(dim / width) * math.ceil(width * self.bits / 8)
+            + self.kivi_value_pair_bytes(dim)
+        )
         full = (tokens - quant_keys + tokens - quant_values) * dim * full_bytes
         return key + value + full
 
@@ -98,8 +112,21 @@ _FLOAT_FORMATS = {
 _ALIASES = {"fp8": "fp8-e4m3", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 _INT_PATTERN = re.compile(r"^int(8|4|2)(?:-(g(\d+)|tensor|token))?$")
 
-KV_FORMAT_NAMES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8-e4m3", "fp8-e5m2", "int8", "int4",
-                   "int2-g32", "int4-g64 (any int{8,4,2}-gN)", "kivi-int2", "kivi-int4")
+KV_FORMAT_NAMES = (
+    "auto",
+    "fp32",
+    "fp16",
+    "bf16",
+    "fp8",
+    "fp8-e4m3",
+    "fp8-e5m2",
+    "int8",
+    "int4",
+    "int2-g32",
+    "int4-g64 (any int{8,4,2}-gN)",
+    "kivi-int2",
+    "kivi-int4",
+)
 
 
 def parse_kv_format(name: str, model: HasDtype | None = None) -> KVFormat:
@@ -122,8 +149,10 @@ def parse_kv_format(name: str, model: HasDtype | None = None) -> KVFormat:
         group = int(match.group(3))
         per_byte = max(2, 8 // bits)  # whole bytes per group, as kvplan.kernels packs them
         if group < per_byte or group > 4096 or group & (group - 1):
-            raise ValueError(f"KV format '{name}': the group size must be a power of two from {per_byte} to 4096 "
-                             f"(a multiple of {per_byte}), e.g. int{bits}-g32 or int{bits}-g64")
+            raise ValueError(
+                f"KV format '{name}': the group size must be a power of two from {per_byte} to 4096 "
+                f"(a multiple of {per_byte}), e.g. int{bits}-g32 or int{bits}-g64"
+            )
         return KVFormat(key, bits, False, "group", group)
     if match.group(2) == "tensor":
         return KVFormat(key, bits, False, "tensor")

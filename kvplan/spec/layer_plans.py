@@ -31,9 +31,16 @@ from kvplan.spec.family_defaults import MLLAMA_CROSS_LAYERS
 # Nemotron-H's pattern characters and the list names newer transformers use for them
 # (NemotronHConfig._pattern_to_list): mixer kind and feed-forward of the layer.
 _NEMOTRON_H_BLOCKS: dict[str, tuple[str, str]] = {
-    "M": ("state", "none"), "*": ("full", "none"), "-": ("none", "dense"), "E": ("none", "moe"),
-    "mamba": ("state", "none"), "linear_attention": ("state", "none"), "attention": ("full", "none"),
-    "full_attention": ("full", "none"), "mlp": ("none", "dense"), "moe": ("none", "moe"),
+    "M": ("state", "none"),
+    "*": ("full", "none"),
+    "-": ("none", "dense"),
+    "E": ("none", "moe"),
+    "mamba": ("state", "none"),
+    "linear_attention": ("state", "none"),
+    "attention": ("full", "none"),
+    "full_attention": ("full", "none"),
+    "mlp": ("none", "dense"),
+    "moe": ("none", "moe"),
 }
 
 
@@ -55,7 +62,9 @@ def _nemotron_h(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
         raise ValueError("a nemotron_h config needs hybrid_override_pattern (M, *, -, E per layer)")
     blocks = list(blocks)
     if len(blocks) != num_layers:
-        raise ValueError(f"hybrid_override_pattern has {len(blocks)} layers but the model has {num_layers}")
+        raise ValueError(
+            f"hybrid_override_pattern has {len(blocks)} layers but the model has {num_layers}"
+        )
     unknown = sorted({b for b in blocks if b not in _NEMOTRON_H_BLOCKS})
     if unknown:
         raise ValueError(f"unknown Nemotron-H layer type(s) {unknown}; known: M, *, -, E")
@@ -72,7 +81,9 @@ def decilm_ffn_width(ffn_mult: float, hidden: int) -> int:
 def _decilm(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
     blocks = cfg["block_configs"]
     if len(blocks) != num_layers:
-        raise ValueError(f"block_configs has {len(blocks)} entries but the model has {num_layers} layers")
+        raise ValueError(
+            f"block_configs has {len(blocks)} entries but the model has {num_layers} layers"
+        )
     if not (cfg.get("num_attention_heads") and cfg.get("hidden_size")):
         raise ValueError("a config with block_configs needs num_attention_heads and hidden_size")
     heads, hidden = int(cfg["num_attention_heads"]), int(cfg["hidden_size"])
@@ -82,15 +93,19 @@ def _decilm(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
         if not (isinstance(attention, dict) and isinstance(ffn, dict)):
             raise ValueError(f"block_configs[{i}] must hold an 'attention' and an 'ffn' object")
         if attention.get("replace_with_linear") or ffn.get("replace_with_linear"):
-            raise ValueError(f"block_configs[{i}] replaces a sublayer with a linear layer, which vLLM "
-                             "does not build; kvplan cannot size it")
+            raise ValueError(
+                f"block_configs[{i}] replaces a sublayer with a linear layer, which vLLM "
+                "does not build; kvplan cannot size it"
+            )
         if attention.get("no_op"):
             mixer, kv_heads = "none", None
         else:
             group = attention.get("n_heads_in_group")
             if not isinstance(group, int) or isinstance(group, bool) or group <= 0 or heads % group:
-                raise ValueError(f"block_configs[{i}].attention.n_heads_in_group = {group!r} must divide "
-                                 f"num_attention_heads = {heads}")
+                raise ValueError(
+                    f"block_configs[{i}].attention.n_heads_in_group = {group!r} must divide "
+                    f"num_attention_heads = {heads}"
+                )
             mixer, kv_heads = "full", heads // group
         if ffn.get("no_op"):
             plans.append(LayerPlan(mixer, "none", kv_heads))
@@ -99,19 +114,27 @@ def _decilm(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
         mult, width = ffn.get("ffn_mult"), ffn.get("intermediate_size")
         if mult is not None:
             if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not 0 < mult < 1e6:
-                raise ValueError(f"block_configs[{i}].ffn.ffn_mult = {mult!r} must be a positive number")
+                raise ValueError(
+                    f"block_configs[{i}].ffn.ffn_mult = {mult!r} must be a positive number"
+                )
             width = decilm_ffn_width(float(mult), hidden)
         if isinstance(width, bool) or not isinstance(width, int) or width <= 0:
-            raise ValueError(f"block_configs[{i}].ffn needs a positive ffn_mult or intermediate_size")
+            raise ValueError(
+                f"block_configs[{i}].ffn needs a positive ffn_mult or intermediate_size"
+            )
         plans.append(LayerPlan(mixer, "dense", kv_heads, width))
     return plans
 
 
 def _mllama(cfg: dict[str, Any], num_layers: int) -> list[LayerPlan]:
     layers: list[int] | None = cfg.get("cross_attention_layers")
-    cross = set(MLLAMA_CROSS_LAYERS if layers is None else layers)  # MllamaTextConfig: None -> default
+    cross = set(
+        MLLAMA_CROSS_LAYERS if layers is None else layers
+    )  # MllamaTextConfig: None -> default
     if any(i >= num_layers for i in cross):
-        raise ValueError(f"cross_attention_layers names a layer past num_hidden_layers = {num_layers}")
+        raise ValueError(
+            f"cross_attention_layers names a layer past num_hidden_layers = {num_layers}"
+        )
     return [LayerPlan("cross" if i in cross else "full", "dense") for i in range(num_layers)]
 
 

@@ -39,12 +39,17 @@ def _llama4_kinds(cfg: dict[str, Any], num_layers: int) -> list[str] | None:
     transformers' Llama4TextConfig derives it from `no_rope_layer_interval` (default 4):
     every 4th layer is NoPE. vLLM chunks exactly the RoPE layers (Llama4Attention).
     """
-    if not (str(cfg.get("model_type", "")).startswith("llama4") and cfg.get("attention_chunk_size")):
+    if not (
+        str(cfg.get("model_type", "")).startswith("llama4") and cfg.get("attention_chunk_size")
+    ):
         return None
     rope_layers = cfg.get("no_rope_layers") or [
-        int((i + 1) % int(cfg.get("no_rope_layer_interval") or 4) != 0) for i in range(num_layers)]
+        int((i + 1) % int(cfg.get("no_rope_layer_interval") or 4) != 0) for i in range(num_layers)
+    ]
     if len(rope_layers) != num_layers:
-        raise ValueError(f"no_rope_layers has {len(rope_layers)} entries but the model has {num_layers} layers")
+        raise ValueError(
+            f"no_rope_layers has {len(rope_layers)} entries but the model has {num_layers} layers"
+        )
     return ["chunked" if uses_rope else "full" for uses_rope in rope_layers]
 
 
@@ -55,9 +60,13 @@ def _pattern_kinds(pattern: int | str, num_layers: int) -> list[str]:
     Exaone4Config.check_is_sliding, transformers' Exaone4Config docstring)."""
     if isinstance(pattern, str):
         if not pattern or set(pattern) - {"L", "G"}:
-            raise ValueError(f"sliding_window_pattern '{pattern}' must be a string of L (local) and G (global)")
-        return ["sliding" if pattern[i % len(pattern)] == "L" and i != num_layers - 1 else "full"
-                for i in range(num_layers)]
+            raise ValueError(
+                f"sliding_window_pattern '{pattern}' must be a string of L (local) and G (global)"
+            )
+        return [
+            "sliding" if pattern[i % len(pattern)] == "L" and i != num_layers - 1 else "full"
+            for i in range(num_layers)
+        ]
     return ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(num_layers)]
 
 
@@ -75,13 +84,23 @@ def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
     layer_types = cfg.get("layer_types")
     if layer_types:
         if len(layer_types) != num_layers:
-            raise ValueError(f"layer_types has {len(layer_types)} entries but the model has {num_layers} layers")
-        mapping = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "state",
-                   "chunked_attention": "chunked", "mamba": "state", "attention": "full"}
+            raise ValueError(
+                f"layer_types has {len(layer_types)} entries but the model has {num_layers} layers"
+            )
+        mapping = {
+            "full_attention": "full",
+            "sliding_attention": "sliding",
+            "linear_attention": "state",
+            "chunked_attention": "chunked",
+            "mamba": "state",
+            "attention": "full",
+        }
         kinds = []
         for entry in layer_types:
             if entry not in mapping:
-                raise ValueError(f"unknown layer type '{entry}' in layer_types; known: {', '.join(mapping)}")
+                raise ValueError(
+                    f"unknown layer type '{entry}' in layer_types; known: {', '.join(mapping)}"
+                )
             kinds.append(mapping[entry])
         if "sliding" in kinds and not window:
             kinds = ["full" if k == "sliding" else k for k in kinds]
@@ -89,9 +108,13 @@ def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
             kinds = ["full" if k == "chunked" else k for k in kinds]
         return kinds
     hybrid = cfg.get("hybrid_layer_pattern")
-    if isinstance(hybrid, list) and hybrid:  # MiMo-V2-Flash (vLLM mimo_v2_flash.py): 1 = sliding-window layer, 0 = full
+    if (
+        isinstance(hybrid, list) and hybrid
+    ):  # MiMo-V2-Flash (vLLM mimo_v2_flash.py): 1 = sliding-window layer, 0 = full
         if len(hybrid) != num_layers:
-            raise ValueError(f"hybrid_layer_pattern has {len(hybrid)} entries but the model has {num_layers} layers")
+            raise ValueError(
+                f"hybrid_layer_pattern has {len(hybrid)} entries but the model has {num_layers} layers"
+            )
         return ["sliding" if flag and window else "full" for flag in hybrid]
     llama4 = _llama4_kinds(cfg, num_layers)
     if llama4 is not None:
@@ -130,7 +153,9 @@ def layer_shape(cfg: dict[str, Any], kind: str, num_heads: int, hidden: int) -> 
         if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads"):
             heads = int(cfg["num_global_key_value_heads"])
     if heads <= 0 or heads > num_heads or num_heads % heads:
-        raise ValueError(f"num_key_value_heads = {heads} must divide num_attention_heads = {num_heads}")
+        raise ValueError(
+            f"num_key_value_heads = {heads} must divide num_attention_heads = {num_heads}"
+        )
     return heads, head_dim
 
 
@@ -139,7 +164,9 @@ def kv_shared_layers(cfg: dict[str, Any], num_layers: int) -> int:
     earlier layer of their type and keep none of their own (vLLM allocates them nothing)."""
     shared = int(cfg.get("num_kv_shared_layers") or 0)
     if not 0 <= shared < num_layers:
-        raise ValueError(f"num_kv_shared_layers = {shared} must be between 0 and num_hidden_layers - 1")
+        raise ValueError(
+            f"num_kv_shared_layers = {shared} must be between 0 and num_hidden_layers - 1"
+        )
     return shared
 
 

@@ -71,7 +71,11 @@ class AttentionGroup:
         nope + rope, PV over the value dimension). Other layers: 2 x head_dim each way."""
         if self.kind == "mla" and self.value_dim:
             lora = self.latent_dim - self.rope_dim
-            dims = (self.nope_dim + self.rope_dim + self.value_dim) if prefill else (self.latent_dim + lora)
+            dims = (
+                (self.nope_dim + self.rope_dim + self.value_dim)
+                if prefill
+                else (self.latent_dim + lora)
+            )
             return 2.0 * self.num_layers * heads * dims
         dim = self.latent_dim if self.kind == "mla" else self.head_dim
         return 4.0 * self.num_layers * heads * dim
@@ -81,7 +85,13 @@ class AttentionGroup:
         (no-RoPE part) and value, per step that prefills over it; 0 for other layers."""
         if self.kind != "mla" or not self.value_dim:
             return 0.0
-        return 2.0 * self.num_layers * heads * (self.latent_dim - self.rope_dim) * (self.nope_dim + self.value_dim)
+        return (
+            2.0
+            * self.num_layers
+            * heads
+            * (self.latent_dim - self.rope_dim)
+            * (self.nope_dim + self.value_dim)
+        )
 
     @property
     def has_token_kv(self) -> bool:
@@ -172,8 +182,14 @@ class ParamCount:
 
     @property
     def text_total(self) -> int:
-        return (self.embedding + self.lm_head + self.attention + self.dense_mlp
-                + self.experts_total + self.other)
+        return (
+            self.embedding
+            + self.lm_head
+            + self.attention
+            + self.dense_mlp
+            + self.experts_total
+            + self.other
+        )
 
     @property
     def matmul_active(self) -> int:
@@ -221,7 +237,11 @@ class ModelSpec:
         """Bits per expert weight of a checkpoint that quantizes only its experts (gpt-oss's
         MXFP4: 4.25), else None."""
         quant = self.checkpoint_quant
-        return quant.bits_per_weight(self.hidden_size) if quant is not None and quant.experts_only else None
+        return (
+            quant.bits_per_weight(self.hidden_size)
+            if quant is not None and quant.experts_only
+            else None
+        )
 
     @property
     def token_groups(self) -> tuple[AttentionGroup, ...]:
@@ -252,7 +272,9 @@ class ModelSpec:
     def cross_kv_bytes_per_image(self, fmt: KVFormat, tp: int = 1) -> float:
         """KV bytes the cross-attention layers keep for one image at the most tiles, on one GPU:
         every cross layer stores K and V of each of the image's encoder tokens."""
-        return self.encoder_tokens_per_image * sum(g.bytes_per_token(fmt, tp) for g in self.cross_groups)
+        return self.encoder_tokens_per_image * sum(
+            g.bytes_per_token(fmt, tp) for g in self.cross_groups
+        )
 
     def kv_bytes_per_token(self, fmt: KVFormat, tp: int = 1) -> float:
         """Per-token KV bytes on one GPU with every attention layer kept at full length."""
@@ -317,7 +339,12 @@ class ModelSpec:
         """The vision tower's share of weight_bytes(): loaded, but read by no decode step."""
         p = self.params
         quant = self.checkpoint_quant
-        if weight_dtype is None and quant is not None and quant.vision_quantized and not quant.experts_only:
+        if (
+            weight_dtype is None
+            and quant is not None
+            and quant.vision_quantized
+            and not quant.experts_only
+        ):
             return p.vision * quant.role_bytes("vision", self.hidden_size)
         if weight_dtype is not None and weight_quant(weight_dtype).element_bytes >= SIXTEEN_BIT:
             return p.vision * weight_quant(weight_dtype).element_bytes
@@ -329,7 +356,9 @@ class ModelSpec:
         p = self.params
         if quant.element_bytes >= SIXTEEN_BIT:
             return p.total * quant.element_bytes
-        kept: float = p.embedding + p.lm_head + p.other + p.vision  # an override quantizes the language model
+        kept: float = (
+            p.embedding + p.lm_head + p.other + p.vision
+        )  # an override quantizes the language model
         if not quant.attention_quantized:
             kept += p.attention
         kept += p.dense_mlp * min(quant.edge_mlp_layers_kept, self.num_layers) / self.num_layers
@@ -341,7 +370,21 @@ class ModelSpec:
             raise SettingError("{params_b} must be positive, got {got:g}", got=total / 1e9)
         scale = total / self.params.total
         p = self.params
-        counts = replace(p, **{role: round(getattr(p, role) * scale) for role in (
-            "embedding", "lm_head", "attention", "dense_mlp", "experts_total", "experts_active", "other",
-            "vision", "routers")})
+        counts = replace(
+            p,
+            **{
+                role: round(getattr(p, role) * scale)
+                for role in (
+                    "embedding",
+                    "lm_head",
+                    "attention",
+                    "dense_mlp",
+                    "experts_total",
+                    "experts_active",
+                    "other",
+                    "vision",
+                    "routers",
+                )
+            },
+        )
         return replace(self, params=counts)

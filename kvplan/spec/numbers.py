@@ -60,7 +60,9 @@ RULES: dict[str, NumberRule] = {
     "batch": _int(1, TOKENS_MAX),
     "context": _int(1, TOKENS_MAX),
     "max_model_len": _int(2, TOKENS_MAX),
-    "block_size": _int(1, 2**16),  # vLLM's largest is 256; 65,536 leaves room without int64 overflow
+    "block_size": _int(
+        1, 2**16
+    ),  # vLLM's largest is 256; 65,536 leaves room without int64 overflow
     "gpu_memory_utilization": _float(0.0, 1.0),
     "kv_cache_gib": _float(0.0, GIB_MAX),
     "reserve_gib": _float(0.0, GIB_MAX, low_open=False),
@@ -68,7 +70,9 @@ RULES: dict[str, NumberRule] = {
     "params_b": _float(0.0, 1e7),
     "kv_budget": _int(1, TOKENS_MAX),
     # bench workload and scheduler
-    "rate": _float(0.0, 1e9, low_open=False),  # 0 is fine for burst arrivals; poisson checks > 0 itself
+    "rate": _float(
+        0.0, 1e9, low_open=False
+    ),  # 0 is fine for burst arrivals; poisson checks > 0 itself
     "cv": _float(0.0, 1e6, low_open=False),  # only gamma arrivals use it, and check it
     "num_requests": _int(1, 10**8),
     "max_num_seqs": _int(1, 2**20),
@@ -110,19 +114,28 @@ def rule_for(name: str) -> NumberRule | None:
     return RULES.get(setting_name(name))
 
 
-def refused(name: str, problem: str, label: str | None = None, within: str | None = None,
-            separator: str = " ") -> ValueError:
+def refused(
+    name: str,
+    problem: str,
+    label: str | None = None,
+    within: str | None = None,
+    separator: str = " ",
+) -> ValueError:
     """The error for a refused number: after `label` when given (plain text: a sweep file's
     key), else a SettingError naming the setting, or naming `within` and the value's part of
     it (an axis of `--sweep`)."""
     if label is not None:
         return ValueError(f"{label}{separator}{problem}")
     if within is not None:
-        return SettingError(f"{{{within}}} {{axis}}{separator}{{problem}}", axis=name, problem=problem)
+        return SettingError(
+            f"{{{within}}} {{axis}}{separator}{{problem}}", axis=name, problem=problem
+        )
     return SettingError(f"{{{setting_name(name)}}}{separator}{{problem}}", problem=problem)
 
 
-def check_number(name: str, value: Any, label: str | None = None, within: str | None = None) -> int | float:
+def check_number(
+    name: str, value: Any, label: str | None = None, within: str | None = None
+) -> int | float:
     """`value` validated by the rule for `name`; refused as `refused` words it."""
     rule = rule_for(name)
     if rule is None:
@@ -131,7 +144,11 @@ def check_number(name: str, value: Any, label: str | None = None, within: str | 
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise refused(name, problem, label, within)
     bad_range = value < rule.low or value > rule.high or (rule.low_open and value == rule.low)
-    if not math.isfinite(value) or bad_range or (rule.kind is int and not float(value).is_integer()):
+    if (
+        not math.isfinite(value)
+        or bad_range
+        or (rule.kind is int and not float(value).is_integer())
+    ):
         raise refused(name, problem, label, within)
     return int(value) if rule.kind is int else float(value)
 
@@ -143,7 +160,10 @@ def check_numbers(values: dict[str, Any]) -> None:
             check_number(name, value)
 
 
-SIZE_SUFFIXES = {"k": 1024, "m": 1024**2}  # 32k = 32,768 tokens, as `--sweep context=1k..128k` reads it
+SIZE_SUFFIXES = {
+    "k": 1024,
+    "m": 1024**2,
+}  # 32k = 32,768 tokens, as `--sweep context=1k..128k` reads it
 
 
 def parse_count(text: str, name: str, within: str | None = None) -> int | float:
@@ -157,8 +177,12 @@ def parse_count(text: str, name: str, within: str | None = None) -> int | float:
     try:
         value = float(cleaned) * scale
     except ValueError:
-        raise refused(name, f"'{text}' is not a number; write e.g. 32768 or 32k", within=within,
-                      separator=": ") from None
+        raise refused(
+            name,
+            f"'{text}' is not a number; write e.g. 32768 or 32k",
+            within=within,
+            separator=": ",
+        ) from None
     return check_number(name, value, within=within)
 
 
@@ -167,7 +191,9 @@ def parse_optional_count(text: str | None, name: str) -> int | None:
     return None if text is None else int(parse_count(text, name))
 
 
-def check_grid_size(sizes: list[int], limit: int, label: str, fix: str, within: str | None = None) -> int:
+def check_grid_size(
+    sizes: list[int], limit: int, label: str, fix: str, within: str | None = None
+) -> int:
     """The product of axis sizes, refused above `limit` before anything is allocated; the
     error begins with `label`, after the setting `within` names when given."""
     total = math.prod(sizes)

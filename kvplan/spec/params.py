@@ -18,12 +18,43 @@ from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape
 from kvplan.spec.state_layers import state_layer_params
 
 _UNGATED_MLP = {"opt", "gpt2", "gpt_bigcode", "falcon", "gpt_neox", "phi", "bloom"}
-_TIED_BY_DEFAULT = {"opt", "gpt2", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "bloom",
-                    "gpt_bigcode"}
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
-            "qwen3_5_text", "qwen3_5", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2",
-            "exaone4"}  # EXAONE-4: RMSNorm on q and k (vLLM Exaone4Attention q_norm / k_norm)
-_QKV_BIAS_ONLY = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"}
+_TIED_BY_DEFAULT = {
+    "opt",
+    "gpt2",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "gemma4",
+    "gemma4_text",
+    "bloom",
+    "gpt_bigcode",
+}
+_QK_NORM = {
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_vl",
+    "qwen3_vl_text",
+    "qwen3_vl_moe",
+    "qwen3_vl_moe_text",
+    "qwen3_5_text",
+    "qwen3_5",
+    "gemma3",
+    "gemma3_text",
+    "gemma4",
+    "gemma4_text",
+    "olmo2",
+    "exaone4",
+}  # EXAONE-4: RMSNorm on q and k (vLLM Exaone4Attention q_norm / k_norm)
+_QKV_BIAS_ONLY = {
+    "qwen2",
+    "qwen2_moe",
+    "qwen2_vl",
+    "qwen2_vl_text",
+    "qwen2_5_vl",
+    "qwen2_5_vl_text",
+}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"}
 # gpt-oss's bias; DeepSeek's and Nemotron-H's e_score_correction_bias
 _ROUTER_BIAS = {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2", "nemotron_h"}
@@ -38,13 +69,17 @@ _EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "top_k_experts")
 
 
-def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, group: AttentionGroup) -> int:
+def _attention_params(
+    cfg: dict[str, Any], hidden: int, num_heads: int, group: AttentionGroup
+) -> int:
     model_type = cfg.get("model_type", "")
     kv, head_dim = group.num_kv_heads, group.head_dim
     q_out = num_heads * head_dim * (2 if cfg.get("attn_output_gate") else 1)
     # Gemma-4's K = V full layers have no v_proj: V is the (normed) K projection.
     kv_projections = 1 if (group.kind == "full" and cfg.get("attention_k_eq_v")) else 2
-    params = hidden * q_out + kv_projections * hidden * kv * head_dim + num_heads * head_dim * hidden
+    params = (
+        hidden * q_out + kv_projections * hidden * kv * head_dim + num_heads * head_dim * hidden
+    )
     if cfg.get("attention_bias") or cfg.get("enable_bias") or model_type == "opt":
         params += q_out + kv_projections * kv * head_dim + hidden
     elif model_type in _QKV_BIAS_ONLY:
@@ -58,7 +93,9 @@ def _attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, group: A
 
 def _mla_params(cfg: dict[str, Any], hidden: int, num_heads: int) -> int:
     rope, nope = int(cfg.get("qk_rope_head_dim") or 0), int(cfg.get("qk_nope_head_dim") or 0)
-    v_dim = int(cfg.get("v_head_dim") or nope)  # null (not set) as absent: V as wide as the no-RoPE part
+    v_dim = int(
+        cfg.get("v_head_dim") or nope
+    )  # null (not set) as absent: V as wide as the no-RoPE part
     kv_rank = int(cfg["kv_lora_rank"])
     q_rank = cfg.get("q_lora_rank")
     q_head = nope + rope
@@ -70,14 +107,18 @@ def _mla_params(cfg: dict[str, Any], hidden: int, num_heads: int) -> int:
     return query + kv + num_heads * v_dim * hidden
 
 
-def _kv_shared_attention_params(cfg: dict[str, Any], hidden: int, num_heads: int, num_layers: int) -> int:
+def _kv_shared_attention_params(
+    cfg: dict[str, Any], hidden: int, num_heads: int, num_layers: int
+) -> int:
     """Layers that reuse an earlier layer's KV hold no KV group, but keep their q_proj,
     o_proj and q_norm (their k/v projections are not counted)."""
     shared = kv_shared_layers(cfg, num_layers)
     params = 0
-    for kind in layer_kinds(cfg, num_layers)[num_layers - shared:] if shared else []:
+    for kind in layer_kinds(cfg, num_layers)[num_layers - shared :] if shared else []:
         head_dim = layer_shape(cfg, kind, num_heads, hidden)[1]
-        params += 2 * hidden * num_heads * head_dim + (head_dim if cfg.get("model_type") in _QK_NORM else 0)
+        params += 2 * hidden * num_heads * head_dim + (
+            head_dim if cfg.get("model_type") in _QK_NORM else 0
+        )
     return params
 
 
@@ -118,13 +159,18 @@ def _moe_layers(cfg: dict[str, Any], num_layers: int) -> list[int]:
         # MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer (vLLM's MiniMaxM3DecoderLayer.is_moe_layer:
         # bool(moe_layer_freq[layer_id]); the same per-layer list in MiMoV2Flash)
         if len(flags) != num_layers:
-            raise ValueError(f"moe_layer_freq has {len(flags)} entries but the model has {num_layers} layers")
+            raise ValueError(
+                f"moe_layer_freq has {len(flags)} entries but the model has {num_layers} layers"
+            )
         return [i for i, moe in enumerate(flags) if moe]
     dense_first = int(cfg.get("first_k_dense_replace") or 0)
     step = int(flags or cfg.get("decoder_sparse_step") or 1)
     only_dense = set(cfg.get("mlp_only_layers") or [])
-    return [i for i in range(num_layers)
-            if i >= dense_first and i not in only_dense and (i - dense_first) % step == 0]
+    return [
+        i
+        for i in range(num_layers)
+        if i >= dense_first and i not in only_dense and (i - dense_first) % step == 0
+    ]
 
 
 def _moe_layout(cfg: dict[str, Any], num_layers: int) -> tuple[int, int, int]:
@@ -149,14 +195,18 @@ def _router_params(cfg: dict[str, Any], hidden: int, experts: int) -> int:
     return router
 
 
-def _always_on_per_moe_layer(cfg: dict[str, Any], hidden: int, experts: int, expert_width: int) -> int:
+def _always_on_per_moe_layer(
+    cfg: dict[str, Any], hidden: int, experts: int, expert_width: int
+) -> int:
     """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the experts."""
     model_type = str(cfg.get("model_type", ""))
     router = _router_params(cfg, hidden, experts)
     if model_type == "nemotron_h":
         # one ungated shared MLP of n_shared x moe_shared_expert_intermediate_size, and with a
         # moe_latent_size the fc1 / fc2 projections into and out of the experts' latent width
-        width = int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_shared_expert_intermediate_size") or 0)
+        width = int(cfg.get("n_shared_experts") or 0) * int(
+            cfg.get("moe_shared_expert_intermediate_size") or 0
+        )
         latent = 2 * hidden * int(cfg["moe_latent_size"]) if cfg.get("moe_latent_size") else 0
         return router + _mlp_params(cfg, hidden, width) + latent
     shared = int(cfg.get("n_shared_experts") or 0) * 3 * hidden * expert_width  # DeepSeek
@@ -184,7 +234,9 @@ def _norm_params(cfg: dict[str, Any], hidden: int, num_layers: int) -> int:
     return (norms + 1) * norm_width
 
 
-def _dense_mlp_params(cfg: dict[str, Any], hidden: int, num_layers: int, moe_layers: int, width: int) -> int:
+def _dense_mlp_params(
+    cfg: dict[str, Any], hidden: int, num_layers: int, moe_layers: int, width: int
+) -> int:
     """The dense MLPs of the layers without experts (a layer plan names which have one, and
     DeciLM's give each its own width)."""
     plans = layer_plans(cfg, num_layers)
@@ -194,8 +246,14 @@ def _dense_mlp_params(cfg: dict[str, Any], hidden: int, num_layers: int, moe_lay
 
 
 def count_params(
-    cfg: dict[str, Any], hidden: int, num_layers: int, num_heads: int, vocab: int,
-    groups: tuple[AttentionGroup, ...], vision: int = 0, cross: tuple[AttentionGroup, ...] = (),
+    cfg: dict[str, Any],
+    hidden: int,
+    num_layers: int,
+    num_heads: int,
+    vocab: int,
+    groups: tuple[AttentionGroup, ...],
+    vision: int = 0,
+    cross: tuple[AttentionGroup, ...] = (),
 ) -> tuple[ParamCount, int, int]:
     """Returns (ParamCount, experts per MoE layer, experts per token). `vision`: the vision
     tower's parameters (spec/vision.py), counted apart; `cross`: image cross-attention groups."""
@@ -220,7 +278,9 @@ def count_params(
     intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or 4 * hidden)
     # Llama-4 sizes its dense layers with intermediate_size_mlp; intermediate_size is the experts'
     # (MiniMax-M3: dense_intermediate_size)
-    dense_width = int(cfg.get("intermediate_size_mlp") or cfg.get("dense_intermediate_size") or intermediate)
+    dense_width = int(
+        cfg.get("intermediate_size_mlp") or cfg.get("dense_intermediate_size") or intermediate
+    )
     experts, per_token, moe_layers = _moe_layout(cfg, num_layers)
     dense_mlp = _dense_mlp_params(cfg, hidden, num_layers, moe_layers, dense_width)
     experts_total = experts_active = routers = 0
@@ -229,7 +289,9 @@ def count_params(
         one_expert = 3 * hidden * expert_width
         if model_type == "gpt_oss":
             one_expert += 2 * expert_width + hidden  # gate_up and down biases
-        if model_type in _UNGATED_NO_BIAS:  # up and down only, in the latent width when there is one
+        if (
+            model_type in _UNGATED_NO_BIAS
+        ):  # up and down only, in the latent width when there is one
             one_expert = 2 * int(cfg.get("moe_latent_size") or hidden) * expert_width
         experts_total = moe_layers * experts * one_expert
         experts_active = moe_layers * per_token * one_expert
@@ -240,11 +302,24 @@ def count_params(
     embedding = vocab * hidden
     lm_head = 0 if tied else vocab * hidden
     if model_type == "opt":
-        embedding += (int(cfg.get("max_position_embeddings", 2048)) + 2) * hidden  # learned positions
+        embedding += (
+            int(cfg.get("max_position_embeddings", 2048)) + 2
+        ) * hidden  # learned positions
     if str(model_type).startswith("mllama"):
-        embedding += 8 * hidden  # MllamaTextModel's table has vocab_size + 8 rows; its LM head vocab_size
+        embedding += (
+            8 * hidden
+        )  # MllamaTextModel's table has vocab_size + 8 rows; its LM head vocab_size
     other = _norm_params(cfg, hidden, num_layers)
-    counts = ParamCount(embedding, lm_head, attention, dense_mlp, experts_total, experts_active, other,
-                        embedding_in_active=model_type not in _ACTIVE_WITHOUT_EMBEDDING, vision=vision,
-                        routers=routers)
+    counts = ParamCount(
+        embedding,
+        lm_head,
+        attention,
+        dense_mlp,
+        experts_total,
+        experts_active,
+        other,
+        embedding_in_active=model_type not in _ACTIVE_WITHOUT_EMBEDDING,
+        vision=vision,
+        routers=routers,
+    )
     return counts, experts, per_token

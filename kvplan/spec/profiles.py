@@ -55,8 +55,10 @@ def model_profiles() -> dict[str, ModelProfile]:
 @cache
 def gpu_profiles() -> dict[str, GpuSpec]:
     table = tomllib.loads((profiles_dir() / "gpus.toml").read_text())
-    return {entry["name"]: GpuSpec(**{**entry, "aliases": tuple(entry.get("aliases", ()))})
-            for entry in table["gpu"]}
+    return {
+        entry["name"]: GpuSpec(**{**entry, "aliases": tuple(entry.get("aliases", ()))})
+        for entry in table["gpu"]
+    }
 
 
 def _normalize(name: str) -> str:
@@ -85,14 +87,20 @@ def read_config(path: Path) -> dict[str, Any]:
     """A config.json file, or a model directory holding one."""
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
-        raise ValueError(f"no config.json at '{path}'; pass a Hugging Face config.json or a model directory")
+        raise ValueError(
+            f"no config.json at '{path}'; pass a Hugging Face config.json or a model directory"
+        )
     try:
         config = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"malformed config '{file}': {err}; fix the JSON or re-download the file") from None
+        raise ValueError(
+            f"malformed config '{file}': {err}; fix the JSON or re-download the file"
+        ) from None
     except RecursionError:  # json's decoder recurses once per nesting level
-        raise ValueError(f"malformed config '{file}': nested too deeply to be a model config; "
-                         "pass a Hugging Face config.json") from None
+        raise ValueError(
+            f"malformed config '{file}': nested too deeply to be a model config; "
+            "pass a Hugging Face config.json"
+        ) from None
     if not isinstance(config, dict):
         raise ValueError(f"malformed config '{file}': expected a JSON object")
     return config

@@ -56,14 +56,23 @@ class CheckpointQuant:
         stated = [(fmt, share) for r, fmt, share in self.mixed if r == role]
         if stated:
             quantized = sum(share for _, share in stated)
-            return sum(share * self._format_bytes(fmt, in_features) for fmt, share in stated) + (1.0 - quantized) * 2.0
-        kept = {"attention": self.attention_kept, "dense": self.dense_kept, "experts": self.experts_kept}.get(role, 0.0)
+            return (
+                sum(share * self._format_bytes(fmt, in_features) for fmt, share in stated)
+                + (1.0 - quantized) * 2.0
+            )
+        kept = {
+            "attention": self.attention_kept,
+            "dense": self.dense_kept,
+            "experts": self.experts_kept,
+        }.get(role, 0.0)
         return (1.0 - kept) * self.bits_per_weight(in_features) / 8 + kept * 2.0
 
     def _format_bytes(self, fmt: str, in_features: int) -> float:
         """Bytes per weight of one of a mixed checkpoint's formats: its primary format as
         bits_per_weight counts it, per-tensor fp8 one byte."""
-        return self.bits_per_weight(in_features) / 8 if fmt == self.dtype else MIXED_FORMAT_BYTES[fmt]
+        return (
+            self.bits_per_weight(in_features) / 8 if fmt == self.dtype else MIXED_FORMAT_BYTES[fmt]
+        )
 
     def bits_per_weight(self, in_features: int) -> float:
         """Bits one quantized weight costs with its share of scales and zero points, for a

@@ -44,10 +44,22 @@ from kvplan.spec.profiles import ModelProfile, gpu_profiles, lookup, model_profi
 TUNING_SUFFIXES = ("instruct", "chat", "it", "hf", "base", "sft", "dpo", "rl")
 # Quantization keeps the shapes and changes the weight format: suffix -> kvplan weight dtype.
 QUANT_SUFFIXES: tuple[tuple[str, str], ...] = (
-    (r"quantized[.-]w8a8", "int8"), (r"w8a8(-fp8)?", "int8"), (r"w8a16", "int8"), (r"w4a16", "int4"),
-    (r"fp8(-dynamic|-block|-kv|-static)*", "fp8"), (r"int8", "int8"), (r"gptq(-int4|-int8)?", "int4"),
-    (r"awq", "int4"), (r"(bnb-)?4bit", "int4"), (r"(bnb-)?8bit", "int8"), (r"int4", "int4"), (r"nvfp4", "fp4"),
-    (r"mxfp4", "fp4"), (r"fp4", "fp4"), (r"auto-?round(-int4)?", "int4"), (r"nf4", "int4"),
+    (r"quantized[.-]w8a8", "int8"),
+    (r"w8a8(-fp8)?", "int8"),
+    (r"w8a16", "int8"),
+    (r"w4a16", "int4"),
+    (r"fp8(-dynamic|-block|-kv|-static)*", "fp8"),
+    (r"int8", "int8"),
+    (r"gptq(-int4|-int8)?", "int4"),
+    (r"awq", "int4"),
+    (r"(bnb-)?4bit", "int4"),
+    (r"(bnb-)?8bit", "int8"),
+    (r"int4", "int4"),
+    (r"nvfp4", "fp4"),
+    (r"mxfp4", "fp4"),
+    (r"fp4", "fp4"),
+    (r"auto-?round(-int4)?", "int4"),
+    (r"nf4", "int4"),
 )
 DATE_SUFFIX = r"\d{4}"  # Qwen's -2507, Kimi's -0905: a re-release of the same architecture
 
@@ -115,19 +127,19 @@ def strip_suffixes(name: str) -> tuple[str, list[str], str | None]:
             if match:
                 removed.append(match.group(1))
                 hint = hint or dtype
-                text = text[:match.start()]
+                text = text[: match.start()]
                 changed = True
         for suffix in TUNING_SUFFIXES:
             # A recipe word anywhere between the size and a version ('Mixtral-8x7B-Instruct-v0.1').
             match = re.search(rf"-{suffix}(?=$|-)", text)
             if match and match.start() > 0:
                 removed.append(suffix)
-                text = text[:match.start()] + text[match.end():]
+                text = text[: match.start()] + text[match.end() :]
                 changed = True
         match = re.search(rf"-({DATE_SUFFIX})$", text)
         if match:
             removed.append(match.group(1))
-            text = text[:match.start()]
+            text = text[: match.start()]
             changed = True
     return canonical(text), removed, hint
 
@@ -136,7 +148,11 @@ def strip_suffixes(name: str) -> tuple[str, list[str], str | None]:
 def _catalog_keys() -> dict[str, list[ModelProfile]]:
     keys: dict[str, list[ModelProfile]] = {}
     for profile in model_profiles().values():
-        for name in {profile.name, profile.hf_repo.split("/")[-1], *(a.split("/")[-1] for a in profile.aliases)}:
+        for name in {
+            profile.name,
+            profile.hf_repo.split("/")[-1],
+            *(a.split("/")[-1] for a in profile.aliases),
+        }:
             keys.setdefault(strip_suffixes(name)[0], []).append(profile)
     return keys
 
@@ -189,15 +205,22 @@ def catalog_match(query: ModelQuery) -> tuple[ModelProfile, str, str | None] | N
     if tuning:
         reasons.append(f"'-{'-'.join(tuning)}' names a fine-tune, which keeps every shape")
     if quant:
-        reasons.append(f"'-{'-'.join(quant)}' names a quantization, which keeps the shapes and sets the weight "
-                       f"format ({hint} weights, read from the name)")
+        reasons.append(
+            f"'-{'-'.join(quant)}' names a quantization, which keeps the shapes and sets the weight "
+            f"format ({hint} weights, read from the name)"
+        )
     if dated:
-        reasons.append(f"'-{'-'.join(dated)}' dates a re-release of the same architecture (assumed)")
+        reasons.append(
+            f"'-{'-'.join(dated)}' dates a re-release of the same architecture (assumed)"
+        )
     if query.org and query.org.lower() != profile.hf_repo.split("/")[0].lower():
         reasons.append(f"the organisation '{query.org}' republishes it (ignored)")
     if not reasons:
         reasons.append("the names agree apart from case and separators")
-    note = f"'{query.repo}' sized as catalog profile {profile.name} ({profile.hf_repo}): " + "; ".join(reasons)
+    note = (
+        f"'{query.repo}' sized as catalog profile {profile.name} ({profile.hf_repo}): "
+        + "; ".join(reasons)
+    )
     return profile, note, hint
 
 
@@ -219,7 +242,11 @@ def _cached(query: ModelQuery) -> tuple[str, Path] | None:
     if snapshot is not None:
         return query.repo, snapshot
     if query.org is None:
-        matches = [repo for repo in cached_repos() if canonical(repo.split("/")[-1]) == canonical(query.name)]
+        matches = [
+            repo
+            for repo in cached_repos()
+            if canonical(repo.split("/")[-1]) == canonical(query.name)
+        ]
         if len(matches) == 1:
             found = cached_snapshot(matches[0], query.revision)
             if found is not None:
@@ -235,12 +262,20 @@ def resolve_model(text: str) -> ResolvedModel:
 @lru_cache(maxsize=256)
 def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     if not text or not text.strip():
-        raise ValueError("no model given; pass a profile name, a Hugging Face id (org/name) or a config.json path")
+        raise ValueError(
+            "no model given; pass a profile name, a Hugging Face id (org/name) or a config.json path"
+        )
     tried: list[str] = []
     if _looks_like_path(text.strip()):
         path = Path(text.strip()).expanduser()
         if path.exists():
-            label = path.parent.name if path.name == "config.json" else path.stem if path.is_file() else path.name
+            label = (
+                path.parent.name
+                if path.name == "config.json"
+                else path.stem
+                if path.is_file()
+                else path.name
+            )
             folder = path if path.is_dir() else path.parent
             spec = model_spec_from_config(read_config(path), label, str(path))
             return ResolvedModel(spec, "path", checkpoint=local_checkpoint(folder))
@@ -256,7 +291,9 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
         repo, snapshot = found
         config = read_config(snapshot / "config.json")
         files = local_checkpoint(snapshot) or hub_checkpoint(repo, query.revision)
-        spec = model_spec_from_config(config, _label(repo), f"{repo} (Hugging Face cache {snapshot})")
+        spec = model_spec_from_config(
+            config, _label(repo), f"{repo} (Hugging Face cache {snapshot})"
+        )
         return ResolvedModel(spec, "hf-cache", checkpoint=files)
     tried.append(f"not in the Hugging Face cache at {cache}")
     if query.org is not None:
@@ -265,7 +302,9 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
         except RuntimeError as err:
             tried.append(f"Hugging Face Hub lookup of {query.repo} failed ({err})")
         else:
-            spec = model_spec_from_config(config, _label(query.repo), f"{query.repo} (Hugging Face Hub)")
+            spec = model_spec_from_config(
+                config, _label(query.repo), f"{query.repo} (Hugging Face Hub)"
+            )
             return ResolvedModel(spec, "hub", checkpoint=hub_checkpoint(query.repo, query.revision))
     else:
         tried.append("no Hub lookup without an organisation (org/name)")
@@ -273,12 +312,19 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     if matched is not None:
         profile, note, hint = matched
         spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
-        if hint is not None:  # the name is all there is to read the format from: every command sizes it so
+        if (
+            hint is not None
+        ):  # the name is all there is to read the format from: every command sizes it so
             spec = replace(spec, weight_dtype=hint, checkpoint_quant=None)
         return ResolvedModel(spec, "catalog-match", note=note, weight_hint=hint)
-    tried.append("no catalog profile shares its name once -Instruct/-FP8/date suffixes are set aside")
-    raise ValueError(f"unknown model '{text.strip()}'{_suggestion(query)}: tried " + "; ".join(tried)
-                     + "; run 'kvplan profiles models' for the list, or pass a path to a config.json")
+    tried.append(
+        "no catalog profile shares its name once -Instruct/-FP8/date suffixes are set aside"
+    )
+    raise ValueError(
+        f"unknown model '{text.strip()}'{_suggestion(query)}: tried "
+        + "; ".join(tried)
+        + "; run 'kvplan profiles models' for the list, or pass a path to a config.json"
+    )
 
 
 def _suggestion(query: ModelQuery) -> str:

@@ -25,12 +25,24 @@ from kvplan.spec.server_log_patterns import (
     V1_MARKERS,
 )
 
-_LOG_LINE_START = re.compile(r"^\s*(\(|INFO|WARNING|ERROR|DEBUG|\[|#|\$|-|\*|>|`|[A-Z][a-z]+ |\d\d:\d\d|GPU \d)")
+_LOG_LINE_START = re.compile(
+    r"^\s*(\(|INFO|WARNING|ERROR|DEBUG|\[|#|\$|-|\*|>|`|[A-Z][a-z]+ |\d\d:\d\d|GPU \d)"
+)
 _WRAP_WIDTH = 120  # some pasted logs are hard-wrapped at ~140 columns
 
-_USEFUL = ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib", "max_tokens_in_kv_from_error",
-           "sglang_max_total_num_tokens", "sglang_kv_tokens_allocated", "sglang_max_allowed_tokens",
-           "peak_activation_gib", "weights_gib", "max_concurrency", "total_gpu_memory_gib")
+_USEFUL = (
+    "gpu_kv_cache_tokens",
+    "num_gpu_blocks",
+    "available_kv_gib",
+    "max_tokens_in_kv_from_error",
+    "sglang_max_total_num_tokens",
+    "sglang_kv_tokens_allocated",
+    "sglang_max_allowed_tokens",
+    "peak_activation_gib",
+    "weights_gib",
+    "max_concurrency",
+    "total_gpu_memory_gib",
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,9 @@ class ServerLog:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None
-    expert_parallel: bool | None = None  # --enable-expert-parallel: experts split over DP x TP ranks
+    expert_parallel: bool | None = (
+        None  # --enable-expert-parallel: experts split over DP x TP ranks
+    )
     sampler_path: str | None = None  # "flashinfer" or "sort" where the log names its sampler
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
@@ -79,19 +93,26 @@ class ServerLog:
     sglang_v_size_gb: float | None = None
     sglang_kv_size_gb: float | None = None
     sglang_available_gpu_mem_gb: float | None = None
-    values: dict[str, tuple] = field(default_factory=dict, compare=False)  # every distinct value seen
+    values: dict[str, tuple] = field(
+        default_factory=dict, compare=False
+    )  # every distinct value seen
 
     def recovered(self) -> dict[str, object]:
         """The fields the log showed, without `values`."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "values" and getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "values" and getattr(self, f.name) is not None
+        }
 
 
 def lines_looked_for() -> str:
-    return ("'GPU KV cache size: N tokens', 'Available KV cache memory: X GiB', '# GPU blocks: N', "
-            "'Memory profiling results', 'Maximum concurrency for M tokens per request', "
-            "'Loading model weights took' / 'Model loading took', 'can store only N tokens' / "
-            "'estimated maximum model length', SGLang 'max_total_num_tokens=' or 'KV Cache is allocated'")
+    return (
+        "'GPU KV cache size: N tokens', 'Available KV cache memory: X GiB', '# GPU blocks: N', "
+        "'Memory profiling results', 'Maximum concurrency for M tokens per request', "
+        "'Loading model weights took' / 'Model loading took', 'can store only N tokens' / "
+        "'estimated maximum model length', SGLang 'max_total_num_tokens=' or 'KV Cache is allocated'"
+    )
 
 
 def unwrap(text: str) -> str:
@@ -110,7 +131,9 @@ def _number(text: str, kind: type) -> int | float:
     return int(float(clean)) if kind is int else float(clean)
 
 
-def _find(text: str, patterns: tuple[str, ...], convert, prefer_rank_zero: bool) -> tuple[object, list]:
+def _find(
+    text: str, patterns: tuple[str, ...], convert, prefer_rank_zero: bool
+) -> tuple[object, list]:
     chosen, seen = None, []
     for pattern in patterns:
         matches = list(re.finditer(pattern, text, flags=re.MULTILINE))
@@ -122,7 +145,7 @@ def _find(text: str, patterns: tuple[str, ...], convert, prefer_rank_zero: bool)
             chosen = convert(matches[0].group(1))
             if prefer_rank_zero:
                 for match in matches:
-                    line = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+                    line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
                     if RANK_ZERO.search(line):
                         chosen = convert(match.group(1))
                         break
@@ -154,18 +177,34 @@ def parse_server_log(text: str) -> ServerLog:
     text = unwrap(text.replace("\r\n", "\n"))
     found: dict[str, Any] = {}
     values: dict[str, tuple] = {}
-    groups = ((FLOAT_PATTERNS, lambda s: _number(s, float)), (INT_PATTERNS, lambda s: _number(s, int)),
-              (TEXT_PATTERNS, lambda s: s.strip().rstrip(",")))
+    groups = (
+        (FLOAT_PATTERNS, lambda s: _number(s, float)),
+        (INT_PATTERNS, lambda s: _number(s, int)),
+        (TEXT_PATTERNS, lambda s: s.strip().rstrip(",")),
+    )
     for table, convert in groups:
         for name, patterns in table.items():
-            value, seen = _find(text, patterns, convert, prefer_rank_zero=name == "available_kv_gib")
+            value, seen = _find(
+                text, patterns, convert, prefer_rank_zero=name == "available_kv_gib"
+            )
             if value is not None:
                 found[name] = value
                 values[name] = tuple(seen)
     args = _non_default_args(text)
-    for key in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
-                "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "model", "dtype",
-                "quantization", "enforce_eager"):
+    for key in (
+        "max_model_len",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "gpu_memory_utilization",
+        "block_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "kv_cache_dtype",
+        "model",
+        "dtype",
+        "quantization",
+        "enforce_eager",
+    ):
         if key in args and isinstance(args[key], (int, float, str, bool)):
             found[key] = args[key]
     if "enforce_eager" not in found:
@@ -173,7 +212,9 @@ def parse_server_log(text: str) -> ServerLog:
             match = re.search(pattern, text)
             if match:
                 flag = match.group(1)
-                found["enforce_eager"] = flag is None if pattern.startswith("--") else flag == "True"
+                found["enforce_eager"] = (
+                    flag is None if pattern.startswith("--") else flag == "True"
+                )
                 break
     for path, pattern in SAMPLER_LINES:
         if re.search(pattern, text):
@@ -183,9 +224,12 @@ def parse_server_log(text: str) -> ServerLog:
         found["expert_parallel"] = True
     useful = [name for name in _USEFUL if name in found]
     if not useful:
-        raise ValueError(f"no vLLM or SGLang memory figures found; kvplan explain looks for {lines_looked_for()}")
+        raise ValueError(
+            f"no vLLM or SGLang memory figures found; kvplan explain looks for {lines_looked_for()}"
+        )
     is_sglang = any(marker in text for marker in SGLANG_MARKERS) and not any(
-        name in found for name in ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib"))
+        name in found for name in ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib")
+    )
     found["engine"] = "sglang" if is_sglang else "vllm"
     if not is_sglang:
         found["engine_generation"] = _generation(text)

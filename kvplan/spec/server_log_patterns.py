@@ -29,89 +29,187 @@ NUM = r"(-?[\d,]*\.?\d+)"
 
 # field -> patterns in priority order (the first pattern that matches anywhere wins)
 FLOAT_PATTERNS: dict[str, tuple[str, ...]] = {
-    "total_gpu_memory_gib": (r"total_gpu_memory\s*(?:=|\(|\s)\s*" + NUM + r"\s*GiB",
-                             r"Free memory on device \([\d.]+/" + NUM + r"\s*GiB\)",
-                             r"GPU \d+: [^\n]*?\s" + NUM + r" GiB"),
-    "weights_gib": (r"model weights take\s*" + NUM + r"\s*GiB",
-                    r"Loading (?:model )?weights took\s*" + NUM + r"\s*GB",
-                    r"Model loading took\s*" + NUM + r"\s*GiB"),
+    "total_gpu_memory_gib": (
+        r"total_gpu_memory\s*(?:=|\(|\s)\s*" + NUM + r"\s*GiB",
+        r"Free memory on device \([\d.]+/" + NUM + r"\s*GiB\)",
+        r"GPU \d+: [^\n]*?\s" + NUM + r" GiB",
+    ),
+    "weights_gib": (
+        r"model weights take\s*" + NUM + r"\s*GiB",
+        r"Loading (?:model )?weights took\s*" + NUM + r"\s*GB",
+        r"Model loading took\s*" + NUM + r"\s*GiB",
+    ),
     "non_torch_gib": (r"non_torch_memory(?:\s*=\s*|\s+takes\s+|\s+)" + NUM + r"\s*GiB",),
     "peak_torch_memory_gib": (r"peak_torch_memory\s*=\s*" + NUM + r"\s*GiB",),
-    "peak_activation_gib": (r"PyTorch activation peak memory(?:\s+takes)?\s+" + NUM + r"\s*GiB",
-                            NUM + r"\s*GiB for peak activation"),
-    "cuda_graph_gib": (NUM + r"\s*GiB for CUDAGraph memory",
-                       r"CUDA graph pool memory: [\d.]+ GiB \(actual\), " + NUM + r" GiB \(estimated\)",
-                       r"Graph capturing finished in [\d.]+ secs?, took\s*" + NUM + r"\s*GiB"),
+    "peak_activation_gib": (
+        r"PyTorch activation peak memory(?:\s+takes)?\s+" + NUM + r"\s*GiB",
+        NUM + r"\s*GiB for peak activation",
+    ),
+    "cuda_graph_gib": (
+        NUM + r"\s*GiB for CUDAGraph memory",
+        r"CUDA graph pool memory: [\d.]+ GiB \(actual\), " + NUM + r" GiB \(estimated\)",
+        r"Graph capturing finished in [\d.]+ secs?, took\s*" + NUM + r"\s*GiB",
+    ),
     "cuda_graph_actual_gib": (r"CUDA graph pool memory:\s*" + NUM + r"\s*GiB \(actual\)",),
     "non_kv_gib": (NUM + r"\s*GiB for consumed memory",),
-    "available_kv_gib": (r"Available KV cache memory:\s*" + NUM + r"\s*GiB",
-                         r"available_kv_cache_memory\s+" + NUM + r"\s*GiB",
-                         r"kv_cache_size\s*=\s*" + NUM + r"\s*GiB",
-                         r"reserved for KV Cache is\s*" + NUM + r"\s*GiB",
-                         r"Current kv cache memory in use is\s*" + NUM + r"\s*GiB",
-                         r"available KV cache memory \(" + NUM + r"\s*GiB\)"),
+    "available_kv_gib": (
+        r"Available KV cache memory:\s*" + NUM + r"\s*GiB",
+        r"available_kv_cache_memory\s+" + NUM + r"\s*GiB",
+        r"kv_cache_size\s*=\s*" + NUM + r"\s*GiB",
+        r"reserved for KV Cache is\s*" + NUM + r"\s*GiB",
+        r"Current kv cache memory in use is\s*" + NUM + r"\s*GiB",
+        r"available KV cache memory \(" + NUM + r"\s*GiB\)",
+    ),
     "kv_needed_gib": (r"\(" + NUM + r"\s*GiB KV cache is needed",),
     "max_concurrency": (r"Maximum concurrency for [\d,]+ tokens per request:\s*" + NUM + r"x",),
-    "gpu_memory_utilization": (r"gpu_memory_utilization\s*(?:=|\(|\s)\s*" + NUM,
-                               r"Desired GPU memory utilization is \(" + NUM,
-                               r"'gpu_memory_utilization':\s*" + NUM,
-                               r"--gpu-memory-utilization[= ]" + NUM,
-                               r"--mem-fraction-static[= ]" + NUM,
-                               r"mem_fraction_static\s*=\s*" + NUM),
+    "gpu_memory_utilization": (
+        r"gpu_memory_utilization\s*(?:=|\(|\s)\s*" + NUM,
+        r"Desired GPU memory utilization is \(" + NUM,
+        r"'gpu_memory_utilization':\s*" + NUM,
+        r"--gpu-memory-utilization[= ]" + NUM,
+        r"--mem-fraction-static[= ]" + NUM,
+        r"mem_fraction_static\s*=\s*" + NUM,
+    ),
     "sglang_k_size_gb": (r"K size:\s*" + NUM + r"\s*GB",),
     "sglang_v_size_gb": (r"V size:\s*" + NUM + r"\s*GB",),
     "sglang_kv_size_gb": (r"KV size:\s*" + NUM + r"\s*GB",),
     "sglang_available_gpu_mem_gb": (r"avail(?:able_gpu_mem| mem)\s*=\s*" + NUM + r"\s*GB",),
 }
 INT_PATTERNS: dict[str, tuple[str, ...]] = {
-    "gpu_kv_cache_tokens": (r"GPU KV cache size:\s*" + NUM + r"\s*tokens", r"KV cache:\s*" + NUM + r"\s*tokens"),
+    "gpu_kv_cache_tokens": (
+        r"GPU KV cache size:\s*" + NUM + r"\s*tokens",
+        r"KV cache:\s*" + NUM + r"\s*tokens",
+    ),
     "num_gpu_blocks": (r"#?\s*(?:GPU|cuda) blocks:\s*" + NUM, r"num_gpu_blocks is:\s*" + NUM),
     "num_cpu_blocks": (r"#\s*CPU blocks:\s*" + NUM,),
     "max_concurrency_tokens": (r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request",),
-    "max_tokens_in_kv_from_error": (r"tokens that can be stored in KV cache \(" + NUM + r"\)",
-                                    r"estimated maximum model length is\s*" + NUM,
-                                    r"can (?:store only|only store)\s*" + NUM + r"\s*tokens"),
+    "max_tokens_in_kv_from_error": (
+        r"tokens that can be stored in KV cache \(" + NUM + r"\)",
+        r"estimated maximum model length is\s*" + NUM,
+        r"can (?:store only|only store)\s*" + NUM + r"\s*tokens",
+    ),
     "sglang_max_total_num_tokens": (r"max_total_num_tokens\s*=\s*" + NUM,),
     "sglang_kv_tokens_allocated": (r"KV Cache is allocated\. #tokens:\s*" + NUM,),
     "sglang_max_allowed_tokens": (r"maximum allowed length \(" + NUM + r" tokens\)",),
-    "tensor_parallel_size": (r"tensor_parallel_size\s*=\s*" + NUM, r"'tensor_parallel_size':\s*" + NUM,
-                             r"(?:--tensor-parallel-size|--tp-size|--tp|-tp)[= ]\s*" + NUM),
-    "pipeline_parallel_size": (r"pipeline_parallel_size\s*=\s*" + NUM, r"'pipeline_parallel_size':\s*" + NUM,
-                               r"(?:--pipeline-parallel-size|--pp-size|-pp)[= ]\s*" + NUM),
-    "data_parallel_size": (r"data_parallel_size\s*=\s*" + NUM, r"'data_parallel_size':\s*" + NUM,
-                           r"(?:--data-parallel-size|--dp-size|-dp)[= ]\s*" + NUM),
-    "max_model_len": (r"max_seq_len\s*=\s*" + NUM, r"'max_model_len':\s*" + NUM,
-                      r"(?:--max-model-len|--context-length)[= ]\s*" + NUM,
-                      r"models?'?s max seq len \(" + NUM + r"\)",
-                      r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request"),
-    "block_size": (r"'block_size':\s*" + NUM, r"--block-size[= ]\s*" + NUM, r"block_size\s*=\s*" + NUM),
-    "max_num_seqs": (r"'max_num_seqs':\s*" + NUM, r"--max-num-seqs[= ]\s*" + NUM, r"max_num_seqs\s*=\s*" + NUM),
-    "max_num_batched_tokens": (r"'max_num_batched_tokens':\s*" + NUM, r"--max-num-batched-tokens[= ]\s*" + NUM,
-                               r"max_num_batched_tokens\s*=\s*" + NUM, r"--chunked-prefill-size[= ]\s*" + NUM),
+    "tensor_parallel_size": (
+        r"tensor_parallel_size\s*=\s*" + NUM,
+        r"'tensor_parallel_size':\s*" + NUM,
+        r"(?:--tensor-parallel-size|--tp-size|--tp|-tp)[= ]\s*" + NUM,
+    ),
+    "pipeline_parallel_size": (
+        r"pipeline_parallel_size\s*=\s*" + NUM,
+        r"'pipeline_parallel_size':\s*" + NUM,
+        r"(?:--pipeline-parallel-size|--pp-size|-pp)[= ]\s*" + NUM,
+    ),
+    "data_parallel_size": (
+        r"data_parallel_size\s*=\s*" + NUM,
+        r"'data_parallel_size':\s*" + NUM,
+        r"(?:--data-parallel-size|--dp-size|-dp)[= ]\s*" + NUM,
+    ),
+    "max_model_len": (
+        r"max_seq_len\s*=\s*" + NUM,
+        r"'max_model_len':\s*" + NUM,
+        r"(?:--max-model-len|--context-length)[= ]\s*" + NUM,
+        r"models?'?s max seq len \(" + NUM + r"\)",
+        r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request",
+    ),
+    "block_size": (
+        r"'block_size':\s*" + NUM,
+        r"--block-size[= ]\s*" + NUM,
+        r"block_size\s*=\s*" + NUM,
+    ),
+    "max_num_seqs": (
+        r"'max_num_seqs':\s*" + NUM,
+        r"--max-num-seqs[= ]\s*" + NUM,
+        r"max_num_seqs\s*=\s*" + NUM,
+    ),
+    "max_num_batched_tokens": (
+        r"'max_num_batched_tokens':\s*" + NUM,
+        r"--max-num-batched-tokens[= ]\s*" + NUM,
+        r"max_num_batched_tokens\s*=\s*" + NUM,
+        r"--chunked-prefill-size[= ]\s*" + NUM,
+    ),
 }
 TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
-    "model": (r"'model':\s*'([^']+)'", r"with config: model='([^']+)'", r"\bvllm serve\s+([^\s\\-][^\s\\]*)",
-              r"--model(?:-path)?[= ]\s*\"?([^\s\"\\]+)", r"vllm/vllm-openai:\S+\s+([\w.-]+/[\w.-]+)", r"\bMODEL:\s*(\S+)"),
-    "kv_cache_dtype": (r"'kv_cache_dtype':\s*'([^']+)'", r"kv_cache_dtype\s*=\s*([\w]+)", r"--kv-cache-dtype[= ]([\w]+)"),
-    "quantization": (r"'quantization':\s*'([^']+)'", r"\bquantization\s*=\s*([\w-]+)", r"--quantization[= ]([\w-]+)"),
+    "model": (
+        r"'model':\s*'([^']+)'",
+        r"with config: model='([^']+)'",
+        r"\bvllm serve\s+([^\s\\-][^\s\\]*)",
+        r"--model(?:-path)?[= ]\s*\"?([^\s\"\\]+)",
+        r"vllm/vllm-openai:\S+\s+([\w.-]+/[\w.-]+)",
+        r"\bMODEL:\s*(\S+)",
+    ),
+    "kv_cache_dtype": (
+        r"'kv_cache_dtype':\s*'([^']+)'",
+        r"kv_cache_dtype\s*=\s*([\w]+)",
+        r"--kv-cache-dtype[= ]([\w]+)",
+    ),
+    "quantization": (
+        r"'quantization':\s*'([^']+)'",
+        r"\bquantization\s*=\s*([\w-]+)",
+        r"--quantization[= ]([\w-]+)",
+    ),
     "dtype": (r"'dtype':\s*'([^']+)'", r"\bdtype\s*=\s*torch\.(\w+)", r"--dtype[= ]\"?(\w+)"),
-    "version": (r"vLLM API server version\s+(\S+)", r"Initializing an? (?:V[01] )?LLM engine \(v?([^)\s]+)\)",
-                r"vLLM Version\s*:\s*(\S+)", r"^\s*vllm\s+(\d+\.\d+\S*)\s*$", r"vLLM v(\d+\.\d+[\w.]*)",
-                r"vllm version:\s*`?v?([\w.+]+)"),
-    "gpu_name": (r"GPU \d+: (NVIDIA [^\n]*?)\s+[\d.]+ GiB", r"GPU \d+: (NVIDIA [^\n]+)", r"device_name=(NVIDIA_[\w]+)",
-                 r"\bGPU:\s*([^\n]+)"),
+    "version": (
+        r"vLLM API server version\s+(\S+)",
+        r"Initializing an? (?:V[01] )?LLM engine \(v?([^)\s]+)\)",
+        r"vLLM Version\s*:\s*(\S+)",
+        r"^\s*vllm\s+(\d+\.\d+\S*)\s*$",
+        r"vLLM v(\d+\.\d+[\w.]*)",
+        r"vllm version:\s*`?v?([\w.+]+)",
+    ),
+    "gpu_name": (
+        r"GPU \d+: (NVIDIA [^\n]*?)\s+[\d.]+ GiB",
+        r"GPU \d+: (NVIDIA [^\n]+)",
+        r"device_name=(NVIDIA_[\w]+)",
+        r"\bGPU:\s*([^\n]+)",
+    ),
 }
 # vLLM V1 names its top-k/top-p sampler at startup (vllm/v1/sample/ops/topk_topp_sampler.py):
 # what its profiling run's sampler pass holds depends on it (kvplan/plan/engine_releases.py).
-SAMPLER_LINES = (("flashinfer", r"Using FlashInfer for top-p & top-k sampling"),
-                 ("sort", r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"))
-EXPERT_PARALLEL = (r"--enable-expert-parallel\b", r"'enable_expert_parallel':\s*True", r"enable_expert_parallel\s*=\s*True")
-ENFORCE_EAGER = (r"enforce_eager\s*=\s*(True|False)", r"'enforce_eager':\s*(True|False)", r"--(no-)?enforce-eager")
+SAMPLER_LINES = (
+    ("flashinfer", r"Using FlashInfer for top-p & top-k sampling"),
+    ("sort", r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"),
+)
+EXPERT_PARALLEL = (
+    r"--enable-expert-parallel\b",
+    r"'enable_expert_parallel':\s*True",
+    r"enable_expert_parallel\s*=\s*True",
+)
+ENFORCE_EAGER = (
+    r"enforce_eager\s*=\s*(True|False)",
+    r"'enforce_eager':\s*(True|False)",
+    r"--(no-)?enforce-eager",
+)
 RANK_ZERO = re.compile(r"rank=0\b|TP0\b|\bTP0 |Worker_TP0|\[TP0\]")
-V1_MARKERS = ("VLLM_USE_V1=1", "EngineCore", "V1 LLM engine", "gpu_model_runner.py", "kv_cache_utils.py",
-              "GPU KV cache size", "Available KV cache memory", "Model loading took", "Worker_TP",
-              "estimated maximum model length", "CUDAGraph memory")
-V0_MARKERS = ("V0 LLM engine", "Memory profiling results", "# GPU blocks", "# cuda blocks", "GPU blocks:",
-              "Loading model weights took", "worker.py:", "gpu_executor.py", "maximum number of tokens that can be stored")
-SGLANG_MARKERS = ("max_total_num_tokens", "KV Cache is allocated", "sglang", "mem-fraction-static",
-                  "maximum allowed length")
+V1_MARKERS = (
+    "VLLM_USE_V1=1",
+    "EngineCore",
+    "V1 LLM engine",
+    "gpu_model_runner.py",
+    "kv_cache_utils.py",
+    "GPU KV cache size",
+    "Available KV cache memory",
+    "Model loading took",
+    "Worker_TP",
+    "estimated maximum model length",
+    "CUDAGraph memory",
+)
+V0_MARKERS = (
+    "V0 LLM engine",
+    "Memory profiling results",
+    "# GPU blocks",
+    "# cuda blocks",
+    "GPU blocks:",
+    "Loading model weights took",
+    "worker.py:",
+    "gpu_executor.py",
+    "maximum number of tokens that can be stored",
+)
+SGLANG_MARKERS = (
+    "max_total_num_tokens",
+    "KV Cache is allocated",
+    "sglang",
+    "mem-fraction-static",
+    "maximum allowed length",
+)

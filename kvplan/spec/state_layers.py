@@ -35,7 +35,11 @@ def _model_dtype_bytes(cfg: dict[str, Any]) -> int:
 
 def _ssm_dtype_bytes(cfg: dict[str, Any]) -> int:
     # Qwen3.5 names it mamba_ssm_dtype, Nemotron-H mamba_ssm_cache_dtype; vLLM defaults both to fp32.
-    return int(dtype_bytes(str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "float32")))
+    return int(
+        dtype_bytes(
+            str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "float32")
+        )
+    )
 
 
 def _gdn_dims(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -44,8 +48,10 @@ def _gdn_dims(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     key_dim = int(cfg.get("linear_key_head_dim") or 0)
     value_dim = int(cfg.get("linear_value_head_dim") or 0)
     if not (key_heads and value_heads and key_dim and value_dim):
-        raise ValueError("linear-attention layers need linear_num_key_heads, linear_num_value_heads, "
-                         "linear_key_head_dim and linear_value_head_dim in the config")
+        raise ValueError(
+            "linear-attention layers need linear_num_key_heads, linear_num_value_heads, "
+            "linear_key_head_dim and linear_value_head_dim in the config"
+        )
     return key_heads, value_heads, key_dim, value_dim
 
 
@@ -54,7 +60,9 @@ def _mamba2_dims(cfg: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
     heads, head_dim = int(cfg["mamba_num_heads"]), int(cfg.get("mamba_head_dim") or 0)
     groups, state = int(cfg.get("n_groups") or 0), int(cfg.get("ssm_state_size") or 0)
     if not (head_dim and groups and state):
-        raise ValueError("Mamba-2 layers need mamba_head_dim, n_groups and ssm_state_size in the config")
+        raise ValueError(
+            "Mamba-2 layers need mamba_head_dim, n_groups and ssm_state_size in the config"
+        )
     return heads, head_dim, heads * head_dim, groups, state, int(cfg.get("conv_kernel") or 4)
 
 
@@ -79,7 +87,9 @@ def state_layer_params(cfg: dict[str, Any], hidden: int) -> int:
         heads, _, intermediate, groups, state, kernel = _mamba2_dims(cfg)
         conv_dim = intermediate + 2 * groups * state
         bias = bool(cfg.get("use_bias"))
-        in_proj = hidden * (intermediate + conv_dim + heads) + (intermediate + conv_dim + heads if bias else 0)
+        in_proj = hidden * (intermediate + conv_dim + heads) + (
+            intermediate + conv_dim + heads if bias else 0
+        )
         conv = conv_dim * kernel + (conv_dim if cfg.get("use_conv_bias", True) else 0)
         out_proj = intermediate * hidden + (hidden if bias else 0)
         return in_proj + conv + 3 * heads + intermediate + out_proj

@@ -70,8 +70,15 @@ def _int(vc: dict[str, Any], keys: tuple[str, ...], default: int | None = None) 
     for key in keys:
         value = vc.get(key)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value != int(value):
-                raise ValueError(f"vision_config has an invalid {key} = {value!r}; it must be a positive integer")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or value <= 0
+                or value != int(value)
+            ):
+                raise ValueError(
+                    f"vision_config has an invalid {key} = {value!r}; it must be a positive integer"
+                )
             return int(value)
     if default is None:
         raise _Missing(f"vision_config has no {keys[0]}")
@@ -105,17 +112,25 @@ def _qwen2_vl(vc: dict[str, Any], text_hidden: int) -> int:
     dim = _int(vc, ("embed_dim",))
     depth = _int(vc, ("depth", "num_hidden_layers"))
     inter = int(dim * float(vc.get("mlp_ratio") or 4))
-    channels, patch = _int(vc, ("in_chans", "in_channels"), 3), _int(vc, ("patch_size", "spatial_patch_size"), 14)
+    channels, patch = (
+        _int(vc, ("in_chans", "in_channels"), 3),
+        _int(vc, ("patch_size", "spatial_patch_size"), 14),
+    )
     temporal, merge = _int(vc, ("temporal_patch_size",), 2), _int(vc, ("spatial_merge_size",), 2)
     out = _int(vc, ("hidden_size",), text_hidden)  # Qwen2-VL's vision hidden_size is the text width
     blocks = depth * _vit_block(dim, inter, norm=_ln(dim), gated=False, bias=True)
-    return channels * temporal * patch * patch * dim + blocks + _qwen_merger(dim, merge, out, _ln(dim))
+    return (
+        channels * temporal * patch * patch * dim + blocks + _qwen_merger(dim, merge, out, _ln(dim))
+    )
 
 
 def _qwen2_5_vl(vc: dict[str, Any], text_hidden: int) -> int:
     dim, inter = _int(vc, ("hidden_size",)), _int(vc, ("intermediate_size",))
     depth = _int(vc, ("depth", "num_hidden_layers"))
-    channels, patch = _int(vc, ("in_chans", "in_channels"), 3), _int(vc, ("patch_size", "spatial_patch_size"), 14)
+    channels, patch = (
+        _int(vc, ("in_chans", "in_channels"), 3),
+        _int(vc, ("patch_size", "spatial_patch_size"), 14),
+    )
     temporal, merge = _int(vc, ("temporal_patch_size",), 2), _int(vc, ("spatial_merge_size",), 2)
     out = _int(vc, ("out_hidden_size",), text_hidden)
     blocks = depth * _vit_block(dim, inter, norm=dim, gated=True, bias=True)  # RMSNorm: weight only
@@ -147,7 +162,14 @@ def siglip_params(vc: dict[str, Any]) -> int:
     blocks = layers * _vit_block(dim, inter, norm=_ln(dim), gated=False, bias=True)
     head = 0
     if vc.get("vision_use_head", True):  # SiglipMultiheadAttentionPoolingHead
-        head = dim + (3 * dim * dim + 3 * dim) + _linear(dim, dim) + _ln(dim) + _linear(dim, inter) + _linear(inter, dim)
+        head = (
+            dim
+            + (3 * dim * dim + 3 * dim)
+            + _linear(dim, dim)
+            + _ln(dim)
+            + _linear(dim, inter)
+            + _linear(inter, dim)
+        )
     return embeddings + blocks + _ln(dim) + head
 
 
@@ -191,7 +213,10 @@ def _llama4(vc: dict[str, Any], text_hidden: int) -> int:
     layers = _int(vc, ("num_hidden_layers",))
     channels, patch = _int(vc, ("num_channels",), 3), _int(vc, ("patch_size",), 14)
     image = _int(vc, ("image_size",), 336)
-    project_in, project_out = _int(vc, ("projector_input_dim",)), _int(vc, ("projector_output_dim",))
+    project_in, project_out = (
+        _int(vc, ("projector_input_dim",)),
+        _int(vc, ("projector_output_dim",)),
+    )
     output = _int(vc, ("vision_output_dim",), project_out)
     embeddings = channels * patch * patch * dim + dim + ((image // patch) ** 2 + 1) * dim
     blocks = layers * _vit_block(dim, inter, norm=_ln(dim), gated=False, bias=True)
@@ -202,9 +227,15 @@ def _llama4(vc: dict[str, Any], text_hidden: int) -> int:
 def _mllama(vc: dict[str, Any], text_hidden: int) -> int:
     vc = with_vision_defaults({k: v for k, v in vc.items() if v is not None}, "mllama")
     if not isinstance(vc["supported_aspect_ratios"], list):
-        raise ValueError("vision_config.supported_aspect_ratios must be a list of [rows, columns] pairs")
+        raise ValueError(
+            "vision_config.supported_aspect_ratios must be a list of [rows, columns] pairs"
+        )
     dim, inter = _int(vc, ("hidden_size",)), _int(vc, ("intermediate_size",))
-    channels, patch, image = _int(vc, ("num_channels",)), _int(vc, ("patch_size",)), _int(vc, ("image_size",))
+    channels, patch, image = (
+        _int(vc, ("num_channels",)),
+        _int(vc, ("patch_size",)),
+        _int(vc, ("image_size",)),
+    )
     tiles, patches = _int(vc, ("max_num_tiles",)), (image // patch) ** 2 + 1
     aspect_rows = len(vc["supported_aspect_ratios"]) + 1
     positions = 1 + patches * dim + aspect_rows * tiles * patches * dim  # gate, table, tile table
@@ -213,7 +244,15 @@ def _mllama(vc: dict[str, Any], text_hidden: int) -> int:
     layers, global_layers = _int(vc, ("num_hidden_layers",)), _int(vc, ("num_global_layers",))
     encoders = layers * block + global_layers * (block + 2)
     projector = _linear(_int(vc, ("vision_output_dim",)), text_hidden)
-    return channels * patch * patch * dim + dim + positions + tile_tables + 2 * _ln(dim) + encoders + projector
+    return (
+        channels * patch * patch * dim
+        + dim
+        + positions
+        + tile_tables
+        + 2 * _ln(dim)
+        + encoders
+        + projector
+    )
 
 
 def encoder_tokens_per_image(cfg: dict[str, Any]) -> int:
@@ -246,7 +285,11 @@ def _vision_params(cfg: dict[str, Any], text_hidden: int) -> int:
     kind = str(vc.get("model_type", "")).lower()
     if kind.startswith("qwen3") or outer.startswith(("qwen3_vl", "qwen3_5", "qwen3_omni")):
         return _qwen3_vl(vc, text_hidden)
-    if kind == "qwen2_5_vl" or outer.startswith("qwen2_5_vl") or (outer.startswith("qwen2") and "out_hidden_size" in vc):
+    if (
+        kind == "qwen2_5_vl"
+        or outer.startswith("qwen2_5_vl")
+        or (outer.startswith("qwen2") and "out_hidden_size" in vc)
+    ):
         return _qwen2_5_vl(vc, text_hidden)
     if kind == "qwen2_vl" or outer.startswith("qwen2_vl"):
         return _qwen2_vl(vc, text_hidden)
@@ -264,11 +307,15 @@ def _vision_params(cfg: dict[str, Any], text_hidden: int) -> int:
         merge = _int(cfg, ("spatial_merge_size",), 2)
         bias = bool(cfg.get("multimodal_projector_bias", False))
         projector = width + width * merge * merge * width
-        projector += _linear(width * _feature_layers(cfg), text_hidden, bias) + _linear(text_hidden, text_hidden, bias)
+        projector += _linear(width * _feature_layers(cfg), text_hidden, bias) + _linear(
+            text_hidden, text_hidden, bias
+        )
         return tower + projector
     if outer.startswith("llava") or outer in ("pixtral",):
         bias = bool(cfg.get("multimodal_projector_bias", True))
-        projector = _linear(width * _feature_layers(cfg), text_hidden, bias) + _linear(text_hidden, text_hidden, bias)
+        projector = _linear(width * _feature_layers(cfg), text_hidden, bias) + _linear(
+            text_hidden, text_hidden, bias
+        )
         newline = text_hidden if outer.startswith(("llava_next", "llava_onevision")) else 0
         return tower + projector + newline
     return tower

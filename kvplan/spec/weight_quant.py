@@ -36,9 +36,13 @@ class WeightQuant:
 
 
 RECIPES: dict[str, WeightQuant] = {
-    "fp8-meta": WeightQuant("fp8", attention_quantized=False, edge_mlp_layers_kept=2,
-                            source="meta-llama/Llama-3.1-405B-Instruct-FP8 config.json (fbgemm_fp8): "
-                                   "modules_to_not_convert = all self_attn projections, layers 0 and 125's MLP, lm_head"),
+    "fp8-meta": WeightQuant(
+        "fp8",
+        attention_quantized=False,
+        edge_mlp_layers_kept=2,
+        source="meta-llama/Llama-3.1-405B-Instruct-FP8 config.json (fbgemm_fp8): "
+        "modules_to_not_convert = all self_attn projections, layers 0 and 125's MLP, lm_head",
+    ),
 }
 
 

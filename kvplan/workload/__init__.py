@@ -13,9 +13,12 @@ from typing import Any
 from kvplan import lazy_attribute
 
 _HOMES = {
-    "Request": "kvplan.workload.request", "ARRIVALS": "kvplan.workload.arrivals",
-    "WORKLOAD_KINDS": "kvplan.workload.catalog", "make_workload": "kvplan.workload.catalog",
-    "TRACE_FORMATS": "kvplan.workload.traces", "TraceLoad": "kvplan.workload.traces",
+    "Request": "kvplan.workload.request",
+    "ARRIVALS": "kvplan.workload.arrivals",
+    "WORKLOAD_KINDS": "kvplan.workload.catalog",
+    "make_workload": "kvplan.workload.catalog",
+    "TRACE_FORMATS": "kvplan.workload.traces",
+    "TraceLoad": "kvplan.workload.traces",
     "load_trace": "kvplan.workload.traces",
 }
 __all__ = sorted(_HOMES)

@@ -20,7 +20,9 @@ import numpy as np
 ARRIVALS: tuple[str, ...] = ("poisson", "gamma", "burst")
 
 
-def arrival_times(rng: np.random.Generator, n: int, arrival: str, rate: float | None, cv: float = 1.0) -> np.ndarray:
+def arrival_times(
+    rng: np.random.Generator, n: int, arrival: str, rate: float | None, cv: float = 1.0
+) -> np.ndarray:
     """Arrival times in seconds (non-decreasing), the first one after the first gap."""
     if arrival == "burst":
         return np.zeros(n)
@@ -33,17 +35,33 @@ def arrival_times(rng: np.random.Generator, n: int, arrival: str, rate: float | 
     return np.cumsum(gaps)
 
 
-def check_inputs(num_requests: int, arrival: str, rate: float | None, cv: float, max_model_len: int) -> None:
+def check_inputs(
+    num_requests: int, arrival: str, rate: float | None, cv: float, max_model_len: int
+) -> None:
     """Reject bad arguments with one-line messages that name the fix."""
-    if isinstance(num_requests, bool) or not isinstance(num_requests, (int, np.integer)) or num_requests < 1:
-        raise ValueError(f"num_requests must be an integer >= 1, got {num_requests!r}; ask for at least one request")
+    if (
+        isinstance(num_requests, bool)
+        or not isinstance(num_requests, (int, np.integer))
+        or num_requests < 1
+    ):
+        raise ValueError(
+            f"num_requests must be an integer >= 1, got {num_requests!r}; ask for at least one request"
+        )
     if arrival not in ARRIVALS:
         raise ValueError(f"unknown arrival process {arrival!r}; use one of {', '.join(ARRIVALS)}")
     if arrival != "burst" and (rate is None or not (0 < rate < math.inf)):
-        raise ValueError(f"{arrival} arrivals need a finite rate > 0 (requests/s), got {rate!r}; "
-                         "pass e.g. rate=10, or use arrival='burst'")
+        raise ValueError(
+            f"{arrival} arrivals need a finite rate > 0 (requests/s), got {rate!r}; "
+            "pass e.g. rate=10, or use arrival='burst'"
+        )
     if arrival == "gamma" and not (0 < cv < math.inf):
         raise ValueError(f"gamma arrivals need a finite cv > 0, got {cv!r}; cv=1 is Poisson-like")
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, (int, np.integer)) or max_model_len < 2:
-        raise ValueError(f"max_model_len must be an integer >= 2 (one prompt and one output token), "
-                         f"got {max_model_len!r}")
+    if (
+        isinstance(max_model_len, bool)
+        or not isinstance(max_model_len, (int, np.integer))
+        or max_model_len < 2
+    ):
+        raise ValueError(
+            f"max_model_len must be an integer >= 2 (one prompt and one output token), "
+            f"got {max_model_len!r}"
+        )

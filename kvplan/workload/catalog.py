@@ -8,17 +8,40 @@ from kvplan.workload import shared_prefix
 from kvplan.workload.request import Request
 from kvplan.workload.synthetic import alpaca, long_reasoning, sharegpt, sharegpt_stats
 
-WORKLOAD_KINDS: tuple[str, ...] = ("sharegpt", "alpaca", "sharegpt-stats", "long-reasoning",
-                                   "system-prompt", "rag", "chat", "few-shot")
+WORKLOAD_KINDS: tuple[str, ...] = (
+    "sharegpt",
+    "alpaca",
+    "sharegpt-stats",
+    "long-reasoning",
+    "system-prompt",
+    "rag",
+    "chat",
+    "few-shot",
+)
 
 
-def make_workload(kind: str, num_requests: int, *, rate: float | None, arrival: str = "poisson",
-                  cv: float = 1.0, seed: int = 0, max_model_len: int = 2048,
-                  stats_path: str | Path | None = None, system_prompt_len: int = 1024,
-                  num_system_prompts: int = 1, num_documents: int = 200, doc_len: int = 1024,
-                  docs_per_request: int = 1, zipf_s: float = 1.1, turns_per_session: float = 5.0,
-                  think_time: float = 10.0, num_templates: int = 8, template_len: int = 512,
-                  vocab_size: int = 32000) -> list[Request]:
+def make_workload(
+    kind: str,
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    stats_path: str | Path | None = None,
+    system_prompt_len: int = 1024,
+    num_system_prompts: int = 1,
+    num_documents: int = 200,
+    doc_len: int = 1024,
+    docs_per_request: int = 1,
+    zipf_s: float = 1.1,
+    turns_per_session: float = 5.0,
+    think_time: float = 10.0,
+    num_templates: int = 8,
+    template_len: int = 512,
+    vocab_size: int = 32000,
+) -> list[Request]:
     """Build a synthetic workload by name: the one entry point the CLI and bench use.
 
     kind is one of WORKLOAD_KINDS, arrival one of ARRIVALS (see arrivals.py).
@@ -39,14 +62,30 @@ def make_workload(kind: str, num_requests: int, *, rate: float | None, arrival: 
     if kind in ("system-prompt", "rag", "chat", "few-shot"):
         common["vocab_size"] = vocab_size
         if kind == "system-prompt":
-            return shared_prefix.system_prompt(num_requests, system_prompt_len=system_prompt_len,
-                                               num_system_prompts=num_system_prompts, **common)
+            return shared_prefix.system_prompt(
+                num_requests,
+                system_prompt_len=system_prompt_len,
+                num_system_prompts=num_system_prompts,
+                **common,
+            )
         if kind == "rag":
-            return shared_prefix.rag(num_requests, num_documents=num_documents, doc_len=doc_len,
-                                     docs_per_request=docs_per_request, zipf_s=zipf_s, **common)
+            return shared_prefix.rag(
+                num_requests,
+                num_documents=num_documents,
+                doc_len=doc_len,
+                docs_per_request=docs_per_request,
+                zipf_s=zipf_s,
+                **common,
+            )
         if kind == "chat":
-            return shared_prefix.chat(num_requests, turns_per_session=turns_per_session, think_time=think_time,
-                                      **common)
-        return shared_prefix.few_shot(num_requests, num_templates=num_templates, template_len=template_len,
-                                      zipf_s=zipf_s, **common)
+            return shared_prefix.chat(
+                num_requests, turns_per_session=turns_per_session, think_time=think_time, **common
+            )
+        return shared_prefix.few_shot(
+            num_requests,
+            num_templates=num_templates,
+            template_len=template_len,
+            zipf_s=zipf_s,
+            **common,
+        )
     raise ValueError(f"unknown workload kind {kind!r}; use one of {', '.join(WORKLOAD_KINDS)}")

@@ -47,10 +47,17 @@ class LognormalLengths:
     source: str = ""
 
 
-SHAREGPT = LognormalLengths(161.31, 337.99, 1.63, 1.00,
-                            source="vLLM paper (Kwon et al., SOSP'23) ShareGPT means; sigmas from sarathi ShareGPT stats")
+SHAREGPT = LognormalLengths(
+    161.31,
+    337.99,
+    1.63,
+    1.00,
+    source="vLLM paper (Kwon et al., SOSP'23) ShareGPT means; sigmas from sarathi ShareGPT stats",
+)
 ALPACA = LognormalLengths(19.31, 58.45, source="vLLM paper (Kwon et al., SOSP'23), Alpaca means")
-LONG_REASONING = LognormalLengths(200.0, 4000.0, 1.0, 0.5, source="kvplan assumption: short prompt, long reasoning")
+LONG_REASONING = LognormalLengths(
+    200.0, 4000.0, 1.0, 0.5, source="kvplan assumption: short prompt, long reasoning"
+)
 
 
 def _capped_mean(mu: float, sigma: float, cap: float) -> float:
@@ -75,16 +82,21 @@ def solve_mu(mean: float, sigma: float, cap: float | None) -> float:
     return (low + high) / 2.0
 
 
-def lognormal_lengths(rng: np.random.Generator, mean: float, sigma: float, n: int,
-                      cap: float | None = None) -> np.ndarray:
+def lognormal_lengths(
+    rng: np.random.Generator, mean: float, sigma: float, n: int, cap: float | None = None
+) -> np.ndarray:
     """Draw n integer lengths >= 1 whose untruncated lognormal mean is `mean`."""
     if not mean > 0 or not sigma >= 0:
-        raise ValueError(f"lognormal lengths need mean > 0 and sigma >= 0, got mean={mean}, sigma={sigma}")
+        raise ValueError(
+            f"lognormal lengths need mean > 0 and sigma >= 0, got mean={mean}, sigma={sigma}"
+        )
     mu = solve_mu(mean, sigma, cap)
     return np.maximum(np.rint(rng.lognormal(mu, sigma, n)), 1).astype(np.int64)
 
 
-def cap_lengths(prompt: np.ndarray, output: np.ndarray, max_model_len: int) -> tuple[np.ndarray, np.ndarray]:
+def cap_lengths(
+    prompt: np.ndarray, output: np.ndarray, max_model_len: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Make prompt + output <= max_model_len: shorten the output first (to >= 1), then the prompt.
 
     Output goes first because a server keeps the prompt it was sent and stops generating
@@ -103,22 +115,30 @@ def load_length_stats(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"ShareGPT stats file {path} not found; pass stats_path pointing at {SHAREGPT_STATS_FILE}")
+        raise ValueError(
+            f"ShareGPT stats file {path} not found; pass stats_path pointing at {SHAREGPT_STATS_FILE}"
+        )
     prompts: list[int] = []
     outputs: list[int] = []
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         missing = {"num_prefill_tokens", "num_decode_tokens"} - set(reader.fieldnames or ())
         if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}; "
-                             "expected a sarathi stats CSV with num_prefill_tokens,num_decode_tokens")
+            raise ValueError(
+                f"{path}: missing column(s) {', '.join(sorted(missing))}; "
+                "expected a sarathi stats CSV with num_prefill_tokens,num_decode_tokens"
+            )
         for row in reader:
             try:
                 p, o = int(row["num_prefill_tokens"]), int(row["num_decode_tokens"])
             except (TypeError, ValueError):
-                raise ValueError(f"{path}:{reader.line_num}: lengths must be integers; fix or remove the row") from None
+                raise ValueError(
+                    f"{path}:{reader.line_num}: lengths must be integers; fix or remove the row"
+                ) from None
             if p < 1 or o < 1:
-                raise ValueError(f"{path}:{reader.line_num}: lengths must be >= 1; fix or remove the row")
+                raise ValueError(
+                    f"{path}:{reader.line_num}: lengths must be >= 1; fix or remove the row"
+                )
             prompts.append(p)
             outputs.append(o)
     if not prompts:

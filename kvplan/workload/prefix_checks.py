@@ -16,15 +16,29 @@ def check_int(name: str, value: object, low: int, fix: str) -> None:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}; {fix}")
 
 
-def check_real(name: str, value: object, fix: str, *, low: float = 0.0, allow_low: bool = False) -> None:
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
-            or not math.isfinite(value) or not (value >= low if allow_low else value > low)):
+def check_real(
+    name: str, value: object, fix: str, *, low: float = 0.0, allow_low: bool = False
+) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or not (value >= low if allow_low else value > low)
+    ):
         sign = ">=" if allow_low else ">"
         raise ValueError(f"{name} must be a finite number {sign} {low}, got {value!r}; {fix}")
 
 
-def check_common(num_requests: int, arrival: str, rate: float | None, cv: float, max_model_len: int,
-                 vocab_size: int, suffix: tuple[float, float], output: tuple[float, float]) -> None:
+def check_common(
+    num_requests: int,
+    arrival: str,
+    rate: float | None,
+    cv: float,
+    max_model_len: int,
+    vocab_size: int,
+    suffix: tuple[float, float],
+    output: tuple[float, float],
+) -> None:
     """synthetic.py's checks plus the vocabulary and the (mean, sigma) of the unique parts."""
     check_inputs(num_requests, arrival, rate, cv, max_model_len)
     check_int("vocab_size", vocab_size, FIRST_TOKEN_ID + 1, "ids start at 3, so use e.g. 32000")

@@ -22,7 +22,9 @@ class TokenDrawer:
     def __init__(self, rng: np.random.Generator, vocab_size: int) -> None:
         self.rng = rng
         self.vocab_size = vocab_size
-        self.ints = np.arange(vocab_size).astype(object)  # one int object per id, shared by every tuple
+        self.ints = np.arange(vocab_size).astype(
+            object
+        )  # one int object per id, shared by every tuple
 
     def draw(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
         lengths = np.asarray(lengths, dtype=np.int64)
@@ -32,7 +34,9 @@ class TokenDrawer:
         return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
 
 
-def lognormal_lengths(rng: np.random.Generator, mu: float, sigma: float, n: int, cap: int) -> np.ndarray:
+def lognormal_lengths(
+    rng: np.random.Generator, mu: float, sigma: float, n: int, cap: int
+) -> np.ndarray:
     """n integer lengths in [1, cap] from lognormal(mu, sigma) (mu from solve_mu, solved once)."""
     return np.clip(np.rint(rng.lognormal(mu, sigma, n)), 1, cap).astype(np.int64)
 
@@ -58,19 +62,33 @@ def choose_distinct(rng: np.random.Generator, p: np.ndarray, n: int, k: int) -> 
         keys = log_p + rng.gumbel(size=(min(chunk, n - start), len(p)))
         top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1, kind="stable")
-        out[start:start + len(keys)] = np.take_along_axis(top, order, axis=1)
+        out[start : start + len(keys)] = np.take_along_axis(top, order, axis=1)
     return out
 
 
-def prefixed_requests(rng: np.random.Generator, tokens: TokenDrawer, prefixes: list[tuple[int, ...]],
-                      choice: np.ndarray, suffix: tuple[float, float], output: tuple[float, float], *,
-                      rate: float | None, arrival: str, cv: float, max_model_len: int) -> list[Request]:
+def prefixed_requests(
+    rng: np.random.Generator,
+    tokens: TokenDrawer,
+    prefixes: list[tuple[int, ...]],
+    choice: np.ndarray,
+    suffix: tuple[float, float],
+    output: tuple[float, float],
+    *,
+    rate: float | None,
+    arrival: str,
+    cv: float,
+    max_model_len: int,
+) -> list[Request]:
     """Requests = chosen prefixes (rows of `choice`) + a unique suffix; (mean, sigma) lengths."""
     n = len(choice)
     prefix_len = np.array([len(p) for p in prefixes], dtype=np.int64)[choice].sum(axis=1)
     room = np.maximum(max_model_len - 1 - prefix_len, 1)
-    suffix_len = np.minimum(lognormal_lengths(rng, solve_mu(suffix[0], suffix[1], float(room.max())), suffix[1], n,
-                                              int(room.max())), room)
+    suffix_len = np.minimum(
+        lognormal_lengths(
+            rng, solve_mu(suffix[0], suffix[1], float(room.max())), suffix[1], n, int(room.max())
+        ),
+        room,
+    )
     cap = max_model_len - 1
     output_len = lognormal_lengths(rng, solve_mu(output[0], output[1], cap), output[1], n, cap)
     prompt_len, output_len = cap_lengths(prefix_len + suffix_len, output_len, max_model_len)
@@ -81,7 +99,14 @@ def prefixed_requests(rng: np.random.Generator, tokens: TokenDrawer, prefixes: l
     for i, (row, length) in enumerate(zip(choice.tolist(), prompt_len.tolist())):
         head = prefixes[row[0]] if len(row) == 1 else sum((prefixes[j] for j in row), ())
         prompt = head + suffix_tokens[i] if len(head) < length else head[:length]
-        requests.append(Request(request_id=i, arrival_s=float(arrivals[i]), prompt_len=length,
-                                output_len=int(output_len[i]), prompt_tokens=prompt,
-                                output_tokens=output_tokens[i]))
+        requests.append(
+            Request(
+                request_id=i,
+                arrival_s=float(arrivals[i]),
+                prompt_len=length,
+                output_len=int(output_len[i]),
+                prompt_tokens=prompt,
+                output_tokens=output_tokens[i],
+            )
+        )
     return requests

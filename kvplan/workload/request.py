@@ -33,24 +33,38 @@ class Request:
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
-            raise ValueError(f"request {self.request_id}: prompt length must be at least 1, got {self.prompt_len}")
+            raise ValueError(
+                f"request {self.request_id}: prompt length must be at least 1, got {self.prompt_len}"
+            )
         if self.output_len < 1:
-            raise ValueError(f"request {self.request_id}: output length must be at least 1, got {self.output_len}")
+            raise ValueError(
+                f"request {self.request_id}: output length must be at least 1, got {self.output_len}"
+            )
         if not self.arrival_s >= 0:  # also rejects NaN
-            raise ValueError(f"request {self.request_id}: arrival time must be >= 0, got {self.arrival_s}")
+            raise ValueError(
+                f"request {self.request_id}: arrival time must be >= 0, got {self.arrival_s}"
+            )
         if self.prompt_tokens is not None and len(self.prompt_tokens) != self.prompt_len:
-            raise ValueError(f"request {self.request_id}: {len(self.prompt_tokens)} prompt tokens "
-                             f"but prompt_len {self.prompt_len}")
+            raise ValueError(
+                f"request {self.request_id}: {len(self.prompt_tokens)} prompt tokens "
+                f"but prompt_len {self.prompt_len}"
+            )
         if self.block_hashes is not None and self.hash_block_tokens <= 0:
-            raise ValueError(f"request {self.request_id}: block_hashes need a positive hash_block_tokens")
+            raise ValueError(
+                f"request {self.request_id}: block_hashes need a positive hash_block_tokens"
+            )
         if self.output_tokens is not None and len(self.output_tokens) != self.output_len:
-            raise ValueError(f"request {self.request_id}: {len(self.output_tokens)} output tokens "
-                             f"but output_len {self.output_len}")
+            raise ValueError(
+                f"request {self.request_id}: {len(self.output_tokens)} output tokens "
+                f"but output_len {self.output_len}"
+            )
         if self.n < 1:
             raise ValueError(f"request {self.request_id}: n must be at least 1, got {self.n}")
         if not 0 <= self.transferred_tokens <= self.prompt_len:
-            raise ValueError(f"request {self.request_id}: transferred_tokens must be within the prompt "
-                             f"(0..{self.prompt_len}), got {self.transferred_tokens}")
+            raise ValueError(
+                f"request {self.request_id}: transferred_tokens must be within the prompt "
+                f"(0..{self.prompt_len}), got {self.transferred_tokens}"
+            )
 
     @property
     def total_len(self) -> int:

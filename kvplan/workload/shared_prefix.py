@@ -55,109 +55,262 @@ TURN_DISTRIBUTIONS: tuple[str, ...] = ("geometric", "lognormal")
 
 # --- generators ------------------------------------------------------------------------
 
-def system_prompt(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0,
-                  seed: int = 0, max_model_len: int = 2048, system_prompt_len: int = 1024,
-                  num_system_prompts: int = 1, user_mean: float = SHAREGPT.prompt_mean,
-                  user_sigma: float = SHAREGPT.prompt_sigma, output_mean: float = SHAREGPT.output_mean,
-                  output_sigma: float = SHAREGPT.output_sigma, vocab_size: int = 32000) -> list[Request]:
+
+def system_prompt(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    system_prompt_len: int = 1024,
+    num_system_prompts: int = 1,
+    user_mean: float = SHAREGPT.prompt_mean,
+    user_sigma: float = SHAREGPT.prompt_sigma,
+    output_mean: float = SHAREGPT.output_mean,
+    output_sigma: float = SHAREGPT.output_sigma,
+    vocab_size: int = 32000,
+) -> list[Request]:
     """A shared system prompt (one of `num_system_prompts`, uniform) + a ShareGPT-like user turn."""
-    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (user_mean, user_sigma),
-                  (output_mean, output_sigma))
-    check_int("system_prompt_len", system_prompt_len, 1, "pass the system prompt's length in tokens")
+    check_common(
+        num_requests,
+        arrival,
+        rate,
+        cv,
+        max_model_len,
+        vocab_size,
+        (user_mean, user_sigma),
+        (output_mean, output_sigma),
+    )
+    check_int(
+        "system_prompt_len", system_prompt_len, 1, "pass the system prompt's length in tokens"
+    )
     if system_prompt_len > max_model_len - 2:
-        raise ValueError(f"system_prompt_len {system_prompt_len} leaves no room for a user token and an output "
-                         f"token in max_model_len {max_model_len}; raise max_model_len or shorten the prompt")
+        raise ValueError(
+            f"system_prompt_len {system_prompt_len} leaves no room for a user token and an output "
+            f"token in max_model_len {max_model_len}; raise max_model_len or shorten the prompt"
+        )
     check_int("num_system_prompts", num_system_prompts, 1, "use 1 for one shared system prompt")
     rng = np.random.default_rng(seed)
     tokens = TokenDrawer(rng, vocab_size)
     prefixes = tokens.draw([system_prompt_len] * num_system_prompts)
     choice = rng.integers(0, num_system_prompts, (num_requests, 1))
-    return prefixed_requests(rng, tokens, prefixes, choice, (user_mean, user_sigma), (output_mean, output_sigma),
-                     rate=rate, arrival=arrival, cv=cv, max_model_len=max_model_len)
+    return prefixed_requests(
+        rng,
+        tokens,
+        prefixes,
+        choice,
+        (user_mean, user_sigma),
+        (output_mean, output_sigma),
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        max_model_len=max_model_len,
+    )
 
 
-def rag(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
-        max_model_len: int = 2048, num_documents: int = 200, doc_len: int = 1024, doc_sigma: float = 0.0,
-        zipf_s: float = 1.1, docs_per_request: int = 1, question_mean: float = 64.0,
-        question_sigma: float = 1.0, output_mean: float = 128.0, output_sigma: float = 1.0,
-        vocab_size: int = 32000) -> list[Request]:
+def rag(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    num_documents: int = 200,
+    doc_len: int = 1024,
+    doc_sigma: float = 0.0,
+    zipf_s: float = 1.1,
+    docs_per_request: int = 1,
+    question_mean: float = 64.0,
+    question_sigma: float = 1.0,
+    output_mean: float = 128.0,
+    output_sigma: float = 1.0,
+    vocab_size: int = 32000,
+) -> list[Request]:
     """Retrieval-augmented prompts: Zipf-popular documents (stored once) + a unique question.
 
     doc_sigma = 0 gives every document exactly doc_len tokens; > 0 draws lognormal lengths with
     mean doc_len. Documents keep their draw order in the prompt (retrieval order), so the same
     pair in the other order shares only its first document.
     """
-    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (question_mean, question_sigma),
-                  (output_mean, output_sigma))
+    check_common(
+        num_requests,
+        arrival,
+        rate,
+        cv,
+        max_model_len,
+        vocab_size,
+        (question_mean, question_sigma),
+        (output_mean, output_sigma),
+    )
     check_int("num_documents", num_documents, 1, "use at least one document")
     check_int("doc_len", doc_len, 1, "pass the document length in tokens")
     check_real("doc_sigma", doc_sigma, "use 0 for fixed-length documents", allow_low=True)
     check_real("zipf_s", zipf_s, "use 0 for uniform popularity, ~1 for Zipf", allow_low=True)
     check_int("docs_per_request", docs_per_request, 1, "use at least one document per request")
     if docs_per_request > num_documents:
-        raise ValueError(f"docs_per_request {docs_per_request} exceeds num_documents {num_documents}; "
-                         "documents are distinct within a request, so lower docs_per_request")
+        raise ValueError(
+            f"docs_per_request {docs_per_request} exceeds num_documents {num_documents}; "
+            "documents are distinct within a request, so lower docs_per_request"
+        )
     if doc_sigma == 0 and docs_per_request * doc_len > max_model_len - 2:
-        raise ValueError(f"{docs_per_request} documents of {doc_len} tokens leave no room for a question and an "
-                         f"output token in max_model_len {max_model_len}; raise max_model_len or shorten doc_len")
+        raise ValueError(
+            f"{docs_per_request} documents of {doc_len} tokens leave no room for a question and an "
+            f"output token in max_model_len {max_model_len}; raise max_model_len or shorten doc_len"
+        )
     rng = np.random.default_rng(seed)
     tokens = TokenDrawer(rng, vocab_size)
-    lengths = (np.full(num_documents, doc_len) if doc_sigma == 0 else
-               lognormal_lengths(rng, solve_mu(doc_len, doc_sigma, None), doc_sigma, num_documents, max_model_len - 2))
+    lengths = (
+        np.full(num_documents, doc_len)
+        if doc_sigma == 0
+        else lognormal_lengths(
+            rng, solve_mu(doc_len, doc_sigma, None), doc_sigma, num_documents, max_model_len - 2
+        )
+    )
     corpus = tokens.draw(lengths)
-    choice = choose_distinct(rng, zipf_probabilities(num_documents, zipf_s), num_requests, docs_per_request)
-    return prefixed_requests(rng, tokens, corpus, choice, (question_mean, question_sigma), (output_mean, output_sigma),
-                     rate=rate, arrival=arrival, cv=cv, max_model_len=max_model_len)
+    choice = choose_distinct(
+        rng, zipf_probabilities(num_documents, zipf_s), num_requests, docs_per_request
+    )
+    return prefixed_requests(
+        rng,
+        tokens,
+        corpus,
+        choice,
+        (question_mean, question_sigma),
+        (output_mean, output_sigma),
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        max_model_len=max_model_len,
+    )
 
 
-def few_shot(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0,
-             seed: int = 0, max_model_len: int = 2048, num_templates: int = 8, template_len: int = 512,
-             zipf_s: float = 1.1, query_mean: float = 48.0, query_sigma: float = 1.0, output_mean: float = 32.0,
-             output_sigma: float = 1.0, vocab_size: int = 32000) -> list[Request]:
+def few_shot(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    num_templates: int = 8,
+    template_len: int = 512,
+    zipf_s: float = 1.1,
+    query_mean: float = 48.0,
+    query_sigma: float = 1.0,
+    output_mean: float = 32.0,
+    output_sigma: float = 1.0,
+    vocab_size: int = 32000,
+) -> list[Request]:
     """Few-shot prompting: one of `num_templates` example blocks (Zipf popular) + a unique query."""
-    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (query_mean, query_sigma),
-                  (output_mean, output_sigma))
+    check_common(
+        num_requests,
+        arrival,
+        rate,
+        cv,
+        max_model_len,
+        vocab_size,
+        (query_mean, query_sigma),
+        (output_mean, output_sigma),
+    )
     check_int("num_templates", num_templates, 1, "use at least one template")
     check_int("template_len", template_len, 1, "pass the template length in tokens")
     check_real("zipf_s", zipf_s, "use 0 for uniform popularity, ~1 for Zipf", allow_low=True)
     if template_len > max_model_len - 2:
-        raise ValueError(f"template_len {template_len} leaves no room for a query and an output token in "
-                         f"max_model_len {max_model_len}; raise max_model_len or shorten template_len")
+        raise ValueError(
+            f"template_len {template_len} leaves no room for a query and an output token in "
+            f"max_model_len {max_model_len}; raise max_model_len or shorten template_len"
+        )
     rng = np.random.default_rng(seed)
     tokens = TokenDrawer(rng, vocab_size)
     templates = tokens.draw([template_len] * num_templates)
     choice = choose_distinct(rng, zipf_probabilities(num_templates, zipf_s), num_requests, 1)
-    return prefixed_requests(rng, tokens, templates, choice, (query_mean, query_sigma), (output_mean, output_sigma),
-                     rate=rate, arrival=arrival, cv=cv, max_model_len=max_model_len)
+    return prefixed_requests(
+        rng,
+        tokens,
+        templates,
+        choice,
+        (query_mean, query_sigma),
+        (output_mean, output_sigma),
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        max_model_len=max_model_len,
+    )
 
 
-def chat(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
-         max_model_len: int = 2048, turns_per_session: float = 5.0, turns_dist: str = "geometric",
-         turns_sigma: float = 1.0, think_time: float = 10.0, user_mean: float = 64.0, user_sigma: float = 1.0,
-         output_mean: float = 200.0, output_sigma: float = 1.0, decode_s_per_token: float = 0.02,
-         vocab_size: int = 32000) -> list[Request]:
+def chat(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    turns_per_session: float = 5.0,
+    turns_dist: str = "geometric",
+    turns_sigma: float = 1.0,
+    think_time: float = 10.0,
+    user_mean: float = 64.0,
+    user_sigma: float = 1.0,
+    output_mean: float = 200.0,
+    output_sigma: float = 1.0,
+    decode_s_per_token: float = 0.02,
+    vocab_size: int = 32000,
+) -> list[Request]:
     """Multi-turn sessions whose every prompt repeats the whole conversation so far.
 
     `rate` is session starts per second; `num_requests` counts turns. Sorted by arrival
     (ties: session, then turn) with ids 0..num_requests-1; session_id is f"s{k}", k in start order.
     """
-    check_common(num_requests, arrival, rate, cv, max_model_len, vocab_size, (user_mean, user_sigma),
-                  (output_mean, output_sigma))
-    check_real("turns_per_session", turns_per_session, "use 1 for single-turn sessions", low=1.0, allow_low=True)
+    check_common(
+        num_requests,
+        arrival,
+        rate,
+        cv,
+        max_model_len,
+        vocab_size,
+        (user_mean, user_sigma),
+        (output_mean, output_sigma),
+    )
+    check_real(
+        "turns_per_session",
+        turns_per_session,
+        "use 1 for single-turn sessions",
+        low=1.0,
+        allow_low=True,
+    )
     if turns_dist not in TURN_DISTRIBUTIONS:
-        raise ValueError(f"unknown turns_dist {turns_dist!r}; use one of {', '.join(TURN_DISTRIBUTIONS)}")
+        raise ValueError(
+            f"unknown turns_dist {turns_dist!r}; use one of {', '.join(TURN_DISTRIBUTIONS)}"
+        )
     check_real("turns_sigma", turns_sigma, "use e.g. 1.0", allow_low=True)
-    check_real("think_time", think_time, "pass the mean seconds between turns, e.g. 10", allow_low=True)
-    check_real("decode_s_per_token", decode_s_per_token, "e.g. 0.02 s per output token", allow_low=True)
+    check_real(
+        "think_time", think_time, "pass the mean seconds between turns, e.g. 10", allow_low=True
+    )
+    check_real(
+        "decode_s_per_token", decode_s_per_token, "e.g. 0.02 s per output token", allow_low=True
+    )
     rng = np.random.default_rng(seed)
     tokens = TokenDrawer(rng, vocab_size)
     n, cap = num_requests, max_model_len - 1
     # Lengths first, as flat streams: at most n sessions, and each session consumes its turns
     # plus at most one turn that did not fit, so 2n entries always suffice.
-    planned = (rng.geometric(1.0 / turns_per_session, n) if turns_dist == "geometric" else
-               lognormal_lengths(rng, solve_mu(turns_per_session, turns_sigma, None), turns_sigma, n, n))
-    user_len = lognormal_lengths(rng, solve_mu(user_mean, user_sigma, cap), user_sigma, 2 * n, cap).tolist()
-    drawn_output = lognormal_lengths(rng, solve_mu(output_mean, output_sigma, cap), output_sigma, 2 * n, cap).tolist()
+    planned = (
+        rng.geometric(1.0 / turns_per_session, n)
+        if turns_dist == "geometric"
+        else lognormal_lengths(
+            rng, solve_mu(turns_per_session, turns_sigma, None), turns_sigma, n, n
+        )
+    )
+    user_len = lognormal_lengths(
+        rng, solve_mu(user_mean, user_sigma, cap), user_sigma, 2 * n, cap
+    ).tolist()
+    drawn_output = lognormal_lengths(
+        rng, solve_mu(output_mean, output_sigma, cap), output_sigma, 2 * n, cap
+    ).tolist()
     sessions: list[list[tuple[int, int]]] = []  # per session: (user length, output length) per turn
     pos, remaining = 0, n
     for turns in planned.tolist():
@@ -190,9 +343,18 @@ def chat(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv:
             rows.append((t, k, turn, prompt, outputs[i]))
             context = prompt + outputs[i]
     rows.sort(key=lambda row: row[:3])
-    return [Request(request_id=i, arrival_s=t, prompt_len=len(prompt), output_len=len(output),
-                    prompt_tokens=prompt, output_tokens=output, session_id=f"s{k}")
-            for i, (t, k, _, prompt, output) in enumerate(rows)]
+    return [
+        Request(
+            request_id=i,
+            arrival_s=t,
+            prompt_len=len(prompt),
+            output_len=len(output),
+            prompt_tokens=prompt,
+            output_tokens=output,
+            session_id=f"s{k}",
+        )
+        for i, (t, k, _, prompt, output) in enumerate(rows)
+    ]
 
 
 # --- analysis --------------------------------------------------------------------------

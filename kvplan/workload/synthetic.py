@@ -34,13 +34,22 @@ from kvplan.workload.request import Request
 
 def _assemble(prompt: np.ndarray, output: np.ndarray, arrivals: np.ndarray) -> list[Request]:
     """Zip arrays into Requests; arrivals are already sorted so ids follow arrival order."""
-    return [Request(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
-            for i, (t, p, o) in enumerate(zip(arrivals.tolist(), prompt.tolist(), output.tolist()))]
+    return [
+        Request(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
+        for i, (t, p, o) in enumerate(zip(arrivals.tolist(), prompt.tolist(), output.tolist()))
+    ]
 
 
-def lognormal_workload(model: LognormalLengths, num_requests: int, *, rate: float | None,
-                       arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
-                       max_model_len: int = 2048) -> list[Request]:
+def lognormal_workload(
+    model: LognormalLengths,
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+) -> list[Request]:
     """Requests with lengths from `model` (see module docstring) and the given arrivals."""
     check_inputs(num_requests, arrival, rate, cv, max_model_len)
     rng = np.random.default_rng(seed)
@@ -51,42 +60,102 @@ def lognormal_workload(model: LognormalLengths, num_requests: int, *, rate: floa
     return _assemble(prompt, output, arrival_times(rng, num_requests, arrival, rate, cv))
 
 
-def sharegpt(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0,
-             seed: int = 0, max_model_len: int = 2048, prompt_sigma: float = SHAREGPT.prompt_sigma,
-             output_sigma: float = SHAREGPT.output_sigma) -> list[Request]:
+def sharegpt(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    prompt_sigma: float = SHAREGPT.prompt_sigma,
+    output_sigma: float = SHAREGPT.output_sigma,
+) -> list[Request]:
     """ShareGPT-like: lognormal lengths with means 161.31 in / 337.99 out (vLLM paper)."""
-    model = LognormalLengths(SHAREGPT.prompt_mean, SHAREGPT.output_mean, prompt_sigma, output_sigma,
-                             SHAREGPT.source)
-    return lognormal_workload(model, num_requests, rate=rate, arrival=arrival, cv=cv, seed=seed,
-                              max_model_len=max_model_len)
+    model = LognormalLengths(
+        SHAREGPT.prompt_mean, SHAREGPT.output_mean, prompt_sigma, output_sigma, SHAREGPT.source
+    )
+    return lognormal_workload(
+        model,
+        num_requests,
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        seed=seed,
+        max_model_len=max_model_len,
+    )
 
 
-def alpaca(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0,
-           seed: int = 0, max_model_len: int = 2048, sigma: float = 1.0) -> list[Request]:
+def alpaca(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    sigma: float = 1.0,
+) -> list[Request]:
     """Alpaca-like: lognormal(sigma) lengths with means 19.31 in / 58.45 out (vLLM paper)."""
     model = LognormalLengths(ALPACA.prompt_mean, ALPACA.output_mean, sigma, sigma, ALPACA.source)
-    return lognormal_workload(model, num_requests, rate=rate, arrival=arrival, cv=cv, seed=seed,
-                              max_model_len=max_model_len)
+    return lognormal_workload(
+        model,
+        num_requests,
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        seed=seed,
+        max_model_len=max_model_len,
+    )
 
 
-def long_reasoning(num_requests: int, *, rate: float | None, arrival: str = "poisson", cv: float = 1.0,
-                   seed: int = 0, max_model_len: int = 2048, prompt_sigma: float = 1.0,
-                   output_sigma: float = 0.5) -> list[Request]:
+def long_reasoning(
+    num_requests: int,
+    *,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+    prompt_sigma: float = 1.0,
+    output_sigma: float = 0.5,
+) -> list[Request]:
     """Short prompts (mean 200) and long outputs (mean 4000), capped by max_model_len."""
-    model = LognormalLengths(LONG_REASONING.prompt_mean, LONG_REASONING.output_mean, prompt_sigma,
-                             output_sigma, LONG_REASONING.source)
-    return lognormal_workload(model, num_requests, rate=rate, arrival=arrival, cv=cv, seed=seed,
-                              max_model_len=max_model_len)
+    model = LognormalLengths(
+        LONG_REASONING.prompt_mean,
+        LONG_REASONING.output_mean,
+        prompt_sigma,
+        output_sigma,
+        LONG_REASONING.source,
+    )
+    return lognormal_workload(
+        model,
+        num_requests,
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        seed=seed,
+        max_model_len=max_model_len,
+    )
 
 
-def sharegpt_stats(num_requests: int, *, stats_path: str | Path | None, rate: float | None,
-                   arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
-                   max_model_len: int = 2048) -> list[Request]:
+def sharegpt_stats(
+    num_requests: int,
+    *,
+    stats_path: str | Path | None,
+    rate: float | None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int = 2048,
+) -> list[Request]:
     """(prompt, output) rows sampled with replacement from sarathi's ShareGPT stats CSV."""
     check_inputs(num_requests, arrival, rate, cv, max_model_len)
     if stats_path is None:
-        raise ValueError(f"sharegpt-stats needs stats_path; pass the path of {SHAREGPT_STATS_FILE} "
-                         "(in this project: ../shared/data/traces/)")
+        raise ValueError(
+            f"sharegpt-stats needs stats_path; pass the path of {SHAREGPT_STATS_FILE} "
+            "(in this project: ../shared/data/traces/)"
+        )
     prompts, outputs = load_length_stats(stats_path)
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, len(prompts), num_requests)

@@ -48,6 +48,7 @@ class TraceRow:
 
 # --- field checks ------------------------------------------------------------------------
 
+
 def _field(obj: dict[str, Any], *names: str) -> Any:
     """The first of `names` present (aliases such as arrival_s / timestamp_ms)."""
     for name in names:
@@ -58,8 +59,12 @@ def _field(obj: dict[str, Any], *names: str) -> Any:
 
 def _count(value: Any, name: str) -> int:
     """A token count: an integer (or integral float) >= 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
         raise BadLine(f"{name} must be an integer, got {value!r}")
     if value < 1:
         raise BadLine(f"{name} must be >= 1, got {value!r}")
@@ -76,21 +81,28 @@ def _time(value: Any, name: str) -> float:
 
 
 def _ints(value: Any, name: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+    if not isinstance(value, list) or any(
+        isinstance(v, bool) or not isinstance(v, int) for v in value
+    ):
         raise BadLine(f"{name} must be a list of integers")
     return tuple(value)
 
 
-def _check_hashes(hashes: tuple[int, ...], prompt_len: int, block: int, name: str, tail: bool) -> None:
+def _check_hashes(
+    hashes: tuple[int, ...], prompt_len: int, block: int, name: str, tail: bool
+) -> None:
     """Hashes must cover the prompt: one per full block, plus one for a partial tail block
     (always when `tail`, as Mooncake does; optionally otherwise)."""
     lowest = cdiv(prompt_len, block) if tail else prompt_len // block
     if not lowest <= len(hashes) <= cdiv(prompt_len, block):
-        raise BadLine(f"{name} has {len(hashes)} ids but a {prompt_len}-token prompt has "
-                      f"{cdiv(prompt_len, block)} blocks of {block} tokens")
+        raise BadLine(
+            f"{name} has {len(hashes)} ids but a {prompt_len}-token prompt has "
+            f"{cdiv(prompt_len, block)} blocks of {block} tokens"
+        )
 
 
 # --- per-format line parsers -------------------------------------------------------------
+
 
 def _json_object(line: str) -> dict[str, Any]:
     try:
@@ -109,9 +121,14 @@ def _parse_mooncake(line: str) -> TraceRow:
     prompt_len = _count(_field(obj, "input_length"), "input_length")
     hashes = _ints(_field(obj, "hash_ids"), "hash_ids")
     _check_hashes(hashes, prompt_len, MOONCAKE_BLOCK_TOKENS, "hash_ids", tail=True)
-    return TraceRow(time=_time(_field(obj, "timestamp"), "timestamp"), ticks_per_s=1000, prompt_len=prompt_len,
-                output_len=_count(_field(obj, "output_length"), "output_length"),
-                block_hashes=hashes, hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+    return TraceRow(
+        time=_time(_field(obj, "timestamp"), "timestamp"),
+        ticks_per_s=1000,
+        prompt_len=prompt_len,
+        output_len=_count(_field(obj, "output_length"), "output_length"),
+        block_hashes=hashes,
+        hash_block_tokens=MOONCAKE_BLOCK_TOKENS,
+    )
 
 
 def _parse_generic(line: str) -> TraceRow:
@@ -138,9 +155,16 @@ def _parse_generic(line: str) -> TraceRow:
     if session is not None and (isinstance(session, bool) or not isinstance(session, (str, int))):
         raise BadLine(f"session_id must be a string or integer, got {session!r}")
     output_len = _count(_field(obj, "output_len"), "output_len")
-    return TraceRow(time=time, ticks_per_s=ticks_per_s, prompt_len=prompt_len, output_len=output_len,
-                prompt_tokens=tokens, block_hashes=hashes, hash_block_tokens=block,
-                session_id=None if session is None else str(session))
+    return TraceRow(
+        time=time,
+        ticks_per_s=ticks_per_s,
+        prompt_len=prompt_len,
+        output_len=output_len,
+        prompt_tokens=tokens,
+        block_hashes=hashes,
+        hash_block_tokens=block,
+        session_id=None if session is None else str(session),
+    )
 
 
 def parse_azure_timestamp(text: str) -> int:
@@ -154,9 +178,13 @@ def parse_azure_timestamp(text: str) -> int:
     try:
         delta = datetime.fromisoformat(base) - _EPOCH
     except (ValueError, TypeError):
-        raise BadLine(f"bad TIMESTAMP {text!r}; expected e.g. 2023-11-16 18:15:46.6805900") from None
+        raise BadLine(
+            f"bad TIMESTAMP {text!r}; expected e.g. 2023-11-16 18:15:46.6805900"
+        ) from None
     whole_s = delta.days * 86_400 + delta.seconds
-    return whole_s * 1_000_000_000 + int((frac + "000000000")[:9]) if dot else whole_s * 1_000_000_000
+    return (
+        whole_s * 1_000_000_000 + int((frac + "000000000")[:9]) if dot else whole_s * 1_000_000_000
+    )
 
 
 def _azure_row(cells: list[str]) -> tuple[int, int, int]:
@@ -177,6 +205,7 @@ def _azure_row(cells: list[str]) -> tuple[int, int, int]:
 
 # --- readers: yield (line number, row or BadLine) ----------------------------------------
 
+
 def _open_text(path: Path, **options: Any) -> Any:
     """Text with an optional UTF-8 BOM dropped; undecodable bytes kept as surrogates so the
     line that holds them can be named (and skipped) instead of failing the whole file."""
@@ -188,10 +217,14 @@ def _check_utf8(text: str) -> None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise BadLine(f"not UTF-8 text (byte {ord(text[e.start]) - 0xDC00:#04x} at column {e.start + 1})") from None
+            raise BadLine(
+                f"not UTF-8 text (byte {ord(text[e.start]) - 0xDC00:#04x} at column {e.start + 1})"
+            ) from None
 
 
-def _read_jsonl(path: Path, parse: Callable[[str], TraceRow]) -> Iterator[tuple[int, TraceRow | BadLine]]:
+def _read_jsonl(
+    path: Path, parse: Callable[[str], TraceRow]
+) -> Iterator[tuple[int, TraceRow | BadLine]]:
     with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             if line.strip():
@@ -210,8 +243,10 @@ def _read_azure(path: Path) -> Iterator[tuple[int, TraceRow | BadLine]]:
         if header is None:
             raise ValueError(f"{path}: empty trace file (no header, no requests); check the path")
         if [h.strip() for h in header] != list(AZURE_COLUMNS):
-            raise ValueError(f"{path}: expected the header {','.join(AZURE_COLUMNS)}, got "
-                             f"{','.join(header)!r}; is this an Azure LLM inference trace?")
+            raise ValueError(
+                f"{path}: expected the header {','.join(AZURE_COLUMNS)}, got "
+                f"{','.join(header)!r}; is this an Azure LLM inference trace?"
+            )
         for cells in reader:
             if not cells or (len(cells) == 1 and not cells[0].strip()):
                 continue
@@ -221,8 +256,12 @@ def _read_azure(path: Path) -> Iterator[tuple[int, TraceRow | BadLine]]:
             except BadLine as e:
                 yield reader.line_num, e
                 continue
-            yield reader.line_num, TraceRow(time=ns, ticks_per_s=1_000_000_000, prompt_len=prompt_len,
-                                        output_len=output_len)
+            yield (
+                reader.line_num,
+                TraceRow(
+                    time=ns, ticks_per_s=1_000_000_000, prompt_len=prompt_len, output_len=output_len
+                ),
+            )
 
 
 def detect_format(path: Path) -> str:
@@ -230,7 +269,10 @@ def detect_format(path: Path) -> str:
     if path.suffix.lower() == ".csv":
         return "azure"
     with _open_text(path) as f:
-        lines = [line.strip() for line in itertools.islice((line for line in f if line.strip()), DETECT_LINES)]
+        lines = [
+            line.strip()
+            for line in itertools.islice((line for line in f if line.strip()), DETECT_LINES)
+        ]
     if lines and lines[0].startswith("TIMESTAMP,"):
         return "azure"
     # A vote over the first lines, so one bad first line does not decide the format
@@ -242,7 +284,9 @@ def detect_format(path: Path) -> str:
             continue
         if isinstance(obj, dict):
             mooncake += "hash_ids" in obj or "input_length" in obj
-            generic += any(key in obj for key in ("prompt_len", "prompt_tokens", "arrival_s", "timestamp_ms"))
+            generic += any(
+                key in obj for key in ("prompt_len", "prompt_tokens", "arrival_s", "timestamp_ms")
+            )
     return "mooncake" if mooncake > generic else "generic"
 
 

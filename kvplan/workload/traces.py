@@ -69,20 +69,37 @@ def _outliers(numbered: list[tuple[int, TraceRow]]) -> list[tuple[int, TraceRow]
     return [(n, row) for n, row in numbered if abs(row.time / row.ticks_per_s - median) > OUTLIER_S]
 
 
-def _to_requests(rows: list[TraceRow], time_scale: float, max_requests: int | None) -> list[Request]:
+def _to_requests(
+    rows: list[TraceRow], time_scale: float, max_requests: int | None
+) -> list[Request]:
     """Sort (stable) by time, re-base to the earliest, scale, number in arrival order."""
     if len({r.ticks_per_s for r in rows}) > 1:  # a generic trace mixing arrival_s and timestamp_ms
         rows = [replace(r, time=r.time / r.ticks_per_s, ticks_per_s=1) for r in rows]
     rows = sorted(rows, key=lambda r: r.time)[:max_requests]
     t0 = rows[0].time
-    return [Request(request_id=i, arrival_s=(r.time - t0) / r.ticks_per_s * time_scale, prompt_len=r.prompt_len,
-                    output_len=r.output_len, prompt_tokens=r.prompt_tokens, block_hashes=r.block_hashes,
-                    hash_block_tokens=r.hash_block_tokens, session_id=r.session_id)
-            for i, r in enumerate(rows)]
+    return [
+        Request(
+            request_id=i,
+            arrival_s=(r.time - t0) / r.ticks_per_s * time_scale,
+            prompt_len=r.prompt_len,
+            output_len=r.output_len,
+            prompt_tokens=r.prompt_tokens,
+            block_hashes=r.block_hashes,
+            hash_block_tokens=r.hash_block_tokens,
+            session_id=r.session_id,
+        )
+        for i, r in enumerate(rows)
+    ]
 
 
-def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_lines: bool = False,
-               max_requests: int | None = None, time_scale: float = 1.0) -> TraceLoad:
+def load_trace(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    skip_bad_lines: bool = False,
+    max_requests: int | None = None,
+    time_scale: float = 1.0,
+) -> TraceLoad:
     """Load a request trace (see the module docstring for formats and rules).
 
     max_requests keeps the earliest N requests; time_scale multiplies every arrival time.
@@ -91,7 +108,9 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_lines: bool
     if not path.is_file():
         raise ValueError(f"trace file {path} not found; check the path")
     if fmt is not None and fmt not in TRACE_FORMATS:
-        raise ValueError(f"unknown trace format {fmt!r}; use one of {', '.join(TRACE_FORMATS)} or omit it to detect")
+        raise ValueError(
+            f"unknown trace format {fmt!r}; use one of {', '.join(TRACE_FORMATS)} or omit it to detect"
+        )
     if not (0 < time_scale < math.inf):
         raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
     if max_requests is not None and (isinstance(max_requests, bool) or max_requests < 1):
@@ -103,8 +122,12 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_lines: bool
     def bad(lineno: int, problem: BadLine) -> None:
         nonlocal skipped
         if not skip_bad_lines:
-            raise SettingError("{where}: {problem} ({fmt} trace); fix the line or pass {skip_bad_lines} to skip it",
-                               where=f"{path}:{lineno}", problem=problem, fmt=fmt)
+            raise SettingError(
+                "{where}: {problem} ({fmt} trace); fix the line or pass {skip_bad_lines} to skip it",
+                where=f"{path}:{lineno}",
+                problem=problem,
+                fmt=fmt,
+            )
         skipped += 1
 
     numbered: list[tuple[int, TraceRow]] = []
@@ -115,12 +138,23 @@ def load_trace(path: str | Path, fmt: str | None = None, *, skip_bad_lines: bool
             numbered.append((lineno, row))
     outliers = _outliers(numbered)
     for lineno, row in outliers:
-        bad(lineno, BadLine(f"arrival time {row.time / row.ticks_per_s:.6g} s is more than a year away from "
-                            "the trace's median arrival"))
+        bad(
+            lineno,
+            BadLine(
+                f"arrival time {row.time / row.ticks_per_s:.6g} s is more than a year away from "
+                "the trace's median arrival"
+            ),
+        )
     dropped = {lineno for lineno, _ in outliers}
     rows = [row for lineno, row in numbered if lineno not in dropped]
     if not rows:
-        raise ValueError(f"{path}: no valid requests in this {fmt} trace ({skipped} bad lines skipped); "
-                         "check the file and its format")
-    return TraceLoad(requests=_to_requests(rows, time_scale, max_requests), skipped=skipped,
-                     path=str(path), fmt=fmt)
+        raise ValueError(
+            f"{path}: no valid requests in this {fmt} trace ({skipped} bad lines skipped); "
+            "check the file and its format"
+        )
+    return TraceLoad(
+        requests=_to_requests(rows, time_scale, max_requests),
+        skipped=skipped,
+        path=str(path),
+        fmt=fmt,
+    )

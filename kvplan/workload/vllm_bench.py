@@ -38,15 +38,24 @@ SHAREGPT_MAX_TOTAL = 2048
 __all__ = ["BenchLoad", "bench_requests", "random_lengths", "send_times", "sharegpt_lengths"]
 
 
-def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,
-                   range_ratio: float, below: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def random_lengths(
+    rng: np.random.Generator,
+    n: int,
+    input_len: int,
+    output_len: int,
+    range_ratio: float,
+    below: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """vLLM RandomDataset's integer-uniform lengths around the requested means (below: the
     benchmark before 0.8.4, from len x ratio up to len)."""
     if below:
         in_low, in_high = int(input_len * range_ratio), input_len
         out_low, out_high = max(int(output_len * range_ratio), 1), output_len
     else:
-        in_low, in_high = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
+        in_low, in_high = (
+            math.floor(input_len * (1 - range_ratio)),
+            math.ceil(input_len * (1 + range_ratio)),
+        )
         out_low = max(math.floor(output_len * (1 - range_ratio)), 1)
         out_high = max(math.ceil(output_len * (1 + range_ratio)), 1)
     prompts = np.maximum(rng.integers(in_low, in_high + 1, size=n), 1)
@@ -60,9 +69,16 @@ def sharegpt_lengths(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     outputs: list[int] = []
     batch, round_seed = max(64, 2 * n), seed
     while len(prompts) < n:
-        for r in sharegpt(batch, rate=None, arrival="burst", seed=round_seed, max_model_len=1 << 20):
+        for r in sharegpt(
+            batch, rate=None, arrival="burst", seed=round_seed, max_model_len=1 << 20
+        ):
             p, o = r.prompt_len, r.output_len
-            if p < SHAREGPT_MIN_LEN or o < SHAREGPT_MIN_LEN or p > SHAREGPT_MAX_PROMPT or p + o > SHAREGPT_MAX_TOTAL:
+            if (
+                p < SHAREGPT_MIN_LEN
+                or o < SHAREGPT_MIN_LEN
+                or p > SHAREGPT_MAX_PROMPT
+                or p + o > SHAREGPT_MAX_TOTAL
+            ):
                 continue
             prompts.append(p)
             outputs.append(o)
@@ -70,7 +86,9 @@ def sharegpt_lengths(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(prompts[:n]), np.asarray(outputs[:n])
 
 
-def send_times(rng: np.random.Generator, n: int, rate: float, burstiness: float = 1.0) -> np.ndarray:
+def send_times(
+    rng: np.random.Generator, n: int, rate: float, burstiness: float = 1.0
+) -> np.ndarray:
     """vLLM get_request's schedule: all at 0 for rate inf, else normalized gamma gaps."""
     if math.isinf(rate):
         return np.zeros(n)
@@ -84,7 +102,9 @@ def send_times(rng: np.random.Generator, n: int, rate: float, burstiness: float 
     return times
 
 
-def bench_requests(load: BenchLoad, prompt_scale: float = 1.0, output_scale: float = 1.0) -> list[Request]:
+def bench_requests(
+    load: BenchLoad, prompt_scale: float = 1.0, output_scale: float = 1.0
+) -> list[Request]:
     """The requests one `vllm bench serve` run sends, with their scheduled send times.
 
     prompt_scale / output_scale stretch ShareGPT lengths to a measured run's reported token
@@ -92,12 +112,20 @@ def bench_requests(load: BenchLoad, prompt_scale: float = 1.0, output_scale: flo
     """
     rng = np.random.default_rng(load.seed)
     if load.dataset == "random":
-        prompts, outputs = random_lengths(rng, load.num_prompts, load.input_len, load.output_len, load.range_ratio,
-                                          load.range_below)
+        prompts, outputs = random_lengths(
+            rng,
+            load.num_prompts,
+            load.input_len,
+            load.output_len,
+            load.range_ratio,
+            load.range_below,
+        )
     else:
         prompts, outputs = sharegpt_lengths(load.num_prompts, load.seed)
         prompts = np.maximum(np.rint(prompts * prompt_scale), 1).astype(np.int64)
         outputs = np.maximum(np.rint(outputs * output_scale), 1).astype(np.int64)
     times = send_times(rng, load.num_prompts, load.request_rate, load.burstiness)
-    return [Request(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
-            for i, (t, p, o) in enumerate(zip(times.tolist(), prompts.tolist(), outputs.tolist()))]
+    return [
+        Request(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
+        for i, (t, p, o) in enumerate(zip(times.tolist(), prompts.tolist(), outputs.tolist()))
+    ]

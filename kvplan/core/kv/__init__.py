@@ -17,10 +17,15 @@ ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 
 # The rest load on first use (kvplan.lazy_attribute): the allocator names alone are a CLI's help text.
 _HOMES = {
-    "NO_HITS": "kvplan.core.kv.base", "Allocator": "kvplan.core.kv.base", "PrefixLookup": "kvplan.core.kv.base",
-    "PolicyBudget": "kvplan.core.kv.budget", "ContiguousAllocator": "kvplan.core.kv.contiguous",
-    "ForkStats": "kvplan.core.kv.fork", "PagedAllocator": "kvplan.core.kv.paged",
-    "PrefixCache": "kvplan.core.kv.prefix_cache", "PrefixStats": "kvplan.core.kv.prefix_stats",
+    "NO_HITS": "kvplan.core.kv.base",
+    "Allocator": "kvplan.core.kv.base",
+    "PrefixLookup": "kvplan.core.kv.base",
+    "PolicyBudget": "kvplan.core.kv.budget",
+    "ContiguousAllocator": "kvplan.core.kv.contiguous",
+    "ForkStats": "kvplan.core.kv.fork",
+    "PagedAllocator": "kvplan.core.kv.paged",
+    "PrefixCache": "kvplan.core.kv.prefix_cache",
+    "PrefixStats": "kvplan.core.kv.prefix_stats",
     "hit_rate": "kvplan.core.kv.prefix_stats",
 }
 __all__ = sorted([*_HOMES, "ALLOCATORS", "make_allocator"])
@@ -30,18 +35,36 @@ def __getattr__(name: str) -> Any:
     return lazy_attribute(__name__, _HOMES, name)
 
 
-def make_allocator(kind: str, capacity_slots: int, block_size: int, max_model_len: int,
-                   watermark: float = 0.01, prefix_caching: bool = False, policy: PolicySpec | None = None,
-                   tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
-                   copy_s_per_slot: float = 0.0) -> Allocator:
+def make_allocator(
+    kind: str,
+    capacity_slots: int,
+    block_size: int,
+    max_model_len: int,
+    watermark: float = 0.01,
+    prefix_caching: bool = False,
+    policy: PolicySpec | None = None,
+    tiers: TieredCache | None = None,
+    recompute_s_per_token: float = 0.0,
+    copy_s_per_slot: float = 0.0,
+) -> Allocator:
     from kvplan.core.kv.contiguous import ContiguousAllocator
     from kvplan.core.kv.paged import PagedAllocator
 
     if kind == "paged":
-        return PagedAllocator(capacity_slots // block_size, block_size, watermark, prefix_caching, policy,
-                              tiers, recompute_s_per_token, copy_s_per_slot)
+        return PagedAllocator(
+            capacity_slots // block_size,
+            block_size,
+            watermark,
+            prefix_caching,
+            policy,
+            tiers,
+            recompute_s_per_token,
+            copy_s_per_slot,
+        )
     if prefix_caching or (policy is not None and policy.evicts):
-        raise ValueError(f"prefix caching and eviction budgets need the paged allocator, not {kind}")
+        raise ValueError(
+            f"prefix caching and eviction budgets need the paged allocator, not {kind}"
+        )
     if kind.startswith("contiguous-"):
         return ContiguousAllocator(kind.removeprefix("contiguous-"), capacity_slots, max_model_len)
     raise ValueError(f"unknown allocator '{kind}'; use one of: {', '.join(ALLOCATORS)}")

@@ -41,7 +41,9 @@ class PolicyBudget:
         self.evicted_total = 0  # every token the policy dropped over the run
         self.copied_slots = 0  # compaction copies not yet charged
         self.copied_total = 0
-        self.held: dict[int, tuple[int, int]] = {}  # id(seq) -> (tokens written, held per head) at its last step
+        self.held: dict[
+            int, tuple[int, int]
+        ] = {}  # id(seq) -> (tokens written, held per head) at its last step
 
     def kept(self, seq: Sequence) -> int:
         return self.held.get(id(seq), (0, seq.num_computed))[1]
@@ -86,7 +88,10 @@ class PolicyBudget:
     def adopt(self, seq: Sequence, tokens: int) -> None:
         """A prefix-cache hit of `tokens` (sliding-window only): the sequence holds the window
         from its first adopted block on; the tokens before it count as dropped."""
-        held = min(held_tokens(self.spec, seq.prompt_len, tokens), tokens - seq.dropped_blocks * self.block_size)
+        held = min(
+            held_tokens(self.spec, seq.prompt_len, tokens),
+            tokens - seq.dropped_blocks * self.block_size,
+        )
         self.held[id(seq)] = (tokens, held)
         # Dropped as trim() and release() count them (the window's tokens), even when the hit
         # run holds one block-rounded token fewer: the three must add up to zero at release.

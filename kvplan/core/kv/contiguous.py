@@ -33,7 +33,9 @@ class ContiguousAllocator(Allocator):
         if self.policy == "max":
             return self.max_model_len
         if self.policy == "pow2":
-            return min(1 << (seq.final_len - 1).bit_length(), max(self.max_model_len, seq.final_len))
+            return min(
+                1 << (seq.final_len - 1).bit_length(), max(self.max_model_len, seq.final_len)
+            )
         return seq.final_len
 
     def _first_fit(self, size: int) -> int | None:

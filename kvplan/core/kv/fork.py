@@ -15,7 +15,9 @@ class ForkStats:
     cow_copies: int = 0  # partial last blocks copied at a fork
 
 
-def fork_blocks(pool: BlockPool, block_size: int, parent: Sequence, child: Sequence, stats: ForkStats) -> bool:
+def fork_blocks(
+    pool: BlockPool, block_size: int, parent: Sequence, child: Sequence, stats: ForkStats
+) -> bool:
     """The child shares every full block; a partial last block is copied now (eager
     copy-on-write: the next decode step would write into it anyway). False if no block
     is free for the copy."""

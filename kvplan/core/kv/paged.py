@@ -18,32 +18,51 @@ from kvplan.core.tiers import TieredCache
 class PagedAllocator(Allocator):
     pool: BlockPool  # always present here (Allocator's may be None)
     fork_stats: ForkStats
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01,
-                 prefix_caching: bool = False, policy: PolicySpec | None = None,
-                 tiers: TieredCache | None = None, recompute_s_per_token: float = 0.0,
-                 copy_s_per_slot: float = 0.0) -> None:
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        watermark: float = 0.01,
+        prefix_caching: bool = False,
+        policy: PolicySpec | None = None,
+        tiers: TieredCache | None = None,
+        recompute_s_per_token: float = 0.0,
+        copy_s_per_slot: float = 0.0,
+    ) -> None:
         evicting = policy if policy is not None and policy.evicts else None
         # A cached block is shared read-only by every request that hits it: the policy says
         # why it cannot keep that promise (sliding-window can, as vLLM's SlidingWindowManager).
         conflict = evicting.policy.prefix_conflict if evicting is not None else None
         if evicting is not None and conflict is not None and prefix_caching:
-            raise ValueError(f"prefix caching cannot be combined with '{evicting.name}': {conflict}; "
-                             "use one or the other")
+            raise ValueError(
+                f"prefix caching cannot be combined with '{evicting.name}': {conflict}; "
+                "use one or the other"
+            )
         if tiers is not None and not prefix_caching:
-            raise ValueError("offload tiers hold prefix-cache blocks: combine offload with prefix caching")
+            raise ValueError(
+                "offload tiers hold prefix-cache blocks: combine offload with prefix caching"
+            )
         if tiers is not None and evicting is not None:
-            raise ValueError(f"offload tiers cannot be combined with '{evicting.name}': a tier reload continues a "
-                             "prefix hit block by block from its start, while a window's hit is the run of blocks "
-                             "before the hit point; use one or the other")
-        window = evicting.budget if evicting is not None and prefix_caching else None  # only a positional window gets here
+            raise ValueError(
+                f"offload tiers cannot be combined with '{evicting.name}': a tier reload continues a "
+                "prefix hit block by block from its start, while a window's hit is the run of blocks "
+                "before the hit point; use one or the other"
+            )
+        window = (
+            evicting.budget if evicting is not None and prefix_caching else None
+        )  # only a positional window gets here
         self.name = "prefix" if prefix_caching else "paged"
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
         self.capacity_slots = num_blocks * block_size
         self.watermark_blocks = int(watermark * num_blocks)
         self.prefix_caching = prefix_caching
-        self.prefix_cache = PrefixCache(self.pool, block_size, tiers, recompute_s_per_token,
-                                        window) if prefix_caching else None
+        self.prefix_cache = (
+            PrefixCache(self.pool, block_size, tiers, recompute_s_per_token, window)
+            if prefix_caching
+            else None
+        )
         if self.prefix_cache is not None:
             self.prefix_stats = self.prefix_cache.stats
             self.tiers = tiers
@@ -118,11 +137,17 @@ class PagedAllocator(Allocator):
         return seconds
 
     def attended(self, seq: Sequence, before: int, count: int) -> tuple[int, int]:
-        return self.budget.attended(seq, before, count) if self.budget is not None else (before + count, before)
+        return (
+            self.budget.attended(seq, before, count)
+            if self.budget is not None
+            else (before + count, before)
+        )
 
     def trim(self, seq: Sequence) -> None:
         if self.budget is not None:
-            if self.prefix_cache is not None:  # register full blocks before the window frees them (vLLM order)
+            if (
+                self.prefix_cache is not None
+            ):  # register full blocks before the window frees them (vLLM order)
                 self.prefix_cache.cache_full_blocks(seq)
             self.budget.trim(seq, self.pool)
 
@@ -131,7 +156,9 @@ class PagedAllocator(Allocator):
             self.prefix_cache.cache_full_blocks(seq)
 
     def cached_prefix_blocks(self, hashes: list[int]) -> int:
-        return self.prefix_cache.cached_prefix_blocks(hashes) if self.prefix_cache is not None else 0
+        return (
+            self.prefix_cache.cached_prefix_blocks(hashes) if self.prefix_cache is not None else 0
+        )
 
     def fork(self, parent: Sequence, child: Sequence) -> bool:
         return fork_blocks(self.pool, self.block_size, parent, child, self.fork_stats)
@@ -140,7 +167,9 @@ class PagedAllocator(Allocator):
     def shared_slots(self) -> int:  # type: ignore[override]
         # Shared blocks count once; tokens an eviction budget dropped count not at all.
         budget = self.budget
-        return self.pool.extra_refs * self.block_size + (budget.evicted_slots if budget is not None else 0)
+        return self.pool.extra_refs * self.block_size + (
+            budget.evicted_slots if budget is not None else 0
+        )
 
     @property
     def cached_free_slots(self) -> int:  # type: ignore[override]

@@ -23,15 +23,23 @@ _is_block = partial(is_not, None)  # a hash the pool holds maps to a block id, e
 
 
 class PrefixCache:
-    def __init__(self, pool: BlockPool, block_size: int, tiers: TieredCache | None = None,
-                 recompute_s_per_token: float = 0.0, sliding_window: int | None = None) -> None:
+    def __init__(
+        self,
+        pool: BlockPool,
+        block_size: int,
+        tiers: TieredCache | None = None,
+        recompute_s_per_token: float = 0.0,
+        sliding_window: int | None = None,
+    ) -> None:
         self.pool = pool
         self.block_size = block_size
         # Sliding window (tokens a query attends to, itself included): a hit needs the blocks
         # holding the window's other sliding_window - 1 tokens (vLLM's SlidingWindowManager).
         self.window_blocks = cdiv(sliding_window - 1, block_size) if sliding_window else 0
         self.stats = PrefixStats()
-        self.known_hashes: dict[int, list[int]] = {}  # request id -> block hashes, computed once per run
+        self.known_hashes: dict[
+            int, list[int]
+        ] = {}  # request id -> block hashes, computed once per run
         self.tiers = tiers
         self.recompute_s_per_token = recompute_s_per_token
         if tiers is not None:
@@ -49,18 +57,27 @@ class PrefixCache:
         hashes = seq.hashes
         # At least one token is computed, so a fully cached prompt recomputes its last block.
         limit = min((seq.known_tokens - 1) // self.block_size, len(hashes))
-        if self.window_blocks:  # hashes may stop short of the limit (a preempted request's generated tokens)
+        if (
+            self.window_blocks
+        ):  # hashes may stop short of the limit (a preempted request's generated tokens)
             return self._window_lookup(hashes, limit)
         if self.tiers:
             hits = self._run(hashes, 0, limit)
-            return PrefixLookup(hits, self._free_count(hits), self._tier_run(hashes[len(hits):limit]))
+            return PrefixLookup(
+                hits, self._free_count(hits), self._tier_run(hashes[len(hits) : limit])
+            )
         # A request that cannot be admitted is looked up again while it waits. Its last run
         # stays valid while each of its blocks still holds the hash it held (a hash leaves the
         # pool only by eviction), and can only grow where it stopped (a hash joins the pool
         # only where it was missing): so reuse it, and look further from its end.
         memo = self._memo
-        if memo is not None and memo[0] is seq and memo[1] is hashes and memo[2] == limit \
-                and not np.count_nonzero(self.pool.block_hashes[memo[4]] != memo[5]):
+        if (
+            memo is not None
+            and memo[0] is seq
+            and memo[1] is hashes
+            and memo[2] == limit
+            and not np.count_nonzero(self.pool.block_hashes[memo[4]] != memo[5])
+        ):
             hits = memo[3]
             if len(hits) < limit and hashes[len(hits)] in self.pool.hash_to_block:
                 hits = hits + self._run(hashes, len(hits), limit)
@@ -69,8 +86,9 @@ class PrefixCache:
             memo = self._remember(seq, hashes, limit, self._run(hashes, 0, limit))
         return PrefixLookup(memo[3], self._free_count(memo[4]), [])
 
-    def _remember(self, seq: Sequence, hashes: list[int], limit: int,
-                  hits: list[int]) -> tuple[Sequence, list[int], int, list[int], np.ndarray, np.ndarray]:
+    def _remember(
+        self, seq: Sequence, hashes: list[int], limit: int, hits: list[int]
+    ) -> tuple[Sequence, list[int], int, list[int], np.ndarray, np.ndarray]:
         held = np.fromiter(hashes, dtype=np.int64, count=len(hits))
         self._memo = (seq, hashes, limit, hits, as_blocks(hits), held)
         return self._memo
@@ -99,7 +117,7 @@ class PrefixCache:
             if run == need:
                 start = index
                 break
-        blocks = [found[block_hash] for block_hash in hashes[start:start + run]]
+        blocks = [found[block_hash] for block_hash in hashes[start : start + run]]
         return PrefixLookup(blocks, self._free_count(blocks), [], skipped=start)
 
     def _tier_run(self, hashes: list[int]) -> list[tuple[int, Tier]]:
@@ -158,7 +176,9 @@ class PrefixCache:
                 tiers.restore(block, payload)  # type: ignore[union-attr]
                 pool.cache(block, block_hash)
             seq.block_table += promoted
-        seq.dropped_blocks = hits.skipped  # the window's null blocks: table[i] holds logical block i + skipped
+        seq.dropped_blocks = (
+            hits.skipped
+        )  # the window's null blocks: table[i] holds logical block i + skipped
         seq.capacity = (hits.skipped + len(seq.block_table)) * block_size
         seq.cached_blocks = hits.skipped + len(seq.block_table)
         seq.hit_tokens += hit_tokens
@@ -171,7 +191,9 @@ class PrefixCache:
         dropped = seq.dropped_blocks
         start = max(seq.cached_blocks, dropped)
         if start < full:
-            self.pool.cache_all(seq.block_table[start - dropped:full - dropped], hashes[start:full])
+            self.pool.cache_all(
+                seq.block_table[start - dropped : full - dropped], hashes[start:full]
+            )
         seq.cached_blocks = max(seq.cached_blocks, full)
 
     def cached_prefix_blocks(self, hashes: list[int]) -> int:

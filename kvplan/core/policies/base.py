@@ -34,7 +34,9 @@ SINKS = 4  # StreamingLLM's attention sinks; also every policy's smallest budget
 class EvictionPolicy:
     name: ClassVar[str]
     help: ClassVar[str]  # one line for the CLI's help and the docs
-    order: ClassVar[int | None] = None  # place in listings (help, errors); None: not a listed policy
+    order: ClassVar[int | None] = (
+        None  # place in listings (help, errors); None: not a listed policy
+    )
     compacts: ClassVar[bool] = True
     keeps_holes: ClassVar[bool] = False
     sinks: ClassVar[int] = 0

@@ -21,7 +21,9 @@ def split_budget(total: int, entropies: list[float], floor: int = SINKS) -> list
     layers = len(entropies)
     spare = total - floor * layers
     if spare < 0:
-        raise ValueError(f"a total budget of {total} cannot give {layers} layers {floor} tokens each")
+        raise ValueError(
+            f"a total budget of {total} cannot give {layers} layers {floor} tokens each"
+        )
     weight = sum(entropies) or 1.0
     shares = [spare * e / weight for e in entropies]
     budgets = [floor + int(s) for s in shares]

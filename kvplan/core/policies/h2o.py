@@ -17,8 +17,10 @@ from typing import Any
 
 from kvplan.core.policies.base import EvictionPolicy, top_indices
 
-NO_SCORES = ("a request that hits the prefix cache never computes the cached prefix's attention, so {} has no "
-             "scores to choose from")
+NO_SCORES = (
+    "a request that hits the prefix cache never computes the cached prefix's attention, so {} has no "
+    "scores to choose from"
+)
 
 
 def keep_h2o(scores: Any, budget: int, recent: int | None = None) -> Any:
@@ -51,5 +53,7 @@ class H2OHoles(H2O):
     order = 4
     compacts = False
     keeps_holes = True
-    real_refusal = ("the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
-                    "report the blocks holes would hold: eviction_hole_blocks_ratio)")
+    real_refusal = (
+        "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
+        "report the blocks holes would hold: eviction_hole_blocks_ratio)"
+    )

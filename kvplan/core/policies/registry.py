@@ -17,11 +17,17 @@ FULL = KeepAll()
 def policies() -> dict[str, EvictionPolicy]:
     """Policy name -> the policy, in listing order."""
     package = importlib.import_module(__package__ or "kvplan.core.policies")
-    modules = {f"{package.__name__}.{module.name}" for module in pkgutil.iter_modules(package.__path__)}
+    modules = {
+        f"{package.__name__}.{module.name}" for module in pkgutil.iter_modules(package.__path__)
+    }
     loaded = {name: importlib.import_module(name) for name in sorted(modules)}
     # A class counts while its module defines it (a reloaded module's old class does not).
-    found = [cls() for cls in _subclasses(EvictionPolicy) if cls.__dict__.get("order") is not None
-             and getattr(loaded.get(cls.__module__), cls.__name__, None) is cls]
+    found = [
+        cls()
+        for cls in _subclasses(EvictionPolicy)
+        if cls.__dict__.get("order") is not None
+        and getattr(loaded.get(cls.__module__), cls.__name__, None) is cls
+    ]
     found.sort(key=lambda policy: policy.order if policy.order is not None else 0)
     names = [policy.name for policy in found]
     if len(set(names)) != len(names):

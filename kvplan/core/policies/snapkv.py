@@ -32,12 +32,16 @@ class SnapKV(EvictionPolicy):
     help = "SnapKV: the prompt compressed once by its last queries' votes, later tokens kept"
     order = 5
     selects_after_prompt = True
-    prefix_conflict = ("SnapKV compresses each prompt in place from its own observation window, so a compressed "
-                       "block no longer holds the tokens another request's hit reads")
+    prefix_conflict = (
+        "SnapKV compresses each prompt in place from its own observation window, so a compressed "
+        "block no longer holds the tokens another request's hit reads"
+    )
 
     def check(self, spec: Any) -> None:
         if spec.budget is not None and spec.budget <= spec.window:
-            raise ValueError(f"snapkv keeps its {spec.window}-query observation window: the budget must exceed it")
+            raise ValueError(
+                f"snapkv keeps its {spec.window}-query observation window: the budget must exceed it"
+            )
 
     def held_over_budget(self, spec: Any, prompt_len: int, length: int, budget: int) -> int:
         if length < prompt_len:

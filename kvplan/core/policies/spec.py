@@ -30,17 +30,28 @@ class PolicySpec:
         policy = lookup(self.name)
         object.__setattr__(self, "policy", policy)
         if policy.evicts and (self.budget is None or self.budget < SINKS + 1):
-            raise SettingError("policy '{policy}' needs a token budget above {sinks} ({kv_budget})", policy=self.name,
-                               sinks=SINKS)
+            raise SettingError(
+                "policy '{policy}' needs a token budget above {sinks} ({kv_budget})",
+                policy=self.name,
+                sinks=SINKS,
+            )
         policy.check(self)
         if self.layer_budgets is not None:
             if not policy.splits_layers:
-                splitting = ", ".join(name for name, known in policies().items() if known.splits_layers)
+                splitting = ", ".join(
+                    name for name, known in policies().items() if known.splits_layers
+                )
                 raise ValueError(f"per-layer budgets belong to {splitting}, not '{self.name}'")
-            if self.budget is None or sum(self.layer_budgets) != self.budget * len(self.layer_budgets) \
-                    or min(self.layer_budgets) < 1:
-                raise SettingError("{policy}'s layer budgets {split} must be positive and sum to {kv_budget} x layers",
-                                   policy=self.name, split=list(self.layer_budgets))
+            if (
+                self.budget is None
+                or sum(self.layer_budgets) != self.budget * len(self.layer_budgets)
+                or min(self.layer_budgets) < 1
+            ):
+                raise SettingError(
+                    "{policy}'s layer budgets {split} must be positive and sum to {kv_budget} x layers",
+                    policy=self.name,
+                    split=list(self.layer_budgets),
+                )
 
     @property
     def evicts(self) -> bool:

@@ -44,10 +44,16 @@ class Tier:
 
     def __post_init__(self) -> None:
         if self.policy not in TIER_POLICIES:
-            raise ValueError(f"unknown tier policy '{self.policy}'; use one of: {', '.join(TIER_POLICIES)}")
+            raise ValueError(
+                f"unknown tier policy '{self.policy}'; use one of: {', '.join(TIER_POLICIES)}"
+            )
         if self.capacity_blocks < 0 or self.bandwidth <= 0:
-            raise ValueError(f"tier {self.name} needs a non-negative capacity and a positive bandwidth")
-        self.blocks = ARCSet(self.capacity_blocks) if self.policy == "arc" else LRUSet(self.capacity_blocks)
+            raise ValueError(
+                f"tier {self.name} needs a non-negative capacity and a positive bandwidth"
+            )
+        self.blocks = (
+            ARCSet(self.capacity_blocks) if self.policy == "arc" else LRUSet(self.capacity_blocks)
+        )
 
 
 class TieredCache:
