@@ -203,12 +203,23 @@ def _title(record: ResultRecord) -> str:
     )
 
 
+def _splits_layers(optimization: str) -> bool:
+    from kvplan.bench.optimizations import parse_optimization
+    from kvplan.core.policies.registry import lookup
+
+    try:  # a cluster's records name their router after "@"
+        policy = parse_optimization(optimization.split("@")[0]).policy
+    except ValueError:
+        return False
+    return policy is not None and lookup(policy).splits_layers
+
+
 def _unsplit_entropy(records: list[ResultRecord]) -> list[str]:
     """A simulated entropy-budget run has no weights to probe its layer split (named here)."""
     names = [
         r.optimization
         for r in records
-        if "entropy-budget" in r.optimization
+        if _splits_layers(r.optimization)
         and (r.mode or "simulated") != "real"
         and "layer_budgets" not in r.metrics
     ]
