@@ -21,7 +21,7 @@ def profiles_dir() -> Path:
     try:
         return Path(str(resources.files("kvplan.profiles_data")))
     except ModuleNotFoundError:  # running from a source tree that was never installed
-        return Path(__file__).resolve().parents[1] / "profiles"
+        return Path(__file__).resolve().parents[2] / "profiles"
 
 
 @dataclass(frozen=True)
