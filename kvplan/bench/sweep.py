@@ -5,6 +5,7 @@ A sweep file (TOML) names the axes and fixed settings:
     [fixed]                      # any kvplan bench setting, under its flat name (the CLI's)
     workload = "sharegpt"
     num_requests = 300
+    calibration = "h100.json"    # as --calibration FILE: `kvplan calibrate`'s step model
     [axes]                       # every combination is one point
     gpu = ["l4", "a100-80gb"]
     rate = [1, 2, 4, 8]
@@ -34,12 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvplan.bench.config import FLAT_NAMES
+from kvplan.bench.config import CALIBRATION, FLAT_NAMES
 from kvplan.bench.executors import DEFAULT_EXECUTOR, EXECUTORS, make_executor
 from kvplan.bench.sweep_checks import check_sweep_data
 from kvplan.bench.sweep_point import WORKLOAD_KEYS, run_point
 from kvplan.bench.sweep_store import finished_records, rewrite
 from kvplan.results import ResultRecord, dumps
+from kvplan.spec.extras import require_extra
 
 __all__ = [
     "DEFAULT_EXECUTOR",
@@ -90,7 +92,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise ValueError(
             f"malformed sweep file '{path}': nested too deeply; fix the TOML"
         ) from None
-    known = set(FLAT_NAMES) | set(WORKLOAD_KEYS) | {"optimization"}
+    known = set(FLAT_NAMES) | set(WORKLOAD_KEYS) | {"optimization", CALIBRATION}
     check_sweep_data(data, str(path), known)  # tables, shapes, numbers (as bench's flags)
     axes = data["axes"]
     slo = (data.get("slo") or {}).get("ttft_p90_s")
@@ -112,13 +114,19 @@ def run_sweep(
     notify: Callable[[str], None] | None = None,
 ) -> list[ResultRecord]:
     """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
+    points = spec.points()
+    # A missing optional package is one error before the output folder is touched, not an
+    # import error recorded for every point
+    if executor == "ray":
+        require_extra("ray", "the ray executor")
+    if any(point.get("mode") == "real" for point in points):
+        require_extra("real", "a sweep point with mode = 'real'")
     runner = make_executor(
         executor, workers, address
     )  # an unknown one fails before any output is touched
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
-    points = spec.points()
     # Finished points outside this grid are kept, never dropped (sweep_store.py)
     grid_ids = {p["point_id"] for p in points}
     finished = finished_records(results)

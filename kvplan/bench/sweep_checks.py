@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kvplan.bench.config import CALIBRATION, calibration_as_step_model
+from kvplan.bench.setting_use import check_sweep_budgets
+from kvplan.sim.factory import FITTED, ROOFLINE
 from kvplan.spec.numbers import MAX_SWEEP_POINTS, check_grid_size, check_number, rule_for
 
 TABLES = ("fixed", "axes", "slo", "prices")
@@ -67,6 +70,32 @@ def check_sweep_data(data: dict[str, Any], path: str, known: set[str]) -> None:
         _positive(value, f"{where}: slo.{key}")
     for gpu, price in (data.get("prices") or {}).items():
         _positive(price, f"{where}: prices.{gpu}")
+    _check_step_models(data, where)
+    # a KV budget needs an eviction policy among the optimizations, as bench's flag does
+    check_sweep_budgets(data.get("fixed") or {}, data.get("axes") or {}, where)
+
+
+def _check_step_models(data: dict[str, Any], where: str) -> None:
+    """step_model and calibration as bench's --step-model and --calibration take them: a step
+    model by name, or a file `kvplan calibrate` wrote (read now, once per file, not per point)."""
+    fixed, axes = data.get("fixed") or {}, data.get("axes") or {}
+
+    def values(name: str) -> list[Any]:
+        return [fixed[name]] if name in fixed else list(axes.get(name, []))
+
+    names = (FITTED, ROOFLINE)
+    for model in values("step_model"):
+        if model not in names:
+            raise ValueError(
+                f"{where}: step_model must be {' or '.join(names)}, got {model!r}; a file "
+                f'written by `kvplan calibrate` goes in {CALIBRATION} = "FILE"'
+            )
+    step_model = next(iter(values("step_model")), None)
+    for calibration in values(CALIBRATION):
+        try:
+            calibration_as_step_model({CALIBRATION: calibration, "step_model": step_model})
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
 
 
 def _check_value(name: str, value: Any, label: str) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from kvplan.cli.common import console, escape, fmt_bytes
+from kvplan.cli.fit_table import fitted_table
 from kvplan.results.atomic import restore_on_failure, strict_json
 
 
@@ -56,28 +55,26 @@ def run_quality_command(
     console.print(f"[dim]results: {escape(str(run.out))}[/]")
 
 
+QUALITY_HEADERS = (
+    "optimization",
+    "KV / sequence",
+    "vs base",
+    "max concurrency",
+    "perplexity",
+    "vs base",
+    "KL(full||opt)",
+    "greedy agree",
+)
+
+
 def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | None) -> None:
-    table = Table(
-        title=f"{escape(label)}: memory and quality on {tokens} tokens"
-        + (f", eviction budget {budget} tokens per layer" if budget else ""),
-        title_justify="left",
-        header_style="bold",
-    )
+    """One row per optimization; on a narrow terminal the figures spread over more tables,
+    each repeating the optimization's name (kvplan.cli.fit_table)."""
     served = any("served_perplexity" in row for row in rows)
-    for column in (
-        "optimization",
-        "KV / sequence",
-        "vs base",
-        "max concurrency",
-        "perplexity",
-        "vs base",
-        "KL(full||opt)",
-        "greedy agree",
-        *(("served ppl", "served KL") if served else ()),
-    ):
-        table.add_column(column, justify="left" if column == "optimization" else "right")
+    headers = (*QUALITY_HEADERS, *(("served ppl", "served KL") if served else ()))
+    cells = []
     for row in rows:
-        cells = [
+        line = [
             escape(row["optimization"]),
             fmt_bytes(row["kv_bytes_per_seq"]),
             f"{row['kv_bytes_vs_base']:.2f}x",
@@ -88,12 +85,15 @@ def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | No
             f"{100 * row['greedy_agreement']:.1f}%",
         ]
         if served:
-            cells += [
+            line += [
                 f"{row['served_perplexity']:.3f}" if "served_perplexity" in row else "-",
                 f"{row['served_kl_mean']:.4f}" if "served_kl_mean" in row else "-",
             ]
-        table.add_row(*cells)
-    console.print(table)
+        cells.append(line)
+    title = f"{escape(label)}: memory and quality on {tokens} tokens" + (
+        f", eviction budget {budget} tokens per layer" if budget else ""
+    )
+    console.print(fitted_table(title, headers, cells, console.width, left=("optimization",)))
     if served:
         console.print(
             "[dim]served: the text teacher-forced through the serving engine (scheduler, paged pool, "

@@ -9,6 +9,7 @@ import typer
 
 from kvplan.cli.common import cli_errors, console, escape
 from kvplan.results.latest import read_latest
+from kvplan.spec.extras import require_extra
 
 
 @cli_errors()
@@ -28,6 +29,7 @@ def report(
     ] = Path("reports/report"),
 ) -> None:
     """Turn results files into PNG charts and one self-contained HTML page."""
+    require_extra("report", "kvplan report")  # before pandas and matplotlib are imported
     with console.status("rendering report"):
         from kvplan.report import write_report
 

@@ -74,6 +74,7 @@ def sweep(
         TimeRemainingColumn(),
         console=error_console,
         transient=True,
+        disable=not error_console.is_terminal,  # piped, a bar is only a stray blank line
     ) as progress:
         task = progress.add_task("points", total=total)
         records = run_sweep(

@@ -28,8 +28,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kvplan.results.staging import STAGING_PREFIX, remove_stale_staging, staging_prefix
+
 T = TypeVar("T")
-STAGING_PREFIX = ".kvplan-staging-"
 REPORT_SUFFIXES = (".html", ".png", ".csv", ".prom")  # what a kvplan report folder holds
 
 
@@ -148,9 +149,8 @@ def swap_folder(out_dir: str | Path, build: Callable[[Path], T]) -> T:
     check_folder_target(out_dir)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(
-            tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{out_dir.name}-", dir=out_dir.parent)
-        )
+        remove_stale_staging(out_dir)  # what a killed report into this folder left beside it
+        staging = Path(tempfile.mkdtemp(prefix=staging_prefix(out_dir), dir=out_dir.parent))
     except OSError as err:
         raise _path_error(out_dir, err) from None
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvplan.results.schema import DESCRIPTIVE_METRICS
+
 KINDS = (
     "bench",
     "estimate",
@@ -17,16 +19,7 @@ KINDS = (
     "fidelity",
     "plan",
 )  # fidelity: benchmarks/serving_fidelity.py; plan: kvplan plan --out
-TEXT_METRICS = (
-    "device",
-    "error",
-    "verdict",
-    "policy",
-    "kv_format",
-    "kernel_backend",
-    "model_dtype",
-    "step_model",
-)  # words, not numbers
+TYPE_WORDS = {str: "a text", bool: "true or false"}
 
 
 def _problem(record: dict[str, Any]) -> str | None:
@@ -41,9 +34,13 @@ def _problem(record: dict[str, Any]) -> str | None:
     if not record["metrics"]:
         return "'metrics' is empty"
     for name, value in record["metrics"].items():
-        if name in TEXT_METRICS or value is None or isinstance(value, (dict, list)):
+        if value is None or isinstance(value, (dict, list)):
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        described = DESCRIPTIVE_METRICS.get(name)  # the schema's words and flags
+        if described is not None:
+            if not isinstance(value, described):
+                return f"metric '{name}' must be {TYPE_WORDS[described]}, got {value!r}"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"metric '{name}' must be a number, got {value!r}"
     timeseries = record.get("timeseries")
     if timeseries is not None and not (

@@ -10,7 +10,8 @@ A results file holds one JSON object per line with these fields:
     optimization    str: the optimization (or variant, e.g. prefix@kv-aware) of this record
     baseline        bool: the run's first optimization, which ratios compare against
     params          {...the run's inputs: model, gpu, tp, workload, seed, ...}
-    metrics         {...flat numbers named as in docs/metrics.md...}
+    metrics         {...flat numbers named as in docs/metrics.md; the descriptive ones
+                     (DESCRIPTIVE_METRICS) are words or yes/no; lists and records as they are...}
     timeseries      {"t": [...], "<metric>": [...], ...}
 
 `params` and `metrics` stay dicts keyed by their flat names: the metric names are the
@@ -27,6 +28,24 @@ from typing import Any
 SCHEMA = "kvplan.result/1"
 REQUIRED = ("schema", "kind", "run_id", "optimization", "params", "metrics")
 OPTIONAL = ("kvplan_version", "mode", "baseline", "timeseries")
+
+# Metrics that describe a run rather than measure it, with their JSON type: words (str) or
+# yes/no (bool). Every other metric is a number, or null where nothing was measured; lists
+# (per pod, per layer) and nested records (an error band) are taken as they are. A bench
+# record's entries are the metric registry's TEXT and FLAG metrics (kvplan.core.metric_registry):
+# this lowest layer cannot import the registry, so tests/test_result_checks.py holds the two
+# equal. The other kinds add their own words.
+DESCRIPTIVE_METRICS: dict[str, type] = {
+    "step_model": str,  # bench: which step-model factors timed the run
+    "device": str,  # bench (real mode), quality: the device it ran on
+    "overloaded": bool,  # bench: whether the backlog grew
+    "error": str,  # error: why a sweep point failed
+    "verdict": str,  # estimate: fits / does not fit
+    "policy": str,  # quality: the eviction policy measured
+    "kv_format": str,  # quality
+    "kernel_backend": str,  # quality, real mode
+    "model_dtype": str,  # quality, real mode
+}
 
 
 @dataclass(frozen=True)
