@@ -80,11 +80,14 @@ def setup_for(record: dict) -> tuple[ServerLog, ServerSetup]:
         tensor_parallel_size=tp,
         gpu_memory_utilization=log.gpu_memory_utilization or record.get("gpu_memory_utilization"),
         max_model_len=log.max_model_len or record.get("max_model_len"),
+        # the record's names fill the log's as text the log printed (resolved leniently: a
+        # name that does not resolve leaves the log unsized, with the reason), not as names a
+        # user typed, which must resolve
+        model=log.model or record.get("model"),
+        gpu_name=record.get("gpu") or log.gpu_name,
     )
     return log, server_setup(
         filled,
-        model_name=log.model or record.get("model"),
-        gpu_name=record.get("gpu") or log.gpu_name,
         version=record.get("engine_version"),
         date=record.get("source_date"),
     )

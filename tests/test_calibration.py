@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from kvplan.cli.app import app
 from kvplan.sim.calibration import Replay, load_calibration, simulate
 from kvplan.sim.factor_fit import fit
-from kvplan.sim.measured import MeasuredRun, read_result
+from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
+from kvplan.sim.vllm_results import read_result
 from kvplan.spec.resolve import load_gpu
 
 runner = CliRunner()
@@ -166,14 +167,13 @@ def test_calibrate_holds_each_run_out_and_bench_prints_that_band(tmp_path):
     files = []
     for concurrency, tpot in ((8, 28.0), (2, 22.0)):
         saved = tmp_path / f"c{concurrency}.json"
+        throughput = 256.0 * concurrency / 8 * 28.0 / tpot
+        duration = 2560 / throughput  # every throughput its total over the duration, as vLLM's
+        figures = {"output_throughput": throughput, "request_throughput": 40 / duration}
+        figures |= {"duration": duration, "total_token_throughput": 12800 / duration}
         saved.write_text(
             json.dumps(
-                {
-                    **VLLM_RESULT,
-                    "max_concurrency": concurrency,
-                    "mean_tpot_ms": tpot,
-                    "output_throughput": 256.0 * concurrency / 8 * 28.0 / tpot,
-                }
+                {**VLLM_RESULT, "max_concurrency": concurrency, "mean_tpot_ms": tpot, **figures}
             )
         )
         files.append(str(saved))

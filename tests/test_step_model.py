@@ -215,8 +215,10 @@ def test_moe_reads_only_routed_experts_at_small_batch():
 def test_factors_out_of_range_are_refused():
     with pytest.raises(ValueError, match="bandwidth_factor"):
         StepModelParams(bandwidth_factor=0.0)
-    with pytest.raises(ValueError, match="overheads"):
+    with pytest.raises(ValueError, match="overhead_s"):
         StepModelParams(overhead_s=-1.0)
+    with pytest.raises(ValueError, match="overhead_per_seq_s .* got nan"):
+        StepModelParams(overhead_per_seq_s=float("nan"))  # every step would last forever
 
 
 def test_shipped_defaults_exist_for_every_fitted_family_and_engine():

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.table import Table
 
 from kvplan.cli.common import (
     GpuOpt,
@@ -18,6 +18,7 @@ from kvplan.cli.common import (
     console,
     error_console,
 )
+from kvplan.cli.fit_table import fitted_table
 
 
 @cli_errors("out")
@@ -51,14 +52,14 @@ def calibrate(
         Optional[int],
         typer.Option(
             metavar="TOKENS",
-            help="random dataset: --input-len of the run (default: total input tokens / requests).",
+            help="random dataset: --input-len of the runs, one value for every file (default: each file's total input tokens / requests); a file whose totals disagree is refused.",
         ),
     ] = None,
     output_len: Annotated[
         Optional[int],
         typer.Option(
             metavar="TOKENS",
-            help="random dataset: --output-len of the run (default: total output tokens / requests).",
+            help="random dataset: --output-len of the runs, one value for every file (default: each file's total output tokens / requests).",
         ),
     ] = None,
     random_range_ratio: Annotated[
@@ -148,6 +149,8 @@ def calibrate(
             "[dim]one run: nothing to hold out, so the fit's error above is in-sample only; "
             "give two or more runs for a held-out error[/]"
         )
+    for note in result.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
     params = result.params
     console.print(
         f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
@@ -155,22 +158,24 @@ def calibrate(
         f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence, MoE expert GEMMs x{params.moe_flops_factor:.3f} "
         "of the dense FLOP/s"
     )
+    shown = escape(str(out))
     error_console.print(
-        f"[dim]calibration: {out}; use it with kvplan bench --calibration {out} "
-        f'(or calibration = "{out}" in a sweep file)[/]'
+        f"[dim]calibration: {shown}; use it with kvplan bench --calibration {shown} "
+        f'(or calibration = "{shown}" in a sweep file)[/]'
     )
 
 
-def _error_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=title, header_style="bold", title_justify="left")
-    for column in ("run", "figure", "measured", "kvplan", "error"):
-        table.add_column(column, justify="left" if column in ("run", "figure") else "right")
-    for row in rows:
-        table.add_row(
+def _error_table(title: str, rows: list[dict[str, Any]]) -> RenderableType:
+    """A run's name and its figure whole at any width (kvplan.cli.fit_table)."""
+    cells = [
+        [
             escape(row["run"]),
-            row["metric"],
+            escape(row["metric"]),
             f"{row['measured']:,.2f}",
             f"{row['predicted']:,.2f}",
             f"{100 * row['error']:+.1f}%",
-        )
-    return table
+        ]
+        for row in rows
+    ]
+    headers = ("run", "figure", "measured", "kvplan", "error")
+    return fitted_table(title, headers, cells, console.width, ("run", "figure"), key=2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -12,7 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console
+from kvplan.cli.fit_table import fitted_table
 from kvplan.plan.explain import explain as explain_log
+from kvplan.spec.server_log import log_name, read_log
 
 _MEMORY_ROWS = (
     ("total", "total GPU memory"),
@@ -48,8 +49,8 @@ def explain(
     as_json: JsonOpt = False,
 ) -> None:
     """Where a server's memory went, what its KV figures imply, and what-ifs in its own flags."""
-    text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
-    record = explain_log(text, model=model, gpu=gpu)
+    text = read_log(log, sys.stdin.buffer if log == "-" else None)
+    record = explain_log(text, model=model, gpu=gpu, source=log_name(log))
     if as_json:
         print(json.dumps(record, indent=2))
         return
@@ -75,8 +76,8 @@ def render(record: dict) -> None:
         + (f", version {escape(record['version'])}" if record["version"] else "")
     )
     inputs = Table(title="Inputs recovered", show_header=False, title_justify="left")
-    inputs.add_column(style="cyan")
-    inputs.add_column()
+    inputs.add_column(style="cyan", no_wrap=True)
+    inputs.add_column(overflow="fold")  # a long model path folds, never ends in "…"
     for key, value in record["inputs"].items():
         if value is not None:
             inputs.add_row(key, _fmt(value))
@@ -139,23 +140,23 @@ def render(record: dict) -> None:
         console.print(f"{mark}{escape(kv['note'])}")
 
     if record["what_ifs"]:
-        ifs = Table(
-            title="What if (same GPU, same model)", title_justify="left", header_style="bold"
-        )
-        for column in ("change", "KV tokens", "concurrency", "note"):
-            ifs.add_column(
-                column,
-                justify="right" if column in ("KV tokens", "concurrency") else "left",
-                no_wrap=column != "note",
-            )
-        for row in record["what_ifs"]:
-            concurrency = (
-                f"{row['max_concurrency']:.2f}x" if row["max_concurrency"] is not None else "-"
-            )
-            ifs.add_row(
+        rows = [
+            [
                 escape(row["change"]),
                 _fmt(row["kv_cache_tokens"]),
-                concurrency,
+                f"{row['max_concurrency']:.2f}x" if row["max_concurrency"] is not None else "-",
                 escape(row["note"]),
+            ]
+            for row in record["what_ifs"]
+        ]
+        # the change and the figures whole, the note wrapped between words (kvplan.cli.fit_table)
+        console.print(
+            fitted_table(
+                "What if (same GPU, same model)",
+                ("change", "KV tokens", "concurrency", "note"),
+                rows,
+                console.width,
+                left=("change", "note"),
+                wrap=("note",),
             )
-        console.print(ifs)
+        )

@@ -12,7 +12,9 @@ import math
 
 from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup, stage_layers_share
 from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS, GIB
+from kvplan.plan.pool_sizing import model_max_len
 from kvplan.spec import parse_kv_format
+from kvplan.spec.resolve import load_gpu
 from kvplan.spec.server_log import ServerLog, parse_server_log
 
 SCHEMA = "kvplan.explain/1"
@@ -109,6 +111,12 @@ def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) ->
             "max_model_len, so KV memory / tokens is not a per-token cost"
         )
         return result
+    if kv_gib is not None and kv_gib <= 0:
+        result["note"] = (
+            f"no memory was left for the KV cache ({kv_gib} GiB): the server stopped at startup; "
+            "the what-ifs show what frees memory"
+        )
+        return result
     if implied is None or kv_gib is None or tokens is None:
         result["note"] = "the log does not print both KV memory and a token count"
         return result
@@ -153,7 +161,8 @@ def what_ifs(
         )
 
     fmt = parse_kv_format(setup.kv_dtype, setup.model) if setup.model else None
-    if fmt is None or fmt.bits > 8:
+    no_cache = kv <= 0  # the server stopped: only more memory helps, not a smaller KV entry
+    if (fmt is None or fmt.bits > 8) and not no_cache:
         fp8_per_token = per_token * 8 / (fmt.bits if fmt else 16)
         add(
             "--kv-cache-dtype fp8" + ("_e4m3" if sglang else ""),
@@ -173,20 +182,9 @@ def what_ifs(
             _tokens(kv + extra, per_token, step),
             f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and fragmentation",
         )
-    if not sglang:
-        fits = logged_kv_tokens(log, setup) or _tokens(kv, per_token, step)
-        note = "one request of this length fits the KV cache"
-        if setup.engine == "vllm-v0":
-            note += "; v0 profiles max_model_len tokens, so a shorter length also frees activation memory"
-        if log.max_tokens_in_kv_from_error is not None:
-            note += f" (the server's own estimate: {log.max_tokens_in_kv_from_error:,})"
-        out.append(
-            {
-                "change": f"--max-model-len {fits}",
-                "kv_cache_tokens": fits,
-                "max_concurrency": 1.0,
-                "note": note,
-            }
+    if not sglang and not no_cache:
+        out += _longest_request(
+            log, setup, logged_kv_tokens(log, setup) or _tokens(kv, per_token, step)
         )
     if setup.model is not None:
         tp = setup.tp * 2
@@ -211,6 +209,48 @@ def what_ifs(
                 "activation peak assumed unchanged",
             )
     return out
+
+
+def _longest_request(log: ServerLog, setup: ServerSetup, fits: int) -> list[dict]:
+    """The --max-model-len at which one request fills the KV cache, capped at the longest the
+    model serves (vLLM refuses a length past the one it derives from the model's config), or,
+    for a model kvplan cannot size, at the length the server already runs; no row where the
+    server already runs at that cap."""
+    derived = model_max_len(setup.model) if setup.model is not None else None
+    known = derived is not None
+    longest = derived if derived is not None else log.max_model_len
+    if longest is not None and fits > longest:
+        if setup.max_model_len == longest:
+            return []
+        cap = (
+            "the model's maximum (its config's length with RoPE scaling, as vLLM derives it)"
+            if known
+            else "the server's own max_model_len (kvplan does not know the model's maximum; pass --model)"
+        )
+        note = f"{cap}; the KV cache holds {fits:,} tokens, {fits / longest:.2f} requests of this length"
+        return [
+            {
+                "change": f"--max-model-len {longest}",
+                "kv_cache_tokens": fits,
+                "max_concurrency": round(fits / longest, 2),
+                "note": note,
+            }
+        ]
+    note = "one request of this length fits the KV cache"
+    if setup.engine == "vllm-v0":
+        note += (
+            "; v0 profiles max_model_len tokens, so a shorter length also frees activation memory"
+        )
+    if log.max_tokens_in_kv_from_error is not None:
+        note += f" (the server's own estimate: {log.max_tokens_in_kv_from_error:,})"
+    return [
+        {
+            "change": f"--max-model-len {fits}",
+            "kv_cache_tokens": fits,
+            "max_concurrency": 1.0,
+            "note": note,
+        }
+    ]
 
 
 def prediction(log: ServerLog, setup: ServerSetup) -> dict | None:
@@ -239,9 +279,21 @@ def prediction(log: ServerLog, setup: ServerSetup) -> dict | None:
     }
 
 
-def explain(text: str, model: str | None = None, gpu: str | None = None) -> dict:
-    """The kvplan.explain/1 record for one log (ValueError if it shows nothing usable)."""
-    log = parse_server_log(text)
+def explain(
+    text: str, model: str | None = None, gpu: str | None = None, source: str = "the log"
+) -> dict:
+    """The kvplan.explain/1 record for one log (ValueError if it shows nothing usable, or a
+    figure no server prints: the message names `source` and the line)."""
+    named_gpu = load_gpu(gpu) if gpu is not None else None  # an unknown name is refused first
+    bound = (
+        (
+            max(named_gpu.memory_gib, named_gpu.usable_memory_bytes / GIB),
+            f"the memory of {named_gpu.name}",
+        )
+        if named_gpu is not None
+        else None
+    )
+    log = parse_server_log(text, source, bound)
     setup = server_setup(log, model_name=model, gpu_name=gpu)
     memory = memory_breakdown(log, setup)
     kv = bytes_per_token(log, setup, memory["kv"])

@@ -117,11 +117,17 @@ def server_setup(
     date: str | None = None,
 ) -> ServerSetup:
     """The setup behind a log; model_name / gpu_name / version fill in what the log does not
-    show, and a log's date (YYYY-MM-DD) stands in for a version where neither is known."""
-    logged = resolve_model(model_name or log.model)
+    show, and a log's date (YYYY-MM-DD) stands in for a version where neither is known.
+    A name the user gives must resolve (the resolver's error is raised, as for any command);
+    one the log prints may be unknown, and the explanation says what it could not size."""
+    if model_name is not None:
+        typed = resolve_name(model_name)
+        logged = LoggedModel(typed.spec, typed.note)
+    else:
+        logged = resolve_model(log.model)
     model, note = logged.spec, logged.note
     match = model.name if model else None
-    gpu = resolve_gpu(gpu_name or log.gpu_name)
+    gpu = load_gpu(gpu_name) if gpu_name is not None else resolve_gpu(log.gpu_name)
     engine = (
         "sglang"
         if log.engine == "sglang"

@@ -5,15 +5,18 @@ of its modeled time figures)."""
 
 from __future__ import annotations
 
-import json
+import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from kvplan.sim.calibration import compared, simulate
+from kvplan.sim.calibration_file import FACTOR_NAMES, write_calibration
 from kvplan.sim.factor_fit import fit
-from kvplan.sim.step_model import CALIBRATION_FORMAT, FACTOR_NAMES, StepModelParams
+from kvplan.sim.run_checks import check_settings
+from kvplan.sim.step_model import StepModelParams
+from kvplan.spec.setting_error import SettingError
 
 HELD_OUT_FIGURES = (
     "output_throughput",
@@ -25,30 +28,6 @@ HELD_OUT_FIGURES = (
 )
 
 
-def write_calibration(
-    path: Path,
-    params: StepModelParams,
-    gpu: str,
-    engine: str,
-    rows: list[dict[str, Any]],
-    held_out: dict[str, float] | None = None,
-) -> None:
-    data = {
-        "format": CALIBRATION_FORMAT,
-        "gpu": gpu,
-        "engine": engine,
-        "params": {name: getattr(params, name) for name in FACTOR_NAMES},
-        "source": params.source,
-        "fit_errors": rows,
-    }
-    if held_out is not None:
-        data["held_out"] = held_out
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-
-
 @dataclass(frozen=True)
 class CalibrationResult:
     params: StepModelParams
@@ -57,6 +36,7 @@ class CalibrationResult:
     ]  # per input run and figure: measured, predicted, error (the fit's own runs)
     held_out_rows: list[dict[str, Any]]  # the same, each run predicted by a fit without it
     held_out: dict[str, float] | None  # per figure: median absolute held-out error and runs
+    notes: list[str] = field(default_factory=list)  # what applied to every run, said once
 
 
 def _errors(run_id: str, run, predicted: dict[str, float]) -> list[dict[str, Any]]:
@@ -94,12 +74,14 @@ def calibrate_results(
     settings carries what result files do not say (model, gpu, tp, engine limits, dataset
     lengths); every run must be on the same GPU. The file is written only after the fits.
     """
-    from kvplan.sim.measured import read_result
+    from kvplan.sim.vllm_results import read_result
 
     if not paths:
         raise ValueError(
             "no result files given; pass one or more `vllm bench serve --save-result` JSONs or pasted blocks"
         )
+    check_settings(settings)
+    check_out(out, paths)
     runs = [read_result(path, settings) for path in paths]
     runs = [run for run in runs if compared(run)]
     if not runs:
@@ -118,5 +100,37 @@ def calibrate_results(
             without = fit(others, f"{len(others)} run(s) without {run.run_id}")
             held_rows += _errors(run.run_id, run, simulate(run, without)[0])
     held = held_out_summary(held_rows) if held_rows else None
-    write_calibration(out, params, runs[0].gpu, runs[0].engine, rows, held)
-    return CalibrationResult(params, rows, held_rows, held)
+    factors = {name: getattr(params, name) for name in FACTOR_NAMES}
+    write_calibration(out, factors, params.source, runs[0].gpu, runs[0].engine, rows, held)
+    return CalibrationResult(params, rows, held_rows, held, lengths_note(settings, len(runs)))
+
+
+def check_out(out: Path, inputs: list[Path]) -> None:
+    """--out names a file to write, not a folder and not one of the results read."""
+    if out.is_dir():
+        raise SettingError(
+            "{out} '{path}' is a folder; pass a file name such as calibration.json", path=out
+        )
+    for path in inputs:
+        same = out.exists() and path.exists() and os.path.samefile(out, path)
+        if same or out.resolve() == path.resolve():
+            raise SettingError(
+                "{out} '{path}' is one of the result files; pass another file name for the calibration",
+                path=out,
+            )
+
+
+def lengths_note(settings: dict[str, Any], runs: int) -> list[str]:
+    """--input-len / --output-len are the run's own (vLLM's --random-input-len): one value for
+    every file given, checked against each file's token totals; the note says so."""
+    given = [
+        f"{flag} {settings[key]:,}"
+        for key, flag in (("input_len", "--input-len"), ("output_len", "--output-len"))
+        if settings.get(key) is not None
+    ]
+    if not given:
+        return []
+    return [
+        f"{' and '.join(given)} applied to all {runs} run(s) (a file whose own token totals "
+        "disagree is refused); leave them out to read each file's own totals"
+    ]

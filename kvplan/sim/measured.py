@@ -9,17 +9,18 @@ Three inputs give one MeasuredRun each:
   model_id);
 - the printed "Serving Benchmark Result" block pasted into a text file (the labels vLLM
   prints, e.g. "Output token throughput (tok/s):");
-- a line of ../shared/data/serving/serving_benchmarks.jsonl (serve, throughput, latency).
+- a line of the project's dataset of published runs, serving_benchmarks.jsonl (serve,
+  throughput, latency).
 
 What the files do not say (GPU, tensor parallel size, the engine's max_num_seqs and token
 budget) comes from the caller: `kvplan calibrate --gpu --tp ...`.
+The first two are read, and checked, by kvplan/sim/vllm_results.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,8 @@ from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.log_setup import weight_dtype_hint
 from kvplan.plan.versions import released_before
 from kvplan.sim.factor_table import engine_generation
+from kvplan.sim.run_checks import run_problem
 from kvplan.spec.resolve import load_gpu, load_model
-from kvplan.spec.setting_error import SettingError
 
 METRICS = (
     "output_throughput",
@@ -48,25 +49,6 @@ SATURATION_MARGIN = 1.1
 # --enable-chunked-prefill as a store_true flag and passed its value to LLM(), so an offline
 # run that did not ask for chunked prefill ran without it even above 32K context.
 OFFLINE_SCRIPTS_USE_ENGINE_ARGS = (0, 6, 4)
-
-# vLLM's printed labels -> its JSON keys (serve.py prints "{:<40} {:<10.2f}").
-BLOCK_LABELS = {
-    "Successful requests": "completed",
-    "Failed requests": "failed",
-    "Maximum request concurrency": "max_concurrency",
-    "Request rate configured (RPS)": "request_rate",
-    "Benchmark duration (s)": "duration",
-    "Total input tokens": "total_input_tokens",
-    "Total generated tokens": "total_output_tokens",
-    "Request throughput (req/s)": "request_throughput",
-    "Output token throughput (tok/s)": "output_throughput",
-    "Total token throughput (tok/s)": "total_token_throughput",
-    **{
-        f"{stat} {name} (ms)": f"{key}_{name.lower()}_ms"
-        for stat, key in (("Mean", "mean"), ("Median", "median"), ("P99", "p99"))
-        for name in ("TTFT", "TPOT", "ITL", "E2EL")
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -131,7 +113,7 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def _measured(values: dict[str, Any]) -> dict[str, float]:
+def measured_figures(values: dict[str, Any]) -> dict[str, float]:
     """The METRICS a source shows; a median only where the source has no mean of that figure
     (so one figure is not compared twice), and compared as a median."""
     found = {}
@@ -143,107 +125,6 @@ def _measured(values: dict[str, Any]) -> dict[str, float]:
         if f"mean_{name}_ms" in found:
             found.pop(f"median_{name}_ms", None)
     return found
-
-
-def read_vllm_json(path: Path, settings: dict[str, Any]) -> MeasuredRun:
-    """A `vllm bench serve --save-result` file; `settings` supplies model/gpu/tp and engine limits."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(
-            f"{path}: not a readable vLLM result JSON ({err}); pass the file --save-result wrote"
-        ) from None
-    if not isinstance(data, dict) or "output_throughput" not in data:
-        raise ValueError(
-            f"{path}: no 'output_throughput' key; pass a `vllm bench serve --save-result` JSON"
-        )
-    return _serving_run(path, data, settings)
-
-
-def read_vllm_block(path: Path, settings: dict[str, Any]) -> MeasuredRun:
-    """vLLM's printed "Serving Benchmark Result" block, pasted into a text file."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: cannot read ({err})") from None
-    if "Serving Benchmark Result" not in text:
-        raise ValueError(
-            f"{path}: no 'Serving Benchmark Result' block; paste vLLM's printed result into it"
-        )
-    values: dict[str, Any] = {}
-    for line in text.splitlines():
-        match = re.match(r"\s*([^:]+):\s+([-+0-9.eEinf]+)\s*$", line)
-        if match and match.group(1).strip() in BLOCK_LABELS:
-            values[BLOCK_LABELS[match.group(1).strip()]] = _float(match.group(2))
-    if "output_throughput" not in values:
-        raise ValueError(
-            f"{path}: the block has no 'Output token throughput (tok/s)' line; paste the whole block"
-        )
-    return _serving_run(path, values, settings)
-
-
-def _serving_run(path: Path, data: dict[str, Any], settings: dict[str, Any]) -> MeasuredRun:
-    for key in ("model", "gpu"):
-        if not settings.get(key) and not (key == "model" and data.get("model_id")):
-            raise SettingError(
-                "{where}: the result does not name the {what}; pass {" + key + "}",
-                where=path,
-                what=key,
-            )
-    completed = int(_float(data.get("completed")) or settings.get("num_prompts") or 0)
-    if completed < 1:
-        raise ValueError(
-            f"{path}: no completed requests in the result; pass a run that finished requests"
-        )
-    total_in, total_out = (
-        _float(data.get("total_input_tokens")),
-        _float(data.get("total_output_tokens")),
-    )
-    dataset = settings.get("dataset") or "random"
-    input_len = settings.get("input_len") or (round(total_in / completed) if total_in else None)
-    output_len = settings.get("output_len") or (round(total_out / completed) if total_out else None)
-    if dataset == "random" and not (input_len and output_len):
-        raise SettingError(
-            "{where}: the result has no token totals; pass {input_len} and {output_len}", where=path
-        )
-    rate = _float(data.get("request_rate"))
-    concurrency = _float(data.get("max_concurrency")) or settings.get("max_concurrency")
-    return MeasuredRun(
-        run_id=path.name,
-        sweep=settings.get("sweep") or path.name,
-        benchmark="serving",
-        model=settings.get("model") or str(data.get("model_id")),
-        gpu=settings["gpu"],
-        tp=int(settings.get("tp") or 1),
-        engine=settings.get("engine") or "vllm",
-        dataset=dataset,
-        input_len=input_len,
-        output_len=output_len,
-        range_ratio=None if settings.get("range_ratio") is None else float(settings["range_ratio"]),
-        num_prompts=completed,
-        request_rate=math.inf if rate is None else rate,
-        max_concurrency=int(concurrency) if concurrency else None,
-        weight_dtype=settings.get("weight_dtype"),
-        kv_dtype=settings.get("kv_dtype") or "auto",
-        max_num_seqs=settings.get("max_num_seqs"),
-        engine_version=settings.get("engine_version") or "",
-        max_num_batched_tokens=settings.get("max_num_batched_tokens"),
-        max_model_len=settings.get("max_model_len"),
-        total_input_tokens=int(total_in) if total_in else None,
-        total_output_tokens=int(total_out) if total_out else None,
-        measured=_measured(data),
-        saturation_rate=_float(data.get("request_throughput")),
-    )
-
-
-def read_result(path: Path, settings: dict[str, Any]) -> MeasuredRun:
-    """A JSON result or a pasted text block, told apart by content."""
-    if not path.is_file():
-        raise ValueError(
-            f"result file '{path}' does not exist; pass a --save-result JSON or a pasted result block"
-        )
-    head = path.read_text(errors="replace").lstrip()[:1]
-    return read_vllm_json(path, settings) if head == "{" else read_vllm_block(path, settings)
 
 
 # --- the shipped dataset ---------------------------------------------------------------
@@ -272,7 +153,7 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         )  # fixed lengths: the output share of the total
     if out_tps:
         measured["output_throughput"] = out_tps
-    measured.update(_measured({k: record.get(k) for k in METRICS if k.endswith("_ms")}))
+    measured.update(measured_figures({k: record.get(k) for k in METRICS if k.endswith("_ms")}))
     if kind == "latency" and record.get("latency_avg_s"):
         measured = {"latency_avg_s": float(record["latency_avg_s"])}
     if dataset == "random" and not (in_len and out_len):
@@ -290,7 +171,7 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
     quant = (record.get("quantization") or "").lower()
     kv = (record.get("kv_cache_dtype") or "").lower()
     caveat = record.get("notes") or ""
-    return MeasuredRun(
+    run = MeasuredRun(
         run_id=record["record_id"],
         sweep=record.get("sweep_id") or record["record_id"],
         benchmark="serving" if kind == "serving" else str(kind),
@@ -318,7 +199,9 @@ def dataset_run(record: dict[str, Any]) -> tuple[MeasuredRun | None, str]:
         measured=measured,
         caveat=caveat,
         saturation_rate=_served_rate(record),
-    ), ""
+    )
+    problem = run_problem(run)
+    return (None, problem) if problem else (run, "")
 
 
 def _served_rate(record: dict[str, Any]) -> float | None:

@@ -40,7 +40,7 @@ few parameters, so a fit on published runs carries over to other models and load
   scheduler decided and not on the N - 1 steps that follow.
 
 bandwidth_factor and flops_factor are achieved / datasheet peak. Defaults per GPU family, per
-engine generation and for MoE are fitted on the published runs in ../shared/data/serving
+engine generation and for MoE are fitted on the published runs of the project's serving dataset
 (benchmarks/serving_fidelity.py) and ship in profiles/step_model_defaults.toml with the
 fit's residuals; `kvplan calibrate` fits them to a user's own measured runs. Named
 simplifications: uniform MoE routing, one MoE factor for every GPU family, no pipeline
@@ -50,7 +50,6 @@ absorbs, one all-reduce algorithm (ring) for every message size.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -59,25 +58,19 @@ import numpy as np
 
 from kvplan.core.scheduler import StepPlan
 from kvplan.plan.roofline import Roofline
+from kvplan.sim.calibration_file import (  # noqa: F401 (the file's names, re-exported)
+    CALIBRATION_FORMAT,
+    FACTOR_NAMES,
+    RATIO_FACTORS,
+    calibration_band,
+    check_factors,
+    read_calibration,
+)
 from kvplan.sim.factor_table import DEFAULT_GENERATION, shipped_table
 from kvplan.sim.runner import SimulatedRunner
 
 ACTIVATION_BYTES = 2.0  # bf16 activations cross the all-reduce even with FP8 weights
 ALL_REDUCES_PER_LAYER = 2
-FACTOR_NAMES = (
-    "bandwidth_factor",
-    "attention_bandwidth_factor",
-    "flops_factor",
-    "overhead_s",
-    "overhead_per_seq_s",
-    "moe_flops_factor",
-)
-RATIO_FACTORS = (
-    "bandwidth_factor",
-    "attention_bandwidth_factor",
-    "flops_factor",
-    "moe_flops_factor",
-)
 
 
 @dataclass(frozen=True)
@@ -93,14 +86,7 @@ class StepModelParams:
     source: str = "datasheet only (roofline at peak, no overhead)"
 
     def __post_init__(self) -> None:
-        for name in RATIO_FACTORS:
-            if not 0 < getattr(self, name) <= 2:
-                raise ValueError(
-                    f"step model factor {name} must be in (0, 2], got {getattr(self, name)}; "
-                    "fix the calibration file"
-                )
-        if self.overhead_s < 0 or self.overhead_per_seq_s < 0:
-            raise ValueError("step model overheads must not be negative; fix the calibration file")
+        check_factors({name: getattr(self, name) for name in FACTOR_NAMES})  # finite, in range
 
     def with_factors(self, values: dict[str, float], source: str) -> StepModelParams:
         return replace(self, **values, source=source)
@@ -239,47 +225,10 @@ def default_params(family: str, generation: str = DEFAULT_GENERATION) -> StepMod
     return StepModelParams(**values, source=table.describe(family, generation))
 
 
-CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
-
-
 def load_calibration(path: str | Path) -> StepModelParams:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(
-            f"calibration file '{path}' cannot be read ({err}); write one with `kvplan calibrate`"
-        ) from None
-    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
-        raise ValueError(
-            f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`"
-        )
-    try:
-        # Files written before the MoE factor existed were fitted without it: 1.0 is what they meant.
-        values = {n: float(data["params"][n]) for n in FACTOR_NAMES if n != "moe_flops_factor"}
-        values["moe_flops_factor"] = float(data["params"].get("moe_flops_factor", 1.0))
-        return StepModelParams(
-            **values, source=f"calibration {path.name} ({data.get('source', '')})"
-        )
-    except (KeyError, TypeError, AttributeError) as err:
-        raise ValueError(
-            f"calibration file '{path}' misses factor {err}; rewrite it with `kvplan calibrate`"
-        ) from None
-
-
-def calibration_band(path: str | Path) -> dict[str, Any] | None:
-    """A calibration file's own held-out errors (`kvplan calibrate`: each run left out of the fit
-    in turn), as time_error_band writes them; None for files written without them."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    band = data.get("held_out") if isinstance(data, dict) else None
-    return (
-        {"basis": "leave one run out (the calibration's own runs)", **band}
-        if isinstance(band, dict)
-        else None
-    )
+    """A calibration file's factors, checked on load (kvplan/sim/calibration_file.py)."""
+    read = read_calibration(path)
+    return StepModelParams(**read.factors, source=f"calibration {Path(path).name} ({read.source})")
 
 
 def step_model_params(

@@ -8,6 +8,10 @@ setting (the command line words it as the flag), or a ValueError after the calle
 no inf), a whole number where counts are meant, and a range; the upper bounds are far
 beyond any real deployment and exist to catch typos (1e300) before they reach numpy or an
 allocation. Grid products are bounded before a grid is built.
+
+The same rules bound what a file a user gives may claim: a server's startup log
+(spec/log_claims.py), a measured benchmark run (sim/run_checks.py) and a calibration file
+(sim/calibration_file.py); those readers word a refusal after the file and line.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from kvplan.spec.setting_error import SettingError
 
 GIB_MAX = 2.0**20  # 1 PiB expressed in GiB/GB: beyond any one machine
 TOKENS_MAX = 2**30  # the estimator's MAX_TOKENS
+PREFIXES_MAX = 2**20  # shared prompts, documents or templates a synthetic workload draws
+GPU_GIB_MAX = 2.0**12  # 4 TiB in GiB/GB: beyond any one GPU (the largest hold 288 GB)
 
 
 @dataclass(frozen=True)
@@ -36,11 +42,32 @@ class NumberRule:
         opening = f"> {_show(self.low)}" if self.low_open else f">= {_show(self.low)}"
         return f"{what} {opening} and <= {_show(self.high)}"
 
+    def admits(self, value: Any) -> bool:
+        """Whether `value` keeps the rule. The range is compared first, so an int of any size
+        (JSON reads 400 digits as one) is refused without a conversion to float."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if value < self.low or value > self.high or (self.low_open and value == self.low):
+            return False
+        return self.kind is not int or float(value).is_integer()
+
+
+SHOWN_CHARS = 60  # a refused text value is quoted up to this length
+
 
 def _show(value: Any) -> str:
-    """1,073,741,824 for whole numbers, 1e+300 / nan / 0.5 otherwise; repr for non-numbers."""
+    """1,073,741,824 for whole numbers, 1e+300 / nan / 0.5 otherwise, "a 400-digit number"
+    for ints no float holds; repr for non-numbers, shortened."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return repr(value)
+        text = repr(value)
+        return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    if isinstance(value, int) and value.bit_length() > 1000:
+        try:
+            return f"a {len(str(abs(value))):,}-digit number"
+        except ValueError:  # beyond Python's int-to-text limit
+            return "a number of thousands of digits"
     if math.isfinite(value) and float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
     return f"{value:g}"
@@ -98,6 +125,47 @@ RULES: dict[str, NumberRule] = {
     # plan
     "max_gpus": _int(1, 2**20),
     "kv_link_gbps": _float(0.0, 1e6),
+    # workload generator settings (--workload-param): counts of shared prefixes are stored
+    # once each, so their bounds keep a corpus in memory (kvplan/workload/catalog.py)
+    "system_prompt_len": _int(1, TOKENS_MAX),
+    "num_system_prompts": _int(1, PREFIXES_MAX),
+    "num_documents": _int(1, PREFIXES_MAX),
+    "doc_len": _int(1, TOKENS_MAX),
+    "docs_per_request": _int(1, 1024),
+    "zipf_s": _float(0.0, 100.0, low_open=False),
+    "turns_per_session": _float(1.0, 1e6, low_open=False),
+    "think_time": _float(0.0, 1e9, low_open=False),
+    "num_templates": _int(1, PREFIXES_MAX),
+    "template_len": _int(1, TOKENS_MAX),
+    "vocab_size": _int(4, 2**21),  # ids 0..2 are special; the largest tokenizers hold ~262k
+    # what a server's startup log may claim (per GPU where it is memory)
+    "gpu_figure_gib": _float(0.0, GPU_GIB_MAX, low_open=False),
+    # the KV budget is what is left: negative where the weights did not fit and the server stopped
+    "kv_budget_gib": _float(-GPU_GIB_MAX, GPU_GIB_MAX, low_open=False),
+    "gpu_total_gib": _float(0.0, GPU_GIB_MAX),
+    "kv_needed_gib": _float(0.0, GIB_MAX, low_open=False),  # what a refused length would need
+    "token_count": _int(0, TOKENS_MAX),  # KV tokens or blocks: 0 when no memory was left
+    "concurrency_ratio": _float(0.0, TOKENS_MAX, low_open=False),
+    "pp": _int(1, 1024),
+    "dp": _int(1, 2**16),
+    # what a measured benchmark run may claim; each request is replayed, several times a fit
+    # (about 2 ms a request), and vllm bench serve runs hold hundreds to thousands
+    "measured_requests": _int(1, 10**5),
+    "duration_s": _float(0.0, 1e9),
+    "token_total": _int(0, 10**14),
+    "throughput": _float(0.0, 1e12),  # tokens or requests per second
+    "latency_ms": _float(0.0, 1e12, low_open=False),
+    "num_scheduler_steps": _int(1, 1024),  # vLLM V0's multi-step scheduling
+    "offered_rate": _float(0.0, 1e9),  # requests/s a run offered; inf (all at once) is read apart
+    # a calibration file's step-model factors (the fit searches well inside these)
+    "bandwidth_factor": _float(0.0, 2.0),
+    "attention_bandwidth_factor": _float(0.0, 2.0),
+    "flops_factor": _float(0.0, 2.0),
+    "moe_flops_factor": _float(0.0, 2.0),
+    "overhead_s": _float(0.0, 1.0, low_open=False),  # per step; real engines pay milliseconds
+    "overhead_per_seq_s": _float(0.0, 0.1, low_open=False),
+    "fit_error": _float(0.0, 1e6, low_open=False),  # a held-out median error, as a fraction
+    "fit_runs": _int(1, 10**6),
 }
 
 MAX_GRID_POINTS = 2_000_000  # an estimate sweep row costs ~200 B per column: ~7 GB beyond this
@@ -140,16 +208,8 @@ def check_number(
     rule = rule_for(name)
     if rule is None:
         raise KeyError(f"no number rule for '{name}'")
-    problem = f"must be {rule.describe()}, got {_show(value)}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise refused(name, problem, label, within)
-    bad_range = value < rule.low or value > rule.high or (rule.low_open and value == rule.low)
-    if (
-        not math.isfinite(value)
-        or bad_range
-        or (rule.kind is int and not float(value).is_integer())
-    ):
-        raise refused(name, problem, label, within)
+    if not rule.admits(value):
+        raise refused(name, f"must be {rule.describe()}, got {_show(value)}", label, within)
     return int(value) if rule.kind is int else float(value)
 
 

@@ -1,22 +1,31 @@
-"""Read what a vLLM or SGLang server printed at startup: pure parsing, no judgement.
+"""Read what a vLLM or SGLang server printed at startup.
 
 The lines it reads and their patterns are server_log_patterns.py's. Unknown lines are ignored.
 Where a figure appears several times the first one is kept (`values` keeps every distinct one),
-except per-rank lines, where rank 0 is preferred.
+except per-rank lines, where rank 0 is preferred. Every figure read is checked against what a
+server can print (log_claims.py) before a ServerLog holds it, and a log is read up to
+MAX_LOG_BYTES: a startup log is small, and /dev/zero is not a log.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
+import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
+from kvplan.spec.log_claims import Claim, checked_claims
 from kvplan.spec.server_log_patterns import (
     ENFORCE_EAGER,
     EXPERT_PARALLEL,
     FLOAT_PATTERNS,
     INT_PATTERNS,
+    MAX_LINE_CHARS,
+    NUM,
     RANK_ZERO,
     SAMPLER_LINES,
     SGLANG_MARKERS,
@@ -25,10 +34,35 @@ from kvplan.spec.server_log_patterns import (
     V1_MARKERS,
 )
 
-_LOG_LINE_START = re.compile(
-    r"^\s*(\(|INFO|WARNING|ERROR|DEBUG|\[|#|\$|-|\*|>|`|[A-Z][a-z]+ |\d\d:\d\d|GPU \d)"
+_LOG_LINE_START = (
+    r"[^\S\n]*(?:\(|INFO|WARNING|ERROR|DEBUG|\[|#|\$|-|\*|>|`|[A-Z][a-z]+ |\d\d:\d\d|GPU \d)"
 )
 _WRAP_WIDTH = 120  # some pasted logs are hard-wrapped at ~140 columns
+# Whole-text passes (the regex engine's speed, not a Python loop per line): every line break
+# splitlines knows becomes \n; a break after a line of _WRAP_WIDTH or more, before a line
+# that does not start like a log line, is a hard wrap; a line is cut at MAX_LINE_CHARS.
+_LINE_BREAK = re.compile(r"\r\n|[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_HARD_WRAP = re.compile(
+    rf"\n(?<=[^\n]{{{_WRAP_WIDTH}}}\n)(?!$|{_LOG_LINE_START})", flags=re.MULTILINE
+)
+_LONG_LINE = re.compile(rf"^([^\n]{{{MAX_LINE_CHARS}}})[^\n]+", flags=re.MULTILINE)
+MAX_LOG_BYTES = 4 * 2**20  # a startup log, debug output included, is well under a megabyte
+MAX_CLAIMS_PER_PATTERN = 1024  # one figure per rank of the largest deployments, and more
+# Settings vLLM's `non-default args: {...}` line prints that a ServerLog keeps.
+ARG_FIELDS = (
+    "max_model_len",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "gpu_memory_utilization",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_dtype",
+    "model",
+    "dtype",
+    "quantization",
+    "enforce_eager",
+)
 
 _USEFUL = (
     "gpu_kv_cache_tokens",
@@ -115,41 +149,107 @@ def lines_looked_for() -> str:
     )
 
 
+def log_name(source: str) -> str:
+    """How messages name the log: the file, or stdin for "-"."""
+    return "the log on stdin" if source == "-" else f"log '{source}'"
+
+
+def read_log(source: str, stdin: IO[bytes] | None = None) -> str:
+    """The text of the log file `source` (or of `stdin` for "-"), refused above MAX_LOG_BYTES
+    before more than that is read. Bytes that are not UTF-8 are replaced, not refused."""
+    name = log_name(source)
+    if source == "-":
+        data = stdin.read(MAX_LOG_BYTES + 1) if stdin is not None else b""
+    else:
+        try:
+            with Path(source).open("rb") as handle:
+                data = handle.read(MAX_LOG_BYTES + 1)
+        except (OSError, ValueError) as err:
+            reason = getattr(err, "strerror", None) or str(err)
+            raise ValueError(
+                f"cannot read {name}: {reason}; pass a vLLM or SGLang startup log file, or - for stdin"
+            ) from None
+    if len(data) > MAX_LOG_BYTES:
+        shown = "LOG" if source == "-" else shlex.quote(source)
+        raise ValueError(
+            f"{name} is larger than {MAX_LOG_BYTES // 2**20} MiB, and a startup log is far smaller; "
+            f"pass the server's startup lines (e.g. head -n 5000 {shown} | kvplan explain -)"
+        )
+    return data.decode("utf-8", errors="replace")
+
+
 def unwrap(text: str) -> str:
-    """Undo hard wraps: a long line followed by one that does not start like a log line."""
-    out: list[str] = []
-    for line in text.splitlines():
-        if out and len(out[-1]) >= _WRAP_WIDTH and line and not _LOG_LINE_START.match(line):
-            out[-1] += line
-        else:
-            out.append(line)
-    return "\n".join(out)
+    """Undo hard wraps: a line of _WRAP_WIDTH or more characters followed by one that does not
+    start like a log line is one line. Line breaks become \\n, and every line is cut at
+    MAX_LINE_CHARS (joined ones too)."""
+    text = _HARD_WRAP.sub("", _LINE_BREAK.sub("\n", text))
+    return _LONG_LINE.sub(r"\1", text)
 
 
-def _number(text: str, kind: type) -> int | float:
-    clean = text.replace(",", "")
-    return int(float(clean)) if kind is int else float(clean)
+class _Lines:
+    """Claims by offset in the unwrapped log: the line around it, and its number on demand."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def claim(self, name: str, raw: Any, offset: int) -> Claim:
+        start = self.text.rfind("\n", 0, offset) + 1
+        end = self.text.find("\n", offset)
+        line = self.text[start : len(self.text) if end == -1 else end]
+        return Claim(name, raw, offset, line, offset - start)
+
+    def number(self, offset: int) -> int:
+        return self.text.count("\n", 0, offset) + 1
+
+
+def _matches(pattern: str, text: str) -> Iterator[re.Match[str]]:
+    """The pattern's matches in order. One that starts with a figure (`NUM GiB for ...`) has
+    no plain text to scan for, and trying it at every position of a large log is slow: it is
+    tried only between one occurrence of its text and the next, from the line's start."""
+    compiled = re.compile(pattern, flags=re.MULTILINE)
+    if not pattern.startswith(NUM):
+        yield from compiled.finditer(text)
+        return
+    suffix = pattern[len(NUM) :]
+    needle = suffix.removeprefix(r"\s*")
+    if re.escape(needle) != needle.replace(" ", r"\ "):
+        raise ValueError(f"a pattern that starts with a figure must end in plain text: {pattern!r}")
+    start = text.find(needle)
+    window = 0
+    while start != -1:
+        end = start + len(needle)
+        window = max(window, text.rfind("\n", 0, start) + 1)
+        match = compiled.search(text, window, end)
+        if match:
+            yield match
+        window, start = end, text.find(needle, end)
 
 
 def _find(
-    text: str, patterns: tuple[str, ...], convert, prefer_rank_zero: bool
-) -> tuple[object, list]:
-    chosen, seen = None, []
+    lines: _Lines, name: str, patterns: tuple[str, ...], text_field: bool
+) -> tuple[list[Claim], int | None]:
+    """Every figure the patterns read for one field, and which one the field keeps: the first
+    pattern's first (rank 0's where `name` is per rank)."""
+    claims: list[Claim] = []
+    chosen = None
     for pattern in patterns:
-        matches = list(re.finditer(pattern, text, flags=re.MULTILINE))
-        for match in matches:
-            value = convert(match.group(1))
-            if value not in seen:
-                seen.append(value)
-        if chosen is None and matches:
-            chosen = convert(matches[0].group(1))
-            if prefer_rank_zero:
-                for match in matches:
-                    line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
-                    if RANK_ZERO.search(line):
-                        chosen = convert(match.group(1))
-                        break
-    return chosen, seen
+        found = itertools.islice(_matches(pattern, lines.text), MAX_CLAIMS_PER_PATTERN)
+        first = len(claims)
+        for match in found:
+            raw = match.group(1).strip().rstrip(",") if text_field else match.group(1).rstrip(",")
+            claims.append(lines.claim(name, raw, match.start(1)))
+        if chosen is None and len(claims) > first:
+            chosen = first
+            if name == "available_kv_gib":
+                chosen = next(
+                    (
+                        first + i
+                        for i, claim in enumerate(claims[first:])
+                        if RANK_ZERO.search(claim.line[: claim.column])
+                    ),
+                    first,
+                )
+    return claims, chosen
 
 
 def _generation(text: str) -> str | None:
@@ -160,77 +260,69 @@ def _generation(text: str) -> str | None:
     return None
 
 
-def _non_default_args(text: str) -> dict:
-    """vLLM's `non-default args: {...}` line is a Python dict literal; read it safely."""
+def _non_default_args(text: str) -> tuple[dict, int]:
+    """vLLM's `non-default args: {...}` line is a Python dict literal; read it safely.
+    Returns the dict and where it starts ({} where there is none or it is not a literal)."""
     match = re.search(r"non-default args:\s*(\{.*\})\s*$", text, flags=re.MULTILINE)
     if not match:
-        return {}
+        return {}, 0
     try:
         value = ast.literal_eval(match.group(1))
-    except (ValueError, SyntaxError):
-        return {}
-    return value if isinstance(value, dict) else {}
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return {}, 0
+    return (value, match.start(1)) if isinstance(value, dict) else ({}, 0)
 
 
-def parse_server_log(text: str) -> ServerLog:
-    """Every figure the log shows; raises ValueError if it shows nothing kvplan can use."""
-    text = unwrap(text.replace("\r\n", "\n"))
-    found: dict[str, Any] = {}
-    values: dict[str, tuple] = {}
-    groups = (
-        (FLOAT_PATTERNS, lambda s: _number(s, float)),
-        (INT_PATTERNS, lambda s: _number(s, int)),
-        (TEXT_PATTERNS, lambda s: s.strip().rstrip(",")),
-    )
-    for table, convert in groups:
+def parse_server_log(
+    text: str, source: str = "the log", gpu_memory: tuple[float, str] | None = None
+) -> ServerLog:
+    """Every figure the log shows; raises ValueError if it shows nothing kvplan can use, or a
+    figure no server prints (naming `source` and the line). `gpu_memory` (GiB, name) bounds
+    the memory figures of a log that does not print its GPU's total."""
+    text = unwrap(text)
+    lines = _Lines(text)
+    claims: list[Claim] = []
+    chosen: dict[str, int] = {}
+    seen: dict[str, tuple[int, ...]] = {}  # field -> its claims read by the patterns
+    for table in (FLOAT_PATTERNS, INT_PATTERNS, TEXT_PATTERNS):
         for name, patterns in table.items():
-            value, seen = _find(
-                text, patterns, convert, prefer_rank_zero=name == "available_kv_gib"
-            )
-            if value is not None:
-                found[name] = value
-                values[name] = tuple(seen)
-    args = _non_default_args(text)
-    for key in (
-        "max_model_len",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "gpu_memory_utilization",
-        "block_size",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "kv_cache_dtype",
-        "model",
-        "dtype",
-        "quantization",
-        "enforce_eager",
-    ):
-        if key in args and isinstance(args[key], (int, float, str, bool)):
-            found[key] = args[key]
-    if "enforce_eager" not in found:
+            found, pick = _find(lines, name, patterns, table is TEXT_PATTERNS)
+            if pick is not None:
+                chosen[name] = len(claims) + pick
+                seen[name] = tuple(range(len(claims), len(claims) + len(found)))
+            claims += found
+    args, at = _non_default_args(text)
+    for key in ARG_FIELDS:
+        if args.get(key) is not None:
+            chosen[key] = len(claims)
+            claims.append(lines.claim(key, args[key], at))
+    checked = checked_claims(source, claims, lines.number, gpu_memory)
+    found_values: dict[str, Any] = {name: checked[index] for name, index in chosen.items()}
+    values = {name: tuple(dict.fromkeys(checked[i] for i in seen[name])) for name in seen}
+    if "enforce_eager" not in found_values:
         for pattern in ENFORCE_EAGER:
             match = re.search(pattern, text)
             if match:
                 flag = match.group(1)
-                found["enforce_eager"] = (
+                found_values["enforce_eager"] = (
                     flag is None if pattern.startswith("--") else flag == "True"
                 )
                 break
     for path, pattern in SAMPLER_LINES:
         if re.search(pattern, text):
-            found["sampler_path"] = path
+            found_values["sampler_path"] = path
             break
     if any(re.search(pattern, text) for pattern in EXPERT_PARALLEL):
-        found["expert_parallel"] = True
-    useful = [name for name in _USEFUL if name in found]
-    if not useful:
+        found_values["expert_parallel"] = True
+    if not any(name in found_values for name in _USEFUL):
         raise ValueError(
             f"no vLLM or SGLang memory figures found; kvplan explain looks for {lines_looked_for()}"
         )
     is_sglang = any(marker in text for marker in SGLANG_MARKERS) and not any(
-        name in found for name in ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib")
+        name in found_values
+        for name in ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib")
     )
-    found["engine"] = "sglang" if is_sglang else "vllm"
+    found_values["engine"] = "sglang" if is_sglang else "vllm"
     if not is_sglang:
-        found["engine_generation"] = _generation(text)
-    return ServerLog(**found, values=values)
+        found_values["engine_generation"] = _generation(text)
+    return ServerLog(**found_values, values=values)

@@ -1,4 +1,4 @@
-"""The startup-log lines kvplan reads, as regular expressions per ServerLog field.
+r"""The startup-log lines kvplan reads, as regular expressions per ServerLog field.
 
 Formats covered (each pattern names the engine code that prints it):
 - vLLM v0 worker.py: the one-line "Memory profiling results: total_gpu_memory=..." (~0.6.4),
@@ -19,20 +19,45 @@ Formats covered (each pattern names the engine code that prints it):
   X GB" (or "KV size"), "avail mem=X GB", "maximum allowed length (N tokens)", launch flags.
 
 server_log.py applies these tables to a log's text.
+
+Every pattern runs in time linear in the line: a number starts only where no digit, dot or
+comma stands before it (so a run of 100,000 digits offers one start, not 100,000), no
+pattern begins with an optional or repeated part (`\s*` at a start is tried at every space
+of a run), adjacent repeats never match the same characters (`\s*(?:=|\s)\s*` splits a
+run of spaces every possible way), and a lazy scan steps by words, a bounded number of them. Patterns
+start with plain text where they can, which the engine finds by a fast scan; the few that
+start with a figure are tried only just before their text (server_log.py). Lines
+longer than MAX_LINE_CHARS are read up to that length.
 """
 
 from __future__ import annotations
 
 import re
 
-NUM = r"(-?[\d,]*\.?\d+)"
+MAX_LINE_CHARS = 16_384  # vLLM's longest line, its engine config, holds a few thousand
+# A figure as a server prints it (1,234 / 0.90 / .5), with an exponent, or nan / inf: whatever
+# stands where a figure belongs is read, and log_claims.py judges it.
+
+
+def _word(literal: str) -> str:
+    """`literal` as a whole word at its start. The check looks back from after the literal, so
+    the pattern still starts with plain text, which the regex engine finds by a fast scan
+    (a leading \\b is tried at every position of the log)."""
+    return literal + rf"(?<!\w{re.escape(literal)})"
+
+
+NUM = (
+    r"(?<![\d.,])(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
+    r"|-?(?i:nan|inf(?:inity)?)(?=[^A-Za-z]|$|GiB|GB))"  # not the start of a word ("info")
+)
 
 # field -> patterns in priority order (the first pattern that matches anywhere wins)
 FLOAT_PATTERNS: dict[str, tuple[str, ...]] = {
     "total_gpu_memory_gib": (
-        r"total_gpu_memory\s*(?:=|\(|\s)\s*" + NUM + r"\s*GiB",
+        r"total_gpu_memory(?:\s*[=(]\s*|\s+)" + NUM + r"\s*GiB",
         r"Free memory on device \([\d.]+/" + NUM + r"\s*GiB\)",
-        r"GPU \d+: [^\n]*?\s" + NUM + r" GiB",
+        # a device list's line ("GPU 0: NVIDIA ... 95.01 GiB"): a name's words, then the figure
+        r"^[^\S\n]*GPU \d+: (?:\S+[^\S\n]+){0,16}?" + NUM + r" GiB",
     ),
     "weights_gib": (
         r"model weights take\s*" + NUM + r"\s*GiB",
@@ -63,7 +88,7 @@ FLOAT_PATTERNS: dict[str, tuple[str, ...]] = {
     "kv_needed_gib": (r"\(" + NUM + r"\s*GiB KV cache is needed",),
     "max_concurrency": (r"Maximum concurrency for [\d,]+ tokens per request:\s*" + NUM + r"x",),
     "gpu_memory_utilization": (
-        r"gpu_memory_utilization\s*(?:=|\(|\s)\s*" + NUM,
+        r"gpu_memory_utilization(?:\s*[=(]\s*|\s+)" + NUM,
         r"Desired GPU memory utilization is \(" + NUM,
         r"'gpu_memory_utilization':\s*" + NUM,
         r"--gpu-memory-utilization[= ]" + NUM,
@@ -80,7 +105,11 @@ INT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"GPU KV cache size:\s*" + NUM + r"\s*tokens",
         r"KV cache:\s*" + NUM + r"\s*tokens",
     ),
-    "num_gpu_blocks": (r"#?\s*(?:GPU|cuda) blocks:\s*" + NUM, r"num_gpu_blocks is:\s*" + NUM),
+    "num_gpu_blocks": (
+        r"GPU blocks:\s*" + NUM,
+        r"cuda blocks:\s*" + NUM,
+        r"num_gpu_blocks is:\s*" + NUM,
+    ),
     "num_cpu_blocks": (r"#\s*CPU blocks:\s*" + NUM,),
     "max_concurrency_tokens": (r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request",),
     "max_tokens_in_kv_from_error": (
@@ -134,10 +163,10 @@ TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
     "model": (
         r"'model':\s*'([^']+)'",
         r"with config: model='([^']+)'",
-        r"\bvllm serve\s+([^\s\\-][^\s\\]*)",
+        _word("vllm serve") + r"\s+([^\s\\-][^\s\\]*)",
         r"--model(?:-path)?[= ]\s*\"?([^\s\"\\]+)",
-        r"vllm/vllm-openai:\S+\s+([\w.-]+/[\w.-]+)",
-        r"\bMODEL:\s*(\S+)",
+        r"vllm/vllm-openai:\S{1,128}\s+([\w.-]+/[\w.-]+)",  # the image's tag, then the model
+        _word("MODEL") + r":\s*(\S+)",
     ),
     "kv_cache_dtype": (
         r"'kv_cache_dtype':\s*'([^']+)'",
@@ -146,23 +175,27 @@ TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
     ),
     "quantization": (
         r"'quantization':\s*'([^']+)'",
-        r"\bquantization\s*=\s*([\w-]+)",
+        _word("quantization") + r"\s*=\s*([\w-]+)",
         r"--quantization[= ]([\w-]+)",
     ),
-    "dtype": (r"'dtype':\s*'([^']+)'", r"\bdtype\s*=\s*torch\.(\w+)", r"--dtype[= ]\"?(\w+)"),
+    "dtype": (
+        r"'dtype':\s*'([^']+)'",
+        _word("dtype") + r"\s*=\s*torch\.(\w+)",
+        r"--dtype[= ]\"?(\w+)",
+    ),
     "version": (
         r"vLLM API server version\s+(\S+)",
         r"Initializing an? (?:V[01] )?LLM engine \(v?([^)\s]+)\)",
         r"vLLM Version\s*:\s*(\S+)",
-        r"^\s*vllm\s+(\d+\.\d+\S*)\s*$",
+        r"^[^\S\n]*vllm[^\S\n]+(\d+\.\d+\S*)[^\S\n]*$",  # \s* would cross a run of blank lines
         r"vLLM v(\d+\.\d+[\w.]*)",
         r"vllm version:\s*`?v?([\w.+]+)",
     ),
     "gpu_name": (
-        r"GPU \d+: (NVIDIA [^\n]*?)\s+[\d.]+ GiB",
+        r"^[^\S\n]*GPU \d+: (NVIDIA(?:[^\S\n]+\S+){0,16}?)[^\S\n]+[\d.]+ GiB",
         r"GPU \d+: (NVIDIA [^\n]+)",
         r"device_name=(NVIDIA_[\w]+)",
-        r"\bGPU:\s*([^\n]+)",
+        _word("GPU") + r":\s*([^\n]+)",
     ),
 }
 # vLLM V1 names its top-k/top-p sampler at startup (vllm/v1/sample/ops/topk_topp_sampler.py):

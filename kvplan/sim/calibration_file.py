@@ -1,0 +1,161 @@
+"""The calibration file: `kvplan calibrate` writes it, `kvplan bench --calibration` reads it,
+and the one check every set of step-model factors passes (a file's, a fit's, the shipped
+table's).
+
+Each factor keeps its rule in kvplan/spec/numbers.py: a finite number in a sane range (a NaN
+or infinite per-step overhead would make every simulated step last forever). A file is read
+up to MAX_FILE_BYTES and checked whole on load, before any run uses it; a refusal names the
+file and the key. The file is written in one piece (kvplan/results/atomic.py) as strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvplan.results.atomic import strict_json, write_text
+from kvplan.spec.numbers import check_number
+
+CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
+FACTOR_NAMES = (
+    "bandwidth_factor",
+    "attention_bandwidth_factor",
+    "flops_factor",
+    "overhead_s",
+    "overhead_per_seq_s",
+    "moe_flops_factor",
+)
+RATIO_FACTORS = (
+    "bandwidth_factor",
+    "attention_bandwidth_factor",
+    "flops_factor",
+    "moe_flops_factor",
+)
+# Files written before the MoE factor existed were fitted without it: 1.0 is what they meant.
+DEFAULT_FACTORS = {"moe_flops_factor": 1.0}
+MAX_FILE_BYTES = 16 * 2**20  # a calibration file holds a few factors and a row per run figure
+SOURCE_CHARS = 200  # the fit's description, carried into every result the file times
+REWRITE = "rewrite it with `kvplan calibrate`"
+
+
+def check_factors(values: Mapping[str, Any], where: str = "step model factor") -> dict[str, float]:
+    """Every factor in FACTOR_NAMES by its rule, refused after `where` (ValueError)."""
+    return {
+        name: float(check_number(name, values[name], label=f"{where} {name}"))
+        for name in FACTOR_NAMES
+    }
+
+
+@dataclass(frozen=True)
+class CalibrationFile:
+    factors: dict[str, float]
+    source: str  # what the fit was made on, as the file says
+    held_out: dict[str, float] | None  # per figure: median held-out error and its runs
+
+
+def _refused(path: Path, problem: str) -> ValueError:
+    return ValueError(f"calibration file '{path}': {problem}; {REWRITE}")
+
+
+def _load(path: Path) -> Any:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise ValueError(
+            f"calibration file '{path}' cannot be read ({err.strerror or err}); "
+            "write one with `kvplan calibrate`"
+        ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise _refused(path, f"larger than {MAX_FILE_BYTES // 2**20} MiB, not one kvplan wrote")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, 5,000-digit numbers
+        raise ValueError(
+            f"calibration file '{path}' cannot be read as JSON ({str(err).splitlines()[0][:120]}); "
+            "write one with `kvplan calibrate`"
+        ) from None
+
+
+def _held_out(path: Path, band: Any) -> dict[str, float] | None:
+    """The held-out errors: `<figure>_error` (a fraction) and `<figure>_runs` (a count) only,
+    since bench copies them into every result it times with the file."""
+    if band is None:
+        return None
+    if not isinstance(band, dict):
+        raise _refused(path, f"held_out must be a table of errors, got {type(band).__name__}")
+    checked: dict[str, float] = {}
+    for key, value in band.items():
+        rule = "fit_error" if str(key).endswith("_error") else "fit_runs"
+        if not str(key).endswith(("_error", "_runs")):
+            raise _refused(path, f"held_out has an unknown key {str(key)[:40]!r}")
+        try:
+            checked[key] = check_number(rule, value, label=f"held_out {key}")
+        except ValueError as err:
+            raise _refused(path, str(err)) from None
+    return checked
+
+
+def read_calibration(path: str | Path) -> CalibrationFile:
+    """The checked content of a calibration file (ValueError naming the file and the key)."""
+    path = Path(path)
+    data = _load(path)
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
+        raise ValueError(
+            f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`"
+        )
+    params = data.get("params")
+    if not isinstance(params, dict):
+        raise _refused(path, "no params table")
+    values = {**DEFAULT_FACTORS, **params}
+    missing = [name for name in FACTOR_NAMES if name not in values]
+    if missing:
+        raise _refused(path, f"misses factor '{missing[0]}'")
+    try:
+        factors = check_factors(values, "params")
+    except ValueError as err:
+        raise _refused(path, str(err)) from None
+    source = data.get("source", "")
+    if not isinstance(source, str):
+        raise _refused(path, f"source must be text, got {type(source).__name__}")
+    if len(source) > SOURCE_CHARS:
+        source = source[: SOURCE_CHARS - 1] + "…"
+    return CalibrationFile(factors, source, _held_out(path, data.get("held_out")))
+
+
+def calibration_band(path: str | Path) -> dict[str, Any] | None:
+    """A calibration file's own held-out errors (`kvplan calibrate`: each run left out of the fit
+    in turn), as time_error_band writes them; None for files written without them."""
+    band = read_calibration(path).held_out
+    return (
+        None
+        if band is None
+        else {"basis": "leave one run out (the calibration's own runs)", **band}
+    )
+
+
+def write_calibration(
+    path: Path,
+    factors: Mapping[str, float],
+    source: str,
+    gpu: str,
+    engine: str,
+    rows: list[dict[str, Any]],
+    held_out: dict[str, float] | None = None,
+) -> None:
+    """The file, written whole or not at all (a unique temporary name beside it: a user's file
+    named like `<out>.tmp` is never touched)."""
+    data: dict[str, Any] = {
+        "format": CALIBRATION_FORMAT,
+        "gpu": gpu,
+        "engine": engine,
+        "params": {name: factors[name] for name in FACTOR_NAMES},
+        "source": source,
+        "fit_errors": rows,
+    }
+    if held_out is not None:
+        data["held_out"] = held_out
+    write_text(path, strict_json(data, indent=2) + "\n")
