@@ -218,16 +218,19 @@ def test_active_counts_the_input_embedding_where_cards_do() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "kv_kind", "per_token"),
+    ("name", "kv_kind", "per_token", "context"),
     [
-        ("gemma-4-26b-a4b", "GQA+SWA", 225_280),
-        ("llama-4-scout", "GQA+chunked", 196_608),
-        ("llama-4-maverick", "GQA+chunked", 196_608),
-        ("deepseek-v3.2", "MLA+indexer", 78_324),
-        ("mistral-7b-v0.1", "GQA (all SWA)", 131_072),
+        ("gemma-4-26b-a4b", "GQA+SWA", 225_280, 131_072),
+        ("llama-4-scout", "GQA+chunked", 196_608, 131_072),
+        ("llama-4-maverick", "GQA+chunked", 196_608, 131_072),
+        ("deepseek-v3.2", "MLA+indexer", 78_324, 131_072),
+        # its config's max_position_embeddings, the longest max_model_len vLLM accepts
+        ("mistral-7b-v0.1", "GQA (all SWA)", 131_072, 32_768),
     ],
 )
-def test_estimate_on_each_new_profile(name: str, kv_kind: str, per_token: int) -> None:
+def test_estimate_on_each_new_profile(
+    name: str, kv_kind: str, per_token: int, context: int
+) -> None:
     result = CliRunner().invoke(
         app,
         [
@@ -238,7 +241,7 @@ def test_estimate_on_each_new_profile(name: str, kv_kind: str, per_token: int) -
             "--tp",
             "8",
             "--context",
-            "131072",
+            str(context),
             "--kv-dtype",
             "bf16",
             "--allocation",

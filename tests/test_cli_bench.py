@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from kvplan.cli.app import app
 from kvplan.results import read_jsonl
+from kvplan.samples import sample_path
 
 runner = CliRunner()
 SMALL = [
@@ -47,9 +48,9 @@ def test_same_seed_gives_the_same_results_file(tmp_path: Path) -> None:
     assert first.read_bytes() == second.read_bytes()
 
 
-def test_bench_replays_a_mooncake_trace(shared_data: Path, tmp_path: Path) -> None:
+def test_bench_replays_a_mooncake_trace(tmp_path: Path) -> None:
     out = tmp_path / "m.jsonl"
-    trace = shared_data / "traces" / "mooncake_fast25_synthetic_trace.jsonl"
+    trace = sample_path("mooncake-trace")  # its first 200 lines, shipped in kvplan/samples
     result = runner.invoke(
         app,
         [
@@ -160,8 +161,8 @@ def test_a_run_that_serves_nothing_is_exit_2_and_writes_nothing(tmp_path: Path) 
             "5",
             "--workload",
             "random",
-            "--workload-param",
-            "input_len=4000",
+            "--input-len",
+            "4000",
             "--optimizations",
             "paged",
             "--out",

@@ -269,7 +269,7 @@ def test_gpt_oss_weights_are_labelled_as_sized() -> None:
     assert "mxfp4-experts+bf16" in run("estimate", "gpt-oss-120b").output
 
 
-@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("width", [80, 100, 120])
 def test_profiles_table_keeps_every_figure_whole(width: int) -> None:
     """At 80 columns neither a name nor a figure may break: every profile's name, parameter count
     and KV per token sit whole on its own line."""

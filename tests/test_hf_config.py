@@ -158,8 +158,8 @@ def test_plain_dict_configs_work_without_transformers() -> None:
     )
 
 
-def test_stories260k_config_counts_260k_params(shared_data: Path) -> None:
-    config = json.loads((shared_data / "models/stories260K/hf/config.json").read_text())
+def test_stories260k_config_counts_260k_params(stories260k: Path) -> None:
+    config = json.loads((stories260k / "hf/config.json").read_text())
     spec = model_spec_from_config(config, "stories260K", "shared")
     assert spec.params.total == 260_032  # the README's figure
 

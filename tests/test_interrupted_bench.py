@@ -68,12 +68,12 @@ def test_ctrl_c_before_anything_finished_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_real_mode_says_what_it_will_cost_before_it_starts(
-    shared_data: Path, tmp_path: Path
+    stories260k: Path, tmp_path: Path
 ) -> None:
     from kvplan.core.engine_factory import RealConfig
 
     said: list[str] = []
-    model = str(shared_data / "models/stories260K/hf")
+    model = str(stories260k / "hf")
     config = BenchConfig(mode="real", real=RealConfig(device="cpu", model_path=model))
     seen: dict[str, int] = {}
 
@@ -91,7 +91,7 @@ def test_real_mode_says_what_it_will_cost_before_it_starts(
         announce=said.append,
     )
     assert len(said) == 1 and "3 requests x 1 optimization(s)" in said[0] and "5 layers" in said[0]
-    assert "warm-up tokens took" in said[0]
+    assert "-step warm-up" in said[0] and "per decoding sequence" in said[0]
     tokens = sum(
         r.prompt_len + r.output_len - 1
         for r in __import__("kvplan.bench.run", fromlist=["prepare"])
@@ -102,3 +102,33 @@ def test_real_mode_says_what_it_will_cost_before_it_starts(
         seen["total"] == tokens and seen["done"] >= tokens
     )  # the bar counts tokens (recomputes add more)
     assert outcome.records[0].metrics["requests_finished"] == 3
+
+
+def test_the_cli_keeps_the_new_results_file_the_interrupt_names(tmp_path: Path) -> None:
+    """The command layer removes outputs a failed command created, but not the file an
+    interrupted bench just wrote with the optimizations that finished."""
+    import typer
+
+    from kvplan.cli.common import cli_errors
+
+    out = tmp_path / "new.jsonl"
+
+    @cli_errors("out")
+    def command(out: str) -> None:
+        Path(out).write_text("finished\n")
+        interrupt = KeyboardInterrupt()
+        interrupt.kept = f"kept the 1 optimization(s) that finished (paged) in {out}"  # type: ignore[attr-defined]
+        raise interrupt
+
+    with pytest.raises(typer.Exit) as exited:
+        command(out=str(out))
+    assert exited.value.exit_code == 130 and out.read_text() == "finished\n"
+
+    @cli_errors("out")
+    def failing(out: str) -> None:
+        Path(out).write_text("half\n")
+        raise ValueError("bad")
+
+    with pytest.raises(typer.Exit):
+        failing(out=str(out.with_name("other.jsonl")))
+    assert not out.with_name("other.jsonl").exists()

@@ -96,10 +96,13 @@ class BenchConfig:
     @classmethod
     def from_flat(cls, **settings: Any) -> BenchConfig:
         """From the flat setting names of results files and sweep files (model=..., pods=...)."""
+        if CALIBRATION in settings:
+            settings = calibration_as_step_model(settings)
         unknown = sorted(set(settings) - set(FLAT_NAMES))
         if unknown:
             raise ValueError(
-                f"unknown bench settings {', '.join(unknown)}; use {', '.join(FLAT_NAMES)}"
+                f"unknown bench settings {', '.join(unknown)}; use "
+                f"{', '.join((*FLAT_NAMES, CALIBRATION))}"
             )
         groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
         top: dict[str, Any] = {}
@@ -141,6 +144,34 @@ FLAT_NAMES: dict[str, str | None] = {
 }
 # Settings recorded only when set (added after results files existed; None = the old behaviour).
 OPTIONAL_NAMES = frozenset({"step_model", "max_concurrency", "vllm_figures"})
+# A sweep file's spelling of bench's --calibration FILE: the file's factors time the steps.
+# It is read into step_model, where a run made with the flag records its file too.
+CALIBRATION = "calibration"
+
+
+def calibration_as_step_model(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with calibration = FILE read as step_model = FILE, refused as the flag is:
+    the file must be one `kvplan calibrate` wrote, and a step model set beside it conflicts."""
+    from kvplan.sim.step_model import load_calibration
+
+    settings = dict(settings)
+    calibration = settings.pop(CALIBRATION)
+    if calibration is None:
+        return settings
+    if not isinstance(calibration, str) or not calibration.strip():
+        raise SettingError(
+            "{calibration} must name a file written by `kvplan calibrate`, got {got!r}",
+            got=calibration,
+        )
+    if settings.get("step_model") is not None:
+        raise SettingError(
+            "{step_model} {got} and {calibration} exclude each other (the file is a step "
+            "model); set one",
+            got=settings["step_model"],
+        )
+    load_calibration(calibration)  # an unreadable or foreign file is refused now, by its name
+    settings["step_model"] = calibration
+    return settings
 
 
 def flat_settings(config: BenchConfig) -> dict[str, Any]:

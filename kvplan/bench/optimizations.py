@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from kvplan.core.kv import ALLOCATORS
 from kvplan.core.policies.registry import policy_names
 from kvplan.spec import parse_kv_format
+from kvplan.spec.setting_error import SettingError
 
 if TYPE_CHECKING:  # the engine's setup loads when a name is parsed, not for the names' help text
     from kvplan.core.engine_factory import Optimization
@@ -98,6 +100,30 @@ def parse_optimization(text: str) -> Optimization:
 
 
 def parse_optimizations(names: str | list[str]) -> list[Optimization]:
-    """A comma-separated list (or a list) of names, each parsed; fails on the first bad one."""
+    """A comma-separated list (or a list) of names, each parsed; fails on the first bad one,
+    and on two names for the same optimization (`paged,paged`, `paged+fp8,fp8+paged`): each
+    would run the identical engine and share one row name in results and reports."""
     items = names.split(",") if isinstance(names, str) else names
-    return [parse_optimization(name) for name in (n.strip() for n in items) if name]
+    parsed: list[Optimization] = []
+    for optimization in (parse_optimization(name) for name in (n.strip() for n in items) if name):
+        twin = next((seen for seen in parsed if _same(seen, optimization)), None)
+        if twin is not None:
+            raise SettingError(
+                "{optimizations} names '{first}' and '{second}', the same run twice; names "
+                "must be distinct: list each optimization once",
+                first=twin.name,
+                second=optimization.name,
+            )
+        parsed.append(optimization)
+    return parsed
+
+
+def _same(first: Optimization, second: Optimization) -> bool:
+    """The same engine: every part equal, whatever order or spelling named them (fp8 and
+    fp8-e4m3 are one KV format)."""
+
+    def parts(optimization: Optimization) -> Optimization:
+        kv_format = optimization.kv_dtype and parse_kv_format(optimization.kv_dtype).name
+        return dataclasses.replace(optimization, name="", kv_dtype=kv_format)
+
+    return parts(first) == parts(second)

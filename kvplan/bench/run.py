@@ -132,11 +132,13 @@ def run_bench(
     after_write: Callable[[Path], None] | None = None,
     report_folder: bool = False,
     announce: Callable[[str], None] | None = None,
+    before_write: Callable[[list[ResultRecord]], None] | None = None,
 ) -> BenchOutcome:
-    """after_write(out) runs once the results are written (the CLI draws the report there);
-    if it fails, --out gets its previous content back. report_folder: refuse an unusable
-    report folder (out without its suffix) before any work. announce(text): real mode's cost
-    estimate, said before the run starts."""
+    """before_write(records) runs once the run succeeded, before anything is written (the CLI
+    draws its table there, so output that cannot be drawn changes no file). after_write(out)
+    runs once the results are written; if it fails, --out gets its previous content back.
+    report_folder: refuse an unusable report folder (out without its suffix) before any work.
+    announce(text): real mode's cost estimate, said before the run starts."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
     config, built = prepare(config, workload)
     out = out or default_out(config)
@@ -150,7 +152,7 @@ def run_bench(
     if config.mode == "real":  # say what it will cost first; the bars count tokens
         from kvplan.bench.real_cost import measure_cost, request_tokens
 
-        cost = measure_cost(factory, built.requests, len(names))
+        cost = measure_cost(factory, config, built.requests, optimizations)
         if announce is not None:
             announce(cost.describe())
         total = request_tokens(built.requests)
@@ -161,6 +163,8 @@ def run_bench(
         _keep_finished(interrupt, out)
         raise
     check_served(records)
+    if before_write is not None:
+        before_write(records)
     with restore_on_failure(out, out.parent / POINTER_NAME):
         write_jsonl(out, records)
         if after_write is not None:

@@ -11,20 +11,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN
+from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN, check_max_model_len
 from kvplan.spec import ModelSpec
 from kvplan.spec.setting_error import SettingError
 from kvplan.workload.bench_load import BenchLoad
+from kvplan.workload.default_rates import default_rate
+from kvplan.workload.kinds import checked_params, quoted, rate_unit
 from kvplan.workload.request import Request
 
 DEFAULT_NUM_REQUESTS = 1000
-DEFAULT_RATE = 3.0
 # The default stream shares a prefix (one 1,024-token system prompt before each
 # ShareGPT-like user message), so prefix caching shows what it buys on the default run.
 DEFAULT_WORKLOAD = "system-prompt"
 SHARED_VOCAB = 32000  # the shared-prefix generators' default vocabulary
 SYSTEM_PROMPT_LEN = 1024  # the generator's default; a quarter of max_model_len at most
 VLLM_DATASETS = ("random", "sharegpt")  # the kinds `--rate inf` sends as vLLM's client does
+RANDOM_LENGTHS = ("input_len", "output_len", "random_range_ratio")  # vLLM's random dataset's
 
 
 @dataclass(frozen=True)
@@ -38,25 +40,30 @@ class WorkloadSpec:
     num_requests: int | None = (
         None  # synthetic: DEFAULT_NUM_REQUESTS; trace: the first N (default all)
     )
-    rate: float = DEFAULT_RATE
+    rate: float | None = None  # None: the kind's own (kvplan.workload.default_rates)
     arrival: str = "poisson"
     cv: float = 1.0
     stats_path: str | None = None
     time_scale: float = 1.0
     samples: int = 1
     params: dict[str, Any] = field(default_factory=dict)  # generator settings (--workload-param)
-    # vLLM-bench settings (defaults: vLLM's client's), read for --workload random or --rate inf
-    # only.
-    input_len: int = BenchLoad.input_len
-    output_len: int = BenchLoad.output_len
-    random_range_ratio: float | None = None  # None: the client's default, fixed lengths
+    # vLLM-bench settings, None where not given (vLLM's client's defaults, BenchLoad): the
+    # lengths are read by --workload random only, the burstiness by it or --rate inf.
+    input_len: int | None = None
+    output_len: int | None = None
+    random_range_ratio: float | None = None  # None: fixed lengths
     range_below: bool = False  # the benchmark client before vLLM 0.8.4 read the ratio as a floor
-    burstiness: float = BenchLoad.burstiness
+    burstiness: float | None = None
 
     @property
     def vllm_shaped(self) -> bool:
         """Sent the way `vllm bench serve` sends: its random dataset, or all at t = 0."""
-        return self.trace is None and (self.kind == "random" or self.rate == math.inf)
+        return self.trace is None and (self.kind == "random" or self.arrival_rate == math.inf)
+
+    @property
+    def arrival_rate(self) -> float:
+        """--rate, or the kind's default: a load the default setup serves."""
+        return default_rate(self.kind) if self.rate is None else self.rate
 
     def __post_init__(self) -> None:
         if self.num_requests is not None and self.num_requests < 1:
@@ -65,6 +72,47 @@ class WorkloadSpec:
             )
         if self.samples < 1:
             raise SettingError("{samples} must be at least 1, got {got}", got=self.samples)
+        self._check_read()
+        if self.params:  # whole floats (1e3) as ints, each value within its rule
+            object.__setattr__(self, "params", self._checked_params())
+
+    @property
+    def _described(self) -> str:
+        return "a trace" if self.trace is not None else f"the {self.kind} workload"
+
+    def _check_read(self) -> None:
+        """A setting this stream would ignore is refused: results would be read as if it acted."""
+        random = self.trace is None and self.kind == "random"
+        for name in RANDOM_LENGTHS:
+            if getattr(self, name) is not None and not random:
+                raise SettingError(
+                    f"{{{name}}} sets the lengths of {{workload}} random (vLLM's random "
+                    "dataset); {what} does not read it: drop it, or use {workload} random",
+                    what=self._described,
+                )
+        if self.burstiness is not None and not self.vllm_shaped:
+            raise SettingError(
+                "{burstiness} shapes the send gaps of {workload} random or {rate} inf (vLLM's "
+                "benchmark client); {what} at {got:g} {unit}/s does not read it: drop it",
+                what=self._described,
+                got=self.arrival_rate,
+                unit=rate_unit(self.kind),
+            )
+
+    def _checked_params(self) -> dict[str, Any]:
+        if self.trace is not None:
+            raise SettingError(
+                "{params} set kvplan's workload generators; a {trace} replays its own "
+                "requests and reads none: drop them"
+            )
+        if self.vllm_shaped:
+            raise SettingError(
+                "{params} set kvplan's workload generators; vLLM's {kind} dataset ({workload} "
+                "random, or {rate} inf) reads none: drop them (its lengths: {input_len}, "
+                "{output_len})",
+                kind=self.kind,
+            )
+        return checked_params(self.kind, self.params, flag=True)
 
 
 @dataclass(frozen=True)
@@ -96,6 +144,7 @@ def build_workload(
         max_model_len = default_max_model_len(model, mode, spec.trace is not None)
     if max_model_len < 2:
         raise SettingError("{max_model_len} must be at least 2, got {got}", got=max_model_len)
+    check_max_model_len(model, max_model_len)  # as vLLM refuses one above the model's maximum
     skipped = 0
     if spec.trace is not None:
         loaded = load_trace(
@@ -132,25 +181,20 @@ def build_workload(
             params["vocab_size"] = (
                 model.vocab_size
             )  # token ids the model can embed (real mode runs them)
-        try:
-            requests = make_workload(
-                spec.kind,
-                spec.num_requests or DEFAULT_NUM_REQUESTS,
-                rate=spec.rate,
-                arrival=spec.arrival,
-                cv=spec.cv,
-                seed=seed,
-                max_model_len=max_model_len,
-                stats_path=spec.stats_path,
-                **params,
-            )
-        except TypeError as err:  # an unknown --workload-param name
-            raise SettingError(
-                "{params}: {err}; see the generator's parameters in the README", err=err
-            ) from None
+        requests = make_workload(
+            spec.kind,
+            spec.num_requests or DEFAULT_NUM_REQUESTS,
+            rate=spec.arrival_rate,
+            arrival=spec.arrival,
+            cv=spec.cv,
+            seed=seed,
+            max_model_len=max_model_len,
+            stats_path=spec.stats_path,
+            **params,
+        )
         info = {
             "kind": spec.kind,
-            "rate": spec.rate,
+            "rate": spec.arrival_rate,
             "arrival": spec.arrival,
             "cv": spec.cv,
             **params,
@@ -172,17 +216,17 @@ def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], 
     load = BenchLoad(
         dataset=spec.kind,
         num_prompts=spec.num_requests or DEFAULT_NUM_REQUESTS,
-        input_len=spec.input_len,
-        output_len=spec.output_len,
+        input_len=spec.input_len or BenchLoad.input_len,
+        output_len=spec.output_len or BenchLoad.output_len,
         range_ratio=spec.random_range_ratio or 0.0,
         range_below=spec.range_below and spec.random_range_ratio is not None,
-        request_rate=spec.rate,
-        burstiness=spec.burstiness,
+        request_rate=spec.arrival_rate,
+        burstiness=BenchLoad.burstiness if spec.burstiness is None else spec.burstiness,
         seed=seed,
     )
     info = {
         "kind": spec.kind,
-        "rate": spec.rate,
+        "rate": spec.arrival_rate,
         "input_len": load.input_len,
         "output_len": load.output_len,
         "range_ratio": load.range_ratio,
@@ -192,23 +236,30 @@ def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], 
 
 
 def parse_workload_params(pairs: list[str]) -> dict[str, Any]:
-    """NAME=VALUE generator settings, numbers parsed as int or float."""
+    """NAME=VALUE generator settings, numbers parsed as int or float; a name given twice is
+    refused (the later value would silently win)."""
     params: dict[str, Any] = {}
     for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise SettingError("{params} '{pair}' needs NAME=VALUE, e.g. doc_len=2048", pair=pair)
-        text = value.strip()
-        try:
-            params[name.strip()] = int(text)
-        except ValueError:
-            try:
-                params[name.strip()] = float(text)
-            except ValueError:
-                params[name.strip()] = text
-            else:  # "nan" and "inf" parse as floats but are never a setting
-                if not math.isfinite(params[name.strip()]):
-                    raise SettingError(
-                        "{params} '{pair}': the value must be a finite number", pair=pair
-                    )
+        name, sep, value = (part.strip() for part in pair.partition("="))
+        if not sep or not name:
+            raise SettingError(
+                "{params} {pair} needs NAME=VALUE, e.g. doc_len=2048", pair=quoted(pair)
+            )
+        if name in params:
+            raise SettingError("{params} names {name} twice; give it once", name=quoted(name))
+        params[name] = _value(value, pair)
     return params
+
+
+def _value(text: str, pair: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return text  # refused by the setting's rule, which names what it takes
+    if not math.isfinite(number):  # "nan", "inf" and 400 digits parse, but are never a setting
+        raise SettingError("{params} {pair}: the value must be a finite number", pair=quoted(pair))
+    return number

@@ -20,9 +20,20 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kvplan.bench.caption import table_caption
 from kvplan.bench.comparison import comparison
+from kvplan.bench.optimizations import parse_optimizations
+from kvplan.bench.setting_use import check_budget_read, ignored_settings
 from kvplan.cli.bench_table import render_comparison
-from kvplan.cli.common import cli_errors, console, error_console, escape
+from kvplan.cli.common import (
+    cli_errors,
+    console,
+    error_console,
+    error_message,
+    escape,
+    fail,
+    flag_of,
+)
 from kvplan.cli.panels import with_panels
 from kvplan.cli.panels.cluster import ClusterOptions
 from kvplan.cli.panels.engine import EngineOptions
@@ -34,11 +45,13 @@ from kvplan.cli.panels.tiers import TierOptions
 from kvplan.cli.panels.workload import WorkloadOptions
 from kvplan.cli.resolution import render_resolution
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
+from kvplan.spec.extras import require_extra
 from kvplan.spec.numbers import check_numbers
 from kvplan.spec.resolve import resolve_model
 
 if TYPE_CHECKING:
     from kvplan.bench.config import BenchConfig
+    from kvplan.results import ResultRecord
 
 Panels = tuple[
     HardwareOptions,
@@ -74,11 +87,17 @@ def bench(
     output.check()
     engine.check()
     names = kv.names()
+    optimizations = parse_optimizations(names)  # a bad or repeated name before any work
+    if real.mode == "real":  # before torch is imported: one line naming the extra, not a traceback
+        require_extra("real", "kvplan bench --mode real")
     if real.quality_text is not None:
         if real.mode != "real":
             raise ValueError(
                 "--quality-text needs --mode real: quality is measured on a real model"
             )
+        if output.report:  # a failed quality report takes its table back: ask before the run
+            require_extra("report", "kvplan bench --quality-text --report")
+        check_budget_read(kv.kv_budget, optimizations)
         from kvplan.cli.quality import run_quality_command
 
         run_quality_command(
@@ -100,58 +119,83 @@ def bench(
         return
     config = bench_config(panels)
     spec = requests.spec()
+    for warning in ignored_settings(config, optimizations):  # refuses what results would hide
+        error_console.print(f"[yellow]warning:[/] {escape(warning.named(flag_of))}", soft_wrap=True)
     if real.mode == "real" and real.model_path is None:
         _warn_real_footprint(hardware.model, real.layers, real.model_dtype, real.device)
     started = time.perf_counter()
-    written: dict[str, Path] = {}
-
-    def write_report_beside(path: Path) -> None:  # runs before --out's old content is let go
-        from kvplan.report import write_report
-
-        written["index"] = write_report([path], path.with_suffix("")).index
-
     track = functools.partial(_progress_bars, unit="tokens" if real.mode == "real" else "requests")
+
+    def show(records: list[ResultRecord]) -> None:
+        # Drawn before the results are written (run_bench's before_write): a table that cannot
+        # be drawn ends the command with one line and any existing --out unchanged
+        if output.as_json:
+            print(
+                strict_json(
+                    [{"optimization": r.optimization, **r.metrics} for r in records], indent=2
+                )
+            )
+            return
+        # a --model-path run names its checkpoint
+        if real.mode != "real" or real.model_path is None:
+            render_resolution(resolve_model(hardware.model))
+        render_comparison(comparison(records), console, table_caption(records))
+        if config.vllm_figures:  # lay beside a measured `vllm bench serve` run
+            from kvplan.sim.vllm_metrics import format_serving_block
+
+            for record in records:
+                figures = {k[5:]: v for k, v in record.metrics.items() if k.startswith("vllm_")}
+                console.print(
+                    escape(
+                        format_serving_block(figures, f"modeled by kvplan: {record.optimization}")
+                    ),
+                    highlight=False,
+                )
+
     outcome = run_bench(
         config,
         spec,
         names,
         output.out,
         track,
-        after_write=write_report_beside if output.report else None,
-        report_folder=output.report,
+        report_folder=output.report,  # an unusable report folder is refused before the run
         announce=lambda text: error_console.print(escape(text), soft_wrap=True),
+        before_write=show,
     )
     if outcome.skipped_lines:
         error_console.print(
             f"[yellow]warning:[/] skipped {outcome.skipped_lines} malformed lines in "
             f"{escape(str(requests.trace))}"
         )
-    report_index = written.get("index")
     elapsed = time.perf_counter() - started
     records = outcome.records
     if output.as_json:
-        print(
-            strict_json([{"optimization": r.optimization, **r.metrics} for r in records], indent=2)
-        )
+        if output.report:
+            _report_beside(outcome.out)
         return
-    if real.mode != "real" or real.model_path is None:  # a --model-path run names its checkpoint
-        render_resolution(resolve_model(hardware.model))
-    render_comparison(comparison(records), console)
-    if config.vllm_figures:  # lay beside a measured `vllm bench serve` run
-        from kvplan.sim.vllm_metrics import format_serving_block
-
-        for record in records:
-            figures = {k[5:]: v for k, v in record.metrics.items() if k.startswith("vllm_")}
-            console.print(
-                escape(format_serving_block(figures, f"modeled by kvplan: {record.optimization}")),
-                highlight=False,
-            )
     console.print(
         f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
         f"results: {escape(str(outcome.out))}[/]"
     )
-    if report_index:
-        console.print(f"report: {escape(str(report_index))}")
+    if output.report:
+        console.print(f"report: {escape(str(_report_beside(outcome.out)))}")
+
+
+def _report_beside(results: Path) -> Path:
+    """The report of a run whose results are already written (folder: results without its
+    suffix). A missing extra or a failing report ends the command with one line and exit 2,
+    and the results stay: `fail` exits without cli_errors, which would remove a new --out."""
+    try:
+        require_extra("report", "kvplan bench --report")
+        from kvplan.report import write_report
+
+        return write_report([results], results.with_suffix("")).index
+    except (ValueError, OSError, RecursionError) as err:
+        fail(
+            f"{error_message(err)}; the results were written to {results} "
+            f"(kvplan report {results} draws them)"
+        )
+        raise  # not reached: fail exits
 
 
 def bench_config(panels: Panels) -> BenchConfig:
@@ -172,8 +216,8 @@ def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, devic
     resolved = resolve_device(device)
     dtype = model_dtype if model_dtype != "auto" else ("fp32" if resolved == "cpu" else "bf16")
     warning = check_real_model_memory(load_model(model), layers, dtype, resolved)
-    if warning:
-        error_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    if warning:  # worded with the flags given (the library names settings)
+        error_console.print(f"[yellow]warning:[/] {escape(warning.named(flag_of))}", soft_wrap=True)
 
 
 @contextmanager
@@ -191,6 +235,7 @@ def _progress_bars(
         TimeRemainingColumn(),
         console=error_console,
         transient=True,
+        disable=not error_console.is_terminal,  # piped, a bar is only a stray blank line
     ) as progress:
         tasks = {name: progress.add_task(escape(name), total=total) for name in names}
         yield lambda name, n: progress.advance(tasks[name], n)

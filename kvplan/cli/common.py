@@ -24,7 +24,8 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
     """Turn library ValueErrors (and unreadable files) into `error: ...` plus exit code 2.
 
     Names in outputs_param are the command's output-path parameters: any file they name
-    that the failed command created is removed, so no partial output is left behind.
+    that the failed command created is removed, so no partial output is left behind, except
+    what an interrupted command says it kept (whole records of the work that finished).
     SIGTERM and Ctrl-C end the command the same way (one line, exit 143 / 130) after the
     `finally` blocks below the command have removed their temporary files.
     """
@@ -38,8 +39,11 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
                 with sigterm_raises():
                     return command(*args, **kwargs)
             except (ValueError, OSError, RecursionError, KeyboardInterrupt) as err:
+                # An interrupt that saved the finished work (its `kept` note names the file)
+                # keeps it; any other failure leaves no output it created.
+                saved = isinstance(err, KeyboardInterrupt) and getattr(err, "kept", None)
                 for path in paths:
-                    if not existed[path] and path.is_file():
+                    if not saved and not existed[path] and path.is_file():
                         path.unlink()
                 if isinstance(err, KeyboardInterrupt):
                     how = (
@@ -81,6 +85,7 @@ def error_message(err: BaseException) -> str:
 # kvplan.spec.setting_error). A setting whose value comes from two flags names both.
 FLAGS = {
     "params": "--workload-param",
+    "routers": "--router",
     "vllm_figures": "--format vllm",
     "step_model": "--step-model / --calibration",
     "swap_slots": "--swap-space-gib",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
+from rich.console import Group
 
 from kvplan.cli.capacity_tables import render_plan
 from kvplan.cli.common import (
@@ -291,9 +291,10 @@ def _run_sweep(
 
 def _sweep_table(
     columns: dict[str, Any], records: list[dict[str, Any]], summary: str, width: int
-) -> Table:
+) -> Group:
     """Settings that every configuration shares go to the title, so the table holds only what
-    varies and the results; cells fold rather than being cut when the terminal is narrow."""
+    varies and the results; on a narrow terminal the results spread over more tables, each
+    repeating the settings that vary (kvplan.cli.fit_table)."""
     shared = [c for c in SWEEP_SETTINGS if len({str(v) for v in columns[c]}) == 1]
     title = ", ".join(f"{c.replace('_', ' ')} {_plain(c, columns[c][0])}" for c in shared)
     shown = [c for c in SWEEP_SETTINGS if c not in shared] + list(SWEEP_RESULTS)
@@ -304,7 +305,7 @@ def _sweep_table(
         [[_cell(column, record[column]) for column in shown] for record in records],
         width,
         left=[h for c, h in zip(shown, headers) if c in ("model", "gpu", "kv_dtype", "verdict")],
-        flexible=[h for c, h in zip(shown, headers) if c in ("model", "gpu", "verdict")],
+        key=len(shown) - len(SWEEP_RESULTS),
     )
 
 

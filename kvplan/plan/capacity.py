@@ -17,7 +17,7 @@ from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.plan.hybrid_kv import vllm_kv_cache
 from kvplan.plan.memory_model import MemoryProfile, predict_memory
 from kvplan.plan.plan_inputs import GIB, MAX_TOKENS, PlanInputs, valid_tps
-from kvplan.plan.pool_sizing import whole_blocks
+from kvplan.plan.pool_sizing import model_max_len, whole_blocks
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import parse_kv_format
 
@@ -121,11 +121,9 @@ class CapacityPlan:
 
     @property
     def context_limit(self) -> int:
-        """The longest context the model takes: its max_position_embeddings (or the context
-        asked for, if longer), so "largest context" never names a length the model cannot run."""
-        return max(
-            self.inputs.model.max_position_embeddings or MAX_TOKENS, self.inputs.max_model_len
-        )
+        """The longest context the model takes (the engine's maximum, pool_sizing.model_max_len),
+        so "largest context" never names a length the engine would refuse."""
+        return max(model_max_len(self.inputs.model) or MAX_TOKENS, self.inputs.max_model_len)
 
     @property
     def fits(self) -> bool:
@@ -294,15 +292,26 @@ def _suggestions(result: CapacityPlan) -> tuple[str, ...]:
         if result.verdict == "kv-does-not-fit" and result.max_batch > 0:
             tips.append(f"largest batch at {inputs.max_model_len:,} tokens: {result.max_batch}")
         weights_fp8 = (inputs.weight_dtype or inputs.model.weight_dtype) == "fp8"
-        if result.verdict == "weights-do-not-fit" and inputs.gpu.fp8_support and not weights_fp8:
-            fp8 = plan(replace(inputs, weight_dtype="fp8"), suggest=False)
-            outcome = "fits" if fp8.fits else f"still does not fit ({fp8.verdict})"
+        # FP8 weights halve a 16-bit model's weights and leave the KV pool the rest: said when
+        # the weights are what does not fit, and when the KV pool they free makes it fit
+        fp8_weights = (
+            plan(replace(inputs, weight_dtype="fp8"), suggest=False)
+            if inputs.gpu.fp8_support and not weights_fp8 and inputs.kv_cache_bytes is None
+            else None
+        )
+        if result.verdict == "weights-do-not-fit" and fp8_weights is not None:
+            outcome = "fits" if fp8_weights.fits else f"still does not fit ({fp8_weights.verdict})"
             tips.append(f"FP8 weights (--weight-dtype fp8): {outcome}")
         elif inputs.kv_format.bits > 8 and inputs.gpu.fp8_support:
             fp8 = plan(replace(inputs, kv_format=parse_kv_format("fp8")), suggest=False)
             tips.append(
                 f"FP8 KV cache (--kv-dtype fp8): {'fits' if fp8.fits else 'still does not fit'}, "
                 f"{fp8.kv_cache_tokens:,} tokens of KV cache"
+            )
+        if result.verdict == "kv-does-not-fit" and fp8_weights is not None and fp8_weights.fits:
+            tips.append(
+                f"FP8 weights (--weight-dtype fp8): fits, {fp8_weights.kv_cache_tokens:,} tokens "
+                "of KV cache"
             )
         for tp in valid_tps(inputs.model):
             if tp > inputs.tp:

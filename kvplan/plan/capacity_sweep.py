@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvplan.plan.capacity import PlanInputs, engine_memory
+from kvplan.plan.pool_sizing import check_max_model_len
 from kvplan.results import ResultRecord
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
@@ -117,6 +118,10 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
         sizes, MAX_GRID_POINTS, "", "sweep fewer values or use coarser steps", within="sweep"
     )
     models = [load_model(m) for m in axes.get("model", [])] or [base.model]
+    # a context the engine refuses is refused for every model, swept or given with --context
+    longest = int(max(axes.get("context", [base.context or 0]))) or None
+    for model in models:
+        check_max_model_len(model, longest, "context", "sweep" if "context" in axes else None)
     gpus = [load_gpu(g) for g in axes.get("gpu", [])] or [base.gpu]
     formats = [parse_kv_format(f) for f in axes.get("kv-dtype", [])] or [base.kv_format]
     tps = axes.get("tp", [base.tp])
@@ -129,9 +134,9 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
     parts: dict[str, list[Any]] = {column: [] for column in COLUMNS}
 
     for model, gpu, fmt, tp in itertools.product(models, gpus, formats, tps):
-        point = replace(
-            base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=int(context[0])
-        )
+        # the grid's contexts go to engine_memory one by one; the point asks for none (a model
+        # swept without a context axis is sized at the base model's, as before)
+        point = replace(base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=None)
         per_token = model.kv_bytes_per_token(fmt, point.tp)
         profiles = {int(c): engine_memory(point, context=int(c)) for c in np.unique(context)}
         weights = next(iter(profiles.values())).weight_bytes  # the weights as the engine loads them

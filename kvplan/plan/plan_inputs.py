@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from kvplan.plan.engine_releases import default_utilization
 from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings
-from kvplan.plan.pool_sizing import max_model_len_for
+from kvplan.plan.pool_sizing import check_max_model_len, max_model_len_for
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 from kvplan.spec.setting_error import SettingError
 
@@ -82,6 +82,7 @@ class PlanInputs:
             if not holds:
                 raise SettingError(template, got=got, most=MAX_TOKENS)
         self.engine_settings  # validates engine and batching limits
+        check_max_model_len(self.model, self.context, "context")
         if self.model.num_heads % self.tp:
             raise SettingError(
                 "{tp} {got} must divide the {heads} attention heads of {name}; try {valid}",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec
+from kvplan.spec.model import AttentionGroup
 from kvplan.spec.weight_quant import weight_quant
 
 
@@ -22,6 +23,9 @@ class Roofline:
     tp: int
     kv_format: KVFormat
     weight_dtype: str | None = None
+    # Tokens per layer an eviction policy keeps (--kv-budget): a decode step then reads and
+    # attends to at most these, the memory model of kvplan.core.policies; None: every token
+    kv_budget: int | None = None
 
     @cached_property
     def weight_bytes_per_gpu(self) -> float:
@@ -72,32 +76,51 @@ class Roofline:
         """The part of linear_flops that runs in the routed experts' GEMMs (0 for dense models)."""
         return 2.0 * self.model.params.experts_active * tokens / self.tp
 
-    def attention_flops(self, query_tokens: int, context: int) -> float:
-        """QK^T and PV for `query_tokens` new tokens that each see up to `context` tokens."""
+    def seen_tokens(self, group: AttentionGroup, context: int, kept: bool = False) -> int:
+        """Tokens of `group` a query at `context` attends to: its window, and with `kept` at
+        most the eviction budget (a decode step, once the policy has pruned)."""
+        seen = group.retained_tokens(context)
+        return min(seen, self.kv_budget) if kept and self.kv_budget is not None else seen
+
+    def attention_flops(self, query_tokens: int, context: int, kept: bool = False) -> float:
+        """QK^T and PV for `query_tokens` new tokens that each see up to `context` tokens
+        (with `kept`, up to the tokens the eviction budget keeps)."""
         heads_per_gpu = self.model.num_heads / self.tp
         flops = 0.0
         for group in self.model.token_groups:
-            seen = group.retained_tokens(context)
+            seen = self.seen_tokens(group, context, kept)
             per_pair = group.attention_flops_per_pair(heads_per_gpu, prefill=query_tokens > 1)
             flops += per_pair * seen * query_tokens
             if query_tokens > 1:
                 flops += group.up_projection_flops_per_token(heads_per_gpu) * seen
         return flops
 
-    def kv_read_bytes(self, context: int) -> float:
-        """KV bytes one decode step reads for one sequence (attention reads only the window)."""
-        return self.model.kv_bytes(context, self.kv_format, self.tp, respect_windows=True)
+    def kv_read_bytes(self, context: int, kept: bool = False) -> float:
+        """KV bytes one step reads for one sequence of `context` tokens: attention reads only
+        the window, and with `kept` only what the eviction budget keeps."""
+        total = float(self.model.state_bytes_per_seq(self.tp))
+        for group in self.model.token_groups:
+            seen = self.seen_tokens(group, context, kept)
+            total += seen * group.bytes_per_token(self.kv_format, self.tp)
+        return total
 
     def step_time(self, tokens: int, flops: float, kv_bytes: float) -> float:
         memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bandwidth
         return max(memory, (self.linear_flops(tokens) + flops) / self.peak_flops)
 
     def decode_step_time(self, batch: int, context: int) -> float:
-        """One decode step of `batch` sequences that each hold `context` tokens."""
-        flops = batch * self.attention_flops(1, context)
-        return self.step_time(batch, flops, batch * self.kv_read_bytes(context))
+        """One decode step of `batch` sequences that each hold `context` tokens (each keeps
+        at most the eviction budget)."""
+        flops = batch * self.attention_flops(1, context, kept=True)
+        return self.step_time(batch, flops, batch * self.kv_read_bytes(context, kept=True))
+
+    def decode_memory_time(self, batch: int, context: int) -> float:
+        """The HBM side of decode_step_time: decode is memory-bound where this is the step."""
+        kv_bytes = batch * self.kv_read_bytes(context, kept=True)
+        return (self.weight_bytes_read(batch) + kv_bytes) / self.bandwidth
 
     def prefill_time(self, prompt: int) -> float:
-        """Lower bound for one prompt's prefill: causal attention sees prompt/2 on average."""
+        """Lower bound for one prompt's prefill: causal attention sees prompt/2 on average
+        (every prompt token: an eviction policy prunes after the prompt is read)."""
         flops = self.attention_flops(prompt, max(1, prompt // 2))
         return self.step_time(prompt, flops, self.kv_read_bytes(prompt))

@@ -24,6 +24,7 @@ from kvplan.spec.layers import (
     layer_shape,
     window_size,
 )
+from kvplan.spec.max_len import derived_max_len
 from kvplan.spec.model import AttentionKind
 from kvplan.spec.params import count_params
 from kvplan.spec.quant_storage import CheckpointQuant
@@ -243,4 +244,5 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
         checkpoint_quant=quant,
         cross_groups=cross,
         encoder_tokens_per_image=encoder_tokens_per_image(outer) if cross else 0,
+        derived_max_model_len=derived_max_len(cfg),
     )

@@ -231,6 +231,9 @@ class ModelSpec:
     # encoder_tokens_per_image is what one image at the most tiles gives them.
     cross_groups: tuple[AttentionGroup, ...] = ()
     encoder_tokens_per_image: int = 0
+    # The longest max_model_len vLLM accepts (spec/max_len.py: the length keys with RoPE
+    # scaling); 0 where the config names no length
+    derived_max_model_len: int = 0
 
     @property
     def expert_weight_bits(self) -> float | None:

@@ -15,7 +15,7 @@ from kvplan import lazy_attribute
 _HOMES = {
     "Request": "kvplan.workload.request",
     "ARRIVALS": "kvplan.workload.arrivals",
-    "WORKLOAD_KINDS": "kvplan.workload.catalog",
+    "WORKLOAD_KINDS": "kvplan.workload.kinds",
     "make_workload": "kvplan.workload.catalog",
     "TRACE_FORMATS": "kvplan.workload.traces",
     "TraceLoad": "kvplan.workload.traces",

@@ -1,23 +1,29 @@
-"""Every synthetic workload by name: the one entry point the CLI, bench and sweep use."""
+"""Every synthetic workload by name: the one entry point the CLI, bench and sweep use
+(what each one reads is kinds.py's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvplan.workload import shared_prefix
+from kvplan.workload.kinds import CATALOG, SETTINGS, WORKLOAD_KINDS, checked_params, workload_kind
 from kvplan.workload.request import Request
 from kvplan.workload.synthetic import alpaca, long_reasoning, sharegpt, sharegpt_stats
 
-WORKLOAD_KINDS: tuple[str, ...] = (
-    "sharegpt",
-    "alpaca",
-    "sharegpt-stats",
-    "long-reasoning",
-    "system-prompt",
-    "rag",
-    "chat",
-    "few-shot",
-)
+__all__ = ["CATALOG", "GENERATORS", "WORKLOAD_KINDS", "make_workload"]
+
+GENERATORS: dict[str, Callable[..., list[Request]]] = {
+    "sharegpt": sharegpt,
+    "alpaca": alpaca,
+    "sharegpt-stats": sharegpt_stats,
+    "long-reasoning": long_reasoning,
+    "system-prompt": shared_prefix.system_prompt,
+    "rag": shared_prefix.rag,
+    "chat": shared_prefix.chat,
+    "few-shot": shared_prefix.few_shot,
+}
 
 
 def make_workload(
@@ -30,62 +36,31 @@ def make_workload(
     seed: int = 0,
     max_model_len: int = 2048,
     stats_path: str | Path | None = None,
-    system_prompt_len: int = 1024,
-    num_system_prompts: int = 1,
-    num_documents: int = 200,
-    doc_len: int = 1024,
-    docs_per_request: int = 1,
-    zipf_s: float = 1.1,
-    turns_per_session: float = 5.0,
-    think_time: float = 10.0,
-    num_templates: int = 8,
-    template_len: int = 512,
-    vocab_size: int = 32000,
+    **settings: Any,
 ) -> list[Request]:
     """Build a synthetic workload by name: the one entry point the CLI and bench use.
 
     kind is one of WORKLOAD_KINDS, arrival one of ARRIVALS (see arrivals.py).
     Returns requests sorted by arrival with ids 0..num_requests-1; bad input raises
-    ValueError with a one-line message naming the fix. The shared-prefix kinds
-    (system-prompt, rag, chat, few-shot; see shared_prefix.py) carry real token ids and take
-    the keyword arguments after stats_path; for chat, rate is session starts per second.
+    ValueError with a one-line message naming the fix. `settings` are generator settings
+    (CATALOG lists each kind's; defaults are its generator's, e.g. num_documents 200): the
+    kind's own are checked by their rules (checked_params), another kind's are not read.
+    The shared-prefix kinds (system-prompt, rag, chat, few-shot; see shared_prefix.py) carry
+    real token ids; for chat, rate is session starts per second.
     """
-    common = dict(rate=rate, arrival=arrival, cv=cv, seed=seed, max_model_len=max_model_len)
-    if kind == "sharegpt":
-        return sharegpt(num_requests, **common)
-    if kind == "alpaca":
-        return alpaca(num_requests, **common)
-    if kind == "long-reasoning":
-        return long_reasoning(num_requests, **common)
+    entry = workload_kind(kind)
+    unknown = sorted(set(settings) - SETTINGS)
+    if unknown:
+        raise TypeError(f"make_workload() got unexpected keyword argument(s) {', '.join(unknown)}")
+    chosen = checked_params(kind, {k: v for k, v in settings.items() if k in entry.params})
     if kind == "sharegpt-stats":
-        return sharegpt_stats(num_requests, stats_path=stats_path, **common)
-    if kind in ("system-prompt", "rag", "chat", "few-shot"):
-        common["vocab_size"] = vocab_size
-        if kind == "system-prompt":
-            return shared_prefix.system_prompt(
-                num_requests,
-                system_prompt_len=system_prompt_len,
-                num_system_prompts=num_system_prompts,
-                **common,
-            )
-        if kind == "rag":
-            return shared_prefix.rag(
-                num_requests,
-                num_documents=num_documents,
-                doc_len=doc_len,
-                docs_per_request=docs_per_request,
-                zipf_s=zipf_s,
-                **common,
-            )
-        if kind == "chat":
-            return shared_prefix.chat(
-                num_requests, turns_per_session=turns_per_session, think_time=think_time, **common
-            )
-        return shared_prefix.few_shot(
-            num_requests,
-            num_templates=num_templates,
-            template_len=template_len,
-            zipf_s=zipf_s,
-            **common,
-        )
-    raise ValueError(f"unknown workload kind {kind!r}; use one of {', '.join(WORKLOAD_KINDS)}")
+        chosen["stats_path"] = stats_path
+    return GENERATORS[entry.name](
+        num_requests,
+        rate=rate,
+        arrival=arrival,
+        cv=cv,
+        seed=seed,
+        max_model_len=max_model_len,
+        **chosen,
+    )

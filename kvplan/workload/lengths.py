@@ -9,7 +9,7 @@ way a server rejects or truncates what does not fit its context):
 - ``sharegpt``: independent lognormals with means 161.31 (input) and 337.99 (output)
   tokens, the ShareGPT means reported by the vLLM paper (Kwon et al., SOSP'23, §6.1), and
   log-space dispersions sigma 1.63 (input) and 1.00 (output) measured on the real ShareGPT
-  lengths in sarathi-serve's stats CSV (../shared/data/traces).
+  lengths in sarathi-serve's stats CSV (microsoft/sarathi-serve, data/processed_traces/).
 - ``alpaca``: the same scheme with the paper's Alpaca means, 19.31 in / 58.45 out.
 - ``sharegpt-stats``: (prompt, output) pairs sampled jointly, with replacement, from the
   rows of sarathi-serve's ShareGPT stats CSV (``num_prefill_tokens``,
@@ -116,7 +116,8 @@ def load_length_stats(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(
-            f"ShareGPT stats file {path} not found; pass stats_path pointing at {SHAREGPT_STATS_FILE}"
+            f"ShareGPT stats file {path} not found; pass stats_path pointing at {SHAREGPT_STATS_FILE} "
+            "(or at the excerpt that `kvplan samples path sharegpt-stats` prints)"
         )
     prompts: list[int] = []
     outputs: list[int] = []

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from kvplan.workload.arrivals import check_inputs
-from kvplan.workload.prompt_draws import FIRST_TOKEN_ID
+from kvplan.workload.prompt_draws import DRAWN_TOKENS_MAX, FIRST_TOKEN_ID
 
 
 def check_int(name: str, value: object, low: int, fix: str) -> None:
@@ -45,3 +45,17 @@ def check_common(
     for name, (mean, sigma) in (("user/query", suffix), ("output", output)):
         check_real(f"{name} mean length", mean, "pass a mean length in tokens, e.g. 64")
         check_real(f"{name} sigma", sigma, "use e.g. 1.0 (0 gives fixed lengths)", allow_low=True)
+
+
+def check_stored(
+    count_name: str, count: int, size_name: str, size: int, unit: str = "tokens"
+) -> None:
+    """A store of `count` x `size` `unit` (shared prefixes of `size` tokens, or `size`
+    documents chosen per request) refused before it is allocated when it exceeds what one
+    workload holds in memory, naming both settings."""
+    total = int(count) * int(size)
+    if total > DRAWN_TOKENS_MAX:
+        raise ValueError(
+            f"{count_name} {count:,} x {size_name} {size:,} = {total:,} {unit}, more than the "
+            f"{DRAWN_TOKENS_MAX:,} one workload holds in memory; lower {count_name} or {size_name}"
+        )

@@ -6,6 +6,7 @@ plus unique suffixes (shared_prefix.py's generators call these in a fixed order 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain, islice
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from kvplan.workload.lengths import cap_lengths, solve_mu
 from kvplan.workload.request import Request
 
 FIRST_TOKEN_ID = 3  # ids 0..2 are left for special tokens
+# Token ids one draw may make: each costs ~32 bytes at its peak (numpy ids, the list, the
+# tuple), so 2^27 ids need ~4 GiB; a larger workload runs out of memory before it runs
+DRAWN_TOKENS_MAX = 2**27
 
 
 class TokenDrawer:
@@ -28,7 +32,14 @@ class TokenDrawer:
 
     def draw(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
         lengths = np.asarray(lengths, dtype=np.int64)
-        ids = self.rng.integers(FIRST_TOKEN_ID, self.vocab_size, int(lengths.sum()))
+        total = int(lengths.sum())
+        if total > DRAWN_TOKENS_MAX:  # refused before the ids are allocated
+            raise ValueError(
+                f"the workload's prompts and outputs would hold {total:,} token ids, more than "
+                f"the {DRAWN_TOKENS_MAX:,} one workload holds in memory; lower num_requests "
+                "or the lengths (max_model_len)"
+            )
+        ids = self.rng.integers(FIRST_TOKEN_ID, self.vocab_size, total)
         flat = tuple(self.ints[ids].tolist())
         ends = np.cumsum(lengths).tolist()
         return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
@@ -97,7 +108,13 @@ def prefixed_requests(
     arrivals = arrival_times(rng, n, arrival, rate, cv)
     requests = []
     for i, (row, length) in enumerate(zip(choice.tolist(), prompt_len.tolist())):
-        head = prefixes[row[0]] if len(row) == 1 else sum((prefixes[j] for j in row), ())
+        # several prefixes: only the first `length` of their tokens (a long concatenation
+        # would be built only to be cut)
+        head = (
+            prefixes[row[0]]
+            if len(row) == 1
+            else tuple(islice(chain.from_iterable(prefixes[j] for j in row), length))
+        )
         prompt = head + suffix_tokens[i] if len(head) < length else head[:length]
         requests.append(
             Request(

@@ -39,7 +39,7 @@ import numpy as np
 
 from kvplan.workload.arrivals import arrival_times
 from kvplan.workload.lengths import SHAREGPT, solve_mu
-from kvplan.workload.prefix_checks import check_common, check_int, check_real
+from kvplan.workload.prefix_checks import check_common, check_int, check_real, check_stored
 from kvplan.workload.prompt_draws import (
     TokenDrawer,
     choose_distinct,
@@ -92,6 +92,7 @@ def system_prompt(
             f"token in max_model_len {max_model_len}; raise max_model_len or shorten the prompt"
         )
     check_int("num_system_prompts", num_system_prompts, 1, "use 1 for one shared system prompt")
+    check_stored("num_system_prompts", num_system_prompts, "system_prompt_len", system_prompt_len)
     rng = np.random.default_rng(seed)
     tokens = TokenDrawer(rng, vocab_size)
     prefixes = tokens.draw([system_prompt_len] * num_system_prompts)
@@ -155,6 +156,11 @@ def rag(
             f"docs_per_request {docs_per_request} exceeds num_documents {num_documents}; "
             "documents are distinct within a request, so lower docs_per_request"
         )
+    # the corpus is stored once; each request's choice is a row of docs_per_request ids
+    check_stored("num_documents", num_documents, "doc_len", min(doc_len, max_model_len))
+    check_stored(
+        "num_requests", num_requests, "docs_per_request", docs_per_request, "document choices"
+    )
     if doc_sigma == 0 and docs_per_request * doc_len > max_model_len - 2:
         raise ValueError(
             f"{docs_per_request} documents of {doc_len} tokens leave no room for a question and an "
@@ -223,6 +229,7 @@ def few_shot(
             f"template_len {template_len} leaves no room for a query and an output token in "
             f"max_model_len {max_model_len}; raise max_model_len or shorten template_len"
         )
+    check_stored("num_templates", num_templates, "template_len", template_len)
     rng = np.random.default_rng(seed)
     tokens = TokenDrawer(rng, vocab_size)
     templates = tokens.draw([template_len] * num_templates)

@@ -154,7 +154,7 @@ def sharegpt_stats(
     if stats_path is None:
         raise ValueError(
             f"sharegpt-stats needs stats_path; pass the path of {SHAREGPT_STATS_FILE} "
-            "(in this project: ../shared/data/traces/)"
+            "(a 500-row excerpt ships with kvplan: kvplan samples path sharegpt-stats)"
         )
     prompts, outputs = load_length_stats(stats_path)
     rng = np.random.default_rng(seed)

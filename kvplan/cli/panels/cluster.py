@@ -54,9 +54,11 @@ class ClusterOptions:
 
     def settings(self) -> dict[str, Any]:
         routers = tuple(name.strip() for name in self.router.split(",") if name.strip())
+        if self.pods == 1 and self.router == EVERY_ROUTER:
+            routers = ()  # one engine, no router; routers given for it are warned about (bench)
         return {
             "pods": self.pods,
-            "routers": routers if self.pods > 1 else (),
+            "routers": routers,
             "w_hit": self.w_hit,
             "w_load": self.w_load,
         }

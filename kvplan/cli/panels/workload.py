@@ -17,6 +17,9 @@ from kvplan.bench.workloads import (
 )
 from kvplan.cli.common import WORKLOAD, SeedOpt
 from kvplan.cli.panels.defaults import RUN, SIZING, STREAM, as_path
+from kvplan.workload.bench_load import BenchLoad
+from kvplan.workload.default_rates import default_rates_help
+from kvplan.workload.kinds import rate_units_help
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,13 @@ class WorkloadOptions:
         ),
     ] = as_path(STREAM.stats_path)
     rate: Annotated[
-        float,
+        Optional[float],
         typer.Option(
             rich_help_panel=WORKLOAD,
-            metavar="REQ/S",
-            help="Requests per second (synthetic workloads).",
+            metavar="RATE",
+            help=f"Arrivals per second of synthetic workloads: {rate_units_help()}; inf sends "
+            "every request at t = 0. Default: the workload's own, a load Llama-3.1-8B on one "
+            f"L4 serves ({default_rates_help()}).",
         ),
     ] = STREAM.rate
     arrival: Annotated[
@@ -135,19 +140,19 @@ class WorkloadOptions:
     seed: SeedOpt = RUN.seed
     # vLLM-bench-shaped load
     input_len: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="N",
-            help="--workload random: vLLM's --input-len.",
+            help=f"--workload random: vLLM's --input-len (default {BenchLoad.input_len}).",
         ),
     ] = STREAM.input_len
     output_len: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="N",
-            help="--workload random: vLLM's --output-len.",
+            help=f"--workload random: vLLM's --output-len (default {BenchLoad.output_len}).",
         ),
     ] = STREAM.output_len
     random_range_ratio: Annotated[
@@ -160,12 +165,12 @@ class WorkloadOptions:
         ),
     ] = STREAM.random_range_ratio
     burstiness: Annotated[
-        float,
+        Optional[float],
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="X",
-            help="--workload random or --rate inf: gamma shape of vLLM-style send gaps (1 = "
-            "Poisson).",
+            help="--workload random or --rate inf: gamma shape of vLLM-style send gaps "
+            f"(default {BenchLoad.burstiness:g} = Poisson).",
         ),
     ] = STREAM.burstiness
     max_concurrency: Annotated[
