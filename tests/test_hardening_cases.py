@@ -141,13 +141,14 @@ def test_markup_in_model_name_and_path_is_printed_verbatim(ws: Path) -> None:
 def test_markup_in_a_run_name_survives_the_report(ws: Path, bench_record: dict[str, Any]) -> None:
     record = {
         **bench_record,
-        "run_id": "run[/]one",
+        "optimization": "pag[/]ed",
         "metrics": {**bench_record["metrics"], "kv_cache_usage_mean": 0.99},
     }
     (ws / "runs.jsonl").write_text(json.dumps(record) + "\n")
     result = invoke(["report", ws / "runs.jsonl", "--out", ws / "rep[/]x"])
     assert result.exit_code == 0, result.output
-    assert "run[/]one" in result.output and "rep[/]x" in result.output
+    # the alert names the run by its optimization; both user texts reach the terminal as typed
+    assert "pag[/]ed" in result.output and "rep[/]x" in result.output
 
 
 def test_help_keeps_square_brackets() -> None:

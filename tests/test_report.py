@@ -171,6 +171,8 @@ def test_alert_checks(bench_results: Path, tmp_path: Path) -> None:
         prefix_hit_rate=0.2,
         preemptions=50,
         requests_finished=100,
+        cached_blocks_evicted=300,
+        prefix_hit_rate_upper_bound=0.9,
     )
     path = tmp_path / "alerts.jsonl"
     write_jsonl(path, records)
@@ -179,7 +181,12 @@ def test_alert_checks(bench_results: Path, tmp_path: Path) -> None:
         for a in write_report([path], tmp_path / "out").alerts
         if "contiguous-max" in a["run"]
     }
-    assert found == {"KVCacheUsageHigh", "PrefixCacheHitRateLow", "EvictionRateHigh"}
+    assert found == {
+        "KVCacheUsageHigh",
+        "PrefixCacheHitRateLow",
+        "PreemptionRateHigh",
+        "EvictionRateHigh",
+    }
 
 
 @pytest.mark.parametrize("content", ["", '{"schema": "kvplan.result/1", "kind": "bench", "run_id"'])

@@ -1,6 +1,7 @@
-"""The report page in headless Chromium at 1400 px: no table scrolls sideways, the
-page does not either, every chart image loads, and no chart is empty (each PNG draws data
-in colour, not only axes and text). Summaries open the page."""
+"""The report page in headless Chromium at 1400 px and at 900 px (half a laptop screen): no
+table scrolls sideways, the page does not either, every chart image loads, and no chart is
+empty (each PNG draws data in colour, not only axes and text). Summaries open the page, a
+sweep's study right after them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,18 @@ from kvplan.cli.app import app
 from kvplan.report import write_report
 
 runner = CliRunner()
-WIDTH = 1400
+WIDTHS = (1400, 900)
+SWEEP = """[fixed]
+workload = "sharegpt"
+num_requests = 30
+model = "llama-3.1-8b"
+[axes]
+gpu = ["l4", "h100-80gb"]
+rate = [1, 4]
+optimization = ["contiguous-oracle", "paged"]
+[slo]
+ttft_p90_s = 5.0
+"""
 PROBE = """<script>
 window.addEventListener("load", () => {
   const boxes = [...document.querySelectorAll("div.scroll")];
@@ -72,6 +84,13 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "0.2",
         ),
     ]
+    study = folder / "study.toml"
+    study.write_text(SWEEP)
+    swept = runner.invoke(
+        app, ["sweep", str(study), "--out", str(folder / "sweep"), "--workers", "1"]
+    )
+    assert swept.exit_code == 0, swept.output
+    results.append(folder / "sweep" / "results.jsonl")
     estimate = folder / "estimate.jsonl"
     done = runner.invoke(
         app,
@@ -96,10 +115,15 @@ def test_page_opens_with_a_summary_per_study(report: Path) -> None:
     page = report.read_text()
     assert (
         page.index("<h2>Summary</h2>")
+        < page.index("<h2>Study</h2>")
         < page.index("<h2>Comparison</h2>")
+        < page.index("<h3>Sweep points (8)</h3>")
         < page.index("<h2>Charts</h2>")
     )
-    assert page.count('class="summary"') == 4  # three bench runs and the estimates
+    # three bench runs, the estimates and the sweep (its points summarized together)
+    assert page.count('class="summary"') == 5
+    assert "one row per point, named by the axes that vary: rate, gpu" in page
+    assert "(top of the grid: the setup sustained every rate tried)" in page
     assert "of prompt tokens from cache" in page and "holds" in page
     text = re.sub(
         r"data:image/[a-z]+;base64,[A-Za-z0-9+/=]+", "", page
@@ -120,7 +144,10 @@ def test_no_chart_is_empty(report: Path) -> None:
         assert coloured > 0.003 * len(pixels), f"{chart.name} draws no data"
 
 
-def test_no_table_scrolls_at_1400_px_in_headless_chromium(report: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("width", WIDTHS)
+def test_nothing_scrolls_sideways_in_headless_chromium(
+    report: Path, tmp_path: Path, width: int
+) -> None:
     require_in_ci(
         shutil.which("chromium") is not None, "Debian's chromium", "apt-get install chromium"
     )
@@ -137,7 +164,7 @@ def test_no_table_scrolls_at_1400_px_in_headless_chromium(report: Path, tmp_path
             "--disable-component-update",
             "--disable-sync",
             f"--user-data-dir={tmp_path / 'profile'}",
-            f"--window-size={WIDTH},1000",
+            f"--window-size={width},1000",
             "--virtual-time-budget=10000",
             "--dump-dom",
             probed.as_uri(),
@@ -150,8 +177,8 @@ def test_no_table_scrolls_at_1400_px_in_headless_chromium(report: Path, tmp_path
     found = re.search(r'<pre id="layout-probe">(.*?)</pre>', dom)
     assert found, dom[-500:]
     layout = json.loads(found.group(1).replace("&quot;", '"'))
-    assert layout["innerWidth"] == WIDTH
-    assert layout["tables"] >= 4 and layout["images"] >= 5
+    assert layout["innerWidth"] == width
+    assert layout["tables"] >= 6 and layout["images"] >= 6
     assert layout["scrolling"] == 0 and not layout["pageScrolls"], layout
     assert layout["unloaded"] == 0, layout
 

@@ -84,7 +84,9 @@ def test_cpu_offload_turns_evicted_prefixes_into_hits() -> None:
     m = metrics(BASE, ["prefix", "offload-cpu"])
     prefix, offload = m["prefix"], m["offload-cpu"]
     block_bytes = offload["kv_bytes_per_token_per_gpu"] * 16
-    assert offload["cpu_bytes_out"] == offload["cpu_hit_tokens"] / 16 * block_bytes
+    # every reload moves a block; readmissions' reloads are not hits of the rate (exact
+    # per-block counts: tests/test_tier_hit_rate.py)
+    assert offload["cpu_bytes_out"] >= offload["cpu_hit_tokens"] / 16 * block_bytes
     assert offload["total_hit_rate"] > prefix["prefix_hit_rate"] + 0.3
     assert offload["total_hit_rate"] <= offload["prefix_hit_rate_upper_bound"] + 1e-9
     assert offload["ttft_s_p50"] < prefix["ttft_s_p50"]
@@ -108,7 +110,7 @@ def test_offload_requires_valid_sizes() -> None:
         metrics(replace(BASE, tiers=TierConfig(tier_policy="fifo")), ["offload-cpu"])
 
 
-def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = False):
+def real_offload_run(stories260k, names: list[str], disk_dir, remove_disk: bool = False):
     """A real stories260K engine whose 20-block pool cannot keep four 96-token prefixes."""
     pytest.importorskip("transformers")
     import numpy as np
@@ -126,7 +128,7 @@ def real_offload_run(shared, names: list[str], disk_dir, remove_disk: bool = Fal
         )
         for i in range(16)
     ]
-    model_path = str(shared / "models/stories260K/hf")
+    model_path = str(stories260k / "hf")
     factory = RealEngineFactory(
         SizingConfig(model=model_path, kv_cache_gib=20 * 16 * 1280 / 2**30, max_model_len=256),
         RealConfig(device="cpu", model_path=model_path, kernel_backend="torch"),
@@ -158,8 +160,8 @@ def _removing(engine, disk_dir):
     return step
 
 
-def test_real_offload_reproduces_the_same_tokens(shared_data, tmp_path) -> None:
-    runs = real_offload_run(shared_data, ["prefix", "offload-disk"], tmp_path / "disk")
+def test_real_offload_reproduces_the_same_tokens(stories260k, tmp_path) -> None:
+    runs = real_offload_run(stories260k, ["prefix", "offload-disk"], tmp_path / "disk")
     (plain, plain_tokens), (offload, offload_tokens) = runs["prefix"], runs["offload-disk"]
     assert plain["prefix_hit_rate"] == 0.0 and offload["total_hit_rate"] > 0.6  # bound: 0.75 here
     reloaded = offload["cpu_hit_tokens"] + offload["disk_hit_tokens"]
@@ -169,11 +171,11 @@ def test_real_offload_reproduces_the_same_tokens(shared_data, tmp_path) -> None:
     assert offload_tokens == plain_tokens  # reloaded KV is exactly the KV that was computed
 
 
-def test_removed_disk_folder_degrades_to_recompute(shared_data, tmp_path) -> None:
+def test_removed_disk_folder_degrades_to_recompute(stories260k, tmp_path) -> None:
     with pytest.warns(RuntimeWarning, match="kvplan offload"):
-        runs = real_offload_run(shared_data, ["offload-disk"], tmp_path / "disk", remove_disk=True)
+        runs = real_offload_run(stories260k, ["offload-disk"], tmp_path / "disk", remove_disk=True)
     metrics, tokens = runs["offload-disk"]
-    reference = real_offload_run(shared_data, ["prefix"], tmp_path / "other")["prefix"][1]
+    reference = real_offload_run(stories260k, ["prefix"], tmp_path / "other")["prefix"][1]
     assert metrics["requests_finished"] == 16 and tokens == reference
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvplan.report import charts as charts_module
-from kvplan.report.data import alerts as find_alerts
+from kvplan.report.alerts import alerts as find_alerts
 from kvplan.report.data import comparison_table, load
 from kvplan.report.export import prometheus_text
 from kvplan.report.html import build_page
@@ -34,7 +34,7 @@ def write_report(results: list[str | Path], out_dir: str | Path) -> ReportOutput
     def build(staging: Path) -> tuple[list[str], list, list[dict[str, str]]]:
         names: list[str] = []
         comparison = comparison_table(data.bench) if not data.bench.empty else None
-        alerts = find_alerts(data.bench) if not data.bench.empty else []
+        alerts = find_alerts(data.bench, data.params) if not data.bench.empty else []
         if comparison is not None:
             comparison.to_csv(staging / "comparison.csv", index=False)
             data.bench.to_csv(staging / "runs.csv", index=False)

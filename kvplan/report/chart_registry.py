@@ -8,13 +8,16 @@ keeps no global state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from kvplan.report.data import ReportData
+from kvplan.report.names import clip, run_names
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,8 @@ def has_column(metric: str) -> Callable[[ReportData], bool]:
 
 
 def slanted(ax, fontsize: int = 8) -> None:
-    """X labels at 30 degrees, anchored at their right end, so long names never overlap."""
+    """X labels at 30 degrees, anchored at their right end; render() stands them upright (and
+    widens the figure) where they would still overlap."""
     for label in ax.get_xticklabels():
         label.set_rotation(30)
         label.set_horizontalalignment("right")
@@ -75,22 +79,95 @@ def slanted(ax, fontsize: int = 8) -> None:
         label.set_fontsize(fontsize)
 
 
-def percentile_dots(
-    ax, bench, names: list[str], prefix: str, pcts: tuple[str, ...] = ("p50", "p90", "p99")
-) -> None:
-    """Percentiles as dots joined per run on a log axis: no bar whose baseline the log scale cuts."""
-    markers = {"p50": "o", "p90": "s", "p99": "^"}
-    for pct in pcts:
-        values = [v if v and v > 0 else float("nan") for v in bench.get(f"{prefix}_{pct}", [])]
-        ax.plot(range(len(names)), values, linestyle="none", marker=markers[pct], label=pct)
-    for i in range(len(names)):
-        points = [bench[f"{prefix}_{p}"].iloc[i] for p in pcts if f"{prefix}_{p}" in bench]
-        points = [v for v in points if v and v > 0]
-        if points:
-            ax.vlines(i, min(points), max(points), color="#adb5bd", linewidth=1, zorder=0)
+def categories(ax, names: list[str], fontsize: int = 8) -> None:
+    """One x tick per name (bars or dots per run), slanted; panels stacked over a shared x
+    axis name them once, under the bottom one."""
     ax.set_xticks(range(len(names)), names)
-    ax.set_yscale("log")
-    slanted(ax)
+    slanted(ax, fontsize)
+    stacked = len(ax.get_shared_x_axes().get_siblings(ax)) > 1
+    if stacked and not ax.get_subplotspec().is_last_row():
+        ax.tick_params(labelbottom=False)
+
+
+def legend_outside(ax, handles=None, labels=None, fontsize: int = 7) -> None:
+    """The legend right of the plot area, where it hides no data (constrained layout makes
+    room for it)."""
+    args = () if handles is None else (handles, labels)
+    ax.legend(
+        *args,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+        fontsize=fontsize,
+        frameon=False,
+    )
+
+
+# A bar chart's panels side by side while each category gets this much width; beyond it
+# they stack, one full-width panel per row, and the figure grows with the categories.
+CATEGORY_INCHES = 0.32
+MAX_WIDTH_INCHES = 14.0
+
+
+def bar_panels(count: int, panels: int, width: float, height: float):
+    """A figure of `panels` category panels for `count` categories: side by side in `width`
+    inches while each category has CATEGORY_INCHES, else stacked in rows."""
+    if panels == 1 or count * CATEGORY_INCHES * panels <= width:
+        return new_figure(
+            width=max(width, count * CATEGORY_INCHES * panels), height=height, cols=panels
+        )
+    wide = min(MAX_WIDTH_INCHES, max(8.0, count * CATEGORY_INCHES + 2))
+    return new_figure(width=wide, height=height * panels, rows=panels, sharex=True)
+
+
+def panels_of(axes) -> list:
+    """The figure's axes, in drawing order, whether side by side or stacked."""
+    return list(axes.flat)
+
+
+def percentile_dots(
+    ax,
+    bench,
+    names: list[str],
+    prefix: str,
+    pcts: tuple[str, ...] = ("p50", "p90", "p99"),
+    scale: float = 1.0,
+    log: bool = True,
+) -> None:
+    """Percentiles as dots joined per run, values times `scale`; on a log axis (with plain
+    tick numbers) unless `log` is False: no bar whose baseline the log scale cuts."""
+    markers = {"p50": "o", "p90": "s", "p99": "^"}
+    rows = []
+    for pct in pcts:
+        values = [
+            v * scale if v and v > 0 else float("nan") for v in bench.get(f"{prefix}_{pct}", [])
+        ]
+        ax.plot(range(len(values)), values, linestyle="none", marker=markers[pct], label=pct)
+        rows.append(values)
+    for i, points in enumerate(zip(*rows)):
+        shown = [v for v in points if v == v]
+        if shown:
+            ax.vlines(i, min(shown), max(shown), color="#adb5bd", linewidth=1, zorder=0)
+    if log:
+        ax.set_yscale("log")
+        plain_log_ticks(ax)
+    else:
+        ax.set_ylim(bottom=0)
+    categories(ax, names)
+
+
+def plain_log_ticks(ax) -> None:
+    """A log y axis labelled 0.01, 0.1, 1, 10 ... (not 10^-2, nor 6x10^-2 on minor ticks)."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    low, high = ax.get_ylim()
+    decades = math.log10(high / low) if low > 0 and high > low else 0.0
+    # a narrow range holds no power of ten: label 1, 2 and 5 of each decade there
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if decades >= 3 else (1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def column(bench, name: str, scale: float = 1.0) -> list[float]:
@@ -100,13 +177,27 @@ def column(bench, name: str, scale: float = 1.0) -> list[float]:
     return [0.0 if v is None or v != v else v * scale for v in bench[name]]
 
 
-def labels(data: ReportData) -> list[str]:
-    """Optimization names, qualified by run when several runs share a report."""
-    many = data.bench["run_id"].nunique() > 1
+def labels(data: ReportData, rows=None) -> list[str]:
+    """Optimization names of the bench rows (a boolean mask; default all), qualified by what
+    sets their run apart from the other runs among those rows ("paged (rate 4, gpu l4)"):
+    the fewest settings that tell them apart; bounded for the chart."""
+    bench = data.bench if rows is None else data.bench[rows]
+    names = run_names(data.params, list(bench["run_id"]), shortest=True, members=members(bench))
     return [
-        f"{o} [{r[:6]}]" if many else o
-        for o, r in zip(data.bench["optimization"], data.bench["run_id"])
+        clip(f"{o} ({names[r]})" if names.get(r) else o)
+        for o, r in zip(bench["optimization"], bench["run_id"])
     ]
+
+
+def members(bench) -> dict[str, set[str]]:
+    """Each run's optimizations."""
+    return {run: set(group["optimization"]) for run, group in bench.groupby("run_id", sort=False)}
+
+
+DPI = 110
+# slanted labels closer than this many lines apart read as a wall of text: stand them up
+SLANT_SPACING = 1.6
+TEXT_CHARS = 120  # any one line of text in a chart (names are cut shorter, at CHART_CHARS)
 
 
 def render(data: ReportData, out_dir: Path) -> list[tuple[Chart, Path]]:
@@ -115,21 +206,102 @@ def render(data: ReportData, out_dir: Path) -> list[tuple[Chart, Path]]:
         if not item.applies(data):
             continue
         figure = item.draw(data)
+        bound_texts(figure)
+        unclutter(figure)
         path = out_dir / f"{item.name}.png"
-        figure.savefig(path, dpi=110, bbox_inches="tight")
+        figure.savefig(path, dpi=DPI, bbox_inches="tight")
         rendered.append((item, path))
     return rendered
 
 
-def new_figure(width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int = 1):
+def bound_texts(figure: Figure) -> None:
+    """Every text in the figure (labels, ticks, legends, notes) cut to TEXT_CHARS per line:
+    one chart must never try to lay out a name of any length."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        lines = text.get_text().split("\n")
+        if any(len(line) > TEXT_CHARS for line in lines):
+            text.set_text("\n".join(clip(line, TEXT_CHARS) for line in lines))
+
+
+def overlapping(labels: list) -> bool:
+    """Whether any two neighbouring visible tick labels overlap, the figure laid out.
+    Upright or level labels overlap where their boxes do; slanted ones are parallel strips
+    one line high, apart by their anchors' spacing times the sine of the slant."""
+    shown = [label for label in labels if label.get_visible() and label.get_text()]
+    if len(shown) < 2:
+        return False
+    renderer = shown[0].figure.canvas.get_renderer()
+    angle = shown[0].get_rotation() % 180
+    if angle not in (0, 90):
+        anchors = sorted(
+            label.get_transform().transform(label.get_position())[0] for label in shown
+        )
+        line = max(label.get_fontsize() for label in shown) * shown[0].figure.dpi / 72
+        gap = min(b - a for a, b in zip(anchors, anchors[1:]))
+        return gap * math.sin(math.radians(angle)) < SLANT_SPACING * line
+    boxes = sorted((label.get_window_extent(renderer) for label in shown), key=lambda b: b.x0)
+    return any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
+
+
+def unclutter(figure: Figure) -> None:
+    """Category labels that overlap at 30 degrees stand upright (the figure grows by their
+    height); if they still overlap, the figure widens until they do not (up to
+    MAX_WIDTH_INCHES, then stays)."""
+    slanted_axes = [
+        ax for ax in figure.axes if any(t.get_rotation() == 30 for t in ax.get_xticklabels())
+    ]
+    if not slanted_axes:  # no category axis: nothing to lay out (and no layout pass to pay)
+        return
+    figure.draw_without_rendering()
+    crowded = [ax for ax in slanted_axes if overlapping(ax.get_xticklabels())]
+    if not crowded:
+        return
+    before = {ax: _label_height(ax.get_xticklabels()) for ax in crowded}
+    for ax in crowded:
+        for label in ax.get_xticklabels():
+            label.set_rotation(90)
+            label.set_horizontalalignment("center")
+            label.set_rotation_mode("default")
+    figure.draw_without_rendering()
+    raised = max(_label_height(ax.get_xticklabels()) - before[ax] for ax in crowded)
+    if raised > 0:
+        width, height = figure.get_size_inches()
+        figure.set_size_inches(width, height + raised / figure.dpi)
+    for _ in range(4):
+        figure.draw_without_rendering()
+        crowded = [ax for ax in crowded if overlapping(ax.get_xticklabels())]
+        width, height = figure.get_size_inches()
+        if not crowded or width >= MAX_WIDTH_INCHES:
+            return
+        figure.set_size_inches(min(MAX_WIDTH_INCHES, width * 1.4), height)
+
+
+def _label_height(labels: list) -> float:
+    """The tallest visible label's height in pixels."""
+    renderer = labels[0].figure.canvas.get_renderer()
+    return max(
+        (t.get_window_extent(renderer).height for t in labels if t.get_visible() and t.get_text()),
+        default=0.0,
+    )
+
+
+def new_figure(
+    width: float = 8.0, height: float = 4.2, rows: int = 1, cols: int = 1, sharex: bool = False
+):
     figure = Figure(figsize=(width, height), layout="constrained")
-    axes = figure.subplots(rows, cols, squeeze=False)
+    FigureCanvasAgg(figure)  # a renderer to lay out and measure labels before saving
+    axes = figure.subplots(rows, cols, squeeze=False, sharex=sharex)
     return figure, axes
 
 
 def ttft_dots(ax, bench, names: list[str]) -> None:
-    """TTFT p50 and p90 per run, as dots on a log axis."""
+    """TTFT p50 and p90 per run, as dots on a log axis in seconds."""
     percentile_dots(ax, bench, names, "ttft_s", ("p50", "p90"))
-    mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
-    ax.set_ylabel(f"TTFT (s, {mode})")
-    ax.legend(fontsize=7)
+    ax.set_ylabel(f"TTFT (s, {time_source(bench)})")
+    legend_outside(ax)
+
+
+def time_source(bench) -> str:
+    return "modeled" if (bench["mode"] == "simulated").all() else "measured"

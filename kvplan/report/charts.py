@@ -8,12 +8,16 @@ registering them here.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from kvplan.core.metric_registry import Feature, by_feature, metric
 from kvplan.report.chart_registry import (
     CHARTS,
     Chart,
+    bar_panels,
+    categories,
     chart,
     column,
     has_bench,
@@ -21,13 +25,17 @@ from kvplan.report.chart_registry import (
     has_metric,
     has_series,
     labels,
+    legend_outside,
+    members,
     new_figure,
+    panels_of,
     percentile_dots,
     render,
-    slanted,
+    time_source,
     ttft_dots,
 )
 from kvplan.report.data import ReportData
+from kvplan.report.names import clip, run_names
 
 __all__ = ["CHARTS", "Chart", "render"]
 
@@ -56,7 +64,7 @@ def pool_split(data: ReportData) -> Figure:
     for part in by_feature(Feature.POOL_SPLIT):
         values = column(bench, part.name, 100)
         ax.barh(
-            names,
+            range(len(names)),
             values,
             left=left,
             label=part.column_label,
@@ -69,6 +77,7 @@ def pool_split(data: ReportData) -> Figure:
                     left[i] + value / 2, i, f"{value:.0f}%", ha="center", va="center", fontsize=8
                 )
         left = [a + b for a, b in zip(left, values)]
+    ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the KV pool (%)")
@@ -80,15 +89,16 @@ def pool_split(data: ReportData) -> Figure:
 def throughput(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = new_figure(height=3.6)
+    figure, axes = bar_panels(len(names), 1, width=8, height=3.6)
     ax = axes[0][0]
     values = column(bench, "output_tokens_per_s")
-    bars = ax.bar(names, values, color="#1971c2")
+    x = list(range(len(names)))
+    bars = ax.bar(x, values, color="#1971c2")
     if "throughput_error_band" in bench and bench["throughput_error_band"].notna().any():
         # the step model's held-out error on output tok/s for this GPU family and engine
         band = bench["throughput_error_band"].fillna(0.0).to_numpy()
         ax.errorbar(
-            names,
+            x,
             values,
             yerr=band * np.asarray(values, dtype=float),
             fmt="none",
@@ -96,8 +106,9 @@ def throughput(data: ReportData) -> Figure:
             capsize=3,
             label="held-out error band of the modeled figure",
         )
-        ax.legend(fontsize=8, loc="upper left")
-    for run_id, group in bench.groupby("run_id", sort=False):
+        legend_outside(ax)
+    upright = len(names) > 12  # many bars: each ratio stands on its own bar
+    for _, group in bench.groupby("run_id", sort=False):
         base = group[group["baseline"]]["output_tokens_per_s"]
         base_value = (
             float(base.iloc[0]) if len(base) else float(group["output_tokens_per_s"].iloc[0])
@@ -109,10 +120,11 @@ def throughput(data: ReportData) -> Figure:
                 (bars[index].get_x() + bars[index].get_width() / 2, values[index]),
                 ha="center",
                 va="bottom",
-                fontsize=8,
+                fontsize=7 if upright else 8,
+                rotation=90 if upright else 0,
             )
     ax.set_ylabel(metric("output_tokens_per_s").label)
-    slanted(ax)
+    categories(ax, names)
     return figure
 
 
@@ -120,49 +132,69 @@ def throughput(data: ReportData) -> Figure:
 def latency(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = new_figure(width=10, height=3.8, cols=2)
-    for ax, prefix, title in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "tpot_s", "TPOT")):
-        percentile_dots(ax, bench, names, prefix)
-        mode = "modeled" if (bench["mode"] == "simulated").all() else "measured"
-        ax.set_ylabel(f"{title} (s, {mode})")
-        ax.legend(fontsize=8)
+    figure, axes = bar_panels(len(names), 2, width=10, height=3.8)
+    ttft, tpot = panels_of(axes)
+    mode = time_source(bench)
+    # TTFT spans orders of magnitude (a queue): a log axis in seconds; TPOT stays within a
+    # few tens of milliseconds of itself: a linear axis in milliseconds
+    percentile_dots(ttft, bench, names, "ttft_s")
+    ttft.set_ylabel(f"TTFT (s, {mode})")
+    percentile_dots(tpot, bench, names, "tpot_s", scale=1e3, log=False)
+    tpot.set_ylabel(f"TPOT (ms, {mode})")
+    legend_outside(tpot)
     return figure
+
+
+def series_label(data: ReportData, run_id: str, optimization: str) -> str:
+    name = run_names(data.params, shortest=True, members=members(data.bench)).get(run_id)
+    return clip(f"{optimization} ({name})" if name else optimization)
+
+
+def series_styles(count: int) -> list[dict[str, object]]:
+    """A color per series (20 distinct ones), then a line style per cycle of them."""
+    palette = (
+        [f"C{i}" for i in range(10)] if count <= 10 else [colormaps["tab20"](i) for i in range(20)]
+    )
+    dashes = ["-", (0, (5, 1.5)), (0, (1, 1)), (0, (3, 1, 1, 1))]
+    return [
+        {"color": palette[i % len(palette)], "linestyle": dashes[(i // len(palette)) % len(dashes)]}
+        for i in range(count)
+    ]
 
 
 @chart(
     "kv_usage_over_time",
-    "KV cache usage, running and waiting requests over time",
+    "KV cache usage, running (solid) and waiting (dashed) requests over time",
     has_series("kv_cache_usage"),
 )
 def kv_usage_over_time(data: ReportData) -> Figure:
     figure, axes = new_figure(width=10, height=5.5, rows=2)
     usage, queue = axes[0][0], axes[1][0]
-    for (run_id, optimization), series in data.timeseries.items():
-        if not series.get("t"):
-            continue
-        label = (
-            optimization
-            if data.bench["run_id"].nunique() == 1
-            else f"{optimization} [{run_id[:6]}]"
-        )
-        usage.plot(
-            series["t"], [100 * u for u in series["kv_cache_usage"]], label=label, linewidth=1
-        )
-        (line,) = queue.plot(series["t"], series["running"], label=f"{label} running", linewidth=1)
-        queue.plot(
+    shown = [(key, series) for key, series in data.timeseries.items() if series.get("t")]
+    handles = []
+    for ((run_id, optimization), series), style in zip(shown, series_styles(len(shown))):
+        color = style["color"]
+        (line,) = usage.plot(
             series["t"],
-            series["waiting"],
-            linestyle="--",
-            color=line.get_color(),
+            [100 * u for u in series["kv_cache_usage"]],
+            label=series_label(data, run_id, optimization),
             linewidth=1,
-            label=f"{label} waiting",
+            color=color,
+            linestyle=style["linestyle"],
         )
+        handles.append(line)
+        queue.plot(series["t"], series["running"], linewidth=1, color=color)
+        queue.plot(series["t"], series["waiting"], linestyle="--", linewidth=1, color=color)
     usage.set_ylabel("KV cache usage (%)")
     usage.set_ylim(0, 105)
-    usage.legend(fontsize=7, ncols=3)
+    legend_outside(usage, handles, [h.get_label() for h in handles])
     queue.set_ylabel("requests")
     queue.set_xlabel("time (s)")
-    queue.legend(fontsize=7, ncols=3)
+    kinds = [
+        Line2D([], [], color="#495057", linewidth=1, label="running"),
+        Line2D([], [], color="#495057", linewidth=1, linestyle="--", label="waiting"),
+    ]
+    legend_outside(queue, kinds, ["running", "waiting"])
     return figure
 
 
@@ -172,15 +204,13 @@ def kv_usage_over_time(data: ReportData) -> Figure:
 def preemptions(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
-    figure, axes = new_figure(width=10, height=3.4, cols=2)
-    for ax, name, color in (
-        (axes[0][0], "preemptions", "#c92a2a"),
-        (axes[0][1], "recomputed_tokens", "#e8590c"),
+    figure, axes = bar_panels(len(names), 2, width=10, height=3.4)
+    for ax, name, color in zip(
+        panels_of(axes), ("preemptions", "recomputed_tokens"), ("#c92a2a", "#e8590c")
     ):
-        ax.bar(names, column(bench, name), color=color)
+        ax.bar(range(len(names)), column(bench, name), color=color)
         ax.set_ylabel(metric(name).label)
-    for ax in axes[0]:
-        slanted(ax)
+        categories(ax, names)
     return figure
 
 
@@ -202,24 +232,30 @@ def has_routers(data: ReportData) -> bool:
 def prefix_hit_rate_over_time(data: ReportData) -> Figure:
     figure, axes = new_figure(height=3.6)
     ax = axes[0][0]
-    for (run_id, optimization), series in data.timeseries.items():
-        if any(
-            v > 0 for v in series.get("prefix_hit_rate") or []
-        ):  # runs without shared prefixes: a flat 0
+    # runs without shared prefixes draw a flat 0: left out
+    shown = [
+        (key, series)
+        for key, series in data.timeseries.items()
+        if any(v > 0 for v in series.get("prefix_hit_rate") or [])
+    ]
+    for ((run_id, optimization), series), style in zip(shown, series_styles(len(shown))):
+        label = series_label(data, run_id, optimization)
+        ax.plot(
+            series["t"],
+            [100 * v for v in series["prefix_hit_rate"]],
+            label=label,
+            linewidth=1.2,
+            **style,
+        )
+        if "cached_share" in series:
             ax.plot(
                 series["t"],
-                [100 * v for v in series["prefix_hit_rate"]],
-                label=optimization,
-                linewidth=1.2,
+                [100 * v for v in series["cached_share"]],
+                linestyle=":",
+                linewidth=1,
+                color=style["color"],
+                label=f"{label}: cached-but-free share of the pool",
             )
-            if "cached_share" in series:
-                ax.plot(
-                    series["t"],
-                    [100 * v for v in series["cached_share"]],
-                    linestyle=":",
-                    linewidth=1,
-                    label=f"{optimization}: cached-but-free share of the pool",
-                )
     upper = data.bench.get("prefix_hit_rate_upper_bound")
     if upper is not None and upper.notna().any():
         ax.axhline(
@@ -232,7 +268,7 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
     ax.set_ylim(0, 100)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("%")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return figure
 
 
@@ -244,18 +280,22 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
 def sharing(data: ReportData) -> Figure:
     cached = data.bench["prefix_cache_queries"].fillna(0) > 0  # only the runs that cached prefixes
     bench = data.bench[cached].reset_index(drop=True)
-    names = [name for name, keep in zip(labels(data), cached) if keep]
-    figure, axes = new_figure(width=10, height=3.4, cols=2)
-    hit = column(bench, "prefix_hit_rate", 100)
+    names = labels(data, cached)
+    figure, axes = bar_panels(len(names), 2, width=10, height=3.4)
+    rates, tokens = panels_of(axes)
+    # over every tier where offload ran: the share of prompt tokens the run did not prefill
+    hit = [
+        100 * (total if total == total else device)
+        for total, device in zip(
+            bench.get("total_hit_rate", bench["prefix_hit_rate"]), bench["prefix_hit_rate"]
+        )
+    ]
     savings = column(bench, "sharing_savings", 100)
     x = range(len(names))
-    axes[0][0].bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate", color="#1971c2")
-    axes[0][0].bar(
-        [i + 0.2 for i in x], savings, 0.4, label="blocks saved by sharing", color="#2b8a3e"
-    )
-    axes[0][0].set_xticks(list(x), names)
-    axes[0][0].set_ylabel("%")
-    axes[0][0].legend(fontsize=7)
+    rates.bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate (all tiers)", color="#1971c2")
+    rates.bar([i + 0.2 for i in x], savings, 0.4, label="blocks saved by sharing", color="#2b8a3e")
+    rates.set_ylabel("%")
+    legend_outside(rates)
     # cluster runs report cache hits, not prefill saved: the same tokens (saved = hits + preempted hits)
     saved = [
         s if s else h
@@ -263,10 +303,10 @@ def sharing(data: ReportData) -> Figure:
             column(bench, "prefill_tokens_saved", 1e-6), column(bench, "prefix_cache_hits", 1e-6)
         )
     ]
-    axes[0][1].bar(names, saved, color="#5c940d")
-    axes[0][1].set_ylabel("prefill tokens saved (millions)")
-    for ax in axes[0]:
-        slanted(ax)
+    tokens.bar(list(x), saved, color="#5c940d")
+    tokens.set_ylabel("prefill tokens saved (millions)")
+    for ax in (rates, tokens):
+        categories(ax, names)
     return figure
 
 
@@ -274,26 +314,27 @@ def sharing(data: ReportData) -> Figure:
     "routers", "Routing across pods: cluster hit rate, requests per pod, TTFT p50/p90", has_routers
 )
 def routers(data: ReportData) -> Figure:
-    bench = data.bench[data.bench["router"].notna()]
-    names = [f"{r}" for r in bench["router"]]
-    figure, axes = new_figure(width=12, height=3.6, cols=3)
-    axes[0][0].bar(names, column(bench, "prefix_hit_rate", 100), color="#1971c2")
-    axes[0][0].set_ylabel("cluster prefix hit rate (%)")
+    routed = data.bench["router"].notna()
+    bench = data.bench[routed].reset_index(drop=True)
+    names = labels(data, routed)
+    figure, axes = bar_panels(len(names), 3, width=12, height=3.6)
+    hits, spread, latency = panels_of(axes)
+    hits.bar(range(len(names)), column(bench, "prefix_hit_rate", 100), color="#1971c2")
+    hits.set_ylabel("cluster prefix hit rate (%)")
     pods = max(len(v) for v in bench["pod_requests"])
     width = 0.8 / pods
     for p in range(pods):
-        axes[0][1].bar(
+        spread.bar(
             [i + (p - (pods - 1) / 2) * width for i in range(len(names))],
             [v[p] if p < len(v) else 0 for v in bench["pod_requests"]],
             width,
             label=f"pod {p}",
         )
-    axes[0][1].set_xticks(range(len(names)), names)
-    axes[0][1].set_ylabel("requests routed")
-    axes[0][1].legend(fontsize=7)
-    ttft_dots(axes[0][2], bench, names)
-    for ax in axes[0]:
-        slanted(ax)
+    spread.set_ylabel("requests routed")
+    legend_outside(spread)
+    ttft_dots(latency, bench, names)
+    for ax in (hits, spread):
+        categories(ax, names)
     return figure
 
 
@@ -303,15 +344,24 @@ from kvplan.report import quality_charts  # noqa: E402,F401
 # isort: on
 
 
+def with_tiers(data: ReportData):
+    """The rows of the runs where an offload tier ran (their other optimizations included,
+    the comparison without offload), and their labels."""
+    bench = data.bench
+    runs = set(bench.loc[bench["cpu_bytes_in"].notna(), "run_id"])
+    keep = bench["run_id"].isin(runs)
+    return bench[keep].reset_index(drop=True), labels(data, keep)
+
+
 @chart(
     "tiers",
     "Offload tiers: hit rate per tier (stacked), bytes moved, TTFT with and without offload",
     has_column("cpu_bytes_in"),
 )
 def tiers(data: ReportData) -> Figure:
-    bench = data.bench
-    names = labels(data)
-    figure, axes = new_figure(width=12, height=3.6, cols=3)
+    bench, names = with_tiers(data)
+    figure, axes = bar_panels(len(names), 3, width=12, height=3.6)
+    rates, moved, latency = panels_of(axes)
     bottom = [0.0] * len(names)
     for name, label, color in (
         ("prefix_hit_rate", "device", "#1971c2"),
@@ -319,76 +369,29 @@ def tiers(data: ReportData) -> Figure:
         ("disk_hit_rate", "disk", "#a5d8ff"),
     ):
         values = column(bench, name, 100)
-        axes[0][0].bar(names, values, bottom=bottom, label=label, color=color)
+        rates.bar(range(len(names)), values, bottom=bottom, label=label, color=color)
         bottom = [a + b for a, b in zip(bottom, values)]
-    axes[0][0].set_ylabel("prefix hit rate by tier (%)")
-    axes[0][0].legend(fontsize=7)
+    rates.set_ylabel("prefix hit rate by tier (%)")
+    legend_outside(rates)
     for offset, tier in enumerate(("cpu", "disk")):
-        moved = column(bench, f"{tier}_bytes_out", 1e-9)
-        axes[0][1].bar(
+        moved.bar(
             [i + (offset - 0.5) * 0.4 for i in range(len(names))],
-            moved,
+            column(bench, f"{tier}_bytes_out", 1e-9),
             0.4,
             label=f"{tier} -> device",
         )
-    axes[0][1].set_xticks(range(len(names)), names)
-    axes[0][1].set_ylabel("GB reloaded")
-    axes[0][1].legend(fontsize=7)
-    ttft_dots(axes[0][2], bench, names)
-    for ax in axes[0]:
-        slanted(ax)
-    return figure
-
-
-def has_study(data: ReportData) -> bool:
-    return any("study" in r.params for r in data.records)
-
-
-@chart(
-    "study_ttft_vs_rate",
-    "Sweep: p90 TTFT against request rate per setting, with the SLO",
-    has_study,
-)
-def study_ttft_vs_rate(data: ReportData) -> Figure:
-    from kvplan.report.data import study_rows
-
-    _, slo = study_rows(data)
-    groups: dict[str, list[tuple[float, float]]] = {}
-    for record in data.records:
-        sweep = record.params.get("sweep")
-        if sweep is None or "rate" not in sweep:
-            continue
-        label = ", ".join(
-            f"{v}"
-            for k, v in sorted(sweep.items())
-            if k not in ("rate", "num_requests", "workload")
-        )
-        groups.setdefault(label, []).append(
-            (float(sweep["rate"]), record.metrics.get("ttft_s_p90") or 0.0)
-        )
-    figure, axes = new_figure(width=9, height=4.2)
-    ax = axes[0][0]
-    for label, points in list(groups.items())[:12]:
-        points.sort()
-        ax.plot(
-            [p[0] for p in points],
-            [max(p[1], 1e-3) for p in points],
-            marker="o",
-            markersize=3,
-            label=label,
-        )
-    if slo:
-        ax.axhline(slo, color="black", linestyle="--", linewidth=1, label=f"SLO {slo:g} s")
-    ax.set_yscale("log")
-    ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("p90 TTFT (s)")
-    ax.legend(fontsize=7)
+    moved.set_ylabel("GB reloaded")
+    legend_outside(moved)
+    ttft_dots(latency, bench, names)
+    for ax in (rates, moved):
+        categories(ax, names)
     return figure
 
 
 # Charts registered by their own modules, after the ones above and in this order (the
 # report shows charts in registration order).
 # isort: off
+from kvplan.report import study_charts  # noqa: E402,F401  (a sweep's TTFT against the rate)
 from kvplan.report import fidelity_charts  # noqa: E402,F401  (simulated against measured serving runs)
 from kvplan.report import policy_charts  # noqa: E402,F401  (the eviction-policy trade-off)
 from kvplan.report import plan_charts  # noqa: E402,F401  (the plan's cost against capacity)

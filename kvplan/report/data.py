@@ -43,12 +43,6 @@ def ratio_column(name: str) -> str:
     return f"{name} vs base"
 
 
-# Alert checks from common practice for vLLM deployments (thresholds in the README).
-USAGE_ALERT = 0.90
-HIT_RATE_ALERT = 0.50
-PREEMPTION_ALERT = 0.05  # preemptions per finished request
-
-
 @dataclass
 class ReportData:
     sources: list[str]
@@ -162,45 +156,6 @@ def comparison_table(bench: pd.DataFrame) -> pd.DataFrame:
 
 def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, float) and pd.isna(value))
-
-
-def alerts(bench: pd.DataFrame) -> list[dict[str, str]]:
-    """Warnings a dashboard would raise on these runs: KV usage > 90%, prefix hit rate
-    < 50% (where prefix caching ran), preemptions on more than 5% of requests."""
-    found = []
-    for _, row in bench.iterrows():
-        name = f"{row['optimization']} ({row['run_id']})"
-        usage = row.get("kv_cache_usage_mean")
-        if usage is not None and usage > USAGE_ALERT:
-            found.append(
-                {
-                    "run": name,
-                    "alert": "KVCacheUsageHigh",
-                    "detail": f"mean KV cache usage {usage:.1%} > {USAGE_ALERT:.0%}: requests queue for memory",
-                }
-            )
-        queries = row.get("prefix_cache_queries")
-        hit_rate = row.get("prefix_hit_rate")
-        if queries and hit_rate is not None and not pd.isna(hit_rate) and hit_rate < HIT_RATE_ALERT:
-            found.append(
-                {
-                    "run": name,
-                    "alert": "PrefixCacheHitRateLow",
-                    "detail": f"prefix hit rate {hit_rate:.1%} < {HIT_RATE_ALERT:.0%}",
-                }
-            )
-        finished = row.get("requests_finished") or 0
-        preemptions = row.get("preemptions") or 0
-        if finished and preemptions / finished > PREEMPTION_ALERT:
-            found.append(
-                {
-                    "run": name,
-                    "alert": "EvictionRateHigh",
-                    "detail": f"{preemptions:,} preemptions for {finished:,} requests "
-                    f"({preemptions / finished:.0%} > {PREEMPTION_ALERT:.0%})",
-                }
-            )
-    return found
 
 
 def study_rows(data: ReportData) -> tuple[list[dict[str, Any]], float | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +15,37 @@ import pandas as pd
 from kvplan.core.metric_registry import metric
 from kvplan.report.chart_registry import Chart
 from kvplan.report.data import RATIO_METRICS, ReportData, ratio_column
-from kvplan.report.summary import summaries
-from kvplan.report.tables import formatted
+from kvplan.report.names import PAGE_CHARS, page_text, run_names, setting
+from kvplan.report.summary import HEADING_SETTINGS, summaries
+from kvplan.report.sweep_view import points_table, study_table, sweep_runs
+from kvplan.report.sweep_view import study as sweep_study
+from kvplan.report.tables import cell, formatted
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1320px;
-       color: #212529; padding: 0 1rem; }
+       color: #212529; padding: 0 1rem; overflow-wrap: anywhere; }
 .summary { background: #f8f9fa; border-left: 4px solid #1971c2; padding: 0.5rem 1rem; margin: 0.5rem 0; }
 .summary h3 { font-size: 1rem; margin: 0.3rem 0; } .summary ul { margin: 0.2rem 0; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #dee2e6; }
+h3 .muted { font-weight: normal; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0 1rem; max-width: 100%; }
-th, td { border: 1px solid #dee2e6; padding: 0.25rem 0.5rem; text-align: right; }
-th { vertical-align: bottom; } td:first-child { white-space: nowrap; }
+th, td { border: 1px solid #dee2e6; padding: 0.25rem 0.5rem; text-align: right; overflow-wrap: normal; }
+th { vertical-align: bottom; }
+td { overflow-wrap: break-word; } td:first-child { overflow-wrap: anywhere; }
 th { background: #f1f3f5; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1rem 0 2rem; } figure img { max-width: 100%; border: 1px solid #e9ecef; }
 figcaption { color: #495057; font-size: 0.9rem; margin-bottom: 0.3rem; }
 .alert { background: #fff4e6; border-left: 4px solid #f08c00; padding: 0.4rem 0.8rem; margin: 0.3rem 0; }
 .ok { background: #ebfbee; border-left: 4px solid #2b8a3e; padding: 0.4rem 0.8rem; }
 .muted { color: #868e96; font-size: 0.85rem; }
+/* a narrow window (a laptop's half screen): smaller table text and padding, so a table of
+   14 headline columns fits without scrolling sideways */
+@media (max-width: 1100px) {
+  body { margin: 1rem auto; padding: 0 0.5rem; }
+  table { font-size: 0.64rem; }
+  th, td { padding: 0.15rem 0.2rem; }
+}
 """
 
 RUN_PARAMS = (
@@ -56,7 +69,14 @@ RUN_PARAMS = (
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """Escaped for HTML; a word (a name) longer than PAGE_CHARS cut with a note of its
+    length, and the whole text past TEXT_CHARS."""
+    text = LONG_WORD.sub(lambda word: page_text(word.group(0)), str(value))
+    return html.escape(page_text(text, TEXT_CHARS), quote=True)
+
+
+TEXT_CHARS = 4000  # a heading, sentence or alert; a table cell is cut at PAGE_CHARS
+LONG_WORD = re.compile(rf"\S{{{PAGE_CHARS + 1},}}")
 
 
 def _table(frame: pd.DataFrame, first: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> str:
@@ -84,7 +104,6 @@ HEADLINE = (
 )
 COMPARISON_FIRST = (
     "optimization",
-    "baseline",
     *(metric(name).ratio_label for name in HEADLINE_RATIOS),
     *(metric(name).column_label for name in HEADLINE),
 )
@@ -115,19 +134,39 @@ def _summary(data: ReportData) -> list[str]:
 
 
 def _comparison(comparison: pd.DataFrame, data: ReportData) -> list[str]:
-    """One table per run, the headline columns only (comparison.csv has every column)."""
+    """The sweep's points as one table (a column per axis that varies), then one table per
+    other run, titled by its model, GPU, workload and what sets it apart from the other
+    runs; the headline columns only (comparison.csv has every column)."""
     view = comparison.rename(columns=VIEW_NAMES)
     parts = []
-    for run_id, rows in view.groupby("run", sort=False):
+    swept = set(sweep_runs(data))
+    if swept:
+        table = points_table(view, data, COMPARISON_FIRST)
+        axes = [c for c in table if c not in COMPARISON_FIRST]
+        parts += [
+            f"<h3>Sweep points ({view['run'].isin(swept).sum()})</h3>",
+            f'<p class="muted">one row per point, named by the axes that vary: '
+            f"{_esc(', '.join(axes) or 'none')}</p>",
+            _table(table, (*axes, *COMPARISON_FIRST)),
+        ]
+    others = [run for run in dict.fromkeys(view["run"]) if run not in swept]
+    names = run_names(data.params, others, stated=HEADING_SETTINGS)
+    for run_id, rows in view[view["run"].isin(others)].groupby("run", sort=False):
         params = data.params.get(run_id, {})
-        workload = params.get("workload", {})
-        kind = workload.get("kind", "") if isinstance(workload, dict) else workload
+        name = names.get(run_id)
         parts.append(
             f"<h3>{_esc(params.get('model', ''))} on {_esc(params.get('gpu', ''))}, "
-            f"{_esc(kind)} (run {_esc(run_id)})</h3>"
+            f"{_esc(setting(params, 'workload') or '')}{_esc(f', {name}') if name else ''} "
+            f'<span class="muted">run {_esc(run_id)}</span></h3>'
         )
         columns = [c for c in COMPARISON_FIRST if c in rows]
-        parts.append(_table(rows[columns], COMPARISON_FIRST))
+        shown = rows[columns].copy()
+        # the baseline is named in its row, not given a column of its own (a narrow page)
+        shown["optimization"] = [
+            f"{name} (baseline)" if base else name
+            for name, base in zip(rows["optimization"], rows["baseline"])
+        ]
+        parts.append(_table(shown, COMPARISON_FIRST))
     return parts
 
 
@@ -149,20 +188,28 @@ def _estimates(data: ReportData) -> list[str]:
     ]
 
 
-def _run_parameters(data: ReportData) -> str:
+def _run_parameters(data: ReportData) -> list[str]:
+    """The settings every run shares, once; then a table of those that differ per run."""
     rows = []
     for run_id, params in data.params.items():
         workload = params.get("workload")
         described = dict(params)
         if isinstance(workload, dict):
             described["workload"] = ", ".join(f"{k}={v}" for k, v in workload.items())
-        rows.append(
-            {
-                "run": run_id,
-                **{key: described[key] for key in RUN_PARAMS if described.get(key) is not None},
-            }
-        )
-    return _table(pd.DataFrame(rows)) if rows else ""
+        rows.append({key: described.get(key) for key in RUN_PARAMS})
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows, index=list(data.params)).dropna(axis=1, how="all")
+    shared = [c for c in frame if frame[c].astype(str).nunique() == 1]
+    common = ", ".join(f"{c.replace('_', ' ')} {cell(c, frame[c].iloc[0])}" for c in shared)
+    parts = [f'<p class="muted">every run: {_esc(common)}</p>'] if common else []
+    differing = frame.drop(columns=shared)
+    if len(frame) > 1 and not differing.empty:
+        differing.insert(0, "run", list(differing.index))
+        parts.append(_table(differing.reset_index(drop=True)))
+    elif len(frame) > 1:
+        parts.append(f'<p class="muted">runs: {_esc(", ".join(frame.index))}</p>')
+    return parts
 
 
 def _image(path: Path) -> str:
@@ -190,6 +237,16 @@ def build_page(
         f'<p class="muted">from {", ".join(_esc(s) for s in data.sources)}</p>',
     ]
     parts += _summary(data)
+    study, _, at_top = sweep_study(data)
+    if study:  # a sweep's answer comes first: its points follow in the comparison
+        parts += [
+            "<h2>Study</h2>",
+            '<p class="muted">per group of sweep settings: the highest request rate whose '
+            "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per million output "
+            "tokens where the sweep gave a GPU price; a rate marked top of the grid is the highest "
+            "the sweep tried: the setup's limit lies above it</p>",
+            _table(study_table(study, at_top)),
+        ]
     if not data.bench.empty:
         parts += [
             "<h2>Comparison</h2>",
@@ -206,21 +263,9 @@ def build_page(
             ]
         else:
             parts.append(
-                '<div class="ok">no alerts: KV usage, prefix hit rate and preemptions are within '
-                "the usual thresholds</div>"
+                '<div class="ok">no alerts: KV usage, prefix hit rate, preemptions and prefix-cache '
+                "evictions are within the usual thresholds</div>"
             )
-    from kvplan.bench.study import varying
-    from kvplan.report.data import study_rows
-
-    study, _ = study_rows(data)
-    if study:
-        parts += [
-            "<h2>Study</h2>",
-            '<p class="muted">per group of sweep settings: the highest request rate whose '
-            "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per million output "
-            "tokens where the sweep gave a GPU price</p>",
-            _table(pd.DataFrame(study)[varying(study)]),
-        ]
     if not data.quality.empty:
         columns = [
             c
@@ -273,7 +318,7 @@ def build_page(
     if not data.estimate.empty:
         parts += _estimates(data)
     if not data.bench.empty:
-        parts += ["<h2>Runs</h2>", _run_parameters(data)]
+        parts += ["<h2>Runs</h2>", *_run_parameters(data)]
     parts += (
         ["<h2>Files</h2>", "<ul>"]
         + [f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in files]

@@ -8,6 +8,8 @@ made at 25/50/75% of each (benchmarks/policy_tradeoff.py) meet in one row.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from kvplan.report.data import ReportData
@@ -30,7 +32,7 @@ COLUMNS = (
 )
 
 
-def _share(budget: object, full: object) -> float | None:
+def _share(budget: Any, full: Any) -> float | None:
     if budget is None or full is None or pd.isna(budget) or pd.isna(full) or not full:
         return None
     return round(float(budget) / float(full) * 20) / 20
@@ -48,13 +50,17 @@ def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
         if share is None:
             continue
         try:
-            policy = parse_optimization(row["optimization"]).policy
+            parsed = parse_optimization(row["optimization"])
         except (
             ValueError
         ):  # a results file from elsewhere: names kvplan does not know are no policy
             continue
-        if not policy:
+        if not parsed.policy:
             continue
+        # the policy alone joins the quality runs of that policy; combined with a KV format
+        # or prefix caching (streaming+fp8) it is another row, under its whole name
+        alone = parsed.kv_dtype is None and not parsed.prefix_caching
+        policy = parsed.policy if alone else str(row["optimization"])
         held = (
             row.get("kv_cache_usage_mean", 0)
             * row.get("pool_slots", 0)

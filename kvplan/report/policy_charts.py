@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from kvplan.report.chart_registry import chart, new_figure
+from kvplan.report.chart_registry import chart, legend_outside, new_figure
 from kvplan.report.data import ReportData
 from kvplan.report.policies import policy_tradeoff
 
@@ -60,5 +60,5 @@ def policy_tradeoff_chart(data: ReportData) -> Figure:
         ax.set_title(label, fontsize=9)
         ax.grid(alpha=0.3)
     handles = {line.get_label(): line for ax in axes[0] for line in ax.get_lines()}
-    axes[0][0].legend(list(handles.values()), list(handles), fontsize=7)
+    legend_outside(axes[0][-1], list(handles.values()), list(handles))
     return figure

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from kvplan.core.metric_registry import METRICS, Shape, Unit
+from kvplan.report.names import page_text
 
 
 def pct(value: float) -> str:
@@ -123,6 +124,11 @@ def formatted(
     return shown.rename(columns={c: c.replace("_", " ") for c in order})
 
 
+def cell(column: str, value: Any) -> str:
+    """One value as its column shows it."""
+    return _apply(_formatter(column), value)
+
+
 def _apply(rule: Callable[[Any], str] | None, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
@@ -132,4 +138,4 @@ def _apply(rule: Callable[[Any], str] | None, value: Any) -> str:
         return "yes" if value else ""
     if isinstance(value, float):
         return number(value)
-    return str(value)
+    return page_text(value)  # a name from a results file: cut with a note past PAGE_CHARS

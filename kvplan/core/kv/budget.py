@@ -150,6 +150,20 @@ class PolicyBudget:
         # under prefix caching) is reclaimed last.
         pool.free(reversed(released))
 
+    def table_tokens(self, seq: Sequence) -> int:
+        """Tokens the block table spans in order: the kept tokens of a compacting policy;
+        positions (the computed tokens) for windows and for holes left in place."""
+        if self.windowed or self.spec.keeps_holes:
+            return seq.num_computed
+        return self.kept(seq)
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """A parallel sample starts from its parent's kept tokens: it has dropped what the
+        parent dropped (counted once per live sequence, as release() takes it back)."""
+        written, held = self.held.get(id(parent), (parent.num_computed, parent.num_computed))
+        self.held[id(child)] = (written, held)
+        self.evicted_slots += written - used_tokens(self.spec, parent.prompt_len, written)
+
     def take_copied_slots(self) -> int:
         copied, self.copied_slots = self.copied_slots, 0
         return copied

@@ -16,13 +16,20 @@ class ForkStats:
 
 
 def fork_blocks(
-    pool: BlockPool, block_size: int, parent: Sequence, child: Sequence, stats: ForkStats
+    pool: BlockPool,
+    block_size: int,
+    parent: Sequence,
+    child: Sequence,
+    stats: ForkStats,
+    table_tokens: int | None = None,
 ) -> bool:
     """The child shares every full block; a partial last block is copied now (eager
     copy-on-write: the next decode step would write into it anyway). False if no block
-    is free for the copy."""
+    is free for the copy. `table_tokens`: the tokens the parent's table spans (a compacting
+    eviction policy holds fewer than it computed); by default every computed token."""
     dropped = parent.dropped_blocks  # a window's table starts at logical block `dropped`
-    full = parent.num_computed // block_size - dropped
+    spanned = parent.num_computed if table_tokens is None else table_tokens
+    full = spanned // block_size - dropped
     partial = len(parent.block_table) > full
     if partial and pool.num_free < 1:
         return False

@@ -161,7 +161,13 @@ class PagedAllocator(Allocator):
         )
 
     def fork(self, parent: Sequence, child: Sequence) -> bool:
-        return fork_blocks(self.pool, self.block_size, parent, child, self.fork_stats)
+        budget = self.budget
+        spanned = budget.table_tokens(parent) if budget is not None else None
+        if not fork_blocks(self.pool, self.block_size, parent, child, self.fork_stats, spanned):
+            return False
+        if budget is not None:
+            budget.fork(parent, child)
+        return True
 
     @property
     def shared_slots(self) -> int:  # type: ignore[override]

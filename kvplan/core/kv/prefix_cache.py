@@ -154,15 +154,15 @@ class PrefixCache:
         """Take the hits as the head of the block table; returns the tokens they serve
         (lower-tier blocks that cannot be read back are left to recompute)."""
         block_size, pool, tiers = self.block_size, self.pool, self.tiers
-        payloads = []
+        payloads, readmitted = [], seq.preemptions > 0
         for block_hash, tier in hits.tier_run:  # leave the tiers before any demotion below
-            payload = tiers.promote(block_hash, tier, block_size)  # type: ignore[union-attr]
+            payload = tiers.promote(block_hash, tier, block_size, readmitted)  # type: ignore[union-attr]
             if payload is None:
                 break
             payloads.append((block_hash, payload))
         queried, device_tokens = seq.known_tokens, (hits.skipped + len(hits.blocks)) * block_size
         hit_tokens = device_tokens + len(payloads) * block_size  # tier hits are counted per tier
-        if seq.preemptions:
+        if readmitted:
             self.stats.preempted_queries += queried
             self.stats.preempted_hits += device_tokens
         else:

@@ -27,7 +27,10 @@ TIER_POLICIES = ("lru", "arc")  # the first is the default (TierConfig's too)
 
 @dataclass
 class TierStats:
-    hits_tokens: int = 0
+    hits_tokens: int = 0  # on fresh admissions: the hit rates' numerators
+    # on readmissions after a preemption: apart, as the device cache's own hits of them are
+    # (their queries are not in the rates' denominators)
+    preempted_hits_tokens: int = 0
     bytes_in: int = 0  # demoted into this tier
     bytes_out: int = 0  # promoted back to the device
     evictions: int = 0
@@ -102,9 +105,12 @@ class TieredCache:
                 return tier
         return None
 
-    def promote(self, block_hash: int, tier: Tier, block_size: int) -> Any:
+    def promote(
+        self, block_hash: int, tier: Tier, block_size: int, readmitted: bool = False
+    ) -> Any:
         """Read a block from its tier for reloading (an LRU tier gives it up, an ARC tier keeps
-        it). Returns its bytes in real mode (None if they cannot be read), True in simulated mode."""
+        it). Returns its bytes in real mode (None if they cannot be read), True in simulated mode.
+        `readmitted`: the block serves a preempted request's readmission."""
         keep = tier.policy == "arc"
         if keep:
             tier.blocks.touch(block_hash)  # seen again: frequent
@@ -119,7 +125,10 @@ class TieredCache:
                 return None
         else:
             self.unbilled_s += self.block_bytes / tier.bandwidth
-        tier.stats.hits_tokens += block_size
+        if readmitted:
+            tier.stats.preempted_hits_tokens += block_size
+        else:
+            tier.stats.hits_tokens += block_size
         tier.stats.bytes_out += int(self.block_bytes)
         return payload
 
