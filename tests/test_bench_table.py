@@ -145,7 +145,11 @@ def test_the_default_workload_shares_prefixes_so_prefix_beats_paged(tmp_path: Pa
     assert (
         prefix.metrics["prefix_hit_rate"] >= 0.5
     )  # no PrefixCacheHitRateLow alert on the default run
-    assert prefix.metrics["output_tokens_per_s"] > 1.2 * paged.metrics["output_tokens_per_s"]
+    # the default rate is a load both serve, so what prefix caching buys is its prefill: the
+    # first token sooner and less of the pool in use (at --rate 3 it is throughput, 1.7x)
+    assert not paged.metrics["overloaded"] and not prefix.metrics["overloaded"]
+    assert prefix.metrics["ttft_s_p50"] < 0.6 * paged.metrics["ttft_s_p50"]
+    assert prefix.metrics["kv_cache_usage_mean"] < 0.5 * paged.metrics["kv_cache_usage_mean"]
     page = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "page")])
     assert page.exit_code == 0 and "PrefixCacheHitRateLow" not in page.output
 

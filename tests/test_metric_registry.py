@@ -55,8 +55,6 @@ def _bench(folder: Path, *args: str) -> list:
             "0.05",
             "--disk-cache-gb",
             "0.1",
-            "--kv-budget",
-            "256",
             *args,
             "--out",
             str(out),
@@ -69,7 +67,13 @@ def _bench(folder: Path, *args: str) -> list:
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> list:
     return _bench(
-        tmp_path_factory.mktemp("single"), "--samples", "2", "--optimizations", OPTIMIZATIONS
+        tmp_path_factory.mktemp("single"),
+        "--samples",
+        "2",
+        "--kv-budget",
+        "256",
+        "--optimizations",
+        OPTIMIZATIONS,
     )
 
 
@@ -83,6 +87,8 @@ def clustered(tmp_path_factory: pytest.TempPathFactory) -> list:
         "round-robin",
         "--samples",
         "2",
+        "--kv-budget",
+        "256",
         "--optimizations",
         "prefix,prefix+offload-cpu,h2o",
     )
@@ -143,7 +149,7 @@ def test_cluster_aggregation_by_hand() -> None:
                 prefix_cache_queries=queries, prefix_cache_hits=hits, prefix_hit_rate=hits / queries
             )
         return SimpleNamespace(
-            result=lambda: SimpleNamespace(metrics=figures), finished=[], now=4.0
+            result=lambda: SimpleNamespace(metrics=figures), finished=[], rejected=[], now=4.0
         )
 
     metrics = cluster_metrics([pod(3, 0.1, 2.0, 100, 50), pod(1, 0.3, 1.0, None, 0)], [3, 1], [])
@@ -161,6 +167,9 @@ def test_cluster_aggregation_by_hand() -> None:
         and metrics["load_imbalance"] == 1.5
     )
     assert metrics["makespan_s"] == 4.0 and metrics["ttft_s_p50"] is None
+    # no requests: no rate to offer, nothing to overload; a pod without a ceiling, none
+    assert metrics["offered_requests_per_s"] is None and metrics["overloaded"] is False
+    assert metrics["sustainable_requests_per_s"] is None
     assert list(metrics)[:5] == [
         "pods",
         "requests_finished",

@@ -9,6 +9,7 @@ strings, so the CLI only lays them out. To show a new metric, register it and ad
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 from kvplan.core.metric_registry import Feature, Metric, Shape, Unit, metric
 from kvplan.results import ResultRecord
+from kvplan.workload.kinds import rate_unit
 
 Metrics = dict[str, Any]
 _NUMBER = re.compile(r"\d+")
@@ -195,12 +197,23 @@ def _title(record: ResultRecord) -> str:
         where = f"{params['tp']} x {params['gpu']}"
         if (params.get("pods") or 1) > 1:
             where = f"{params['pods']} pods of {where}"
-    workload = params.get("workload", {}).get("kind")
     joint = "in" if where.startswith("real mode") else "on"
     return (
-        f"{params['model']} {joint} {where}, {params['num_requests']:,} requests ({workload}), KV {params['kv_format']}, "
+        f"{params['model']} {joint} {where}, {params['num_requests']:,} requests "
+        f"({_load(params.get('workload') or {})}), KV {params['kv_format']}, "
         f"max_model_len {params['max_model_len']:,}"
     )
+
+
+def _load(workload: dict[str, Any]) -> str:
+    """The stream and its rate in the unit the workload reads it in: 'chat at 4 sessions/s'."""
+    kind = workload.get("kind")
+    rate = workload.get("rate")
+    if kind == "trace" or "rate" not in workload:  # a trace keeps its own arrival times
+        return str(kind)
+    if rate is None or rate == math.inf or workload.get("arrival") == "burst":
+        return f"{kind}, all at t = 0"  # results files write an infinite rate as null
+    return f"{kind} at {rate:g} {rate_unit(str(kind))}/s"
 
 
 def _splits_layers(optimization: str) -> bool:
@@ -323,8 +336,9 @@ def _cell(row: Row, metrics: Metrics, base: Metrics) -> str:
 
 def _figure(entry: Metric, value: Any) -> str:
     """A value as the terminal shows its unit; lists (per pod, per layer) item by item."""
-    if entry.shape in (Shape.PER_POD, Shape.PER_LAYER):
-        return " ".join("-" if item is None else LIST_ITEM[entry.unit](item) for item in value)
+    if entry.shape in (Shape.PER_POD, Shape.PER_LAYER):  # a pod without the figure shows "-"
+        item_text = LIST_ITEM.get(entry.unit, CELL[entry.unit])
+        return " ".join("-" if item is None else item_text(item) for item in value)
     return CELL[entry.unit](value)
 
 

@@ -27,7 +27,10 @@ COMMANDS = {
     "report": ("kvplan.cli.report", "report"),
     "sweep": ("kvplan.cli.sweep", "sweep"),
 }
-GROUPS = {"profiles": "kvplan.cli.profiles"}  # name -> module with a typer `app`
+GROUPS = {  # name -> module with a typer `app`
+    "profiles": "kvplan.cli.profiles",
+    "samples": "kvplan.cli.samples",
+}
 
 
 def _version(value: bool) -> None:

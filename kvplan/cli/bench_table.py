@@ -7,22 +7,25 @@ titled with the sections it holds). Names and cells are never cut.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import groupby
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from kvplan.bench.comparison import Comparison, ComparisonRow
+from kvplan.bench.comparison import Comparison
 from kvplan.cli.common import escape
-
-BORDER = 3  # a column's padding and divider in a rich table
-EDGE = 2
+from kvplan.cli.fit_table import RULED, fitted_tables
 
 
-def render_comparison(view: Comparison, console: Console) -> None:
+def render_comparison(view: Comparison, console: Console, caption: Sequence[str] = ()) -> None:
+    """caption: lines said under the title, before the table (kvplan.bench.caption: the
+    load and whether each optimization kept up, what timed the steps)."""
     # the title is a line of its own: as a table title it wrapped at the (often narrow) table's width
     console.print(f"[bold]{escape(view.title)}[/]")
+    for line in caption:
+        style = "bold yellow" if "overloaded" in line else "dim"
+        console.print(f"[{style}]{escape(line)}[/]")  # wrapped between words at the width
     if _wide_width(view) <= console.width:
         console.print(_wide(view))
     else:
@@ -39,11 +42,11 @@ def _wide_width(view: Comparison) -> int:
         max(len(name), *(len(row.cells[i]) for row in view.rows))
         for i, name in enumerate(view.names)
     ]
-    return sum(width + BORDER for width in (label, *cells)) + EDGE
+    return label + sum(cells) + RULED.overhead(1 + len(cells))
 
 
 def _wide(view: Comparison) -> Table:
-    table = Table(header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(header_style="bold", **RULED.options)
     table.add_column("metric", style="cyan", no_wrap=True)
     for name in view.names:
         table.add_column(escape(name), justify="right", no_wrap=True)
@@ -54,32 +57,20 @@ def _wide(view: Comparison) -> Table:
     return table
 
 
-def _column_width(row: ComparisonRow) -> int:
-    """The narrowest a metric column can be: its longest header word or cell."""
-    return max(max(len(word) for word in row.label.split()), *(len(cell) for cell in row.cells))
-
-
 def _narrow(view: Comparison, width: int) -> list[Table]:
-    name_width = max(len("optimization"), *(len(name) for name in view.names))
-    chunks: list[list[ComparisonRow]] = [[]]
-    used = name_width + BORDER + EDGE
-    for row in view.rows:
-        need = _column_width(row) + BORDER
-        if chunks[-1] and used + need > width:
-            chunks.append([])
-            used = name_width + BORDER + EDGE
-        chunks[-1].append(row)
-        used += need
-    tables = []
-    for chunk in chunks:
-        sections = " | ".join(dict.fromkeys(row.section for row in chunk))
-        table = Table(
-            title=escape(sections), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD
-        )
-        table.add_column("optimization", style="cyan", no_wrap=True, width=name_width)
-        for row in chunk:  # a fixed width: headers wrap between words, cells fit by construction
-            table.add_column(escape(row.label), justify="right", width=_column_width(row))
-        for index, name in enumerate(view.names):
-            table.add_row(escape(name), *(escape(row.cells[index]) for row in chunk))
-        tables.append(table)
-    return tables
+    """Optimizations as rows, the metrics spread over the tables the width needs, each titled
+    with the sections it holds (kvplan.cli.fit_table, the layout every table shares)."""
+    headers = ["optimization", *(row.label for row in view.rows)]
+    cells = [
+        [escape(name), *(escape(row.cells[index]) for row in view.rows)]
+        for index, name in enumerate(view.names)
+    ]
+    groups = ["", *(escape(row.section) for row in view.rows)]
+    return fitted_tables(
+        [escape(header) for header in headers],
+        cells,
+        width,
+        left=("optimization",),
+        groups=groups,
+        look=RULED,
+    )

@@ -216,10 +216,15 @@ def _naive_gap(result: CapacityPlan) -> str:
 
 def render_roofline(result: CapacityPlan) -> None:
     i = result.inputs
-    roof = Roofline(i.model, i.gpu, i.tp, i.kv_format, i.weight_dtype)
+    roof = Roofline(i.model, i.gpu, i.tp, i.kv_format, i.weight_dtype, i.kv_budget)
     ctx = i.max_model_len
+    kept = (
+        f", {i.kv_budget:,} kept (--kv-budget)"
+        if i.kv_budget is not None and i.kv_budget < ctx
+        else ""
+    )
     table = Table(
-        title=f"Decode roofline at {ctx:,} tokens (lower bound, per replica of {i.tp} GPU)",
+        title=f"Decode roofline at {ctx:,} tokens{kept} (lower bound, per replica of {i.tp} GPU)",
         title_justify="left",
         header_style="bold",
     )
@@ -234,8 +239,7 @@ def render_roofline(result: CapacityPlan) -> None:
     )
     for b in batches:
         step = roof.decode_step_time(b, ctx)
-        memory_time = (roof.weight_bytes_read(b) + b * roof.kv_read_bytes(ctx)) / roof.bandwidth
-        bound = "memory" if memory_time >= step * 0.999 else "compute"
+        bound = "memory" if roof.decode_memory_time(b, ctx) >= step * 0.999 else "compute"
         table.add_row(str(b), f"{step * 1e3:.2f}", f"{b / step:,.0f}", bound)
     console.print(table)
     console.print(

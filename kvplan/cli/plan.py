@@ -30,6 +30,7 @@ from kvplan.cli.common import (
     error_console,
 )
 from kvplan.cli.plan_table import render_plan
+from kvplan.workload.bench_load import BenchLoad
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -83,17 +84,21 @@ def plan(
         ),
     ] = None,
     input_len: Annotated[
-        int,
+        Optional[int],
         typer.Option(
-            metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --input-len."
+            metavar="N",
+            rich_help_panel=WORKLOAD,
+            help=f"--workload random: vLLM's --input-len (default {BenchLoad.input_len}).",
         ),
-    ] = 1024,
+    ] = None,
     output_len: Annotated[
-        int,
+        Optional[int],
         typer.Option(
-            metavar="N", rich_help_panel=WORKLOAD, help="--workload random: vLLM's --output-len."
+            metavar="N",
+            rich_help_panel=WORKLOAD,
+            help=f"--workload random: vLLM's --output-len (default {BenchLoad.output_len}).",
         ),
-    ] = 128,
+    ] = None,
     workload_param: Annotated[
         Optional[list[str]],
         typer.Option(

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rich import box
 from rich.markup import escape
-from rich.table import Table
 
 from kvplan.cli.common import console
+from kvplan.cli.fit_table import RULED, fitted_table
 
 
 def _money(value: float | None, digits: int = 2) -> str:
@@ -36,17 +35,6 @@ def render_plan(data: dict, figures: list[str]) -> None:
     wide = console.width >= 120
     if wide:
         figures = list(dict.fromkeys([*figures, "ttft_s_p90", "tpot_s_p90"]))
-    table = Table(
-        title=escape(
-            f"{data['model']} at {data['rate_rps']:g} req/s of {data['workload']}, "
-            f"SLO {data['slo']}"
-        ),
-        header_style="bold",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
     heads = [f"{name.split('_')[0].upper()} {name.split('_')[-1]}" for name in figures]
     columns = [
         "#",
@@ -59,35 +47,40 @@ def render_plan(data: dict, figures: list[str]) -> None:
         "headroom",
         "why not",
     ]
-    for column in columns:
-        text = column in ("deployment", "why not")  # the columns that wrap, so the figures never do
-        table.add_column(
-            column,
-            justify="left" if text else "right",
-            overflow="fold",
-            no_wrap=not text,
-            min_width=12 if text else None,
-            ratio=1 if text else None,
-        )
+    rows = []
     for i, row in enumerate(data["candidates"], 1):
         feasible = row["status"] == "ok"
         mark = (
             "" if row["verified"] else "*"
         )  # figures of one replica at its capacity, not the cluster
         usage = row["predicted"].get("kv_cache_usage_mean")
-        cells = [
-            str(i),
-            str(row["gpus"]) if feasible else "-",
-            escape(row["layout"]),
-            _money(row["usd_per_hour"]),
-            *([_money(row["usd_per_million_output_tokens"], 3)] if wide else []),
-            *[_ms(row["predicted"].get(name)) + mark if feasible else "-" for name in figures],
-            *(["-" if usage is None or not feasible else f"{100 * usage:.0f}%"] if wide else []),
-            _headroom(row) if feasible else "-",
-            escape(row["verdict"] or ""),
-        ]
-        table.add_row(*cells)
-    console.print(table)
+        rows.append(
+            [
+                str(i),
+                str(row["gpus"]) if feasible else "-",
+                escape(row["layout"]),
+                _money(row["usd_per_hour"]),
+                *([_money(row["usd_per_million_output_tokens"], 3)] if wide else []),
+                *[_ms(row["predicted"].get(name)) + mark if feasible else "-" for name in figures],
+                *(
+                    ["-" if usage is None or not feasible else f"{100 * usage:.0f}%"]
+                    if wide
+                    else []
+                ),
+                _headroom(row) if feasible else "-",
+                escape(row["verdict"] or ""),
+            ]
+        )
+    title = escape(
+        f"{data['model']} at {data['rate_rps']:g} req/s of {data['workload']}, SLO {data['slo']}"
+    )
+    # the deployment and the reason wrap between words, the figures never do; on a narrow
+    # terminal the columns spread over more tables, each led by the row's number, GPUs and
+    # deployment (kvplan.cli.fit_table)
+    text = ("deployment", "why not")
+    console.print(
+        fitted_table(title, columns, rows, console.width, text, key=3, wrap=text, look=RULED)
+    )
     winner = data["candidates"][0] if data["winner"] is not None else None
     if winner is None:
         console.print(

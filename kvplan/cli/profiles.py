@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich import box
+from rich.console import RenderableType
 from rich.table import Table
 
 from kvplan.cli.common import JsonOpt, cli_errors, console, escape, fmt_bytes
+from kvplan.cli.fit_table import COMPACT, fitted_table
 from kvplan.cli.help_format import Command, Group
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.spec import parse_kv_format
@@ -60,6 +61,7 @@ def models(as_json: JsonOpt = False) -> None:
                 ]
                 for r in records
             ],
+            wrap=("KV",),
         )
     )
 
@@ -78,29 +80,14 @@ def _tokens(count: int) -> str:
     )
 
 
-def compact_table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
-    """A catalog listing: one header rule, columns one space apart, and the first column
-    (names) never broken, so 80 columns hold a name whole (longer cells in later columns
-    fold instead)."""
-    table = Table(
-        title=title,
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-        padding=(0, 1),
-    )
-    for index, header in enumerate(headers):
-        table.add_column(
-            header,
-            no_wrap=index == 0,
-            overflow="fold",
-            justify="left" if index < 2 or header == "GPU" else "right",
-        )
-    for row in rows:
-        table.add_row(*row)
-    return table
+def compact_table(
+    title: str, headers: tuple[str, ...], rows: list[list[str]], wrap: tuple[str, ...] = ()
+) -> RenderableType:
+    """A catalog listing: one header rule, columns one space apart, the name first and
+    repeated in every table when the columns spread over more than one; the `wrap` columns'
+    text (a GPU's full name, a KV kind) wraps between words (kvplan.cli.fit_table)."""
+    left = [header for index, header in enumerate(headers) if index < 2 or header == "GPU"]
+    return fitted_table(title, headers, rows, console.width, left, wrap=wrap, look=COMPACT)
 
 
 @app.command("gpus", cls=Command)
@@ -138,6 +125,7 @@ def gpus(as_json: JsonOpt = False) -> None:
                 ]
                 for r in records
             ],
+            wrap=("GPU",),
         )
     )
     console.print("[dim]sources: kvplan profiles show GPU[/]")
@@ -188,8 +176,8 @@ def show(
         print(strict_json(record, indent=2))
         return
     table = Table(show_header=False, title=escape(name), title_justify="left")
-    table.add_column(style="cyan")
-    table.add_column()
+    table.add_column(style="cyan", no_wrap=True)
+    table.add_column(overflow="fold")  # a long file name or URL folds, never ends in "…"
     for key, value in record.items():
         if value is None:
             continue

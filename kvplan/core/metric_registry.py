@@ -32,6 +32,7 @@ class Unit(Enum):
     BYTES = "bytes"
     GB_PER_S = "GB/s"
     TEXT = "text"  # a name, reasons, a nested record
+    FLAG = "yes/no"  # a JSON true or false
 
 
 class Shape(Enum):
@@ -227,6 +228,15 @@ METRICS: tuple[Metric, ...] = (
            C.POD_ONLY, "Prompt and output tokens per second of the makespan."),
     Metric("requests_per_s", "requests/s", U.REQUESTS_PER_S, D.HIGHER, F.THROUGHPUT, C.CLUSTER,
            "Finished requests per second of the makespan.", column="req/s"),
+    Metric("offered_requests_per_s", "offered req/s", U.REQUESTS_PER_S, D.NEITHER, F.THROUGHPUT,
+           C.CLUSTER, "Arrival rate: requests after the first over the arrival span."),
+    Metric("served_requests_per_s", "served req/s", U.REQUESTS_PER_S, D.HIGHER, F.THROUGHPUT,
+           C.CLUSTER, "Requests finished per second over the arrival window's second half."),
+    Metric("sustainable_requests_per_s", "sustainable req/s", U.REQUESTS_PER_S, D.HIGHER,
+           F.THROUGHPUT, C.CLUSTER,
+           "Requests finished per second of the steps after which requests still waited."),
+    Metric("overloaded", "overloaded", U.FLAG, D.LOWER, F.THROUGHPUT, C.CLUSTER,
+           "Whether the backlog grew over the arrival window's second half (docs/metrics.md)."),
     Metric("preemptions", "preemptions", U.COUNT, D.LOWER, F.SCHEDULING, C.SUM,
            "Cumulative number of preemptions.",
            prometheus=P("vllm:num_preemptions_total", counter=True)),
@@ -332,6 +342,10 @@ METRICS: tuple[Metric, ...] = (
            F.REAL_MODE, C.RUN, "KIVI's bytes per sequence measured from the pool's tensors."),
     Metric("kivi_bytes_per_seq_estimated", "KIVI bytes per sequence (estimated)", U.BYTES,
            D.LOWER, F.REAL_MODE, C.RUN, "KIVI's bytes per sequence as the estimator sizes them."),
+    Metric("wall_s", "wall time", U.SECONDS, D.LOWER, F.REAL_MODE, C.RUN,
+           "Wall-clock seconds from the engine's build to the end of its run."),
+    Metric("estimated_wall_s", "estimated wall time", U.SECONDS, D.NEITHER, F.REAL_MODE, C.RUN,
+           "The pre-run estimate of wall_s, from the timed warm-up's step cost."),
 )
 # fmt: on
 

@@ -5,6 +5,7 @@ interface."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kvplan.core.kv import Allocator, hit_rate
@@ -32,6 +33,7 @@ def run_summary(
         **pool_summary(step_metrics),
         **preemption_summary(scheduler),
         **throughput(finished, makespan),
+        **load_summary(finished, rejected, step_metrics),
         **request_metrics(finished),
         **prefix_summary(allocator),
         **tier_summary(allocator),
@@ -97,6 +99,91 @@ def throughput(finished: list[Sequence], makespan: float) -> dict[str, float]:
         "total_tokens_per_s": (output_tokens + prompt_tokens) / span,
         "requests_per_s": len(requests) / span,
     }
+
+
+# The stream overloads the engine when the backlog (requests arrived and not yet finished or
+# rejected) grows over the second half of the arrival window (the first half lets it fill to
+# its steady level) by more than OVERLOAD_SHARE of that half's arrivals and by more than
+# NOISE_SIGMAS standard deviations of their count (a Poisson count of n has sd sqrt(n)): a
+# stable queue's backlog ends the window about where it began; an overloaded one gains
+# (offered - served) x the half's length, which no fluctuation of a stable queue explains.
+OVERLOAD_SHARE = 0.05
+NOISE_SIGMAS = 2.0
+# The saturated steps' rate is reported when they hold this many completions (1/sqrt(30):
+# about an 18% sampling error) and this share of the engine's busy time: a queue that forms
+# only in brief bursts meets a batch that has not settled at the ceiling; its rate is off.
+MIN_SATURATED_COMPLETIONS = 30
+MIN_SATURATED_SHARE = 0.25
+
+
+def load_summary(
+    finished: list[Sequence], rejected: list[Sequence], step_metrics: StepMetrics
+) -> dict[str, Any]:
+    """The request rate offered, served and sustainable, and whether the stream overloads the
+    engine (docs/metrics.md, "Load"): `stream_load`'s figures and the engine's ceiling,
+    sustainable: completions per second while requests waited (`saturated_rate`)."""
+    requests = [seq for seq in finished if seq.sample_index == 0]
+    finishes = [seq.served[1] for seq in requests]
+    return {
+        **stream_load(finished, rejected),
+        "sustainable_requests_per_s": saturated_rate(finishes, step_metrics),
+    }
+
+
+def stream_load(finished: list[Sequence], rejected: list[Sequence]) -> dict[str, Any]:
+    """offered: (requests - 1) / arrival span, the arrivals after the first over the time
+    they took; served: completions per second over the second half of the arrival window;
+    overloaded: the backlog grew over that half (OVERLOAD_SHARE, NOISE_SIGMAS). A stream sent
+    all at once has no rate: offered and served are None, and it cannot overload. A cluster
+    passes every pod's requests."""
+    requests = [seq for seq in finished if seq.sample_index == 0]
+    arrivals = sorted(seq.request.arrival_s for seq in (*requests, *rejected))
+    finishes = [seq.served[1] for seq in requests]
+    figures: dict[str, Any] = {
+        "offered_requests_per_s": None,
+        "served_requests_per_s": None,
+        "overloaded": False,
+    }
+    span = arrivals[-1] - arrivals[0] if arrivals else 0.0
+    if span <= 0.0:
+        return figures
+    middle, end = arrivals[0] + span / 2, arrivals[-1]
+
+    def within(times: list[float]) -> int:  # how many fall in the half (middle, end]
+        return sum(1 for t in times if middle < t <= end)
+
+    arrived, served = within(arrivals), within(finishes)
+    left = served + within([seq.finish_s for seq in rejected if seq.finish_s is not None])
+    growth = arrived - left  # the backlog at the window's end over its level at the middle
+    figures.update(
+        offered_requests_per_s=(len(arrivals) - 1) / span,
+        served_requests_per_s=served / (end - middle),
+        overloaded=growth > max(OVERLOAD_SHARE * arrived, NOISE_SIGMAS * math.sqrt(arrived)),
+    )
+    return figures
+
+
+def saturated_rate(finishes: list[float], step_metrics: StepMetrics) -> float | None:
+    """Requests finished per second of the steps after which requests still waited: the
+    engine could admit no more, so it ran at its ceiling. None when those steps hold fewer
+    than MIN_SATURATED_COMPLETIONS completions or less than MIN_SATURATED_SHARE of the time
+    the engine ran steps."""
+    import numpy as np
+
+    ends = np.frombuffer(step_metrics.trace_t, dtype=np.float64)
+    if not len(ends):
+        return None
+    saturated = np.asarray(step_metrics.trace_waiting, dtype=np.int64) > 0
+    seconds = float(np.frombuffer(step_metrics.columns["dt"], dtype=np.float64)[saturated].sum())
+    # A request finishes at the end of the step that produced its last token.
+    steps = np.searchsorted(ends, np.asarray(finishes, dtype=np.float64)).clip(0, len(ends) - 1)
+    completions = int(saturated[steps].sum())
+    if (
+        completions < MIN_SATURATED_COMPLETIONS
+        or seconds < MIN_SATURATED_SHARE * step_metrics.elapsed
+    ):
+        return None
+    return completions / seconds
 
 
 def prefix_summary(allocator: Allocator) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from kvplan.core.kv import hit_rate
 from kvplan.core.metric_registry import METRICS, REPORTED_BY_CLUSTER, ClusterRule, Metric
 from kvplan.core.metrics import request_metrics
 from kvplan.core.router_config import RouterConfig
-from kvplan.core.summary import throughput
+from kvplan.core.summary import stream_load, throughput
 from kvplan.workload.request import Request
 
 PREFIX_HASH_BLOCKS = 4
@@ -141,6 +141,8 @@ def _whole_cluster(
     """The figures computed over the whole cluster (ClusterRule.CLUSTER): routing, the
     makespan, throughput and latencies over every pod's requests, the pooled hit rate."""
     finished = [seq for pod in pods for seq in pod.finished]
+    rejected = [seq for pod in pods for seq in pod.rejected]
+    ceilings = [m.get("sustainable_requests_per_s") for m in pod_metrics]
     start = min(r.arrival_s for r in requests) if requests else 0.0
     makespan = max((pod.now for pod in pods), default=start) - start
     queries = sum(m.get("prefix_cache_queries", 0) for m in pod_metrics)
@@ -154,6 +156,11 @@ def _whole_cluster(
         "prefix_hit_rate": hit_rate(hits, queries),
         **throughput(finished, makespan),
         **request_metrics(finished),
+        **stream_load(finished, rejected),
+        # the cluster's ceiling is its pods' together, known when every pod's is
+        "sustainable_requests_per_s": (
+            None if None in ceilings else sum(c for c in ceilings if c is not None)
+        ),
     }
 
 

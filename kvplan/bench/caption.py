@@ -1,0 +1,94 @@
+"""The lines a bench table opens with, under its title: the load each optimization was
+given and whether it kept up (a queue that grows without bound makes every latency a
+figure of the run's length, not of the optimization), and what timed the steps, in words.
+
+Read from the records' load figures (kvplan.core.summary.load_summary) and step-model
+fields; plain strings, so the CLI only prints them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvplan.results import ResultRecord
+
+
+def table_caption(records: list[ResultRecord]) -> tuple[str, ...]:
+    """The load lines, then the timing line."""
+    return (*load_lines(records), timing_line(records[0]))
+
+
+def rate(value: float) -> str:
+    """Requests per second to three significant figures (0.0117, 0.184, 3.07)."""
+    return f"{value:.3g}"
+
+
+def load_lines(records: list[ResultRecord]) -> list[str]:
+    """'load: 0.15 req/s offered, served by every optimization', or one 'overloaded' line
+    per optimization whose queue grew, with the rate it sustains. Nothing for records that
+    carry no load figures (a cluster of pods, files from older versions)."""
+    loads = [r for r in records if "overloaded" in r.metrics]
+    if not loads:
+        return []
+    offered = loads[0].metrics.get("offered_requests_per_s")
+    if offered is None:
+        return [
+            "load: every request sent at t = 0, a batch the engine drains (nothing to keep up with)"
+        ]
+    overloaded = [r for r in loads if r.metrics["overloaded"]]
+    if not overloaded:
+        return [
+            f"load: {rate(offered)} req/s offered, served by every optimization (no queue grows)"
+        ]
+    lines = [_overloaded(record.optimization, record.metrics) for record in overloaded]
+    kept = [r.optimization for r in loads if not r.metrics["overloaded"]]
+    if kept:
+        lines.append(f"served at {rate(offered)} req/s: {', '.join(kept)}")
+    advice = (
+        "an overloaded run's queue grows without bound, so its latencies grow with the run's length"
+    )
+    sustained = [
+        r.metrics["sustainable_requests_per_s"]
+        for r in overloaded
+        if r.metrics.get("sustainable_requests_per_s")
+    ]
+    if sustained:
+        advice += f"; a --rate below {rate(min(sustained))} compares every optimization at a load all serve"
+    lines.append(advice)
+    return lines
+
+
+def _overloaded(name: str, metrics: dict[str, Any]) -> str:
+    served, offered = metrics["served_requests_per_s"], metrics["offered_requests_per_s"]
+    line = f"{name} overloaded: served {rate(served)} req/s of {rate(offered)} offered"
+    sustainable = metrics.get("sustainable_requests_per_s")
+    return line + (f"; sustains about {rate(sustainable)} req/s" if sustainable else "")
+
+
+def timing_line(record: ResultRecord) -> str:
+    """Which model produced the times, in words (the note under the table gives its error)."""
+    metrics = record.metrics
+    if (record.mode or "simulated") == "real":
+        return f"times: measured wall-clock on {metrics.get('device', 'this machine')}"
+    source = metrics.get("step_model")
+    if not source:
+        return (
+            "times: modeled by the bare GPU roofline at datasheet peak (--step-model "
+            "roofline), a lower bound no server reaches; not measured"
+        )
+    if source.startswith("calibration"):
+        return f"times: modeled by the step model of your {source}; not measured"
+    band = metrics.get("time_error_band") or {}
+    family = band.get("gpu_family", "this GPU's family")
+    error = band.get("output_throughput_error")
+    if band.get("unvalidated"):
+        said = f": ±{100 * error:.0f}% output tok/s on families the fit never saw" if error else ""
+        return (
+            "times: modeled by the step model fitted on published vLLM and SGLang runs of "
+            f"other GPU families, unvalidated on {family}{said}; not measured"
+        )
+    said = f" (held-out error ±{100 * error:.0f}% output tok/s)" if error else ""
+    return (
+        "times: modeled by the step model fitted on published vLLM and SGLang runs of "
+        f"{family} GPUs{said}; not measured"
+    )

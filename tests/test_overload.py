@@ -1,0 +1,236 @@
+"""A run says when its queue grows without bound: the offered, served and sustainable rates
+and the overloaded verdict (kvplan.core.summary.load_summary), the bench table's lines
+about them and about what timed the steps, and each workload's default rate, a load the
+default setup serves."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.bench.caption import load_lines, table_caption, timing_line
+from kvplan.bench.workloads import WorkloadSpec, build_workload
+from kvplan.cli.app import app
+from kvplan.core.metrics import StepMetrics
+from kvplan.core.sequence import Sequence
+from kvplan.core.summary import load_summary, saturated_rate
+from kvplan.results import make_record, read_jsonl
+from kvplan.spec.resolve import load_model
+from kvplan.workload import WORKLOAD_KINDS
+from kvplan.workload.default_rates import DEFAULT_RATES
+from kvplan.workload.request import Request
+
+runner = CliRunner()
+
+
+def _served(arrival: float, finish: float, request_id: int = 0) -> Sequence:
+    seq = Sequence(Request(request_id, arrival, prompt_len=8, output_len=4))
+    seq.first_token_s, seq.finish_s = arrival, finish
+    return seq
+
+
+def _steps(ends: list[float], waiting: list[int]) -> StepMetrics:
+    """A step trace by hand: each step ends at its time, lasting since the previous end."""
+    metrics = StepMetrics()
+    start = 0.0
+    for end, queued in zip(ends, waiting):
+        metrics.columns["dt"].append(end - start)
+        metrics.trace_t.append(end)
+        metrics.trace_waiting.append(queued)
+        metrics.elapsed += end - start
+        start = end
+    return metrics
+
+
+NO_STEPS = StepMetrics()
+
+
+def test_a_stream_served_as_it_arrives_is_not_overloaded() -> None:
+    # 41 arrivals, one a second from t = 0 to 40, each served in 0.5 s: 40 gaps over 40 s;
+    # the second half (20, 40] holds the arrivals at 21..40 and the finishes 20.5..39.5.
+    finished = [_served(t, t + 0.5, t) for t in range(41)]
+    figures = load_summary(finished, [], NO_STEPS)
+    assert figures == {
+        "offered_requests_per_s": 1.0,
+        "served_requests_per_s": 1.0,
+        "sustainable_requests_per_s": None,
+        "overloaded": False,
+    }
+
+
+def test_a_queue_that_grows_is_overloaded() -> None:
+    # one finish every 2 s (2, 4, ..., 82): (20, 40] holds 10 of them against 20 arrivals,
+    # a growth of 10 above both 5% of 20 and 2 sqrt(20) = 8.94
+    finished = [_served(t, 2.0 * (t + 1), t) for t in range(41)]
+    figures = load_summary(finished, [], NO_STEPS)
+    assert figures["offered_requests_per_s"] == 1.0
+    assert figures["served_requests_per_s"] == 0.5
+    assert figures["overloaded"] is True
+
+
+def test_a_growth_within_the_noise_of_a_poisson_count_is_not_overloaded() -> None:
+    # 12 finishes in (20, 40] against 20 arrivals: a growth of 8, under 2 sqrt(20) = 8.94
+    finishes = [float(t) + 0.5 for t in range(20)] + [25.0 + t for t in range(12)]
+    finishes += [100.0 + t for t in range(41 - len(finishes))]
+    finished = [_served(t, finish, t) for t, finish in enumerate(finishes)]
+    figures = load_summary(finished, [], NO_STEPS)
+    assert figures["served_requests_per_s"] == 12 / 20
+    assert figures["overloaded"] is False
+
+
+def test_rejected_requests_leave_the_queue_without_being_served() -> None:
+    # the stable stream with 5 of the second half's requests (t = 30..34) rejected on arrival
+    rejected_at = set(range(30, 35))
+    finished = [_served(t, t + 0.5, t) for t in range(41) if t not in rejected_at]
+    rejected = [_served(t, t, t) for t in sorted(rejected_at)]
+    figures = load_summary(finished, rejected, NO_STEPS)
+    assert figures["offered_requests_per_s"] == 1.0  # 41 requests arrived over 40 s
+    assert figures["served_requests_per_s"] == 15 / 20
+    assert figures["overloaded"] is False  # nothing waits longer for them
+
+
+def test_a_stream_sent_all_at_once_has_no_rate_and_cannot_overload() -> None:
+    finished = [_served(0.0, 1.0 + t, t) for t in range(5)]
+    assert load_summary(finished, [], NO_STEPS) == {
+        "offered_requests_per_s": None,
+        "served_requests_per_s": None,
+        "sustainable_requests_per_s": None,
+        "overloaded": False,
+    }
+
+
+def test_the_sustainable_rate_is_the_completion_rate_while_requests_waited() -> None:
+    # steps end at 1, 2, 3, 4 (1 s each); requests waited after steps 2 and 3: 2 s of the
+    # 4 s busy; 15 requests finish at t = 2, 15 at t = 3 (30 in the saturated steps), 5 at 4
+    steps = _steps([1.0, 2.0, 3.0, 4.0], [0, 3, 3, 0])
+    finishes = [2.0] * 15 + [3.0] * 15 + [4.0] * 5
+    assert saturated_rate(finishes, steps) == 30 / 2.0
+    # 29 completions are too few to tell the ceiling (about 18% error at 30)
+    assert saturated_rate(finishes[1:], steps) is None
+    # waiting for 2 s of a 10 s busy time is a burst, not the ceiling (less than a quarter)
+    longer = _steps([1.0, 2.0, 3.0, 4.0, 10.0], [0, 3, 3, 0, 0])
+    assert saturated_rate(finishes, longer) is None
+
+
+def _record(name: str, **metrics: object) -> object:
+    return make_record("bench", "r", "simulated", name, {}, dict(metrics))
+
+
+def test_the_table_says_who_is_overloaded_and_what_each_sustains() -> None:
+    records = [
+        _record(
+            "contiguous-max",
+            offered_requests_per_s=3.0712,
+            served_requests_per_s=0.18443,
+            sustainable_requests_per_s=0.21795,
+            overloaded=True,
+        ),
+        _record(
+            "prefix",
+            offered_requests_per_s=3.0712,
+            served_requests_per_s=3.05,
+            sustainable_requests_per_s=None,
+            overloaded=False,
+        ),
+    ]
+    assert load_lines(records) == [
+        "contiguous-max overloaded: served 0.184 req/s of 3.07 offered; sustains about 0.218 req/s",
+        "served at 3.07 req/s: prefix",
+        "an overloaded run's queue grows without bound, so its latencies grow with the run's "
+        "length; a --rate below 0.218 compares every optimization at a load all serve",
+    ]
+    served = [_record("paged", offered_requests_per_s=0.154, overloaded=False)]
+    assert load_lines(served) == [
+        "load: 0.154 req/s offered, served by every optimization (no queue grows)"
+    ]
+    assert load_lines([_record("paged", offered_requests_per_s=None, overloaded=False)]) == [
+        "load: every request sent at t = 0, a batch the engine drains (nothing to keep up with)"
+    ]
+    assert load_lines([_record("paged@round-robin", requests_per_s=1.0)]) == []  # a cluster
+
+
+def test_the_table_says_in_words_which_model_timed_the_steps() -> None:
+    band = {"gpu_family": "ada", "unvalidated": True, "output_throughput_error": 0.4686}
+    fitted = _record("paged", step_model="default for GPU family 'ada'", time_error_band=band)
+    assert timing_line(fitted) == (
+        "times: modeled by the step model fitted on published vLLM and SGLang runs of other GPU "
+        "families, unvalidated on ada: ±47% output tok/s on families the fit never saw; not "
+        "measured"
+    )
+    held_out = {"gpu_family": "hopper", "output_throughput_error": 0.12}
+    covered = _record("paged", step_model="default", time_error_band=held_out)
+    assert timing_line(covered) == (
+        "times: modeled by the step model fitted on published vLLM and SGLang runs of hopper "
+        "GPUs (held-out error ±12% output tok/s); not measured"
+    )
+    assert timing_line(_record("paged")) == (
+        "times: modeled by the bare GPU roofline at datasheet peak (--step-model roofline), a "
+        "lower bound no server reaches; not measured"
+    )
+    mine = _record("paged", step_model="calibration mine.toml (3 runs)")
+    assert timing_line(mine) == (
+        "times: modeled by the step model of your calibration mine.toml (3 runs); not measured"
+    )
+    assert table_caption([fitted])[-1] == timing_line(fitted)
+
+
+def test_every_workload_has_its_own_default_rate_and_the_run_records_it() -> None:
+    assert set(DEFAULT_RATES) == {*WORKLOAD_KINDS, "random"}
+    assert all(0 < rate < math.inf for rate in DEFAULT_RATES.values())
+    assert WorkloadSpec().rate is None  # the option's default: the kind's own
+    assert WorkloadSpec(kind="long-reasoning").arrival_rate == DEFAULT_RATES["long-reasoning"]
+    assert WorkloadSpec(kind="long-reasoning", rate=2.0).arrival_rate == 2.0
+    spec = WorkloadSpec(kind="alpaca", num_requests=3)
+    built = build_workload(spec, load_model("llama-3.1-8b"), "simulated", seed=0)
+    assert built.info["rate"] == DEFAULT_RATES["alpaca"]
+
+
+@pytest.mark.parametrize("rate, overloaded", [("40", True), (None, False)])
+def test_the_bench_table_opens_with_the_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rate: str | None, overloaded: bool
+) -> None:
+    """alpaca on the default L4: contiguous-max sustains about 1.5 req/s, so 40 req/s
+    overloads it and the default (1 req/s) does not."""
+    monkeypatch.setenv("COLUMNS", "100")
+    out = tmp_path / "r.jsonl"
+    args = ["bench", "--workload", "alpaca", "--num-requests", "200"]
+    args += ["--optimizations", "contiguous-max", "--out", str(out)]
+    result = runner.invoke(app, [*args, *(["--rate", rate] if rate else [])])
+    assert result.exit_code == 0, result.output
+    (record,) = read_jsonl(out)
+    metrics = record.metrics
+    assert metrics["overloaded"] is overloaded
+    text = " ".join(result.output.split())
+    for line in load_lines([record]):
+        assert line in text
+    if overloaded:
+        assert metrics["served_requests_per_s"] < 0.5 * metrics["offered_requests_per_s"]
+        assert f"served {metrics['served_requests_per_s']:.3g} req/s of" in text
+    else:
+        assert "served by every optimization" in text
+    assert "times: modeled by the step model fitted on published vLLM" in text
+
+
+def test_a_cluster_reports_the_load_over_all_its_pods(tmp_path: Path) -> None:
+    """Two pods behind a router: the stream's offered and served rates are the whole
+    cluster's (every pod's requests), overloaded when the cluster's backlog grows; the
+    ceiling is the pods' together."""
+    out = tmp_path / "r.jsonl"
+    args = ["bench", "--workload", "alpaca", "--num-requests", "300", "--rate", "40"]
+    args += ["--optimizations", "contiguous-max", "--pods", "2", "--out", str(out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    records = read_jsonl(out)  # one record per router
+    assert len(records) > 1
+    for record in records:
+        metrics = record.metrics
+        assert metrics["pods"] == 2 and metrics["overloaded"] is True
+        # 300 Poisson arrivals at 40/s: the offered rate is the stream's, not a pod's share
+        assert 30 < metrics["offered_requests_per_s"] < 50
+        assert metrics["served_requests_per_s"] < 0.5 * metrics["offered_requests_per_s"]
+        ceiling = metrics["sustainable_requests_per_s"]
+        assert ceiling is None or ceiling > 0.5 * metrics["served_requests_per_s"]
+    assert "overloaded" in " ".join(result.output.split())
