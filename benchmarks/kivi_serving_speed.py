@@ -19,9 +19,10 @@ import torch
 from kvplan.bench import SizingConfig, parse_optimization
 from kvplan.core.engine_factory import RealConfig
 from kvplan.real.factory import RealEngineFactory
+from kvplan.samples import sample_path
 from kvplan.workload.request import Request
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared/data/models/stories260K/hf"
+DEFAULT_MODEL = sample_path("stories260k")  # shipped inside kvplan (kvplan samples)
 FORMATS = ("fp32", "int8", "kivi-int4", "kivi-int2")
 REQUESTS, PROMPT, OUTPUT = 8, 64, 128
 

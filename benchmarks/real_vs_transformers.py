@@ -34,9 +34,10 @@ from kvplan.core.kv import make_allocator
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.real.model import load_causal_lm
 from kvplan.real.runner import RealRunner
+from kvplan.samples import sample_path
 from kvplan.workload.request import Request
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared/data/models/stories260K/hf"
+DEFAULT_MODEL = sample_path("stories260k")  # shipped inside kvplan (kvplan samples)
 NUM, BLOCK = 64, 16
 
 

@@ -15,13 +15,13 @@ from kvplan.core.policies import (
 
 
 @pytest.fixture(scope="module")
-def stories(shared_data: Path):
+def stories(stories260k: Path):
     pytest.importorskip("transformers")
     from kvplan.quality.evaluate import run_policy
     from kvplan.quality.tokenizer import Llama2cTokenizer
     from kvplan.real.model import load_causal_lm
 
-    root = shared_data / "models/stories260K"
+    root = stories260k
     tokens = Llama2cTokenizer(root / "tok512.bin").encode(
         (root / "tinystories_validation_0.txt").read_text().strip()
     )
@@ -101,14 +101,14 @@ def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -
     assert round(result.perplexity, 3) == 3.892
 
 
-def test_policy_memory_equals_the_estimator(stories, shared_data: Path) -> None:
+def test_policy_memory_equals_the_estimator(stories, stories260k: Path) -> None:
     from kvplan.plan.capacity import PlanInputs, plan
     from kvplan.quality.evaluate import evaluate
     from kvplan.spec import parse_kv_format
     from kvplan.spec.resolve import load_gpu, load_model
 
     model, tokens, _ = stories
-    spec = load_model(str(shared_data / "models/stories260K/hf"))
+    spec = load_model(str(stories260k / "hf"))
     for fmt, name in ((None, "fp32"), ("int8", "int8"), ("int4", "int4")):
         measured = evaluate(model, tokens, PolicySpec("h2o", 40), fmt).kv_bytes_per_seq
         estimated = plan(
@@ -225,7 +225,7 @@ def test_budget_concurrency_matches_the_estimator() -> None:
     assert streaming["output_tokens_per_s"] > 2 * paged["output_tokens_per_s"]
 
 
-def test_bench_quality_table_and_pareto_report(shared_data: Path, tmp_path: Path) -> None:
+def test_bench_quality_table_and_pareto_report(stories260k: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from typer.testing import CliRunner
 
@@ -233,7 +233,7 @@ def test_bench_quality_table_and_pareto_report(shared_data: Path, tmp_path: Path
     from kvplan.report import write_report
     from kvplan.results import read_jsonl
 
-    root = shared_data / "models/stories260K"
+    root = stories260k
     out = tmp_path / "quality.jsonl"
     result = CliRunner().invoke(
         app,

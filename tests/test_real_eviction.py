@@ -25,10 +25,10 @@ BUDGET = 32
 SLOW = pytest.mark.slow  # ~15 s each on 2 shared cores: the other cases cover the same paths
 
 
-def config(shared_data: Path, mode: str) -> BenchConfig:
+def config(stories260k: Path, mode: str) -> BenchConfig:
     from kvplan.core.engine_factory import RealConfig
 
-    hf = str(shared_data / "models/stories260K/hf")
+    hf = str(stories260k / "hf")
     sizing = SizingConfig(
         model=hf, gpu="l4", kv_dtype="fp32", block_size=16, kv_cache_gib=0.001, max_model_len=256
     )
@@ -38,7 +38,7 @@ def config(shared_data: Path, mode: str) -> BenchConfig:
 
 
 def simulated_slots(
-    shared_data: Path, name: str, layer_budgets: tuple[int, ...] | None = None
+    stories260k: Path, name: str, layer_budgets: tuple[int, ...] | None = None
 ) -> dict[int, list[tuple[int, int]]]:
     """(tokens written, slots held per head) after each step of each request, from the
     simulator's memory model (entropy-budget: given the real engine's probed split)."""
@@ -46,7 +46,7 @@ def simulated_slots(
 
     from kvplan.bench.matrix import engine_factory
 
-    factory = replace(engine_factory(config(shared_data, "simulated")), layer_budgets=layer_budgets)
+    factory = replace(engine_factory(config(stories260k, "simulated")), layer_budgets=layer_budgets)
     engine, _ = factory.build(parse_optimization(name))
     budget = engine.allocator.budget
     history: dict[int, list[tuple[int, int]]] = {}
@@ -62,11 +62,11 @@ def simulated_slots(
 
 
 @pytest.fixture(scope="module")
-def real_factory(shared_data: Path):
+def real_factory(stories260k: Path):
     from kvplan.bench.matrix import engine_factory
 
     torch.set_num_threads(1)  # tiny per-step tensors on a shared CPU
-    return engine_factory(config(shared_data, "real"))
+    return engine_factory(config(stories260k, "real"))
 
 
 def test_entropy_budget_split_is_probed_on_the_models_own_text(real_factory) -> None:
@@ -89,7 +89,7 @@ def test_entropy_budget_split_is_probed_on_the_models_own_text(real_factory) -> 
     "name", ["h2o", "snapkv", "paged-eviction", "sliding-window", "streaming", "entropy-budget"]
 )
 def test_closed_loop_real_pool_holds_what_the_simulator_charges(
-    real_factory, shared_data: Path, name: str
+    real_factory, stories260k: Path, name: str
 ) -> None:
     engine, _ = real_factory.build(parse_optimization(name))
     result = engine.run(list(REQUESTS))
@@ -99,7 +99,7 @@ def test_closed_loop_real_pool_holds_what_the_simulator_charges(
     # Slots the pool's tensors really hold (h2o: each head's kept K/V after the moves),
     # step by step, equal the simulator's: exactly, these policies being deterministic in count.
     split = real_factory.entropy_split() if name == "entropy-budget" else None
-    assert measured == simulated_slots(shared_data, name, split)
+    assert measured == simulated_slots(stories260k, name, split)
     if name == "entropy-budget":
         # each layer holds its own budget (the sequence's blocks the largest: measured above)
         for key, steps in eviction.layer_measured.items():
@@ -209,7 +209,7 @@ def test_real_mode_refuses_policies_it_cannot_evict(real_factory, name: str) -> 
     ],
 )
 def test_quality_through_the_serving_engine_equals_the_evaluator(
-    real_factory, shared_data: Path, name: str
+    real_factory, stories260k: Path, name: str
 ) -> None:
     """Teacher-forced through the scheduler, the paged pool, the policy and the kernels that
     serve, the text's perplexity is the quality evaluator's (float32 sums in another order)."""
@@ -217,7 +217,7 @@ def test_quality_through_the_serving_engine_equals_the_evaluator(
     from kvplan.quality.tokenizer import Llama2cTokenizer
     from kvplan.real.teacher import served_prompt_len, served_quality
 
-    root = shared_data / "models/stories260K"
+    root = stories260k
     tokens = Llama2cTokenizer(root / "tok512.bin").encode(
         (root / "tinystories_validation_0.txt").read_text().strip()
     )

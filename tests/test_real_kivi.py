@@ -49,10 +49,10 @@ def test_paged_layout_bytes_equal_the_estimator_and_round_trip_like_the_evaluato
         ) / 2 + 1e-6
 
 
-def config(shared_data: Path, block_size: int = 32) -> tuple[SizingConfig, object]:
+def config(stories260k: Path, block_size: int = 32) -> tuple[SizingConfig, object]:
     from kvplan.core.engine_factory import RealConfig
 
-    hf = str(shared_data / "models/stories260K/hf")
+    hf = str(stories260k / "hf")
     sizing = SizingConfig(
         model=hf,
         gpu="l4",
@@ -65,11 +65,11 @@ def config(shared_data: Path, block_size: int = 32) -> tuple[SizingConfig, objec
 
 
 @pytest.fixture(scope="module")
-def factory(shared_data: Path):
+def factory(stories260k: Path):
     from kvplan.real.factory import RealEngineFactory
 
     torch.set_num_threads(1)  # tiny per-step tensors on a shared CPU
-    return RealEngineFactory(*config(shared_data))
+    return RealEngineFactory(*config(stories260k))
 
 
 @pytest.mark.parametrize("name", ["kivi-int4", "kivi-int2"])
@@ -101,7 +101,7 @@ def test_served_kivi_decodes_what_the_evaluator_predicts(factory, name: str) -> 
 
 
 def test_served_perplexity_through_the_quality_table_equals_the_evaluator(
-    factory, shared_data: Path
+    factory, stories260k: Path
 ) -> None:
     """`--quality-text`'s served column (the text teacher-forced through the engine in
     32-token blocks) equals the evaluator's KIVI perplexity: float32 sums in another order."""
@@ -109,7 +109,7 @@ def test_served_perplexity_through_the_quality_table_equals_the_evaluator(
     from kvplan.quality.evaluate import evaluate
     from kvplan.quality.tokenizer import Llama2cTokenizer
 
-    root = shared_data / "models/stories260K"
+    root = stories260k
     tokens = Llama2cTokenizer(root / "tok512.bin").encode(
         (root / "tinystories_validation_0.txt").read_text().strip()
     )
@@ -130,12 +130,12 @@ def test_served_perplexity_through_the_quality_table_equals_the_evaluator(
     assert rows[0]["served_perplexity"] == pytest.approx(expected, rel=1e-5)
 
 
-def test_served_kivi_int4_perplexity_equals_the_evaluator(factory, shared_data: Path) -> None:
+def test_served_kivi_int4_perplexity_equals_the_evaluator(factory, stories260k: Path) -> None:
     from kvplan.quality.evaluate import evaluate
     from kvplan.quality.tokenizer import Llama2cTokenizer
     from kvplan.real.teacher import served_quality
 
-    root = shared_data / "models/stories260K"
+    root = stories260k
     tokens = Llama2cTokenizer(root / "tok512.bin").encode(
         (root / "tinystories_validation_0.txt").read_text().strip()
     )
@@ -180,7 +180,7 @@ def test_long_prompts_in_a_batch_quantize_after_prefill(factory) -> None:
 @pytest.mark.parametrize(
     ("block_size", "name", "message"),
     [
-        (16, "kivi-int4", "one key group .* per pool block: use --block-size 32"),
+        (16, "kivi-int4", "one key group .* per pool block: use block_size 32, not 16"),
         (32, "prefix+kivi-int4", "plain paged pool only"),
         (32, "contiguous-max+kivi-int2", "plain paged pool only"),
     ],

@@ -18,13 +18,13 @@ def first_divergence(tokens: list[int], reference: list[int]) -> int:
     return next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), len(reference))
 
 
-def test_int8_tensor_scales_are_calibrated(shared_data: Path, monkeypatch) -> None:
+def test_int8_tensor_scales_are_calibrated(stories260k: Path, monkeypatch) -> None:
     from kvplan.bench.matrix import engine_factory
     from kvplan.core.engine_factory import RealConfig
     from kvplan.real.factory import RealEngineFactory
 
     torch.set_num_threads(1)
-    hf = str(shared_data / "models/stories260K/hf")
+    hf = str(stories260k / "hf")
     factory = engine_factory(
         BenchConfig(
             SizingConfig(

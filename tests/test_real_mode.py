@@ -67,14 +67,10 @@ def kvplan_generate(
 
 
 @pytest.fixture(scope="module")
-def stories(shared_data: Path):
-    model, _ = load_causal_lm(
-        "stories260K", str(shared_data / "models/stories260K/hf"), None, "fp32", "cpu"
-    )
-    reference, _ = load_causal_lm(
-        "stories260K", str(shared_data / "models/stories260K/hf"), None, "fp32", "cpu"
-    )
-    return model, reference, vocabulary(shared_data / "models/stories260K/tok512.bin")
+def stories(stories260k: Path):
+    model, _ = load_causal_lm("stories260K", str(stories260k / "hf"), None, "fp32", "cpu")
+    reference, _ = load_causal_lm("stories260K", str(stories260k / "hf"), None, "fp32", "cpu")
+    return model, reference, vocabulary(stories260k / "tok512.bin")
 
 
 def hf_greedy(reference, prompt: tuple[int, ...], new_tokens: int):
@@ -111,7 +107,7 @@ def test_logits_match_transformers_generate(stories) -> None:
     compare_with_transformers(model, reference, "torch", steps=40, block=16)
 
 
-def test_logits_match_through_the_triton_kernels(shared_data: Path) -> None:
+def test_logits_match_through_the_triton_kernels(stories260k: Path) -> None:
     """Triton's interpreter must be chosen before triton is first imported (transformers
     imports it), so this comparison runs in a fresh interpreter."""
     pytest.importorskip("triton")
@@ -119,7 +115,7 @@ def test_logits_match_through_the_triton_kernels(shared_data: Path) -> None:
 import os, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_real_mode import compare_with_transformers, load_causal_lm
-path = {str(shared_data / "models/stories260K/hf")!r}
+path = {str(stories260k / "hf")!r}
 model, _ = load_causal_lm("s", path, None, "fp32", "cpu")
 reference, _ = load_causal_lm("s", path, None, "fp32", "cpu")
 compare_with_transformers(model, reference, "triton", steps=8, block=4)
@@ -149,7 +145,7 @@ def test_int8_kv_stays_close_to_fp32(stories) -> None:
     assert 0 < (a - b).abs().max() < 0.5
 
 
-def test_bench_real_mode_end_to_end(shared_data: Path, tmp_path: Path) -> None:
+def test_bench_real_mode_end_to_end(stories260k: Path, tmp_path: Path) -> None:
     out = tmp_path / "real.jsonl"
     result = runner.invoke(
         app,
@@ -158,7 +154,7 @@ def test_bench_real_mode_end_to_end(shared_data: Path, tmp_path: Path) -> None:
             "--mode",
             "real",
             "--model-path",
-            str(shared_data / "models/stories260K/hf"),
+            str(stories260k / "hf"),
             "--num-requests",
             "6",
             "--rate",
@@ -211,7 +207,7 @@ def test_random_weights_from_a_config(tmp_path: Path) -> None:
         (["--optimizations", "h2o-holes", "--kv-budget", "64"], "--quality-text"),
     ],
 )
-def test_real_mode_errors(args: list[str], message: str, shared_data: Path, tmp_path: Path) -> None:
+def test_real_mode_errors(args: list[str], message: str, stories260k: Path, tmp_path: Path) -> None:
     if torch.cuda.is_available() and "cuda" in args:
         pytest.skip("a GPU is present")
     base = [
@@ -226,7 +222,7 @@ def test_real_mode_errors(args: list[str], message: str, shared_data: Path, tmp_
         str(tmp_path / "r.jsonl"),
     ]
     if "--model-path" not in args:
-        base += ["--model-path", str(shared_data / "models/stories260K/hf")]
+        base += ["--model-path", str(stories260k / "hf")]
     result = runner.invoke(app, [*base, *args])
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -209,7 +209,7 @@ def test_refuses_what_it_cannot_honour(config: dict, feature: str) -> None:
     "model,feature", [("gemma-4-26b-a4b", "global_head_dim"), ("deepseek-v3", "MLA")]
 )
 def test_refuses_kv_it_cannot_pool(model: str, feature: str) -> None:
-    from kvplan.real.factory import check_real_spec
+    from kvplan.real.loaded import check_real_spec
     from kvplan.spec.resolve import load_model
 
     with pytest.raises(ValueError, match=feature):

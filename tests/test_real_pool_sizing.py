@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvplan.core.engine_factory import GIB, SizingConfig
-from kvplan.real.factory import CPU_KV_GIB, LoadedModel, cuda_kv_pool_bytes, kv_pool_bytes
+from kvplan.real.loaded import CPU_KV_GIB, LoadedModel, cuda_kv_pool_bytes, kv_pool_bytes
 
 torch = pytest.importorskip("torch")
 
@@ -42,10 +42,17 @@ def test_the_flag_sizes_the_cuda_pool_and_is_recorded(monkeypatch: pytest.Monkey
 
 def test_the_pre_run_line_names_the_pool_rule_and_its_simplification() -> None:
     from kvplan.bench.real_cost import RunCost
+    from kvplan.real.step_cost import StepCost
 
-    cost = RunCost(10, 1, 1000, 2, 2 * GIB, 20 * GIB, "cuda", 100, 1.0, utilization=0.9)
+    def cost(pool_bytes: float, utilization: float | None) -> RunCost:
+        step = StepCost(0.01, 0.002, 1e-5)
+        return RunCost(
+            10, 1000, 2, 2 * GIB, int(pool_bytes), "cuda", step, {"paged": 30.0}, {"paged": 1.0},
+            100, 20, 1.0, utilization,
+        )  # fmt: skip
+
     assert (
         "KV pool 20.00 GiB per optimization (0.9 of the card less what the loaded model uses; simplified: "
-        "vLLM also sets activation memory aside)" in cost.describe()
+        "vLLM also sets activation memory aside)" in cost(20 * GIB, 0.9).describe()
     )
-    assert "of the card" not in RunCost(10, 1, 1000, 2, 2 * GIB, GIB, "cpu", 100, 1.0).describe()
+    assert "of the card" not in cost(GIB, None).describe()

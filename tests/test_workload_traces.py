@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.samples import sample_path
 from kvplan.workload import TRACE_FORMATS, Request, TraceLoad, load_trace
 from kvplan.workload.trace_formats import detect_format, parse_azure_timestamp
 
@@ -257,8 +258,9 @@ def test_azure_real_trace(shared_data: Path) -> None:
     assert reqs[-1].arrival_s == pytest.approx(3501.721937, abs=1e-6)  # about 58 minutes
 
 
-def test_real_trace_scaling_and_truncation(shared_data: Path) -> None:
-    load = load_trace(shared_data / "traces" / MOONCAKE, max_requests=100, time_scale=0.5)
+def test_real_trace_scaling_and_truncation() -> None:
+    trace = sample_path("mooncake-trace")  # the real trace's first 200 lines, shipped
+    load = load_trace(trace, max_requests=100, time_scale=0.5)
     assert len(load.requests) == 100
-    full = load_trace(shared_data / "traces" / MOONCAKE).requests[:100]
+    full = load_trace(trace).requests[:100]
     assert [r.arrival_s for r in load.requests] == pytest.approx([r.arrival_s / 2 for r in full])

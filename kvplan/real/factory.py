@@ -4,12 +4,17 @@ step times."""
 
 from __future__ import annotations
 
+import math
+import shutil
 import tempfile
+import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kvplan.core.engine import Engine
+from kvplan import cdiv
+from kvplan.core.engine import Engine, Runner
 from kvplan.core.engine_factory import (
     GIB,
     EngineSizing,
@@ -25,21 +30,16 @@ from kvplan.core.kv.base import Allocator
 from kvplan.core.kv.paged import PagedAllocator
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.engine_releases import default_utilization, parse_version
 from kvplan.plan.pool_sizing import max_model_len_for, whole_blocks
 from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.kivi_pool import KiviServing, check_kivi_serving
-from kvplan.real.model import load_causal_lm, resolve_device
+from kvplan.real.loaded import CPU_KV_GIB, kv_pool_bytes, load_model_for_bench
+from kvplan.real.run_metrics import engine_metrics
 from kvplan.real.runner import RealRunner
 from kvplan.real.streaming import SinkCopies
-from kvplan.spec import KVFormat, ModelSpec, parse_kv_format
-from kvplan.spec.hf_config import model_spec_from_config
+from kvplan.spec import KVFormat, parse_kv_format
 from kvplan.spec.setting_error import SettingError
 
-if TYPE_CHECKING:
-    import torch
-
-CPU_KV_GIB = 0.25  # default KV pool on CPU; on CUDA: --gpu-memory-utilization (cuda_kv_pool_bytes)
 CALIBRATION_TOKENS = 64  # greedy tokens whose K/V calibrate per-tensor scales
 ENTROPY_PROBE_TOKENS = (
     200  # greedy tokens whose attention entropy splits entropy-budget (the quality table's)
@@ -47,80 +47,14 @@ ENTROPY_PROBE_TOKENS = (
 CPU_FLOPS = 50e9  # a rough CPU rate for the reload-or-recompute choice (copies win here anyway)
 
 
-@dataclass
-class LoadedModel:
-    model: torch.nn.Module  # a transformers causal LM
-    spec: ModelSpec
-    device: str
-    vocab_size: int
+@dataclass(frozen=True)
+class EngineParts:
+    """An engine but its tensors and runner."""
 
-
-def load_model_for_bench(model: str, real: RealConfig, seed: int) -> LoadedModel:
-    device = resolve_device(real.device)
-    dtype = (
-        real.model_dtype if real.model_dtype != "auto" else ("fp32" if device == "cpu" else "bf16")
-    )
-    lm, raw = load_causal_lm(model, real.model_path, real.layers, dtype, device, seed)
-    label = Path(real.model_path).name if real.model_path else model
-    if label == "hf" and real.model_path:
-        label = Path(real.model_path).parent.name
-    spec = model_spec_from_config(raw, label, real.model_path or model)
-    check_real_spec(spec)
-    return LoadedModel(lm, spec, device, int(raw.get("vocab_size") or spec.vocab_size))
-
-
-def check_real_spec(spec: ModelSpec) -> None:
-    """Refuse, naming the feature, a model whose KV real mode's one pool shape cannot hold."""
-    if any(g.kind not in ("full", "sliding") for g in spec.groups):
-        raise ValueError(
-            f"real mode supports MHA/GQA/MQA attention models; {spec.name} is {spec.kv_kind}"
-        )
-    shapes = sorted({(g.num_kv_heads, g.head_dim) for g in spec.token_groups})
-    if len(shapes) > 1:
-        raise ValueError(
-            f"real mode keeps one KV shape for every layer, but {spec.name}'s layers differ "
-            f"(KV heads x head_dim: {', '.join(f'{h} x {d}' for h, d in shapes)}; e.g. Gemma-4's "
-            "global_head_dim): run it in simulated mode"
-        )
-
-
-def kv_pool_bytes(config: SizingConfig, loaded: LoadedModel) -> tuple[float, float | None]:
-    """The real KV pool's bytes and the utilization that sized it (None: fixed or CPU's)."""
-    if config.kv_cache_gib is not None:
-        return config.kv_cache_gib * GIB, None
-    if loaded.device == "cpu":
-        if config.gpu_memory_utilization is not None:
-            raise SettingError(
-                "{gpu_memory_utilization} sizes a CUDA pool; on CPU pass {kv_cache_gib} "
-                "(default {default:g} GiB)",
-                default=CPU_KV_GIB,
-            )
-        return CPU_KV_GIB * GIB, None
-    import torch
-
-    free, total = torch.cuda.mem_get_info()
-    utilization = config.gpu_memory_utilization or default_utilization(
-        config.generation, parse_version(config.engine_version), total / GIB
-    )
-    return cuda_kv_pool_bytes(free, total, utilization), utilization
-
-
-def cuda_kv_pool_bytes(free: float, total: float, utilization: float) -> float:
-    """vLLM's rule, simplified: the engine may use `utilization` of the card, and what is in
-    use once the model is loaded (weights, the CUDA context, other processes) comes off it.
-    vLLM also profiles a forward pass for activation memory; real mode does not (named in
-    the README), so its pool is somewhat larger than vLLM's at the same setting."""
-    in_use = total - free
-    pool_bytes = utilization * total - in_use
-    if pool_bytes <= 0:
-        raise SettingError(
-            "{gpu_memory_utilization} {utilization:g} leaves no KV memory: {in_use:.2f} GiB of "
-            "{total:.2f} GiB is in use after loading the model; raise it or pass {kv_cache_gib}",
-            utilization=utilization,
-            in_use=in_use / GIB,
-            total=total / GIB,
-        )
-    return pool_bytes
+    sizing: EngineSizing
+    policy: PolicySpec | None
+    allocator: Allocator
+    scheduler: SchedulerConfig
 
 
 @dataclass
@@ -137,10 +71,17 @@ class RealEngineFactory:
     # a layer split (entropy-budget) of layers x kv_budget; None: probed on the model's greedy text
     layer_budgets: tuple[int, ...] | None = None
     mode: str = "real"
+    # seconds the pre-run estimate (bench/real_cost.py) gives each optimization, recorded
+    # beside the measured wall_s
+    estimated_wall_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.loaded = load_model_for_bench(self.sizing.model, self.real, self.seed)
         self._greedy: dict[int, list[int]] = {}
+        self._scales: dict[str, Any] = {}  # per-tensor format: its per-layer (K, V) scales
+        self._started: dict[
+            int, tuple[str, float]
+        ] = {}  # id(engine): its optimization, build start
 
     def check(self, optimization: Optimization) -> None:
         """What real mode refuses, said before any work (the warm-up, the progress bars); the
@@ -173,6 +114,60 @@ class RealEngineFactory:
     def build(self, optimization: Optimization) -> tuple[Engine, EngineSizing]:
         from kvplan.real.tier_storage import TensorTierStorage
 
+        started = time.perf_counter()
+        parts = self._parts(optimization)
+        sizing, allocator, block_size = parts.sizing, parts.allocator, self.sizing.block_size
+        pool = self._allocate_pool(sizing.kv_format, sizing.capacity_slots // block_size)
+        kivi = (
+            KiviServing(pool, block_size, sizing.kv_format.name)
+            if sizing.kv_format.scale == "kivi"
+            else None
+        )
+        loaded = self.loaded
+        runner = RealRunner(
+            loaded.model,
+            pool,
+            block_size,
+            loaded.vocab_size,
+            loaded.device,
+            backend=self.real.kernel_backend,
+            seed=self.seed,
+            eviction=self._eviction(parts.policy, allocator),
+            kivi=kivi,
+        )
+        if allocator.tiers is not None:  # real bytes: pinned host memory and files, timed
+            given = self.tiers.disk_dir
+            disk = Path(given) if given else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
+            storage = TensorTierStorage(pool, disk, on_restore=runner.forget_block)
+            if not given:  # a folder of kvplan's own goes with the engine (or at exit)
+                weakref.finalize(storage, shutil.rmtree, disk, ignore_errors=True)
+            allocator.tiers.storage = storage
+        engine = Engine(allocator, runner, parts.scheduler, sizing.max_model_len)
+        self._started[id(engine)] = (optimization.name, started)
+        return engine, sizing
+
+    def scheduling_engine(
+        self, optimization: Optimization, runner: Runner, pool: tuple[float, float | None]
+    ) -> tuple[Engine, EngineSizing]:
+        """The optimization's scheduler and block manager around another runner, with a pool
+        of `pool` (bytes, the utilization that sized them) and no tensors: the cost estimate
+        replays a run's steps on it."""
+        parts = self._parts(optimization, pool)
+        engine = Engine(parts.allocator, runner, parts.scheduler, parts.sizing.max_model_len)
+        return engine, parts.sizing
+
+    def prepare(self, optimization: Optimization) -> None:
+        """Learn now what building the optimization's engine learns from the model first (a
+        per-tensor format's scales), kept for its build: the cost estimate's warm-up pays it."""
+        kv_format = parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec)
+        if kv_format.scale == "tensor":
+            self._tensor_scales(kv_format.name)
+
+    def _parts(
+        self, optimization: Optimization, pool: tuple[float, float | None] | None = None
+    ) -> EngineParts:
+        """The engine but its tensors: the pool's sizing (`pool`: bytes and the utilization
+        that sized them; None: sized now), the policy, the block manager and the scheduler."""
         config, loaded = self.sizing, self.loaded
         spec = loaded.spec
         self.check(optimization)
@@ -180,15 +175,10 @@ class RealEngineFactory:
         kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
         max_model_len = max_model_len_for(spec, config.max_model_len)
         slot_bytes = spec.kv_bytes_per_token(kv_format)
-        pool_bytes, utilization = kv_pool_bytes(config, loaded)
+        pool_bytes, utilization = pool or kv_pool_bytes(config, loaded)
         blocks = whole_blocks(pool_bytes, slot_bytes, config.block_size)
         if blocks * config.block_size < max_model_len:
-            raise ValueError(
-                f"the KV pool ({blocks * config.block_size:,} tokens in {pool_bytes / GIB:.4f} GiB) is "
-                f"too small for one request of max_model_len {max_model_len} on {spec.name}; "
-                "raise --kv-cache-gib"
-            )
-        pool = self._allocate_pool(kv_format, blocks)
+            self._refuse_small_pool(blocks, pool_bytes, slot_bytes, max_model_len, utilization)
         sizing = EngineSizing(
             spec,
             kv_format,
@@ -212,29 +202,6 @@ class RealEngineFactory:
             recompute_s_per_token=recompute_s,
             policy=policy,
         )
-        kivi = (
-            KiviServing(pool, config.block_size, kv_format.name)
-            if kv_format.scale == "kivi"
-            else None
-        )
-        runner = RealRunner(
-            loaded.model,
-            pool,
-            config.block_size,
-            loaded.vocab_size,
-            loaded.device,
-            backend=self.real.kernel_backend,
-            seed=self.seed,
-            eviction=self._eviction(policy, allocator),
-            kivi=kivi,
-        )
-        if tiers is not None:  # real bytes: pinned host memory and files, timed
-            disk = (
-                Path(self.tiers.disk_dir)
-                if self.tiers.disk_dir
-                else Path(tempfile.mkdtemp(prefix="kvplan-offload-"))
-            )
-            tiers.storage = TensorTierStorage(pool, disk, on_restore=runner.forget_block)
         # Real mode recomputes (swapping needs real host copies); unset limits are kvplan's own,
         # not the --gpu profile's vLLM defaults: a real run serves on this machine.
         plain = SchedulerConfig()
@@ -243,7 +210,39 @@ class RealEngineFactory:
             preemption="recompute",
             swap_slots=0,
         )
-        return Engine(allocator, runner, scheduler, max_model_len), sizing
+        return EngineParts(sizing, policy, allocator, scheduler)
+
+    def _refuse_small_pool(
+        self,
+        blocks: int,
+        pool_bytes: float,
+        slot_bytes: float,
+        max_model_len: int,
+        utilization: float | None,
+    ) -> None:
+        """One request of max_model_len must fit the pool: say what would make it fit, from
+        the settings given (a larger pool than the one given, or a shorter max_model_len)."""
+        block_size = self.sizing.block_size
+        need_gib = cdiv(max_model_len, block_size) * block_size * slot_bytes / GIB
+        digits = 2 - math.floor(math.log10(need_gib))  # three significant, rounded up: enough
+        need = f"{math.ceil(need_gib * 10**digits) / 10**digits:g}"
+        if utilization is not None:  # sized from the card's free memory
+            grow = "raise {gpu_memory_utilization} (" + f"{utilization:g} now) or pass "
+            grow += "{kv_cache_gib} " + need
+        elif self.sizing.kv_cache_gib is not None:
+            grow = "raise {kv_cache_gib} from " + f"{self.sizing.kv_cache_gib:g} to {need}"
+        else:
+            grow = "pass {kv_cache_gib} " + need + f" (default {CPU_KV_GIB:g})"
+        fits = blocks * block_size
+        shorten = " or lower {max_model_len} to " + f"{fits:,}" if fits >= 2 else ""
+        raise SettingError(
+            "the KV pool ({tokens} tokens in {gib:.4f} GiB) is too small for one request of "
+            "{max_model_len} {limit} on {model}; " + grow + shorten,
+            tokens=f"{fits:,}",
+            gib=pool_bytes / GIB,
+            limit=max_model_len,
+            model=self.loaded.spec.name,
+        )
 
     def _allocate_pool(self, kv_format: KVFormat, blocks: int) -> list[Any]:
         """One cache per layer of `blocks` blocks in the format, on the model's device and dtype:
@@ -328,9 +327,11 @@ class RealEngineFactory:
         batch's)."""
         from kvplan.quality.evaluate import calibrate
 
-        return calibrate(
-            self.loaded.model, self.greedy_text(CALIBRATION_TOKENS), PolicySpec("full"), fmt
-        )[1]
+        if fmt not in self._scales:
+            self._scales[fmt] = calibrate(
+                self.loaded.model, self.greedy_text(CALIBRATION_TOKENS), PolicySpec("full"), fmt
+            )[1]
+        return self._scales[fmt]
 
     def entropy_split(self) -> tuple[int, ...]:
         """entropy-budget's per-layer budgets: layers x kv_budget split by each layer's mean
@@ -354,47 +355,12 @@ class RealEngineFactory:
         return self.layer_budgets
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
-        """Bytes the pool holds, the device, and the measured tier copies (bandwidth, bytes)."""
-        metrics: dict[str, Any] = {
-            "kv_bytes_allocated": engine.runner.kv_bytes,  # type: ignore[attr-defined]
-            "device": self.loaded.device,
-        }
-        eviction = getattr(engine.runner, "eviction", None)
-        if (
-            eviction is not None
-        ):  # slots moved inside the pool by evictions (holes refilled, prefill compaction)
-            # in the simulator's unit, a slot of every layer and KV head (moves are per head and layer)
-            spec = self.loaded.spec
-            per_slot = spec.num_layers * spec.token_groups[0].num_kv_heads
-            sink_copies = (
-                eviction.sinks.copies * spec.token_groups[0].num_kv_heads if eviction.sinks else 0
-            )
-            metrics["eviction_copied_slots"] = round(
-                (eviction.copied_slots + sink_copies) / per_slot
-            )
-            if eviction.spec.layer_budgets:
-                metrics["layer_budgets"] = list(eviction.spec.layer_budgets)
-            if eviction.compact_blocks:  # blocks held with holes left in place, per compacted block
-                metrics["eviction_hole_blocks_ratio"] = (
-                    eviction.hole_blocks / eviction.compact_blocks
-                )
-        kivi = getattr(engine.runner, "kivi", None)
-        if (
-            kivi is not None and kivi.measured
-        ):  # at each sequence's last step: the pool's tensors vs the estimator
-            spec, group = self.loaded.spec, self.loaded.spec.token_groups[0]
-            full = next(self.loaded.model.parameters()).element_size()
-            fmt = parse_kv_format(kivi.format_name, spec)
-            finished = list(kivi.measured.values())
-            metrics["kivi_bytes_per_seq_measured"] = sum(b for _, b in finished) / len(finished)
-            metrics["kivi_bytes_per_seq_estimated"] = sum(
-                spec.num_layers
-                * group.num_kv_heads
-                * fmt.kivi_sequence_bytes(tokens, group.head_dim, full)
-                for tokens, _ in finished
-            ) / len(finished)
-        storage = engine.allocator.tiers.storage if engine.allocator.tiers is not None else None
-        for direction, moved in storage.stats.items() if storage is not None else ():
-            metrics[f"measured_{direction.replace('->', '_to_')}_gbps"] = moved.gb_per_s
-            metrics[f"measured_{direction.replace('->', '_to_')}_bytes"] = moved.bytes
+        """The engine's figures (real/run_metrics.py), and the wall-clock seconds from its
+        build to now beside the seconds the pre-run estimate gave it."""
+        metrics = engine_metrics(engine, self.loaded)
+        name, started = self._started.pop(id(engine), (None, None))
+        if started is not None:
+            metrics["wall_s"] = time.perf_counter() - started
+            if name in self.estimated_wall_s:
+                metrics["estimated_wall_s"] = self.estimated_wall_s[name]
         return metrics

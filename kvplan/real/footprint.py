@@ -13,9 +13,11 @@ import os
 from dataclasses import dataclass
 
 from kvplan.spec import ModelSpec
+from kvplan.spec.setting_error import SettingError
 
 GIB = 2**30
 WARN_BYTES = 2 * GIB  # beyond this, building takes long enough to deserve a word
+SAVING = 0.75  # fewer layers are offered when they leave at most this share of the weights
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
@@ -51,20 +53,50 @@ def available_bytes() -> int | None:
 
 def check_real_model_memory(
     spec: ModelSpec, layers: int | None, dtype: str, device: str
-) -> str | None:
-    """A one-line warning for a large build, or ValueError when it cannot fit in memory."""
+) -> SettingError | None:
+    """A one-line warning for a large build (None for a small one), or a SettingError raised
+    when it cannot fit in memory; either names fixes that differ from the settings given."""
     need = model_footprint(spec, layers, dtype)
     if need.weight_bytes < WARN_BYTES:
         return None
-    small = model_footprint(spec, 2, dtype)
-    fix = f"pass --layers 2 ({small.weight_bytes / GIB:.1f} GiB), a smaller --model" + (
-        " or --model-dtype bf16" if dtype == "fp32" else ""
-    )
-    free = available_bytes()
+    fixes = quicker_builds(spec, layers, dtype, need)
     what = (
-        f"real mode builds {spec.name} ({need.layers} layers) in {dtype}: about "
-        f"{need.weight_bytes / GIB:.1f} GiB of weights in host memory"
+        "real mode builds {name} ({kept}) in {precision}: about {gib:.1f} GiB of weights in host "
+        "memory"
     )
+    values = {
+        "name": spec.name,
+        "kept": f"{need.layers} layer" + ("s" if need.layers != 1 else ""),
+        "precision": dtype,
+        "gib": need.weight_bytes / GIB,
+        "device": device,
+    }
+    free = available_bytes()
     if free is not None and need.weight_bytes > free:
-        raise ValueError(f"{what}, but only {free / GIB:.1f} GiB is available; {fix}")
-    return f"{what} before moving to {device}; this can take minutes ({fix} for a quick run)"
+        raise SettingError(
+            what + ", but only {free:.1f} GiB is available; " + fixes, free=free / GIB, **values
+        )
+    return SettingError(
+        what + " before moving to {device}; this can take minutes (for a quick run: " + fixes + ")",
+        **values,
+    )
+
+
+def quicker_builds(spec: ModelSpec, layers: int | None, dtype: str, need: Footprint) -> str:
+    """What makes the build smaller, as a SettingError template: fewer layers than kept when
+    that saves at least a quarter (the embeddings and LM head stay whatever --layers keeps),
+    bf16 for fp32, and a smaller model."""
+    fixes = []
+    fewer = 2 if layers is None or layers > 2 else 1
+    smaller = model_footprint(spec, fewer, dtype)
+    if fewer < need.layers and smaller.weight_bytes <= SAVING * need.weight_bytes:
+        fixes.append("{layers} " + f"{fewer} ({smaller.weight_bytes / GIB:.1f} GiB)")
+    if dtype == "fp32":
+        half = model_footprint(spec, layers, "bf16").weight_bytes
+        fixes.append("{model_dtype} bf16 " + f"({half / GIB:.1f} GiB)")
+    fixes.append("a smaller {model}")
+    text = ", ".join(fixes[:-1]) + " or " + fixes[-1] if len(fixes) > 1 else fixes[0]
+    if layers is not None and len(fixes) == 1 + (dtype == "fp32"):  # fewer layers not offered
+        embeddings = (spec.params.embedding + spec.params.lm_head) * DTYPE_BYTES.get(dtype, 4)
+        text += f"; the embeddings and LM head take {embeddings / GIB:.1f} GiB at any " + "{layers}"
+    return text

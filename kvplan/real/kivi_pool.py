@@ -24,6 +24,7 @@ import numpy as np
 
 from kvplan import cdiv
 from kvplan.core.sequence import Sequence
+from kvplan.spec.setting_error import SettingError
 
 
 def check_kivi_serving(
@@ -38,9 +39,12 @@ def check_kivi_serving(
     from kvplan.kernels.kivi import KIVI_GROUP
 
     if block_size != KIVI_GROUP:
-        raise ValueError(
-            f"{name} keeps one key group ({KIVI_GROUP} tokens, the paper's G) per pool block: "
-            f"use --block-size {KIVI_GROUP}"
+        raise SettingError(
+            "{name} keeps one key group ({group} tokens, the paper's G) per pool block: use "
+            "{block_size} {group}, not {given}",
+            name=name,
+            group=KIVI_GROUP,
+            given=block_size,
         )
     if allocator != "paged" or prefix or offload or policy:
         raise ValueError(

@@ -73,9 +73,11 @@ def load_causal_lm(
         try:
             hf_config = AutoConfig.for_model(**config)
         except Exception as err:
-            raise ValueError(
-                f"transformers cannot build model type '{config.get('model_type')}' ({err}); "
-                "pass --model-path with a local checkpoint"
+            raise SettingError(
+                "transformers cannot build model type '{kind}' ({why}); pass {model_path} with "
+                "a local checkpoint",
+                kind=config.get("model_type"),
+                why=err,
             ) from None
         torch.manual_seed(seed)
         lm = AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype)

@@ -16,6 +16,8 @@ context, the eviction and KIVI hooks' included; `execute` runs the forward pass 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +136,25 @@ class PreparedStep:
     context: StepContext
 
 
+NARROW_WIDTH = 512  # hidden sizes below this run their CPU steps on one thread
+
+
+@contextmanager
+def intra_op_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` for the block (None: left as they are)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class RealRunner:
     """Executes step plans on a transformers model; greedy decoding; measured time.
 
@@ -169,6 +190,12 @@ class RealRunner:
         self.device = torch.device(device)
         self.backend = backend
         self.seed = seed
+        # torch's intra-op threads pay off on wide matrices; a narrow model's ops take
+        # microseconds and the threads' synchronization dominates them (stories260K, width 64:
+        # 4-5x slower on 2 threads than on 1 on a busy 2-core machine), so a narrow model's
+        # CPU steps run on one thread
+        width = getattr(model.config, "hidden_size", None) or NARROW_WIDTH
+        self.threads = 1 if self.device.type == "cpu" and width < NARROW_WIDTH else None
         self.eviction = eviction
         self.kivi = kivi
         self.tokens: dict[tuple[int, int], list[int]] = {}
@@ -239,7 +266,8 @@ class RealRunner:
 
     def step_time(self, plan: StepPlan) -> float:
         started = time.perf_counter()
-        self.execute(self.prepare(plan))
+        with intra_op_threads(self.threads):
+            self.execute(self.prepare(plan))
         if self.device.type == "cuda":
             import torch
 
