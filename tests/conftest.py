@@ -12,6 +12,11 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # cache must not change what a name resolves to.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_CACHE"] = str(Path(__file__).resolve().parent / "data" / "empty-hf-cache")
+# Nor does the terminal's width: rich fixes a console's width from COLUMNS when it is built,
+# so an exported COLUMNS would pin kvplan's module-level consoles before any test could set
+# its own. Without it they follow COLUMNS at each print (80 when unset), and a test that
+# depends on the width sets it (monkeypatch.setenv or CliRunner's env).
+os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +24,16 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent (a fresh clone has none)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def stories260k() -> Path:
+    """The stories260K folder shipped inside kvplan (hf/, tok512.bin and
+    tinystories_validation_0.txt, as in ../shared/data/models/stories260K), so tests on the
+    real model run on a fresh clone too. Other shipped inputs: kvplan.samples.sample_path."""
+    from kvplan.samples import sample_path
+
+    return sample_path("stories260k").parent
 
 
 def require_in_ci(available: bool, what: str, install: str) -> None:

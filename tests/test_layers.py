@@ -18,6 +18,7 @@ PACKAGE_DIRS = {"kvplan": ROOT / "kvplan", "kvplan.kernels": ROOT / "kernels"}
 # Lowest first. sim and real are siblings: neither may import the other.
 LAYER_RANK = {
     "results": 0,
+    "samples": 0,  # shipped data files and the code that locates them; imports nothing
     "spec": 1,
     "plan": 2,
     "workload": 3,
@@ -30,7 +31,7 @@ LAYER_RANK = {
     "report": 9,
     "cli": 10,
 }
-PURE_LAYERS = ("results", "spec", "plan", "workload", "core", "sim")
+PURE_LAYERS = ("results", "samples", "spec", "plan", "workload", "core", "sim")
 HEAVY = ("torch", "triton", "transformers", "pandas", "matplotlib")
 MAX_LINES = 400
 
