@@ -87,6 +87,7 @@ def test_disaggregation_wins_where_prefills_stall_decodes() -> None:
     assert winner.usd_per_hour == pytest.approx(2.0 * winner.gpus)
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_cli_plan_disagg(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "160")
     args = [

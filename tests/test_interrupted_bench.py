@@ -67,6 +67,7 @@ def test_ctrl_c_before_anything_finished_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists() and "nothing was written" in caught.value.kept
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_real_mode_says_what_it_will_cost_before_it_starts(
     stories260k: Path, tmp_path: Path
 ) -> None:

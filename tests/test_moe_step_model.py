@@ -114,6 +114,7 @@ def run(model: str, sweep: str, concurrency: int, length: int) -> MeasuredRun:
     )
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_joint_fit_finds_the_expert_gemm_rate():
     """MoE runs simulated with known factors beside dense runs on the same GPU: the fit
     recovers the expert GEMMs' achieved rate (flops_factor x moe_flops_factor, what the MoE

@@ -97,6 +97,7 @@ def test_replica_count_is_derived_by_hand() -> None:
     assert 5.0 <= result.capacity_rps <= service_rate and result.capacity_upper_rps <= 20.0 / 3
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_pruning_never_changes_the_answer() -> None:
     """Branch and bound stops a candidate that cannot beat the best found, after one trial; the
     plan is the one searching every candidate to the end gives."""
@@ -118,6 +119,7 @@ def test_pruning_never_changes_the_answer() -> None:
         assert row.capacity.cost_floor <= cost[row.capacity.candidate] + 1e-9
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_replicas_are_the_division_then_what_the_cluster_needs() -> None:
     demand = _decode_demand("ttft_p90=2s", rate=12.0)
     plan = make_plan(demand, [Candidate("h100-80gb", 1, "auto", 8)], {"h100-80gb": 2.0})
@@ -131,6 +133,7 @@ def test_replicas_are_the_division_then_what_the_cluster_needs() -> None:
     assert demand.slo.meets(row.cluster_metrics)
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
     candidates = [Candidate("h100-80gb", 1, "auto", 8)]
 
@@ -144,6 +147,7 @@ def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
     assert gpus(10.0, "ttft_p90=0.3s,tpot_p90=6ms") >= gpus(10.0, "ttft_p90=1s")
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_prefix_workloads_are_verified_behind_the_kv_aware_router() -> None:
     """The cluster check disagrees with the division and the plan follows the cluster: on RAG
     traffic (shared documents), six replicas by division (one replica misses at 20 / 5 req/s),

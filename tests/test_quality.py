@@ -194,6 +194,7 @@ def test_snapkv_compresses_the_prompt_once_then_grows() -> None:
     assert len(seq.block_table) == -(-(12 + 5) // 4)  # every generated token is kept
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_budget_concurrency_matches_the_estimator() -> None:
     from kvplan.bench import BenchConfig, SizingConfig, run_matrix
     from kvplan.plan.capacity import PlanInputs, plan
@@ -225,6 +226,7 @@ def test_budget_concurrency_matches_the_estimator() -> None:
     assert streaming["output_tokens_per_s"] > 2 * paged["output_tokens_per_s"]
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_bench_quality_table_and_pareto_report(stories260k: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from typer.testing import CliRunner

@@ -107,6 +107,7 @@ def test_logits_match_transformers_generate(stories) -> None:
     compare_with_transformers(model, reference, "torch", steps=40, block=16)
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_logits_match_through_the_triton_kernels(stories260k: Path) -> None:
     """Triton's interpreter must be chosen before triton is first imported (transformers
     imports it), so this comparison runs in a fresh interpreter."""

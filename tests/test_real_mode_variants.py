@@ -149,10 +149,9 @@ def test_torch_path_matches_transformers(kind: str) -> None:
 @pytest.mark.parametrize(
     "kind",
     [
-        "gemma2",
         *(
             pytest.param(k, marks=pytest.mark.slow)
-            for k in ("gpt_oss", "llama4", "mistral", "gemma3")
+            for k in ("gemma2", "gpt_oss", "llama4", "mistral", "gemma3")
         ),
     ],
 )

@@ -207,6 +207,7 @@ def test_missing_results_file_is_a_clear_error(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "does not exist" in result.stderr
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_page_renders_in_headless_chromium(
     bench_results: Path, estimate_results: Path, tmp_path: Path
 ) -> None:

@@ -68,6 +68,7 @@ def quality_run(tmp_path: Path, share: float) -> Path:
     return write_jsonl(tmp_path / f"quality-{share}.jsonl", records)
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_policies_join_per_share_with_a_chart(tmp_path: Path) -> None:
     from kvplan.report import write_report
     from kvplan.report.data import load

@@ -253,6 +253,7 @@ def test_engine_generation_from_the_version(engine, version, generation):
     assert engine_generation(engine, version) == generation
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_joint_fit_recovers_hardware_and_engine_factors_from_two_engines():
     """Runs of one GPU under two engine generations, simulated with known factors: the joint
     fit finds one hardware factor set and each engine's overheads."""

@@ -59,6 +59,7 @@ def test_process_pool_and_sequential_runs_write_the_same_bytes(study: Path, tmp_
     assert len(first.splitlines()) == 8
 
 
+@pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_ray_gives_the_same_bytes(study: Path, tmp_path: Path) -> None:
     require_in_ci(
         importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it"

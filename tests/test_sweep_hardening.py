@@ -251,7 +251,8 @@ def test_sigterm_stops_the_pool_workers(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize(
-    "how", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)]
+    "how",
+    [pytest.param(how, marks=pytest.mark.slow) for how in (signal.SIGINT, signal.SIGKILL)],
 )
 def test_a_stopped_ray_sweep_leaves_no_ray_process(tmp_path: Path, how: signal.Signals) -> None:
     """Ctrl-C returns at once (the Ray driver is a child process, bench/ray_driver.py), the
