@@ -129,14 +129,13 @@ def run_bench(
     optimizations: list[str],
     out: Path | None = None,
     track: Track | None = None,
-    after_write: Callable[[Path], None] | None = None,
     report_folder: bool = False,
     announce: Callable[[str], None] | None = None,
     before_write: Callable[[list[ResultRecord]], None] | None = None,
 ) -> BenchOutcome:
     """before_write(records) runs once the run succeeded, before anything is written (the CLI
-    draws its table there, so output that cannot be drawn changes no file). after_write(out)
-    runs once the results are written; if it fails, --out gets its previous content back.
+    draws its table there, so output that cannot be drawn changes no file); if writing
+    fails, --out gets its previous content back.
     report_folder: refuse an unusable report folder (out without its suffix) before any work.
     announce(text): real mode's cost estimate, said before the run starts."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
@@ -167,7 +166,5 @@ def run_bench(
         before_write(records)
     with restore_on_failure(out, out.parent / POINTER_NAME):
         write_jsonl(out, records)
-        if after_write is not None:
-            after_write(out)
         write_latest(out)  # `kvplan report` with no arguments reads this run
     return BenchOutcome(records, out, len(built.requests), built.skipped_lines)

@@ -40,8 +40,8 @@ def samples(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         print(strict_json(records, indent=2))
         return
     console.print(
-        "[bold]Samples shipped with kvplan[/] (sources and licences: "
-        f"{escape(str(samples_dir() / 'SOURCES.md'))})",
+        "[bold]Samples shipped with kvplan[/]; their sources and licences:\n  "
+        f"{escape(str(samples_dir() / 'SOURCES.md'))}",
         soft_wrap=True,
         highlight=False,
     )
