@@ -4,6 +4,13 @@ parent's evicted tokens, so the pool split stays a split (no negative share)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvplan.bench.optimizations import parse_optimizations
+from kvplan.bench.setting_use import check_samples_read
+from kvplan.cli.app import app
 from kvplan.core.engine import Engine
 from kvplan.core.kv import make_allocator
 from kvplan.core.metrics import pool_split
@@ -58,3 +65,20 @@ def test_every_step_of_a_sampled_h2o_run_splits_the_pool_without_a_negative_shar
     assert all(min(split) >= 0 and sum(split) == 64 for split in splits), splits
     assert engine.allocator.evicted_slots == 0  # every sample released what it dropped
     assert engine.allocator.pool.num_free == 16
+
+
+def test_parallel_samples_under_holes_left_in_place_are_refused_before_the_run(
+    tmp_path: Path,
+) -> None:
+    """h2o-holes cannot model samples whose holes differ inside shared blocks: bench refuses
+    the pair in one line, naming the flag and h2o as the way out, and writes nothing."""
+    out = tmp_path / "r.jsonl"
+    args = ["bench", "--optimizations", "paged,paged+h2o-holes", "--kv-budget", "64"]
+    result = CliRunner().invoke(
+        app, [*args, "--samples", "2", "--num-requests", "5", "--out", str(out)]
+    )
+    assert result.exit_code == 2 and not out.exists()
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: --samples 2 cannot run with 'h2o-holes'") and "use h2o" in line
+    assert check_samples_read(1, parse_optimizations(["paged+h2o-holes"])) is None
+    assert check_samples_read(4, parse_optimizations(["paged+h2o"])) is None

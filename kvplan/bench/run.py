@@ -14,6 +14,7 @@ from typing import Any
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
 from kvplan.bench.optimizations import parse_optimizations
+from kvplan.bench.setting_use import check_samples_read
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.core.engine_factory import engine_scheduler
 from kvplan.core.scheduler import SchedulerConfig
@@ -139,6 +140,7 @@ def run_bench(
     report_folder: refuse an unusable report folder (out without its suffix) before any work.
     announce(text): real mode's cost estimate, said before the run starts."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
+    check_samples_read(workload.samples, parsed)
     config, built = prepare(config, workload)
     out = out or default_out(config)
     if report_folder:

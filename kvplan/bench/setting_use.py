@@ -34,6 +34,23 @@ def check_budget_read(kv_budget: Any, optimizations: Iterable[Optimization]) -> 
     )
 
 
+def check_samples_read(samples: int, optimizations: Iterable[Optimization]) -> None:
+    """Refuse parallel samples under a policy that cannot model them (its fork_refusal)."""
+    if samples <= 1:
+        return
+    from kvplan.core.policies.registry import lookup
+
+    for optimization in optimizations:
+        refusal = lookup(optimization.policy).fork_refusal if optimization.policy else None
+        if refusal is not None:
+            raise SettingError(
+                "{samples} {got} cannot run with '{name}': {why}",
+                got=samples,
+                name=optimization.policy,
+                why=refusal,
+            )
+
+
 def ignored_settings(
     config: BenchConfig, optimizations: Sequence[Optimization]
 ) -> list[SettingError]:

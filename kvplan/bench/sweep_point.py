@@ -24,7 +24,9 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
     WorkloadSpec): a setting the point leaves out takes the default bench's option shows, and
     the workload is made as bench makes it (bench.run.prepare)."""
     from kvplan.bench.matrix import run_matrix
+    from kvplan.bench.optimizations import parse_optimizations
     from kvplan.bench.run import prepare
+    from kvplan.bench.setting_use import check_samples_read
 
     settings = {k: v for k, v in point.items() if k != "point_id"}
     swept = dict(settings)  # an error record names every setting of its point
@@ -33,6 +35,7 @@ def run_point(point: dict[str, Any]) -> ResultRecord:
         workload = WorkloadSpec(
             **{WORKLOAD_KEYS[k]: settings.pop(k) for k in list(settings) if k in WORKLOAD_KEYS}
         )
+        check_samples_read(workload.samples, parse_optimizations([optimization]))
         config, built = prepare(BenchConfig.from_flat(**settings), workload)
         (record,) = run_matrix(config, built.requests, [optimization])
         record.params["point_id"] = point["point_id"]

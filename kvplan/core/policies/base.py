@@ -12,8 +12,8 @@ The class attributes say how the engines treat the policy, so no engine compares
 - `scores_attention`: the kept set depends on attention each token received (per KV head).
 - `selects_after_prompt`: one selection once the prompt is read (SnapKV), nothing before.
 - `splits_layers`: a total budget split across layers by a probe of the model.
-- `prefix_conflict` / `real_refusal`: why it cannot share prefix-cache blocks / run in the
-  real engine's pool; None where it can.
+- `prefix_conflict` / `real_refusal` / `fork_refusal`: why it cannot share prefix-cache
+  blocks / run in the real engine's pool / serve parallel samples; None where it can.
 
 Selection and the memory model are numpy and arithmetic only (numpy imported where used,
 so the CLI's help reads names and help lines without loading it).
@@ -46,6 +46,7 @@ class EvictionPolicy:
     reindexes_positions: ClassVar[bool] = False  # the quality evaluator re-rotates cached keys
     prefix_conflict: ClassVar[str | None] = None
     real_refusal: ClassVar[str | None] = None
+    fork_refusal: ClassVar[str | None] = None  # why parallel samples (--samples > 1) cannot run
 
     @property
     def evicts(self) -> bool:

@@ -53,6 +53,13 @@ class H2OHoles(H2O):
     order = 4
     compacts = False
     keeps_holes = True
+    # A forked sample shares its parent's blocks, holes included, and then drops tokens of
+    # its own inside them: which slots of a shared block still hold a live token is per
+    # sample, which the simulator's token counts do not track (its split would go negative).
+    fork_refusal = (
+        "parallel samples share blocks whose holes differ per sample, which kvplan does not "
+        "model; use h2o (compacting) with --samples, or --samples 1"
+    )
     real_refusal = (
         "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
         "report the blocks holes would hold: eviction_hole_blocks_ratio)"
