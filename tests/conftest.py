@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,6 @@ os.environ["HF_HUB_CACHE"] = str(Path(__file__).resolve().parent / "data" / "emp
 # its own. Without it they follow COLUMNS at each print (80 when unset), and a test that
 # depends on the width sets it (monkeypatch.setenv or CliRunner's env).
 os.environ.pop("COLUMNS", None)
-# Nor does a shell that turns Python's bytecode cache off (PYTHONDONTWRITEBYTECODE, set in
-# some containers): the CLI tests start kvplan in subprocesses, and each would compile every
-# module it imports again, a minute and more of the suite on 2 cores.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="session")
