@@ -209,7 +209,7 @@ def _load(workload: dict[str, Any]) -> str:
     """The stream and its rate in the unit the workload reads it in: 'chat at 4 sessions/s'."""
     kind = workload.get("kind")
     rate = workload.get("rate")
-    if kind == "trace" or "rate" not in workload:  # a trace keeps its own arrival times
+    if "rate" not in workload:  # a trace keeps its own arrival times (its info has no rate)
         return str(kind)
     if rate is None or rate == math.inf or workload.get("arrival") == "burst":
         return f"{kind}, all at t = 0"  # results files write an infinite rate as null

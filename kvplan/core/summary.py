@@ -122,12 +122,15 @@ def load_summary(
     """The request rate offered, served and sustainable, and whether the stream overloads the
     engine (docs/metrics.md, "Load"): `stream_load`'s figures and the engine's ceiling,
     sustainable: completions per second while requests waited (`saturated_rate`)."""
-    requests = [seq for seq in finished if seq.sample_index == 0]
-    finishes = [seq.served[1] for seq in requests]
     return {
         **stream_load(finished, rejected),
-        "sustainable_requests_per_s": saturated_rate(finishes, step_metrics),
+        "sustainable_requests_per_s": saturated_rate(finish_times(finished), step_metrics),
     }
+
+
+def finish_times(finished: list[Sequence]) -> list[float]:
+    """When each request (its first sample: parallel samples are one request) finished."""
+    return [seq.served[1] for seq in finished if seq.sample_index == 0]
 
 
 def stream_load(finished: list[Sequence], rejected: list[Sequence]) -> dict[str, Any]:
@@ -138,7 +141,7 @@ def stream_load(finished: list[Sequence], rejected: list[Sequence]) -> dict[str,
     passes every pod's requests."""
     requests = [seq for seq in finished if seq.sample_index == 0]
     arrivals = sorted(seq.request.arrival_s for seq in (*requests, *rejected))
-    finishes = [seq.served[1] for seq in requests]
+    finishes = finish_times(requests)
     figures: dict[str, Any] = {
         "offered_requests_per_s": None,
         "served_requests_per_s": None,

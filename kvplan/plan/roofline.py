@@ -105,8 +105,12 @@ class Roofline:
         return total
 
     def step_time(self, tokens: int, flops: float, kv_bytes: float) -> float:
-        memory = (self.weight_bytes_read(tokens) + kv_bytes) / self.bandwidth
-        return max(memory, (self.linear_flops(tokens) + flops) / self.peak_flops)
+        compute = (self.linear_flops(tokens) + flops) / self.peak_flops
+        return max(self.memory_time(tokens, kv_bytes), compute)
+
+    def memory_time(self, tokens: int, kv_bytes: float) -> float:
+        """The HBM side of step_time: the weights a step of `tokens` reads and `kv_bytes`."""
+        return (self.weight_bytes_read(tokens) + kv_bytes) / self.bandwidth
 
     def decode_step_time(self, batch: int, context: int) -> float:
         """One decode step of `batch` sequences that each hold `context` tokens (each keeps
@@ -116,8 +120,7 @@ class Roofline:
 
     def decode_memory_time(self, batch: int, context: int) -> float:
         """The HBM side of decode_step_time: decode is memory-bound where this is the step."""
-        kv_bytes = batch * self.kv_read_bytes(context, kept=True)
-        return (self.weight_bytes_read(batch) + kv_bytes) / self.bandwidth
+        return self.memory_time(batch, batch * self.kv_read_bytes(context, kept=True))
 
     def prefill_time(self, prompt: int) -> float:
         """Lower bound for one prompt's prefill: causal attention sees prompt/2 on average
