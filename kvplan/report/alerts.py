@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvplan.report.names import run_names
+from kvplan.report.names import members, qualified, run_names
 
 USAGE_ALERT = 90.0  # mean KV cache usage, percent
 HIT_RATE_ALERT = 50.0  # prefix hit rate (all tiers), percent, where prefix caching ran
@@ -39,12 +39,15 @@ def _percent(value: float) -> float:
     return round(100 * value, 1)
 
 
+ALL_TIERS = "prefix hit rate (all tiers)"  # hit_rate's name for the rate over every tier
+
+
 def hit_rate(row: pd.Series | dict[str, Any]) -> tuple[float | None, str]:
     """The share of prompt tokens served from cache: over every tier where offload ran,
     else the device cache's; and its name."""
     total = _number(row.get("total_hit_rate"))
     if total is not None:
-        return total, "prefix hit rate (all tiers)"
+        return total, ALL_TIERS
     return _number(row.get("prefix_hit_rate")), "prefix hit rate"
 
 
@@ -54,12 +57,10 @@ def alerts(
     """KV usage above 90%, prefix hit rate below 50% where caching ran, preemptions on more
     than 5% of finished requests, and cached prefix blocks evicted at a cost of more than 10
     points of hit rate."""
-    members = {run: set(rows["optimization"]) for run, rows in bench.groupby("run_id")}
-    names = run_names(params or {}, list(bench["run_id"]), shortest=True, members=members)
+    names = run_names(params or {}, list(bench["run_id"]), shortest=True, members=members(bench))
     found = []
     for _, row in bench.iterrows():
-        run = names.get(row["run_id"])
-        name = f"{row['optimization']} ({run})" if run else str(row["optimization"])
+        name = qualified(row["optimization"], names.get(row["run_id"]))
         for alert, detail in _checks(row):
             found.append({"run": name, "alert": alert, "detail": detail})
     return found

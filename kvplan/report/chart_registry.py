@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from kvplan.report.data import ReportData
-from kvplan.report.names import clip, run_names
+from kvplan.report.names import clip, members, qualified, run_names
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,6 @@ def percentile_dots(
 
 def plain_log_ticks(ax) -> None:
     """A log y axis labelled 0.01, 0.1, 1, 10 ... (not 10^-2, nor 6x10^-2 on minor ticks)."""
-    import math
-
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     low, high = ax.get_ylim()
@@ -184,14 +182,18 @@ def labels(data: ReportData, rows=None) -> list[str]:
     bench = data.bench if rows is None else data.bench[rows]
     names = run_names(data.params, list(bench["run_id"]), shortest=True, members=members(bench))
     return [
-        clip(f"{o} ({names[r]})" if names.get(r) else o)
-        for o, r in zip(bench["optimization"], bench["run_id"])
+        clip(qualified(o, names.get(r))) for o, r in zip(bench["optimization"], bench["run_id"])
     ]
 
 
-def members(bench) -> dict[str, set[str]]:
-    """Each run's optimizations."""
-    return {run: set(group["optimization"]) for run, group in bench.groupby("run_id", sort=False)}
+def series_labels(data: ReportData) -> dict[tuple[str, str], str]:
+    """Each time series' legend label, (run, optimization) -> 'paged (rate 4)', bounded; the
+    run names worked out once per chart (they compare every run with every other)."""
+    names = run_names(data.params, shortest=True, members=members(data.bench))
+    return {
+        (run_id, optimization): clip(qualified(optimization, names.get(run_id)))
+        for run_id, optimization in data.timeseries
+    }
 
 
 DPI = 110

@@ -7,12 +7,15 @@ registering them here.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kvplan.core.metric_registry import Feature, by_feature, metric
+from kvplan.report.alerts import hit_rate
 from kvplan.report.chart_registry import (
     CHARTS,
     Chart,
@@ -26,16 +29,15 @@ from kvplan.report.chart_registry import (
     has_series,
     labels,
     legend_outside,
-    members,
     new_figure,
     panels_of,
     percentile_dots,
     render,
+    series_labels,
     time_source,
     ttft_dots,
 )
 from kvplan.report.data import ReportData
-from kvplan.report.names import clip, run_names
 
 __all__ = ["CHARTS", "Chart", "render"]
 
@@ -145,11 +147,6 @@ def latency(data: ReportData) -> Figure:
     return figure
 
 
-def series_label(data: ReportData, run_id: str, optimization: str) -> str:
-    name = run_names(data.params, shortest=True, members=members(data.bench)).get(run_id)
-    return clip(f"{optimization} ({name})" if name else optimization)
-
-
 def series_styles(count: int) -> list[dict[str, object]]:
     """A color per series (20 distinct ones), then a line style per cycle of them."""
     palette = (
@@ -172,12 +169,13 @@ def kv_usage_over_time(data: ReportData) -> Figure:
     usage, queue = axes[0][0], axes[1][0]
     shown = [(key, series) for key, series in data.timeseries.items() if series.get("t")]
     handles = []
-    for ((run_id, optimization), series), style in zip(shown, series_styles(len(shown))):
+    legend = series_labels(data)
+    for (key, series), style in zip(shown, series_styles(len(shown))):
         color = style["color"]
         (line,) = usage.plot(
             series["t"],
             [100 * u for u in series["kv_cache_usage"]],
-            label=series_label(data, run_id, optimization),
+            label=legend[key],
             linewidth=1,
             color=color,
             linestyle=style["linestyle"],
@@ -238,8 +236,9 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
         for key, series in data.timeseries.items()
         if any(v > 0 for v in series.get("prefix_hit_rate") or [])
     ]
-    for ((run_id, optimization), series), style in zip(shown, series_styles(len(shown))):
-        label = series_label(data, run_id, optimization)
+    legend = series_labels(data)
+    for (key, series), style in zip(shown, series_styles(len(shown))):
+        label = legend[key]
         ax.plot(
             series["t"],
             [100 * v for v in series["prefix_hit_rate"]],
@@ -284,12 +283,8 @@ def sharing(data: ReportData) -> Figure:
     figure, axes = bar_panels(len(names), 2, width=10, height=3.4)
     rates, tokens = panels_of(axes)
     # over every tier where offload ran: the share of prompt tokens the run did not prefill
-    hit = [
-        100 * (total if total == total else device)
-        for total, device in zip(
-            bench.get("total_hit_rate", bench["prefix_hit_rate"]), bench["prefix_hit_rate"]
-        )
-    ]
+    rates_of = [hit_rate(row)[0] for _, row in bench.iterrows()]
+    hit = [math.nan if rate is None else 100 * rate for rate in rates_of]
     savings = column(bench, "sharing_savings", 100)
     x = range(len(names))
     rates.bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate (all tiers)", color="#1971c2")

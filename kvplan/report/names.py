@@ -167,3 +167,13 @@ def _telling_apart(
         if all(len(group) == 1 for group in groups):
             break
     return chosen
+
+
+def members(bench: Any) -> dict[str, set[str]]:
+    """Each run's optimizations (bench: the report's frame of bench rows)."""
+    return {run: set(group["optimization"]) for run, group in bench.groupby("run_id", sort=False)}
+
+
+def qualified(optimization: Any, run_name: str | None) -> str:
+    """An optimization with its run's name where runs need telling apart: 'paged (rate 4)'."""
+    return f"{optimization} ({run_name})" if run_name else str(optimization)

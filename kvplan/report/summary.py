@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvplan.report.alerts import hit_rate
+from kvplan.report.alerts import ALL_TIERS, hit_rate
 from kvplan.report.data import ReportData
 from kvplan.report.names import page_text, run_names
 from kvplan.report.sweep_view import study, study_sentences, sweep_axes, sweep_runs
@@ -179,7 +179,7 @@ def _prefix(group: pd.DataFrame) -> list[str]:
             "prefix caching found no shared prefix to reuse on this workload (hit rate 0%); "
             "a workload with shared prompts (system-prompt, chat, rag) shows its effect"
         ]
-    if hit_rate(best)[1].endswith("(all tiers)"):
+    if hit_rate(best)[1] == ALL_TIERS:
         tiers = ", ".join(
             f"{tier} {best[column]:.0%}"
             for tier, column in (("cpu", "cpu_hit_rate"), ("disk", "disk_hit_rate"))
