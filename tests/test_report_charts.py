@@ -22,6 +22,7 @@ from kvplan.report.chart_registry import (  # noqa: E402
     bound_texts,
     labels,
     overlapping,
+    percentile_dots,
     unclutter,
 )
 from kvplan.report.data import load  # noqa: E402
@@ -169,3 +170,19 @@ def test_names_of_any_length_are_bounded(results: list[Path], tmp_path: Path) ->
     assert "x" * 200 + "\u2026 (cut: 200,000 characters)" in page
     assert "x" * 201 not in page and "m" * 201 not in page
     assert len(written.charts) >= 4
+
+
+def test_whiskers_join_the_percentiles_a_run_records_when_one_is_missing() -> None:
+    """Runs that record p50 and p90 but no p99: each still gets its p50-p90 whisker."""
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    bench = pd.DataFrame({"ttft_s_p50": [0.1, 0.2], "ttft_s_p90": [0.4, 0.8]})
+    ax = Figure().subplots()
+    percentile_dots(ax, bench, ["a", "b"], "ttft_s")
+    segments = [
+        [tuple(map(float, point)) for point in segment]
+        for whiskers in ax.collections
+        for segment in whiskers.get_segments()
+    ]
+    assert segments == [[(0.0, 0.1), (0.0, 0.4)], [(1.0, 0.2), (1.0, 0.8)]]

@@ -137,13 +137,14 @@ def percentile_dots(
     """Percentiles as dots joined per run, values times `scale`; on a log axis (with plain
     tick numbers) unless `log` is False: no bar whose baseline the log scale cuts."""
     markers = {"p50": "o", "p90": "s", "p99": "^"}
-    rows = []
+    rows = []  # the percentiles the runs record: a missing one leaves the others' whiskers
     for pct in pcts:
         values = [
             v * scale if v and v > 0 else float("nan") for v in bench.get(f"{prefix}_{pct}", [])
         ]
         ax.plot(range(len(values)), values, linestyle="none", marker=markers[pct], label=pct)
-        rows.append(values)
+        if values:
+            rows.append(values)
     for i, points in enumerate(zip(*rows)):
         shown = [v for v in points if v == v]
         if shown:
