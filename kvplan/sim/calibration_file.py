@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.results.atomic import strict_json, write_text
+from kvplan.spec.capped_read import read_capped
 from kvplan.spec.numbers import check_number
 
 CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
@@ -26,12 +27,6 @@ FACTOR_NAMES = (
     "flops_factor",
     "overhead_s",
     "overhead_per_seq_s",
-    "moe_flops_factor",
-)
-RATIO_FACTORS = (
-    "bandwidth_factor",
-    "attention_bandwidth_factor",
-    "flops_factor",
     "moe_flops_factor",
 )
 # Files written before the MoE factor existed were fitted without it: 1.0 is what they meant.
@@ -62,8 +57,7 @@ def _refused(path: Path, problem: str) -> ValueError:
 
 def _load(path: Path) -> Any:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_capped(path, MAX_FILE_BYTES)
     except OSError as err:
         raise ValueError(
             f"calibration file '{path}' cannot be read ({err.strerror or err}); "

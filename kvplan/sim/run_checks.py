@@ -109,7 +109,7 @@ def check_result(path: Path, values: dict[str, Any]) -> dict[str, float | int | 
         rule = RULES[name]
         if not rule.admits(value):
             raise _refused(path, key, value, rule.describe())
-        checked[key] = int(value) if rule.kind is int else float(value)
+        checked[key] = rule.convert(value)
     for key in PER_REQUEST_LISTS:
         if key in values and not isinstance(values[key], list):
             raise _refused(path, key, values[key], "a list, one entry per request")

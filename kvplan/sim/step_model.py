@@ -61,7 +61,6 @@ from kvplan.plan.roofline import Roofline
 from kvplan.sim.calibration_file import (  # noqa: F401 (the file's names, re-exported)
     CALIBRATION_FORMAT,
     FACTOR_NAMES,
-    RATIO_FACTORS,
     calibration_band,
     check_factors,
     read_calibration,

@@ -18,6 +18,7 @@ from kvplan.sim.run_checks import (
     check_result,
     run_problem,
 )
+from kvplan.spec.capped_read import read_capped
 from kvplan.spec.setting_error import SettingError
 
 # vLLM's printed labels -> its JSON keys (serve.py prints "{:<40} {:<10.2f}").
@@ -52,8 +53,7 @@ def _result_text(path: Path) -> str:
             "or a pasted result block"
         )
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_RESULT_BYTES + 1)
+        data = read_capped(path, MAX_RESULT_BYTES)
     except OSError as err:
         raise ValueError(f"{path}: cannot read ({err.strerror or err})") from None
     if len(data) > MAX_RESULT_BYTES:
@@ -64,10 +64,11 @@ def _result_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def read_vllm_json(path: Path, settings: dict[str, Any], text: str | None = None) -> MeasuredRun:
-    """A `vllm bench serve --save-result` file; `settings` supplies model/gpu/tp and engine limits."""
+def read_vllm_json(path: Path, settings: dict[str, Any], text: str) -> MeasuredRun:
+    """A `vllm bench serve --save-result` file (its `text`); `settings` supplies
+    model/gpu/tp and engine limits."""
     try:
-        data = json.loads(_result_text(path) if text is None else text)
+        data = json.loads(text)
     except (ValueError, RecursionError) as err:  # bad JSON, 5,000-digit numbers, deep nesting
         reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         raise ValueError(
@@ -88,9 +89,8 @@ def _block_value(text: str) -> Any:
         return text
 
 
-def read_vllm_block(path: Path, settings: dict[str, Any], text: str | None = None) -> MeasuredRun:
-    """vLLM's printed "Serving Benchmark Result" block, pasted into a text file."""
-    text = _result_text(path) if text is None else text
+def read_vllm_block(path: Path, settings: dict[str, Any], text: str) -> MeasuredRun:
+    """vLLM's printed "Serving Benchmark Result" block, pasted into a text file (its `text`)."""
     if "Serving Benchmark Result" not in text:
         raise ValueError(
             f"{path}: no 'Serving Benchmark Result' block; paste vLLM's printed result into it"

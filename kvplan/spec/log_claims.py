@@ -150,7 +150,7 @@ def _must(claim: Claim) -> tuple[Any, str | None]:
     if not rule.admits(value):
         unit = " GiB" if FIELD_RULES[claim.field].endswith("gib") else ""
         return None, rule.describe() + unit
-    return (int(value) if rule.kind is int else float(value)), None
+    return rule.convert(value), None
 
 
 def checked_claims(

@@ -53,6 +53,10 @@ class NumberRule:
             return False
         return self.kind is not int or float(value).is_integer()
 
+    def convert(self, value: int | float) -> int | float:
+        """An admitted value as the rule's kind: a whole float (1e3) as an int."""
+        return int(value) if self.kind is int else float(value)
+
 
 SHOWN_CHARS = 60  # a refused text value is quoted up to this length
 
@@ -210,7 +214,7 @@ def check_number(
         raise KeyError(f"no number rule for '{name}'")
     if not rule.admits(value):
         raise refused(name, f"must be {rule.describe()}, got {_show(value)}", label, within)
-    return int(value) if rule.kind is int else float(value)
+    return rule.convert(value)
 
 
 def check_numbers(values: dict[str, Any]) -> None:

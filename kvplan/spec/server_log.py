@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from kvplan.spec.capped_read import read_capped
 from kvplan.spec.log_claims import Claim, checked_claims
 from kvplan.spec.server_log_patterns import (
     ENFORCE_EAGER,
@@ -162,8 +163,7 @@ def read_log(source: str, stdin: IO[bytes] | None = None) -> str:
         data = stdin.read(MAX_LOG_BYTES + 1) if stdin is not None else b""
     else:
         try:
-            with Path(source).open("rb") as handle:
-                data = handle.read(MAX_LOG_BYTES + 1)
+            data = read_capped(Path(source), MAX_LOG_BYTES)
         except (OSError, ValueError) as err:
             reason = getattr(err, "strerror", None) or str(err)
             raise ValueError(
