@@ -96,6 +96,10 @@ CASES = {
         _swap(ARGS, "'block_size': 16", "'block_size': 0") + V1,
         ["block_size 0", ">= 1 and <= 65,536"],
     ),
+    "a long list for a length": (
+        _swap(ARGS, "'max_model_len': 8192", f"'max_model_len': {list(range(100))}") + V1,
+        ["max_model_len [0, 1, 2, 3,… (390 characters)"],  # the list's whole length
+    ),
     "a word for a length": (
         _swap(ARGS, "'max_model_len': 8192", "'max_model_len': 'long'") + V1,
         ["max_model_len long", "a whole number"],

@@ -98,9 +98,12 @@ def quote(line: str, column: int = 0) -> str:
 
 
 def _shown(raw: Any) -> str:
+    """A claimed value in a message: numbers as the rules show them, a long value cut with
+    its whole length (of the text, or of a list's or dict's repr, not of a shortened form)."""
     text = raw if isinstance(raw, str) else _show(raw)
     if len(text) > VALUE_CHARS:
-        text = f"{text[:12]}… ({len(text):,} characters)"
+        whole = text if isinstance(raw, (str, int, float)) else repr(raw)  # _show cut a repr
+        text = f"{text[:12]}… ({len(whole):,} characters)"
     return printable(text)
 
 
