@@ -151,12 +151,12 @@ def run_bench(
     names = variant_names(config, optimizations)
     total = len(built.requests)
     if config.mode == "real":  # say what it will cost first; the bars count tokens
-        from kvplan.bench.real_cost import measure_cost, request_tokens
+        from kvplan.bench.real_cost import measure_cost
 
         cost = measure_cost(factory, config, built.requests, optimizations)
         if announce is not None:
             announce(cost.describe())
-        total = request_tokens(built.requests)
+        total = cost.tokens_per_variant  # request_tokens of the run's requests
     try:
         with track(names, total) if track else nullcontext(None) as progress:
             records = run_matrix(config, built.requests, optimizations, progress, factory)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -33,6 +32,7 @@ from kvplan.cli.common import (
     escape,
     fail,
     flag_of,
+    progress_bars,
 )
 from kvplan.cli.panels import with_panels
 from kvplan.cli.panels.cluster import ClusterOptions
@@ -226,16 +226,13 @@ def _progress_bars(
 ) -> Iterator[Callable[[str, int], None]]:
     """One bar per variant (optimization, or optimization@router), over its requests (real
     mode: its tokens, which move every step) with an ETA."""
-    with Progress(
+    with progress_bars(
         TextColumn("{task.description:<28}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn(unit),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=error_console,
-        transient=True,
-        disable=not error_console.is_terminal,  # piped, a bar is only a stray blank line
     ) as progress:
         tasks = {name: progress.add_task(escape(name), total=total) for name in names}
         yield lambda name, n: progress.advance(tasks[name], n)

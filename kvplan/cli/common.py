@@ -225,3 +225,12 @@ def fmt_bytes(value: float) -> str:
 
 def fmt_int(value: float) -> str:
     return f"{value:,.0f}"
+
+
+def progress_bars(*columns: Any, disable: bool | None = None) -> Any:
+    """A rich Progress on stderr that clears itself when done; off where stderr is not a
+    terminal (piped, a bar is only a stray blank line) unless `disable` says otherwise."""
+    from rich.progress import Progress
+
+    off = not error_console.is_terminal if disable is None else disable
+    return Progress(*columns, console=error_console, transient=True, disable=off)

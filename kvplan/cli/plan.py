@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeRemainingColumn,
 )
@@ -28,6 +27,7 @@ from kvplan.cli.common import (
     SeedOpt,
     cli_errors,
     error_console,
+    progress_bars,
 )
 from kvplan.cli.plan_table import render_plan
 from kvplan.workload.bench_load import BenchLoad
@@ -299,13 +299,11 @@ def plan(
         from kvplan.bench.disagg_plan import pool_demands
 
         pool_demands(demand)
-    with Progress(
+    with progress_bars(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        console=error_console,
-        transient=True,
         disable=json_out,
     ) as progress:
         task = progress.add_task("searching", total=len(candidates))

@@ -11,14 +11,13 @@ import typer
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
 from kvplan.bench.executors import DEFAULT_EXECUTOR
-from kvplan.cli.common import cli_errors, console, error_console, escape
+from kvplan.cli.common import cli_errors, console, error_console, escape, progress_bars
 from kvplan.cli.fit_table import fitted_table
 from kvplan.results import ResultRecord
 from kvplan.results.latest import DEFAULT_FOLDER
@@ -65,16 +64,13 @@ def sweep(
     check_numbers({"workers": workers})  # --workers 0 is not a pool
     spec = load_spec(study)
     total = len(spec.points())
-    with Progress(
+    with progress_bars(
         TextColumn("sweep"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        console=error_console,
-        transient=True,
-        disable=not error_console.is_terminal,  # piped, a bar is only a stray blank line
     ) as progress:
         task = progress.add_task("points", total=total)
         records = run_sweep(

@@ -23,6 +23,7 @@ from typing import Any
 from kvplan.core.policies import PolicySpec, held_tokens, split_budget
 from kvplan.quality.kivi import KiviLayer, kivi_bits
 from kvplan.quality.layer_cache import LayerCache, reindexed_keys, rope_inv_freq
+from kvplan.quality.torch_threads import intra_op_threads
 
 ATTENTION_NAME = "kvplan_policy"
 
@@ -159,12 +160,10 @@ def run_policy(
         state.inv_freq = rope_inv_freq(model)
     rows = []
     device = next(model.parameters()).device
-    threads = torch.get_num_threads()
     # One token at a time the tensors are tiny: intra-op threads only add synchronization
     # (5x slower on a busy 2-core machine).
-    torch.set_num_threads(1)
     try:
-        with torch.inference_mode():
+        with intra_op_threads(1), torch.inference_mode():
             for step, token in enumerate(tokens):
                 state.step = step
                 out = model(
@@ -175,7 +174,6 @@ def run_policy(
                 )
                 rows.append(out.logits[0, -1].float())
     finally:
-        torch.set_num_threads(threads)
         model.set_attn_implementation(previous)
     return torch.stack(rows), state
 

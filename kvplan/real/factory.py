@@ -83,11 +83,15 @@ class RealEngineFactory:
             int, tuple[str, float]
         ] = {}  # id(engine): its optimization, build start
 
+    def _kv_format(self, optimization: Optimization) -> KVFormat:
+        """The optimization's KV format, else the run's, for the loaded model."""
+        return parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec)
+
     def check(self, optimization: Optimization) -> None:
         """What real mode refuses, said before any work (the warm-up, the progress bars); the
         pool size itself depends on the device's free memory and is checked on building."""
         self._policy(optimization)
-        kv_format = parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec)
+        kv_format = self._kv_format(optimization)
         if kv_format.scale == "kivi":
             check_kivi_serving(
                 self.sizing.block_size,
@@ -159,7 +163,7 @@ class RealEngineFactory:
     def prepare(self, optimization: Optimization) -> None:
         """Learn now what building the optimization's engine learns from the model first (a
         per-tensor format's scales), kept for its build: the cost estimate's warm-up pays it."""
-        kv_format = parse_kv_format(optimization.kv_dtype or self.sizing.kv_dtype, self.loaded.spec)
+        kv_format = self._kv_format(optimization)
         if kv_format.scale == "tensor":
             self._tensor_scales(kv_format.name)
 
@@ -172,7 +176,7 @@ class RealEngineFactory:
         spec = loaded.spec
         self.check(optimization)
         policy = self._policy(optimization)
-        kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, spec)
+        kv_format = self._kv_format(optimization)
         max_model_len = max_model_len_for(spec, config.max_model_len)
         slot_bytes = spec.kv_bytes_per_token(kv_format)
         pool_bytes, utilization = pool or kv_pool_bytes(config, loaded)

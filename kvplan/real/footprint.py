@@ -89,14 +89,15 @@ def quicker_builds(spec: ModelSpec, layers: int | None, dtype: str, need: Footpr
     fixes = []
     fewer = 2 if layers is None or layers > 2 else 1
     smaller = model_footprint(spec, fewer, dtype)
-    if fewer < need.layers and smaller.weight_bytes <= SAVING * need.weight_bytes:
+    offered = fewer < need.layers and smaller.weight_bytes <= SAVING * need.weight_bytes
+    if offered:
         fixes.append("{layers} " + f"{fewer} ({smaller.weight_bytes / GIB:.1f} GiB)")
     if dtype == "fp32":
         half = model_footprint(spec, layers, "bf16").weight_bytes
         fixes.append("{model_dtype} bf16 " + f"({half / GIB:.1f} GiB)")
     fixes.append("a smaller {model}")
     text = ", ".join(fixes[:-1]) + " or " + fixes[-1] if len(fixes) > 1 else fixes[0]
-    if layers is not None and len(fixes) == 1 + (dtype == "fp32"):  # fewer layers not offered
+    if layers is not None and not offered:
         embeddings = (spec.params.embedding + spec.params.lm_head) * DTYPE_BYTES.get(dtype, 4)
         text += f"; the embeddings and LM head take {embeddings / GIB:.1f} GiB at any " + "{layers}"
     return text

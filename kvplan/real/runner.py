@@ -16,8 +16,6 @@ context, the eviction and KIVI hooks' included; `execute` runs the forward pass 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +24,7 @@ import numpy as np
 from kvplan import cdiv
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
+from kvplan.quality.torch_threads import intra_op_threads
 from kvplan.real.attention import ATTENTION_NAME, StepContext, check_supported, register_attention
 
 if TYPE_CHECKING:
@@ -137,22 +136,6 @@ class PreparedStep:
 
 
 NARROW_WIDTH = 512  # hidden sizes below this run their CPU steps on one thread
-
-
-@contextmanager
-def intra_op_threads(threads: int | None) -> Iterator[None]:
-    """torch's intra-op threads set to `threads` for the block (None: left as they are)."""
-    if threads is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class RealRunner:
