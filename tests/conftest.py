@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,23 @@ def triton_interpreter_for_module():
         _set_interpret(before)
 
     return restore_interpret_flag
+
+
+# The hardening cases' folder of results a failing command must not touch
+# (test_hardening_cases.py, test_hardening_traces.py).
+@pytest.fixture(scope="module")
+def bench_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from hardening_helpers import QUICK, invoke
+
+    out = tmp_path_factory.mktemp("bench") / "r.jsonl"
+    result = invoke(["bench", *QUICK, "--optimizations", "paged", "--out", out])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text().splitlines()[0])
+
+
+@pytest.fixture
+def ws(tmp_path: Path, bench_record: dict[str, Any]) -> Path:
+    """A folder holding results a failing command must not touch."""
+    (tmp_path / "keep.jsonl").write_text(json.dumps(bench_record) + "\n")
+    (tmp_path / "keep.csv").write_text("old,csv\n")
+    return tmp_path

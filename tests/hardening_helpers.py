@@ -15,6 +15,7 @@ from typer.testing import CliRunner, Result
 from kvplan.cli.app import app
 
 runner = CliRunner()
+QUICK = ["--num-requests", "12", "--rate", "50"]  # a bench of a second
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -9,28 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hardening_helpers import assert_clean_failure, digests, fails_cleanly, invoke
+from hardening_helpers import QUICK, assert_clean_failure, digests, fails_cleanly, invoke
 
 from kvplan.spec.profiles import model_profiles
 
 LLAMA = model_profiles()["llama-3.1-8b"].path
-QUICK = ["--num-requests", "12", "--rate", "50"]
-
-
-@pytest.fixture(scope="module")
-def bench_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bench") / "r.jsonl"
-    result = invoke(["bench", *QUICK, "--optimizations", "paged", "--out", out])
-    assert result.exit_code == 0, result.output
-    return json.loads(out.read_text().splitlines()[0])
-
-
-@pytest.fixture
-def ws(tmp_path: Path, bench_record: dict[str, Any]) -> Path:
-    """A folder holding results a failing command must not touch."""
-    (tmp_path / "keep.jsonl").write_text(json.dumps(bench_record) + "\n")
-    (tmp_path / "keep.csv").write_text("old,csv\n")
-    return tmp_path
 
 
 def _config(ws: Path, **fields: Any) -> Path:
@@ -278,115 +261,6 @@ def test_a_later_failure_gives_earlier_outputs_their_old_content(tmp_path: Path)
         write_text(second, "new b\n")
         raise ValueError("the report failed")
     assert first.read_text() == "old a\n" and [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]
-
-
-# --- traces ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def mooncake_lines() -> list[str]:
-    return [
-        json.dumps(
-            {"timestamp": i * 100, "input_length": 600, "output_length": 5, "hash_ids": [i, i + 1]}
-        )
-        for i in range(6)
-    ]
-
-
-def test_non_utf8_trace_line_is_named_and_skippable(ws: Path, mooncake_lines: list[str]) -> None:
-    trace = ws / "t.jsonl"
-    trace.write_bytes(
-        "\n".join(mooncake_lines[:2]).encode()
-        + b'\n{"timestamp": 5\xff}\n'
-        + "\n".join(mooncake_lines[2:]).encode()
-        + b"\n"
-    )
-    fails_cleanly(
-        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
-        ws,
-        "t.jsonl:3",
-        "UTF-8",
-        "--skip-bad-lines",
-    )
-    result = invoke(
-        [
-            "bench",
-            "--trace",
-            trace,
-            "--optimizations",
-            "paged",
-            "--skip-bad-lines",
-            "--out",
-            ws / "new.jsonl",
-        ]
-    )
-    assert result.exit_code == 0 and "skipped 1 malformed lines" in result.stderr
-
-
-def test_mooncake_detected_when_the_first_line_lacks_hash_ids(
-    tmp_path: Path, mooncake_lines: list[str]
-) -> None:
-    from kvplan.workload import load_trace
-
-    trace = tmp_path / "t.jsonl"
-    trace.write_text(
-        json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5})
-        + "\n"
-        + "\n".join(mooncake_lines)
-        + "\n"
-    )
-    loaded = load_trace(trace, skip_bad_lines=True)
-    assert loaded.fmt == "mooncake" and loaded.skipped == 1 and len(loaded.requests) == 6
-
-
-def test_csv_with_a_utf8_bom_loads(tmp_path: Path) -> None:
-    from kvplan.workload import load_trace
-
-    trace = tmp_path / "t.csv"
-    trace.write_bytes(
-        b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n"
-        b"2023-11-16 18:15:46.6805900,100,10\n2023-11-16 18:15:47.0000000,50,5\n"
-    )
-    assert [r.prompt_len for r in load_trace(trace).requests] == [100, 50]
-
-
-@pytest.mark.parametrize(
-    "outlier", ['{"timestamp": 1e300, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}']
-)
-def test_outlier_timestamps_are_named(ws: Path, mooncake_lines: list[str], outlier: str) -> None:
-    trace = ws / "t.jsonl"
-    trace.write_text("\n".join([*mooncake_lines, outlier]) + "\n")
-    fails_cleanly(
-        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
-        ws,
-        "t.jsonl:7",
-        "more than a year",
-    )
-
-
-def test_deeply_nested_trace_line_is_named(ws: Path, mooncake_lines: list[str]) -> None:
-    trace = ws / "t.jsonl"
-    trace.write_text("\n".join([*mooncake_lines, "[" * 100_000 + "]" * 100_000]) + "\n")
-    fails_cleanly(
-        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
-        ws,
-        "t.jsonl:7",
-        "nested too deeply",
-    )
-
-
-def test_year_one_in_an_azure_trace_is_named(ws: Path) -> None:
-    trace = ws / "t.csv"
-    trace.write_text(
-        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n"
-        "2023-11-16 18:15:47.00,50,5\n0001-01-01 00:00:00,50,5\n"
-    )
-    fails_cleanly(
-        ["bench", "--trace", trace, "--optimizations", "paged", "--out", ws / "keep.jsonl"],
-        ws,
-        "t.csv:4",
-        "more than a year",
-    )
 
 
 def test_real_mode_refuses_a_model_larger_than_memory(
