@@ -47,7 +47,7 @@ if [[ $DRY == 1 ]]; then
 fi
 
 stage "pytest -m gpu"
-timeout $((150 * SLOW)) "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py tests/test_kernels_variants.py \
+timeout $((150 * SLOW)) "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels_gpu.py \
   -o addopts="" > "$OUT/pytest.txt" 2>&1
 echo "pytest exit $?: $(tail -1 "$OUT/pytest.txt")" | tee -a "$LOG"
 
