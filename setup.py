@@ -1,4 +1,4 @@
-"""Package discovery: every package under kvplan/, plus kernels/ and profiles/ installed as
+"""Package discovery: every package under kvplan/, plus kernels/kvplan_kernels/ and profiles/ installed as
 kvplan.kernels and kvplan.profiles_data (their folders are mapped in pyproject.toml)."""
 
 from setuptools import find_packages, setup

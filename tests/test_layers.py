@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_DIRS = {"kvplan": ROOT / "kvplan", "kvplan.kernels": ROOT / "kernels"}
+PACKAGE_DIRS = {"kvplan": ROOT / "kvplan", "kvplan.kernels": ROOT / "kernels" / "kvplan_kernels"}
 
 # Lowest first. sim and real are siblings: neither may import the other.
 LAYER_RANK = {
