@@ -24,7 +24,7 @@ from kvplan.core.metric_registry import (
     find,
     metric,
 )
-from kvplan.core.metrics import SPLIT, percentiles
+from kvplan.core.metrics import SPLIT, StepMetrics, percentiles
 from kvplan.report.data import COMPARISON
 from kvplan.report.export import EXPORTED
 from kvplan.report.html import HEADLINE, HEADLINE_RATIOS
@@ -149,7 +149,11 @@ def test_cluster_aggregation_by_hand() -> None:
                 prefix_cache_queries=queries, prefix_cache_hits=hits, prefix_hit_rate=hits / queries
             )
         return SimpleNamespace(
-            result=lambda: SimpleNamespace(metrics=figures), finished=[], rejected=[], now=4.0
+            result=lambda: SimpleNamespace(metrics=figures),
+            finished=[],
+            rejected=[],
+            now=4.0,
+            step_metrics=StepMetrics(),
         )
 
     metrics = cluster_metrics([pod(3, 0.1, 2.0, 100, 50), pod(1, 0.3, 1.0, None, 0)], [3, 1], [])

@@ -32,29 +32,42 @@ def _served(arrival: float, finish: float, request_id: int = 0) -> Sequence:
     return seq
 
 
-def _steps(ends: list[float], waiting: list[int]) -> StepMetrics:
-    """A step trace by hand: each step ends at its time, lasting since the previous end."""
+def _steps(
+    ends: list[float],
+    waiting: list[int] | None = None,
+    sampled: list[int] | None = None,
+    running: list[int] | None = None,
+) -> StepMetrics:
+    """A step trace by hand: each step ends at its time, lasting since the previous end, and
+    samples its count of output tokens (default 4: one request's whole output)."""
     metrics = StepMetrics()
-    start = 0.0
-    for end, queued in zip(ends, waiting):
+    start, total = 0.0, 0
+    for index, end in enumerate(ends):
         metrics.columns["dt"].append(end - start)
         metrics.trace_t.append(end)
-        metrics.trace_waiting.append(queued)
+        metrics.trace_waiting.append(waiting[index] if waiting else 0)
+        metrics.trace_running.append(running[index] if running else 1)
+        total += sampled[index] if sampled else 4
+        metrics.trace_generated.append(total)
         metrics.elapsed += end - start
         start = end
     return metrics
 
 
-NO_STEPS = StepMetrics()
+def _finishing(finished: list[Sequence]) -> StepMetrics:
+    """One step per finish, sampling that request's 4 output tokens."""
+    return _steps(sorted(seq.finish_s for seq in finished if seq.finish_s is not None))
 
 
 def test_a_stream_served_as_it_arrives_is_not_overloaded() -> None:
     # 41 arrivals, one a second from t = 0 to 40, each served in 0.5 s: 40 gaps over 40 s;
-    # the second half (20, 40] holds the arrivals at 21..40 and the finishes 20.5..39.5.
+    # the steady window (20, 40] holds the arrivals at 21..40 and the steps ending at
+    # 20.5..39.5, which sample 20 x 4 tokens: 4 tokens/s, 1 request/s at 4 tokens each.
     finished = [_served(t, t + 0.5, t) for t in range(41)]
-    figures = load_summary(finished, [], NO_STEPS)
+    figures = load_summary(finished, [], _finishing(finished))
     assert figures == {
         "offered_requests_per_s": 1.0,
+        "served_output_tokens_per_s": 4.0,
         "served_requests_per_s": 1.0,
         "sustainable_requests_per_s": None,
         "overloaded": False,
@@ -63,12 +76,15 @@ def test_a_stream_served_as_it_arrives_is_not_overloaded() -> None:
 
 def test_a_queue_that_grows_is_overloaded() -> None:
     # one finish every 2 s (2, 4, ..., 82): (20, 40] holds 10 of them against 20 arrivals,
-    # a growth of 10 above both 5% of 20 and 2 sqrt(20) = 8.94
+    # a growth of 10 above both 5% of 20 and 2 sqrt(20) = 8.94; 40 tokens in 20 s
     finished = [_served(t, 2.0 * (t + 1), t) for t in range(41)]
-    figures = load_summary(finished, [], NO_STEPS)
+    figures = load_summary(finished, [], _finishing(finished))
     assert figures["offered_requests_per_s"] == 1.0
+    assert figures["served_output_tokens_per_s"] == 2.0
     assert figures["served_requests_per_s"] == 0.5
     assert figures["overloaded"] is True
+    # no step had requests waiting in this hand-made trace: no ceiling to read
+    assert figures["sustainable_requests_per_s"] is None
 
 
 def test_a_growth_within_the_noise_of_a_poisson_count_is_not_overloaded() -> None:
@@ -76,7 +92,7 @@ def test_a_growth_within_the_noise_of_a_poisson_count_is_not_overloaded() -> Non
     finishes = [float(t) + 0.5 for t in range(20)] + [25.0 + t for t in range(12)]
     finishes += [100.0 + t for t in range(41 - len(finishes))]
     finished = [_served(t, finish, t) for t, finish in enumerate(finishes)]
-    figures = load_summary(finished, [], NO_STEPS)
+    figures = load_summary(finished, [], _finishing(finished))
     assert figures["served_requests_per_s"] == 12 / 20
     assert figures["overloaded"] is False
 
@@ -86,33 +102,59 @@ def test_rejected_requests_leave_the_queue_without_being_served() -> None:
     rejected_at = set(range(30, 35))
     finished = [_served(t, t + 0.5, t) for t in range(41) if t not in rejected_at]
     rejected = [_served(t, t, t) for t in sorted(rejected_at)]
-    figures = load_summary(finished, rejected, NO_STEPS)
+    figures = load_summary(finished, rejected, _finishing(finished))
     assert figures["offered_requests_per_s"] == 1.0  # 41 requests arrived over 40 s
     assert figures["served_requests_per_s"] == 15 / 20
     assert figures["overloaded"] is False  # nothing waits longer for them
 
 
-def test_a_stream_sent_all_at_once_has_no_rate_and_cannot_overload() -> None:
+def test_a_stream_sent_all_at_once_is_served_at_its_drain_rate_and_cannot_overload() -> None:
+    # five requests at t = 0 finishing at 1..5: the steady window is the whole drain (0, 5],
+    # 20 tokens in 5 s
     finished = [_served(0.0, 1.0 + t, t) for t in range(5)]
-    assert load_summary(finished, [], NO_STEPS) == {
+    assert load_summary(finished, [], _finishing(finished)) == {
         "offered_requests_per_s": None,
-        "served_requests_per_s": None,
+        "served_output_tokens_per_s": 4.0,
+        "served_requests_per_s": 1.0,
         "sustainable_requests_per_s": None,
         "overloaded": False,
     }
 
 
-def test_the_sustainable_rate_is_the_completion_rate_while_requests_waited() -> None:
-    # steps end at 1, 2, 3, 4 (1 s each); requests waited after steps 2 and 3: 2 s of the
-    # 4 s busy; 15 requests finish at t = 2, 15 at t = 3 (30 in the saturated steps), 5 at 4
-    steps = _steps([1.0, 2.0, 3.0, 4.0], [0, 3, 3, 0])
-    finishes = [2.0] * 15 + [3.0] * 15 + [4.0] * 5
-    assert saturated_rate(finishes, steps) == 30 / 2.0
-    # 29 completions are too few to tell the ceiling (about 18% error at 30)
-    assert saturated_rate(finishes[1:], steps) is None
+def test_the_sustainable_rate_is_the_output_rate_while_requests_waited() -> None:
+    # steps end at 1, 2, 3, 4 (1 s each); requests waited after steps 2 and 3 (2 s of the 4 s
+    # busy), which sampled 100 + 80 tokens with 10 running: 90 tokens/s, 22.5 requests/s of
+    # 4 tokens, from 45 requests' output, past both 30 requests and 4 batches of 10
+    finished = [_served(0.0, 1.0, t) for t in range(60)]
+    steps = _steps([1.0, 2.0, 3.0, 4.0], [0, 3, 3, 0], [20, 100, 80, 40], [10] * 4)
+    assert saturated_rate(finished, steps) == 180 / 2.0 / 4
+    # a batch of 12 needs 48 requests' output at saturation (the drain's bias under a quarter)
+    assert (
+        saturated_rate(
+            finished, _steps([1.0, 2.0, 3.0, 4.0], [0, 3, 3, 0], [20, 100, 80, 40], [12] * 4)
+        )
+        is None
+    )
+    # the output of 29 requests is too few to tell the ceiling (about 18% error at 30)
+    assert (
+        saturated_rate(
+            finished, _steps([1.0, 2.0, 3.0, 4.0], [0, 3, 3, 0], [20, 60, 56, 40], [1] * 4)
+        )
+        is None
+    )
     # waiting for 2 s of a 10 s busy time is a burst, not the ceiling (less than a quarter)
-    longer = _steps([1.0, 2.0, 3.0, 4.0, 10.0], [0, 3, 3, 0, 0])
-    assert saturated_rate(finishes, longer) is None
+    longer = _steps([1.0, 2.0, 3.0, 4.0, 10.0], [0, 3, 3, 0, 0], [20, 100, 80, 40, 4], [10] * 5)
+    assert saturated_rate(finished, longer) is None
+
+
+def test_only_an_overloaded_run_reports_a_ceiling() -> None:
+    # a stable stream whose steps all had requests waiting (a token budget held them, not a
+    # full batch): its output rate there is no ceiling, as it served what came
+    finished = [_served(t, t + 0.5, t) for t in range(41)]
+    ends = sorted(seq.finish_s for seq in finished if seq.finish_s is not None)
+    steps = _steps(ends, [1] * len(ends), [4] * len(ends), [1] * len(ends))
+    assert saturated_rate(finished, steps) is not None
+    assert load_summary(finished, [], steps)["sustainable_requests_per_s"] is None
 
 
 def _record(name: str, **metrics: object) -> object:
@@ -234,3 +276,43 @@ def test_a_cluster_reports_the_load_over_all_its_pods(tmp_path: Path) -> None:
         ceiling = metrics["sustainable_requests_per_s"]
         assert ceiling is None or ceiling > 0.5 * metrics["served_requests_per_s"]
     assert "overloaded" in " ".join(result.output.split())
+
+
+def test_the_table_says_why_the_offered_rate_is_not_the_rate_asked_for() -> None:
+    asked = {"workload": {"kind": "sharegpt", "rate": 4.88}, "num_requests": 300}
+    record = make_record("bench", "r", "simulated", "paged", asked, {
+        "offered_requests_per_s": 5.3133, "overloaded": False})  # fmt: skip
+    assert load_lines([record]) == [
+        "load: 5.31 req/s offered, served by every optimization (no queue grows)",
+        "offered: the rate these 300 arrivals came at; --rate 4.88 is the mean of the process "
+        "that drew them",
+    ]
+    close = make_record("bench", "r", "simulated", "paged", asked, {
+        "offered_requests_per_s": 4.9, "overloaded": False})  # fmt: skip
+    assert len(load_lines([close])) == 1  # within 1% of the rate asked: nothing to explain
+    chat = {"workload": {"kind": "chat", "rate": 0.05}, "num_requests": 300}
+    sessions = make_record("bench", "r", "simulated", "paged", chat, {
+        "offered_requests_per_s": 0.23, "overloaded": False})  # fmt: skip
+    assert len(load_lines([sessions])) == 1  # sessions/s asked, requests/s offered
+
+
+def test_a_run_too_short_to_settle_reports_no_ceiling(tmp_path: Path) -> None:
+    """Mooncake's first 200 requests arrive in a minute and take three to serve on an H100:
+    the batch never settles at its ceiling, so no optimization's ceiling is read off it
+    (fp8's came out below paged's while fp8 finished the same work 1.27x sooner)."""
+    from kvplan.samples import sample_path
+
+    out = tmp_path / "r.jsonl"
+    args = ["bench", "--trace", str(sample_path("mooncake-trace")), "--gpu", "h100-80gb"]
+    result = runner.invoke(
+        app,
+        [*args, "--optimizations", "paged,paged+fp8", "--out", str(out)],
+        env={"COLUMNS": "100"},
+    )
+    assert result.exit_code == 0, result.output
+    records = read_jsonl(out)
+    assert all(r.metrics["overloaded"] for r in records)
+    assert all(r.metrics["sustainable_requests_per_s"] is None for r in records)
+    assert "its ceiling is not measured" in " ".join(result.output.split())
+    paged, fp8 = (r.metrics for r in records)
+    assert fp8["output_tokens_per_s"] > 1.2 * paged["output_tokens_per_s"]  # over the makespan

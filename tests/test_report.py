@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import require_in_ci
+from ci_helpers import require_in_ci
 from typer.testing import CliRunner
 
 from kvplan.bench import BenchConfig, ClusterConfig, SizingConfig, run_matrix
@@ -127,13 +127,13 @@ def test_report_renders_every_run_and_chart(
 def test_comparison_ratios_and_exports(bench_results: Path, tmp_path: Path) -> None:
     write_report([bench_results], tmp_path)
     records = read_jsonl(bench_results)
-    base = records[0].metrics["output_tokens_per_s"]
-    paged = records[2].metrics["output_tokens_per_s"]
+    base = records[0].metrics["served_output_tokens_per_s"]
+    paged = records[2].metrics["served_output_tokens_per_s"]
     rows = (tmp_path / "comparison.csv").read_text().splitlines()
     header = rows[0].split(",")
     paged_row = dict(zip(header, rows[3].split(",")))
     assert paged_row["optimization"] == "paged"
-    assert float(paged_row["output_tokens_per_s vs base"]) == pytest.approx(paged / base)
+    assert float(paged_row["served_output_tokens_per_s vs base"]) == pytest.approx(paged / base)
     prom = (tmp_path / "metrics.prom").read_text()
     assert "# TYPE vllm:kv_cache_usage_perc gauge" in prom
     assert "# TYPE vllm:num_preemptions_total counter" in prom

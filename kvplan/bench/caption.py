@@ -8,9 +8,11 @@ fields; plain strings, so the CLI only prints them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kvplan.results import ResultRecord
+from kvplan.workload.kinds import rate_unit
 
 
 def table_caption(records: list[ResultRecord]) -> tuple[str, ...]:
@@ -35,12 +37,15 @@ def load_lines(records: list[ResultRecord]) -> list[str]:
         return [
             "load: every request sent at t = 0, a batch the engine drains (nothing to keep up with)"
         ]
+    drawn = _drawn(loads[0], offered)
     overloaded = [r for r in loads if r.metrics["overloaded"]]
     if not overloaded:
         return [
-            f"load: {rate(offered)} req/s offered, served by every optimization (no queue grows)"
+            f"load: {rate(offered)} req/s offered, served by every optimization (no queue grows)",
+            *drawn,
         ]
     lines = [_overloaded(record.optimization, record.metrics) for record in overloaded]
+    lines.extend(drawn)
     kept = [r.optimization for r in loads if not r.metrics["overloaded"]]
     if kept:
         lines.append(f"served at {rate(offered)} req/s: {', '.join(kept)}")
@@ -54,15 +59,36 @@ def load_lines(records: list[ResultRecord]) -> list[str]:
     ]
     if sustained:
         advice += f"; a --rate below {rate(min(sustained))} compares every optimization at a load all serve"
+    else:
+        advice += "; a lower --rate, or more requests to measure the ceiling"
     lines.append(advice)
     return lines
+
+
+def _drawn(record: ResultRecord, offered: float) -> list[str]:
+    """Why the offered rate is not the --rate asked for, where the two differ: random arrivals
+    come at the asked rate on average, and a finite draw comes at its own."""
+    workload = record.params.get("workload") or {}
+    asked = workload.get("rate")
+    kind = str(workload.get("kind"))
+    if not isinstance(asked, (int, float)) or not 0 < asked < math.inf:
+        return []
+    if rate_unit(kind) != "requests" or abs(offered - asked) <= 0.01 * asked:
+        return []
+    count = record.params.get("num_requests")
+    these = f"these {count:,} arrivals" if isinstance(count, int) else "these arrivals"
+    return [
+        f"offered: the rate {these} came at; --rate {asked:g} is the mean of the process that drew them"
+    ]
 
 
 def _overloaded(name: str, metrics: dict[str, Any]) -> str:
     served, offered = metrics["served_requests_per_s"], metrics["offered_requests_per_s"]
     line = f"{name} overloaded: served {rate(served)} req/s of {rate(offered)} offered"
     sustainable = metrics.get("sustainable_requests_per_s")
-    return line + (f"; sustains about {rate(sustainable)} req/s" if sustainable else "")
+    if sustainable:
+        return line + f"; sustains about {rate(sustainable)} req/s"
+    return line + "; its ceiling is not measured: the run ends before its batch settles"
 
 
 def timing_line(record: ResultRecord) -> str:

@@ -130,16 +130,24 @@ ROWS: tuple[Row, ...] = (
     Row("preemptions"),
     Row("recomputed_tokens"),
     Row("swapped_out_slots", NONZERO),
-    Row("output_tokens_per_s"),
-    Row("total_tokens_per_s"),
-    Row("requests_per_s"),
-    Row("output_tokens_per_s", ratio=True),
+    Row(
+        "served_output_tokens_per_s",
+        hint="sampled per second over the steady window: the arrival window's second half "
+        "(a burst: its whole drain); the makespan rows include the drain after arrivals stop, "
+        "as vllm bench serve's figures do",
+    ),
+    Row("served_requests_per_s"),
+    Row("sustainable_requests_per_s", Shown.REPORTED),
+    Row("served_output_tokens_per_s", ratio=True),
     Row(
         "running_mean",
         hint="mean running requests against the baseline's",
         ratio=True,
         section=Feature.THROUGHPUT,
     ),
+    Row("output_tokens_per_s"),
+    Row("total_tokens_per_s"),
+    Row("requests_per_s"),
     *(Row(f"{latency}_{p}") for latency in ("ttft_s", "tpot_s", "e2e_s") for p in PERCENTILES),
     Row("requests_finished", pair="requests_rejected"),
 )

@@ -42,8 +42,11 @@ def summarize(
             "slo_crossing_rate": crossing,
         }
         gpu = settings.get("gpu") or members[0].params.get("gpu")
-        if best is not None and gpu in prices:
-            tokens_per_hour = best.metrics["output_tokens_per_s"] * 3600
+        # the steady state's output rate: the makespan's would count the drain after the last
+        # arrival, an idle tail a deployment serving this rate never has
+        served = best.metrics.get("served_output_tokens_per_s") if best is not None else None
+        if best is not None and served and gpu in prices:
+            tokens_per_hour = served * 3600
             gpus = int(best.params.get("tp", 1)) * int(best.params.get("pods", 1))
             row["usd_per_million_output_tokens"] = prices[gpu] * gpus / tokens_per_hour * 1e6
         rows.append(row)

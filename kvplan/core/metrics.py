@@ -51,6 +51,7 @@ class StepMetrics:
     trace_usage: array = field(default_factory=lambda: array("d"))
     trace_running: array = field(default_factory=lambda: array("l"))
     trace_waiting: array = field(default_factory=lambda: array("l"))
+    trace_generated: array = field(default_factory=lambda: array("q"))  # output tokens so far
     trace_used: array = field(default_factory=lambda: array("d"))
     trace_cached: array = field(default_factory=lambda: array("d"))
     trace_hit_rate: array = field(default_factory=lambda: array("d"))
@@ -84,6 +85,7 @@ class StepMetrics:
         self.trace_usage.append(usage)
         self.trace_running.append(running)
         self.trace_waiting.append(waiting)
+        self.trace_generated.append(scheduler.generated_tokens)
         self.trace_used.append(used / capacity)
         self.trace_cached.append(cached / capacity)
         stats = allocator.prefix_stats

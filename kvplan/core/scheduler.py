@@ -84,6 +84,7 @@ class Scheduler:
         self.swapped_out_slots_total = 0
         # Running totals the metrics read every step without walking the batch.
         self.used_slots = 0  # tokens with KV on the device
+        self.generated_tokens = 0  # output tokens sampled so far (steady-state throughput)
         self.running_final_slots = 0  # final lengths of running sequences
         self.steps_since_admission = (
             0  # multi-step scheduling: decode steps since the last decision
@@ -268,6 +269,7 @@ class Scheduler:
         for index in range(1, parent.request.n):
             child = Sequence(parent.request, index)
             child.num_generated = 1
+            self.generated_tokens += 1
             child.first_token_s = now
             if child.output_len <= 1:
                 child.status, child.finish_s = Status.FINISHED, now
@@ -306,6 +308,7 @@ class Scheduler:
                 continue  # a prefill chunk: no token sampled yet
             generated = seq.num_generated + 1
             seq.num_generated = generated
+            self.generated_tokens += 1
             if seq.first_token_s is None:
                 seq.first_token_s = now
                 if seq.request.n > 1 and seq.sample_index == 0:

@@ -88,8 +88,9 @@ def preemption_summary(scheduler: Scheduler) -> dict[str, int]:
 
 
 def throughput(finished: list[Sequence], makespan: float) -> dict[str, float]:
-    """Output, total (prompt + output) tokens and requests per second of the makespan;
-    parallel samples add output tokens, not requests or prompts."""
+    """Output, total (prompt + output) tokens and requests per second of the makespan, as
+    `vllm bench serve` reports its throughput (its duration is the makespan); parallel
+    samples add output tokens, not requests or prompts."""
     span = makespan or 1.0
     requests = [seq for seq in finished if seq.sample_index == 0]
     output_tokens = sum(seq.request.output_len for seq in finished)
@@ -109,23 +110,26 @@ def throughput(finished: list[Sequence], makespan: float) -> dict[str, float]:
 # (offered - served) x the half's length, which no fluctuation of a stable queue explains.
 OVERLOAD_SHARE = 0.05
 NOISE_SIGMAS = 2.0
-# The saturated steps' rate is reported when they hold this many completions (1/sqrt(30):
-# about an 18% sampling error) and this share of the engine's busy time: a queue that forms
-# only in brief bursts meets a batch that has not settled at the ceiling; its rate is off.
-MIN_SATURATED_COMPLETIONS = 30
+# The saturated steps' rate is reported when they generate the output of this many requests
+# (1/sqrt(30): about an 18% sampling error) and take this share of the engine's busy time: a
+# queue that forms only in brief bursts meets a batch that has not settled at the ceiling.
+MIN_SATURATED_REQUESTS = 30
 MIN_SATURATED_SHARE = 0.25
+# ... and the output of this many running batches: the batch in flight when the queue empties
+# has had its prompts computed in saturated steps but samples its output after them, so the
+# rate misses up to one batch's output; four batches bound that at about a quarter.
+SATURATED_TURNOVER = 4
 
 
 def load_summary(
     finished: list[Sequence], rejected: list[Sequence], step_metrics: StepMetrics
 ) -> dict[str, Any]:
     """The request rate offered, served and sustainable, and whether the stream overloads the
-    engine (docs/metrics.md, "Load"): `stream_load`'s figures and the engine's ceiling,
-    sustainable: completions per second while requests waited (`saturated_rate`)."""
-    return {
-        **stream_load(finished, rejected),
-        "sustainable_requests_per_s": saturated_rate(finish_times(finished), step_metrics),
-    }
+    engine (docs/metrics.md, "Throughput and load"): `stream_load`'s figures and the engine's
+    ceiling, `saturated_rate`."""
+    figures = stream_load(finished, rejected, [step_metrics])
+    ceiling = saturated_rate(finished, step_metrics) if figures["overloaded"] else None
+    return {**figures, "sustainable_requests_per_s": ceiling}
 
 
 def finish_times(finished: list[Sequence]) -> list[float]:
@@ -133,60 +137,106 @@ def finish_times(finished: list[Sequence]) -> list[float]:
     return [seq.served[1] for seq in finished if seq.sample_index == 0]
 
 
-def stream_load(finished: list[Sequence], rejected: list[Sequence]) -> dict[str, Any]:
+def output_per_request(finished: list[Sequence]) -> float:
+    """Mean output tokens per finished request, its parallel samples' included: what turns a
+    token rate into a request rate."""
+    requests = sum(1 for seq in finished if seq.sample_index == 0)
+    return sum(seq.request.output_len for seq in finished) / requests if requests else 0.0
+
+
+def generated_between(step_metrics: StepMetrics, start: float, end: float) -> int:
+    """Output tokens sampled by the steps that ended in (start, end]."""
+    import numpy as np
+
+    ends = np.frombuffer(step_metrics.trace_t, dtype=np.float64)
+    totals = np.frombuffer(step_metrics.trace_generated, dtype=np.int64)
+    first, last = np.searchsorted(ends, [start, end], side="right")
+    before = int(totals[first - 1]) if first else 0
+    return (int(totals[last - 1]) if last else 0) - before
+
+
+def steady_window(arrivals: list[float], finishes: list[float]) -> tuple[float, float] | None:
+    """The steady state's window: the second half of the arrival window (the first half lets
+    the queue and the batch fill; after the last arrival the engine only drains). A stream
+    sent all at once has no arrival window: its steady state is the whole drain, first
+    arrival to last finish, as an offline throughput benchmark measures it."""
+    if not arrivals:
+        return None
+    span = arrivals[-1] - arrivals[0]
+    if span > 0.0:
+        return arrivals[0] + span / 2, arrivals[-1]
+    end = max(finishes, default=arrivals[0])
+    return (arrivals[0], end) if end > arrivals[0] else None
+
+
+def stream_load(
+    finished: list[Sequence], rejected: list[Sequence], steps: list[StepMetrics]
+) -> dict[str, Any]:
     """offered: (requests - 1) / arrival span, the arrivals after the first over the time
-    they took; served: completions per second over the second half of the arrival window;
-    overloaded: the backlog grew over that half (OVERLOAD_SHARE, NOISE_SIGMAS). A stream sent
-    all at once has no rate: offered and served are None, and it cannot overload. A cluster
-    passes every pod's requests."""
+    they took; served: output tokens sampled per second over the steady window (the steps
+    of every engine in `steps`, a cluster's pods), and in requests per second the same
+    divided by the mean output per request; overloaded: the backlog grew over the steady
+    window (OVERLOAD_SHARE, NOISE_SIGMAS). A stream sent all at once has no offered rate and
+    cannot overload; its served rate is its drain's. A cluster passes every pod's requests."""
     requests = [seq for seq in finished if seq.sample_index == 0]
     arrivals = sorted(seq.request.arrival_s for seq in (*requests, *rejected))
     finishes = finish_times(requests)
     figures: dict[str, Any] = {
         "offered_requests_per_s": None,
+        "served_output_tokens_per_s": None,
         "served_requests_per_s": None,
         "overloaded": False,
     }
-    span = arrivals[-1] - arrivals[0] if arrivals else 0.0
+    window = steady_window(arrivals, finishes)
+    per_request = output_per_request(finished)
+    if window is None or not per_request:
+        return figures
+    start, end = window
+    tokens = sum(generated_between(metrics, start, end) for metrics in steps) / (end - start)
+    figures.update(served_output_tokens_per_s=tokens, served_requests_per_s=tokens / per_request)
+    span = arrivals[-1] - arrivals[0]
     if span <= 0.0:
         return figures
-    middle, end = arrivals[0] + span / 2, arrivals[-1]
 
-    def within(times: list[float]) -> int:  # how many fall in the half (middle, end]
-        return sum(1 for t in times if middle < t <= end)
+    def within(times: list[float]) -> int:  # how many fall in the window (start, end]
+        return sum(1 for t in times if start < t <= end)
 
-    arrived, served = within(arrivals), within(finishes)
-    left = served + within([seq.finish_s for seq in rejected if seq.finish_s is not None])
-    growth = arrived - left  # the backlog at the window's end over its level at the middle
+    arrived = within(arrivals)
+    left = within(finishes) + within([seq.finish_s for seq in rejected if seq.finish_s is not None])
+    growth = arrived - left  # the backlog at the window's end over its level at its start
     figures.update(
         offered_requests_per_s=(len(arrivals) - 1) / span,
-        served_requests_per_s=served / (end - middle),
         overloaded=growth > max(OVERLOAD_SHARE * arrived, NOISE_SIGMAS * math.sqrt(arrived)),
     )
     return figures
 
 
-def saturated_rate(finishes: list[float], step_metrics: StepMetrics) -> float | None:
-    """Requests finished per second of the steps after which requests still waited: the
-    engine could admit no more, so it ran at its ceiling. None when those steps hold fewer
-    than MIN_SATURATED_COMPLETIONS completions or less than MIN_SATURATED_SHARE of the time
-    the engine ran steps."""
+def saturated_rate(finished: list[Sequence], step_metrics: StepMetrics) -> float | None:
+    """The engine's ceiling in requests per second: output tokens sampled per second of the
+    steps after which requests still waited, divided by the mean output per request. Tokens,
+    not completions: requests finish in bursts as batches drain, and a larger batch leaves
+    more of its completions to the drain after the queue empties, which a count of
+    completions would miss. None unless those steps sample the output of at least
+    MIN_SATURATED_REQUESTS requests and SATURATED_TURNOVER running batches and take
+    MIN_SATURATED_SHARE of the time the engine ran steps: a short run ends before its batch
+    settles at the ceiling (load_summary reports it for overloaded runs only)."""
     import numpy as np
 
-    ends = np.frombuffer(step_metrics.trace_t, dtype=np.float64)
-    if not len(ends):
+    per_request = output_per_request(finished)
+    dt = np.frombuffer(step_metrics.columns["dt"], dtype=np.float64)
+    if not len(dt) or not per_request:
         return None
     saturated = np.asarray(step_metrics.trace_waiting, dtype=np.int64) > 0
-    seconds = float(np.frombuffer(step_metrics.columns["dt"], dtype=np.float64)[saturated].sum())
-    # A request finishes at the end of the step that produced its last token.
-    steps = np.searchsorted(ends, np.asarray(finishes, dtype=np.float64)).clip(0, len(ends) - 1)
-    completions = int(saturated[steps].sum())
-    if (
-        completions < MIN_SATURATED_COMPLETIONS
-        or seconds < MIN_SATURATED_SHARE * step_metrics.elapsed
-    ):
+    totals = np.frombuffer(step_metrics.trace_generated, dtype=np.int64)
+    sampled = np.diff(totals, prepend=0)[saturated].sum()
+    seconds = float(dt[saturated].sum())
+    if not seconds or seconds < MIN_SATURATED_SHARE * step_metrics.elapsed:
         return None
-    return completions / seconds
+    running = np.asarray(step_metrics.trace_running, dtype=np.float64)
+    batch = float((running[saturated] * dt[saturated]).sum()) / seconds
+    if sampled < max(MIN_SATURATED_REQUESTS, SATURATED_TURNOVER * batch) * per_request:
+        return None
+    return float(sampled) / seconds / per_request
 
 
 def prefix_summary(allocator: Allocator) -> dict[str, Any]:

@@ -87,13 +87,17 @@ def pool_split(data: ReportData) -> Figure:
     return figure
 
 
+# the steady state's output rate (docs/metrics.md): what the bench table's ratios read
+THROUGHPUT = "served_output_tokens_per_s"
+
+
 @chart("throughput", "Throughput per optimization (bars) and ratio to the baseline", has_bench)
 def throughput(data: ReportData) -> Figure:
     bench = data.bench
     names = labels(data)
     figure, axes = bar_panels(len(names), 1, width=8, height=3.6)
     ax = axes[0][0]
-    values = column(bench, "output_tokens_per_s")
+    values = column(bench, THROUGHPUT)
     x = list(range(len(names)))
     bars = ax.bar(x, values, color="#1971c2")
     if "throughput_error_band" in bench and bench["throughput_error_band"].notna().any():
@@ -111,10 +115,8 @@ def throughput(data: ReportData) -> Figure:
         legend_outside(ax)
     upright = len(names) > 12  # many bars: each ratio stands on its own bar
     for _, group in bench.groupby("run_id", sort=False):
-        base = group[group["baseline"]]["output_tokens_per_s"]
-        base_value = (
-            float(base.iloc[0]) if len(base) else float(group["output_tokens_per_s"].iloc[0])
-        )
+        base = group[group["baseline"]][THROUGHPUT]
+        base_value = float(base.iloc[0]) if len(base) else float(group[THROUGHPUT].iloc[0])
         for index in group.index:
             ratio = values[index] / base_value if base_value else 0.0
             ax.annotate(
@@ -125,7 +127,7 @@ def throughput(data: ReportData) -> Figure:
                 fontsize=7 if upright else 8,
                 rotation=90 if upright else 0,
             )
-    ax.set_ylabel(metric("output_tokens_per_s").label)
+    ax.set_ylabel(metric(THROUGHPUT).label)
     categories(ax, names)
     return figure
 

@@ -27,6 +27,8 @@ COMPARISON = (
     "prefix_hit_rate",
     "sharing_savings",
     "load_imbalance",
+    "served_output_tokens_per_s",
+    "served_requests_per_s",
     "output_tokens_per_s",
     "requests_per_s",
     "ttft_s_p50",

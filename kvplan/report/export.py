@@ -27,7 +27,7 @@ EXPORTED = (
     "waste",
     "running_mean",
     "waiting_mean",
-    "output_tokens_per_s",
+    "served_output_tokens_per_s",
     "ttft_s_p50",
     "ttft_s_p90",
     "tpot_s_p50",

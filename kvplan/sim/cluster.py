@@ -156,7 +156,7 @@ def _whole_cluster(
         "prefix_hit_rate": hit_rate(hits, queries),
         **throughput(finished, makespan),
         **request_metrics(finished),
-        **stream_load(finished, rejected),
+        **stream_load(finished, rejected, [pod.step_metrics for pod in pods]),
         # the cluster's ceiling is its pods' together, known when every pod's is
         "sustainable_requests_per_s": (
             None if None in ceilings else sum(c for c in ceilings if c is not None)

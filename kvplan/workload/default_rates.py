@@ -6,7 +6,7 @@ about two thirds of the rate the weakest default optimization, contiguous-max, s
 that setup (its `sustainable_requests_per_s` at --rate 3, where it is overloaded), rounded
 down to a round figure. Measured, per kind: system-prompt 0.22 req/s, sharegpt 0.25, alpaca
 1.52, long-reasoning 0.018, rag 0.55, chat 0.34 requests (0.05 sessions/s offer 0.23),
-few-shot 2.36, random 0.56. A larger model, a smaller GPU or a slower optimization
+few-shot 2.32, random 0.56. A larger model, a smaller GPU or a slower optimization
 sustains less; the bench table says when a run is overloaded. No numpy here: the --rate
 help reads it.
 """
