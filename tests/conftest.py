@@ -7,6 +7,13 @@ from typing import Any
 
 import pytest
 
+# Helpers whose asserts check the tests' invariants: rewritten like a test module's, so a
+# failure still reports the values compared (only works before they are first imported).
+pytest.register_assert_rewrite("generation_helpers", "property_helpers")
+
+# Imported before any test module, so the caller's TRITON_INTERPRET is captured first.
+from triton_helpers import _CALLER_INTERPRET, _set_interpret  # noqa: E402
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # No test reaches the Hugging Face Hub, whatever the user's shell holds: the resolver's Hub
@@ -38,52 +45,12 @@ def stories260k() -> Path:
     return sample_path("stories260k").parent
 
 
-def require_in_ci(available: bool, what: str, install: str) -> None:
-    """Skip a test whose tool is missing on a user's machine, but fail it in CI (CI=true),
-    where .ci/run installs the tool: a broken install must not pass as a skip."""
-    if available:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{what} is missing in CI; {install}")
-    pytest.skip(f"{what} is not installed ({install})")
-
-
-# The caller's setting, before any test module is imported (e.g. TRITON_INTERPRET=0 on a GPU).
-_CALLER_INTERPRET = os.environ.get("TRITON_INTERPRET")
-
-
-def _set_interpret(value: str | None) -> None:
-    if value is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = value
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Kernel test modules turn the interpreter on when imported (triton must see it then),
     and collection imports every module first: put the caller's setting back, so modules
     that run before them (real mode's CPU runs) keep the torch path instead of interpreting
     Triton (4 minutes for one 3-request real bench)."""
     _set_interpret(_CALLER_INTERPRET)
-
-
-def triton_interpreter_for_module():
-    """Turn Triton's interpreter on (unless TRITON_INTERPRET is set) before triton is first
-    imported (its standard library is jitted at import); returns a module-scoped autouse
-    fixture that turns it on for the module's own tests and puts the variable back
-    afterwards, so it leaks into no other module (kvplan's kernels jit per mode at first
-    launch, so switching between modules is safe).
-    Call at the top of a test module: `_interpreter = triton_interpreter_for_module()`."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-    @pytest.fixture(scope="module", autouse=True)
-    def restore_interpret_flag():
-        before = os.environ.get("TRITON_INTERPRET")
-        _set_interpret(_CALLER_INTERPRET if _CALLER_INTERPRET is not None else "1")
-        yield
-        _set_interpret(before)
-
-    return restore_interpret_flag
 
 
 # The hardening cases' folder of results a failing command must not touch

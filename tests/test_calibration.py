@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from test_step_model import small_run
+from calibration_helpers import VLLM_RESULT, small_run
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
@@ -56,34 +56,6 @@ def test_fit_recovers_runs_simulated_with_known_factors():
         predicted, _ = simulate(run, params)
         for key, value in run.measured.items():
             assert predicted[key] == pytest.approx(value, rel=0.03)
-
-
-VLLM_RESULT = {
-    "date": "20250101-000000",
-    "backend": "vllm",
-    "model_id": "meta-llama/Llama-3.1-8B",
-    "num_prompts": 40,
-    "request_rate": "inf",
-    "burstiness": 1.0,
-    "max_concurrency": 8,
-    "duration": 10.0,
-    "completed": 40,
-    "failed": 0,
-    "total_input_tokens": 10240,
-    "total_output_tokens": 2560,
-    "request_throughput": 4.0,
-    "output_throughput": 256.0,
-    "total_token_throughput": 1280.0,
-    "mean_ttft_ms": 60.0,
-    "median_ttft_ms": 55.0,
-    "p99_ttft_ms": 90.0,
-    "mean_tpot_ms": 28.0,
-    "median_tpot_ms": 28.0,
-    "p99_tpot_ms": 30.0,
-    "mean_itl_ms": 28.0,
-    "median_itl_ms": 28.0,
-    "p99_itl_ms": 40.0,
-}
 
 
 def test_reads_vllm_json_and_printed_block(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from engine_helpers import tiny_engine
 from hardening_helpers import invoke
-from test_engine import tiny_engine
 
 from kvplan.bench.deploy_plan import make_plan
 from kvplan.bench.disagg_plan import DisaggRow

@@ -4,17 +4,13 @@ step counts, preemptions and modeled times derived by hand."""
 from __future__ import annotations
 
 import pytest
+from engine_helpers import tiny_engine
 
 from kvplan.core.block_pool import BlockPool
 from kvplan.core.engine import Engine
-from kvplan.core.kv import ContiguousAllocator, PagedAllocator, make_allocator
+from kvplan.core.kv import ContiguousAllocator, PagedAllocator
 from kvplan.core.metrics import pool_split
-from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
-from kvplan.plan.roofline import Roofline
-from kvplan.sim.runner import SimulatedRunner
-from kvplan.spec import parse_kv_format
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 
 
@@ -96,20 +92,6 @@ def test_contiguous_first_fit_measures_external_fragmentation() -> None:
 def test_contiguous_reservation_sizes(policy: str, final: int, max_len: int, size: int) -> None:
     allocator = ContiguousAllocator(policy, capacity_slots=1000, max_model_len=max_len)
     assert allocator.reservation_size(seq(final - 1, 1)) == size
-
-
-def tiny_engine(
-    kind: str = "paged",
-    slots: int = 4096,
-    block: int = 16,
-    max_len: int = 4096,
-    **scheduler: object,
-) -> tuple[Engine, SimulatedRunner]:
-    model = load_model("llama-3.1-8b")
-    roofline = Roofline(model, load_gpu("h100-80gb"), 1, parse_kv_format("bf16"))
-    runner = SimulatedRunner(roofline)
-    allocator = make_allocator(kind, slots, block, max_len, watermark=0.0)
-    return Engine(allocator, runner, SchedulerConfig(**scheduler), max_len), runner
 
 
 def test_single_request_steps_and_modeled_times_by_hand() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import EXAMPLES, check_all_free, check_allocator
+from property_helpers import EXAMPLES, check_all_free, check_allocator
 
 from kvplan.core.engine import Engine
 from kvplan.core.kv import (

@@ -6,7 +6,7 @@ test_kernels_write.py's, the compiled GPU tests (`-m gpu`, TRITON_INTERPRET=0 in
 environment) test_kernels_gpu.py's.
 """
 
-from conftest import triton_interpreter_for_module
+from triton_helpers import triton_interpreter_for_module
 
 _interpreter = triton_interpreter_for_module()
 
@@ -14,18 +14,17 @@ _interpreter = triton_interpreter_for_module()
 import importlib.util
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_cases import attention_case
 from kvplan.kernels import select_backend
 from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
-from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache
+from kvplan.kernels.quant import allocate_kv_cache
 from kvplan.kernels.reference import paged_attention_reference
-from test_kernels_variants import paged_case
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
@@ -49,77 +48,6 @@ LOOSE_REL_TOL = {
 # -- paged attention -------------------------------------------------------------------
 
 
-@dataclass
-class AttentionCase:
-    query: torch.Tensor
-    cache: PagedKVCache
-    exact_cache: PagedKVCache  # the same K/V, unquantized fp32: the loose yardstick
-    block_tables: torch.Tensor
-    seq_lens: torch.Tensor
-    scale: float
-
-    def run(self, backend: str, exact: bool = False) -> torch.Tensor:
-        c = self.exact_cache if exact else self.cache
-        return paged_attention(
-            self.query,
-            c.key_cache,
-            c.value_cache,
-            self.block_tables,
-            self.seq_lens,
-            self.scale,
-            c.fmt,
-            c.k_scale,
-            c.v_scale,
-            backend=backend,
-        )
-
-    def reference(self) -> torch.Tensor:
-        c = self.cache
-        return paged_attention_reference(
-            self.query,
-            c.key_cache,
-            c.value_cache,
-            self.block_tables,
-            self.seq_lens,
-            self.scale,
-            c.fmt,
-            c.k_scale,
-            c.v_scale,
-        )
-
-
-def _attention_case(
-    fmt: str,
-    head_dim: int,
-    block_size: int,
-    num_heads: int,
-    num_kv_heads: int,
-    dtype: torch.dtype,
-    seq_lens: list[int] | None = None,
-    seed: int = 0,
-) -> AttentionCase:
-    """Sequences of length 1, exactly two blocks, and a partial tail; a shuffled block table.
-
-    Table entries past a sequence's last block are -1, so a kernel that reads them fails.
-    """
-    seq_lens = seq_lens or [1, 2 * block_size, block_size + 3, 5]
-    cache, tables, lens, gen, key, value = paged_case(
-        fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype, seed
-    )
-    exact = allocate_kv_cache("fp32", *cache.key_cache.shape[:3], head_dim)
-    write_kv(
-        key,
-        value,
-        exact.key_cache,
-        exact.value_cache,
-        torch.arange(len(key)),
-        "fp32",
-        backend="torch",
-    )
-    query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen).to(dtype)
-    return AttentionCase(query, cache, exact, tables, lens, head_dim**-0.5)
-
-
 def _tight_tol(dtype: torch.dtype) -> dict:
     return {
         torch.float32: {"atol": 2e-5, "rtol": 1e-5},
@@ -137,7 +65,7 @@ def _check_attention(
     num_kv_heads: int,
     dtype: torch.dtype,
 ) -> None:
-    case = _attention_case(fmt, head_dim, block_size, num_heads, num_kv_heads, dtype)
+    case = attention_case(fmt, head_dim, block_size, num_heads, num_kv_heads, dtype)
     got = case.run(backend)
     assert got.dtype == dtype and got.shape == case.query.shape
     torch.testing.assert_close(got.float(), case.reference().float(), **_tight_tol(dtype))
@@ -211,7 +139,7 @@ def test_paged_attention_triton_matches_reference(
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
 def test_paged_attention_empty_sequence_returns_zeros(backend: str) -> None:
-    case = _attention_case("int8", 64, 4, 4, 2, torch.float32, seq_lens=[0, 6])
+    case = attention_case("int8", 64, 4, 4, 2, torch.float32, seq_lens=[0, 6])
     got = case.run(backend)
     assert torch.equal(got[0], torch.zeros_like(got[0]))
     torch.testing.assert_close(got, case.reference(), atol=2e-5, rtol=1e-5)
@@ -220,7 +148,7 @@ def test_paged_attention_empty_sequence_returns_zeros(backend: str) -> None:
 @needs_triton
 def test_paged_attention_triton_tile_smaller_than_block() -> None:
     # block_n 16 < block_size 32: one block spans two tiles; sequences span several blocks.
-    case = _attention_case("fp32", 64, 32, 4, 2, torch.float32, seq_lens=[1, 64, 45])
+    case = attention_case("fp32", 64, 32, 4, 2, torch.float32, seq_lens=[1, 64, 45])
     got = paged_attention(
         case.query,
         case.cache.key_cache,
@@ -239,7 +167,7 @@ def test_paged_attention_triton_tile_smaller_than_block() -> None:
 
 
 def test_rejects_bad_arguments() -> None:
-    case = _attention_case("fp16", 8, 4, 4, 2, torch.float16)
+    case = attention_case("fp16", 8, 4, 4, 2, torch.float16)
     c = case.cache
     with pytest.raises(ValueError, match="multiple"):
         paged_attention(

@@ -2,7 +2,7 @@
 TRITON_INTERPRET=0 set, as benchmarks/gpu_check.sh does): paged attention, write_kv, split-KV
 decode with the attention variants and the paged prefill, against the references."""
 
-from conftest import triton_interpreter_for_module
+from triton_helpers import HAS_TRITON, require_compiled_triton, triton_interpreter_for_module
 
 _interpreter = triton_interpreter_for_module()
 
@@ -11,6 +11,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_cases import (
+    AttentionCase,
+    attention_case,
+    bits,
+    fresh_cache,
+    make_variant,
+    paged_case,
+    prefill_case,
+    write_case,
+)
 from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.paged_prefill import paged_prefill
@@ -21,9 +31,6 @@ from kvplan.kernels.reference import (
     write_kv_reference,
 )
 from kvplan.kernels.variant import AttentionVariant
-from test_kernels import AttentionCase, _attention_case
-from test_kernels_variants import make_variant, paged_case, prefill_case, require_compiled_triton
-from test_kernels_write import HAS_TRITON, _bits, _fresh_cache, _write_case
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON), reason="needs CUDA and triton")
@@ -77,7 +84,7 @@ def test_gpu_paged_attention_compiled(
     compiled: None, fmt: str, dtype: torch.dtype, block_size: int
 ) -> None:
     case = _to_cuda(
-        _attention_case(fmt, 128, block_size, 8, 2, dtype, seq_lens=[1, 2 * block_size, 77, 300])
+        attention_case(fmt, 128, block_size, 8, 2, dtype, seq_lens=[1, 2 * block_size, 77, 300])
     )
     c = case.cache  # a fixed tile (autotuning costs compiles; the benchmark exercises it)
     got = paged_attention(
@@ -103,12 +110,12 @@ def test_gpu_paged_attention_compiled(
 @needs_cuda
 def test_gpu_write_kv_compiled_bitwise(compiled: None, fmt: str) -> None:
     dtype = torch.bfloat16 if fmt != "fp8-e5m2" else torch.float16
-    key, value, slots, num_blocks, heads = _write_case(128, 16, dtype, num_tokens=40, num_blocks=8)
-    ref = _fresh_cache(fmt, num_blocks, 16, heads, 128, dtype, key, value)
+    key, value, slots, num_blocks, heads = write_case(128, 16, dtype, num_tokens=40, num_blocks=8)
+    ref = fresh_cache(fmt, num_blocks, 16, heads, 128, dtype, key, value)
     write_kv_reference(
         key, value, ref.key_cache, ref.value_cache, slots, ref.fmt, ref.k_scale, ref.v_scale
     )
-    got = _fresh_cache(fmt, num_blocks, 16, heads, 128, dtype, key, value)
+    got = fresh_cache(fmt, num_blocks, 16, heads, 128, dtype, key, value)
     moved = [
         None if t is None else t.cuda()
         for t in (got.key_cache, got.value_cache, got.k_scale, got.v_scale)
@@ -126,7 +133,7 @@ def test_gpu_write_kv_compiled_bitwise(compiled: None, fmt: str) -> None:
     )
     for a, b in zip(moved, (ref.key_cache, ref.value_cache, ref.k_scale, ref.v_scale)):
         if a is not None:
-            assert torch.equal(_bits(a.cpu()), _bits(b))
+            assert torch.equal(bits(a.cpu()), bits(b))
 
 
 # -- GPU: compiled kernels in bf16/fp8 (pytest -m gpu; benchmarks/gpu_check.sh runs them) --------

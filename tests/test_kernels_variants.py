@@ -9,17 +9,16 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # ruff: noqa: E402  (imports follow the interpreter switch on purpose)
 import importlib.util
-from typing import Any, NamedTuple
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_cases import VARIANTS, make_variant, paged_case, prefill_case
 from kvplan.kernels import torch_attention
-from kvplan.kernels.cache_ops import write_kv
 from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.paged_prefill import paged_prefill
-from kvplan.kernels.quant import allocate_kv_cache, tensor_scale
+from kvplan.kernels.quant import allocate_kv_cache
 from kvplan.kernels.reference import paged_attention_reference, paged_prefill_reference
 from kvplan.kernels.variant import AttentionVariant
 
@@ -34,86 +33,6 @@ def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton on CPU tensors through its interpreter (kernels jit at first launch, so per test works);
     the GPU tests switch it back off for themselves."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def require_compiled_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compiled (not interpreted) kernels: kvplan jits at first launch, after this. Fails
-    when triton's standard library was jitted for the interpreter at import: compiled
-    kernels calling it then fail to build with an unrelated-looking error."""
-    import triton.language as tl
-
-    if type(tl.zeros_like).__name__ == "InterpretedFunction":
-        pytest.fail(
-            "triton was imported with TRITON_INTERPRET=1: run the GPU tests with TRITON_INTERPRET=0 set"
-        )
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-
-
-class PagedCase(NamedTuple):
-    cache: Any  # PagedKVCache in the format asked for
-    tables: torch.Tensor
-    lens: torch.Tensor
-    gen: torch.Generator  # continues the case's random stream (queries, sinks)
-    key: torch.Tensor  # the fp32 K/V written to every slot, before quantization
-    value: torch.Tensor
-
-
-def paged_case(
-    fmt: str,
-    seq_lens: list[int],
-    block_size: int,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    seed: int = 0,
-) -> PagedCase:
-    """A cache holding random K/V for every slot and shuffled block tables (-1 past each sequence,
-    so a kernel that reads them fails); three spare blocks hold other sequences' data."""
-    gen = torch.Generator().manual_seed(seed)
-    max_blocks = max(-(-n // block_size) for n in seq_lens)
-    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 3
-    order = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.full((len(seq_lens), max_blocks), -1, dtype=torch.int32)
-    for i, n in enumerate(seq_lens):
-        for b in range(-(-n // block_size)):
-            tables[i, b] = order.pop()
-    slots = torch.arange(num_blocks * block_size)
-    key = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen)
-    value = torch.randn(len(slots), num_kv_heads, head_dim, generator=gen)
-    cache = allocate_kv_cache(fmt, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype)
-    if cache.fmt.scale == "tensor":
-        cache.k_scale.copy_(tensor_scale(key, cache.fmt))
-        cache.v_scale.copy_(tensor_scale(value, cache.fmt))
-    write_kv(
-        key.to(dtype),
-        value.to(dtype),
-        cache.key_cache,
-        cache.value_cache,
-        slots,
-        cache.fmt,
-        cache.k_scale,
-        cache.v_scale,
-        backend="torch",
-    )
-    return PagedCase(cache, tables, torch.tensor(seq_lens, dtype=torch.int32), gen, key, value)
-
-
-VARIANTS = {
-    "plain": {},
-    "window": {"sliding_window": 5},
-    "chunk": {"chunk_size": 8},
-    "softcap": {"softcap": 2.0},
-    "sinks": {"sinks": True},
-    "all": {"sliding_window": 11, "chunk_size": 8, "softcap": 3.0, "sinks": True},
-}
-
-
-def make_variant(name: str, num_heads: int, gen: torch.Generator) -> AttentionVariant:
-    spec = dict(VARIANTS[name])
-    if spec.pop("sinks", False):
-        spec["sinks"] = torch.randn(num_heads, generator=gen) * 2
-    return AttentionVariant(**spec)
 
 
 # -- decode ------------------------------------------------------------------------------
@@ -182,25 +101,6 @@ def test_split_kv_decode_matches_reference(
 
 
 # -- prefill -----------------------------------------------------------------------------
-
-
-def prefill_case(
-    fmt: str,
-    dtype: torch.dtype,
-    q_lens: list[int],
-    seq_lens: list[int],
-    block_size: int = 4,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    head_dim: int = 16,
-    seed: int = 0,
-):
-    cache, tables, lens, gen, _, _ = paged_case(
-        fmt, seq_lens, block_size, num_heads, num_kv_heads, head_dim, dtype, seed
-    )
-    query_start = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
-    query = torch.randn(sum(q_lens), num_heads, head_dim, generator=gen).to(dtype)
-    return query, cache, tables, query_start, lens, gen
 
 
 # A fresh prompt, a chunk extending a cached prefix, a one-token step and a long prompt spanning tiles.

@@ -1,82 +1,34 @@
 """write_kv against its reference: the torch path and Triton (interpreted on CPU) store
 every KV format's bits exactly, fp8 rounding as torch's cast. GPU: tests/test_kernels_gpu.py."""
 
-from conftest import triton_interpreter_for_module
+from triton_helpers import HAS_TRITON, triton_interpreter_for_module
 
 _interpreter = triton_interpreter_for_module()
 
 # ruff: noqa: E402  (imports follow the interpreter switch on purpose)
-import importlib.util
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_cases import bits, fresh_cache, write_case
+from kv_formats import FORMATS
 from kvplan.kernels.cache_ops import write_kv
-from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format, tensor_scale
+from kvplan.kernels.quant import allocate_kv_cache, get_format
 from kvplan.kernels.reference import write_kv_reference
-from test_kv_layouts import FORMATS
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """View as same-width ints so equality is bitwise (NaN == NaN, -0.0 != 0.0)."""
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
 # -- write_kv --------------------------------------------------------------------------
 
 
-def _write_case(
-    head_dim: int,
-    block_size: int,
-    dtype: torch.dtype,
-    num_tokens: int = 6,
-    num_kv_heads: int = 2,
-    num_blocks: int = 5,
-    seed: int = 0,
-):
-    gen = torch.Generator().manual_seed(seed)
-    num_blocks = max(num_blocks, -(-(num_tokens + 2) // block_size))  # room for unwritten slots
-    key = (torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen) * 2).to(dtype)
-    value = torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen).to(dtype)
-    # Never the last slot: a kernel that stored the padding token at slot -1 would wrap there.
-    slots = torch.randperm(num_blocks * block_size - 1, generator=gen)[:num_tokens]
-    slots[1] = -1  # a padding token
-    return key, value, slots, num_blocks, num_kv_heads
-
-
-def _fresh_cache(
-    fmt: str,
-    num_blocks: int,
-    block_size: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    key: torch.Tensor,
-    value: torch.Tensor,
-) -> PagedKVCache:
-    cache = allocate_kv_cache(fmt, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype)
-    # Sentinel bytes everywhere, so a skipped or misplaced store is visible.
-    for t in (cache.key_cache, cache.value_cache):
-        t.view(torch.uint8).fill_(0x55)
-    if cache.fmt.per_token_scales:
-        cache.k_scale.fill_(-1.0)
-        cache.v_scale.fill_(-1.0)
-    elif cache.fmt.scale == "tensor":
-        cache.k_scale.copy_(tensor_scale(key, cache.fmt))
-        cache.v_scale.copy_(tensor_scale(value, cache.fmt))
-    return cache
-
-
 def _check_write(
     backend: str, fmt: str, head_dim: int, block_size: int, dtype: torch.dtype
 ) -> None:
-    key, value, slots, num_blocks, heads = _write_case(head_dim, block_size, dtype)
-    ref = _fresh_cache(fmt, num_blocks, block_size, heads, head_dim, dtype, key, value)
-    got = _fresh_cache(fmt, num_blocks, block_size, heads, head_dim, dtype, key, value)
+    key, value, slots, num_blocks, heads = write_case(head_dim, block_size, dtype)
+    ref = fresh_cache(fmt, num_blocks, block_size, heads, head_dim, dtype, key, value)
+    got = fresh_cache(fmt, num_blocks, block_size, heads, head_dim, dtype, key, value)
     write_kv_reference(
         key, value, ref.key_cache, ref.value_cache, slots, ref.fmt, ref.k_scale, ref.v_scale
     )
@@ -98,7 +50,7 @@ def _check_write(
         (got.v_scale, ref.v_scale),
     ):
         if a is not None:
-            assert torch.equal(_bits(a), _bits(b))
+            assert torch.equal(bits(a), bits(b))
     # Slots no token maps to (the padding token's included) still hold the sentinel bytes.
     written = torch.zeros(num_blocks * block_size, dtype=torch.bool)
     written[slots[slots >= 0]] = True
@@ -174,4 +126,4 @@ def test_write_kv_triton_fp8_rounding_matches_torch_cast(fmt: str) -> None:
         backend="triton",
     )
     expected = x.clamp(-fmax, fmax).to(dtype).reshape(cache.key_cache.shape)
-    assert torch.equal(_bits(cache.key_cache), _bits(expected))
+    assert torch.equal(bits(cache.key_cache), bits(expected))

@@ -4,6 +4,7 @@ packing and the quantize / dequantize round trip (pure torch, no kernels)."""
 from __future__ import annotations
 
 import pytest
+from kv_formats import FORMATS
 
 torch = pytest.importorskip("torch")
 
@@ -18,22 +19,6 @@ from kvplan.kernels.quant import (  # noqa: E402  (after the torch check)
 )
 
 from kvplan.spec import parse_kv_format  # noqa: E402
-
-FORMATS = [
-    "fp32",
-    "fp16",
-    "bf16",
-    "fp8-e4m3",
-    "fp8-e5m2",
-    "int8",
-    "int4",
-    "int2",
-    "int4-g32",
-    "int8-g16",
-    "int4-g64",
-    "int8-tensor",
-    "int4-tensor",
-]
 
 
 @pytest.mark.parametrize("head_dim", [8, 64, 128])

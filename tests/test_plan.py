@@ -295,7 +295,7 @@ def test_ray_searches_to_the_same_plan() -> None:
     the same plan."""
     import importlib.util
 
-    from conftest import require_in_ci
+    from ci_helpers import require_in_ci
 
     from kvplan.bench.executors import LocalExecutor, RayExecutor
 

@@ -5,9 +5,10 @@ fragmentation). Small cases computed by hand."""
 
 from __future__ import annotations
 
+from engine_helpers import budget_engine
+
 from kvplan.core.metrics import pool_split
 from kvplan.core.policies import PolicySpec, held_blocks
-from tests.test_quality import budget_engine
 
 
 def run_steps(policy: str, steps: int):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from engine_helpers import budget_engine
 
 from kvplan.core.policies import (
     PolicySpec,
@@ -123,33 +124,6 @@ def test_policy_memory_equals_the_estimator(stories, stories260k: Path) -> None:
             suggest=False,
         ).seq_bytes
         assert measured == estimated
-
-
-def budget_engine(policy: str, budget: int, blocks: int = 16, prompt: int = 3, output: int = 10):
-    from kvplan.core.engine import Engine
-    from kvplan.core.kv import make_allocator
-    from kvplan.core.scheduler import SchedulerConfig
-    from kvplan.plan.roofline import Roofline
-    from kvplan.sim.runner import SimulatedRunner
-    from kvplan.spec import parse_kv_format
-    from kvplan.spec.resolve import load_gpu, load_model
-    from kvplan.workload.request import Request
-
-    roofline = Roofline(
-        load_model("llama-3.1-8b"), load_gpu("h100-80gb"), 1, parse_kv_format("bf16")
-    )
-    allocator = make_allocator(
-        "paged",
-        blocks * 4,
-        4,
-        64,
-        watermark=0.0,
-        policy=PolicySpec(policy, budget, block=4),
-        copy_s_per_slot=1.0,
-    )
-    engine = Engine(allocator, SimulatedRunner(roofline), SchedulerConfig(), 64)
-    engine.submit(Request(0, 0.0, prompt, output))
-    return engine
 
 
 def test_sliding_window_frees_blocks_as_it_slides() -> None:

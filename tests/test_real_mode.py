@@ -16,16 +16,11 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvplan.kernels.quant import allocate_kv_cache  # noqa: E402
+from generation_helpers import compare_with_transformers, hf_greedy, kvplan_generate  # noqa: E402
 
 from kvplan.cli.app import app  # noqa: E402
-from kvplan.core.engine import Engine  # noqa: E402
-from kvplan.core.kv import make_allocator  # noqa: E402
-from kvplan.core.scheduler import SchedulerConfig  # noqa: E402
 from kvplan.real.model import load_causal_lm  # noqa: E402
-from kvplan.real.runner import RealRunner  # noqa: E402
 from kvplan.results import read_jsonl  # noqa: E402
-from kvplan.workload.request import Request  # noqa: E402
 
 runner = CliRunner()
 
@@ -42,30 +37,6 @@ def vocabulary(path: Path) -> list[str]:
     return pieces
 
 
-def kvplan_generate(
-    model,
-    prompts: list[tuple[int, ...]],
-    new_tokens: int,
-    blocks: int = 64,
-    block: int = 16,
-    backend: str = "torch",
-    kv: str = "fp32",
-) -> RealRunner:
-    config = model.config
-    heads = config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    pool = [
-        allocate_kv_cache(kv, blocks, block, heads, head_dim, dtype=torch.float32)
-        for _ in range(config.num_hidden_layers)
-    ]
-    real = RealRunner(model, pool, block, config.vocab_size, "cpu", backend=backend)
-    real.keep_logits = True
-    allocator = make_allocator("paged", blocks * block, block, 512, watermark=0.0)
-    requests = [Request(i, 0.0, len(p), new_tokens, prompt_tokens=p) for i, p in enumerate(prompts)]
-    Engine(allocator, real, SchedulerConfig(), 512).run(requests)
-    return real
-
-
 @pytest.fixture(scope="module")
 def stories(stories260k: Path):
     model, _ = load_causal_lm("stories260K", str(stories260k / "hf"), None, "fp32", "cpu")
@@ -73,33 +44,11 @@ def stories(stories260k: Path):
     return model, reference, vocabulary(stories260k / "tok512.bin")
 
 
-def hf_greedy(reference, prompt: tuple[int, ...], new_tokens: int):
-    out = reference.generate(
-        torch.tensor([prompt]),
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
-    return out.sequences[0, len(prompt) :].tolist(), torch.stack(out.logits)[:, 0]
-
-
 def test_greedy_text_from_bos_is_the_known_story(stories) -> None:
     model, _, pieces = stories
     real = kvplan_generate(model, [(1,)], 20)
     text = "".join(pieces[t] for t in real.tokens[(0, 0)][1:])
     assert text.startswith(" Once upon a time, there was a little girl named Lily.")
-
-
-def compare_with_transformers(model, reference, backend: str, steps: int, block: int) -> None:
-    prompts = [(1,), (1, 403, 407, 261, 378, 263, 127)]
-    real = kvplan_generate(model, prompts, steps, block=block, backend=backend)
-    for index, prompt in enumerate(prompts):
-        tokens, logits = hf_greedy(reference, prompt, steps)
-        assert real.tokens[(index, 0)][len(prompt) :] == tokens
-        ours = torch.stack(real.step_logits[(index, 0)])
-        assert torch.allclose(ours, logits, atol=1e-4, rtol=1e-4), (ours - logits).abs().max()
 
 
 def test_logits_match_transformers_generate(stories) -> None:
@@ -115,7 +64,8 @@ def test_logits_match_through_the_triton_kernels(stories260k: Path) -> None:
     script = f"""
 import os, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_real_mode import compare_with_transformers, load_causal_lm
+from generation_helpers import compare_with_transformers
+from kvplan.real.model import load_causal_lm
 path = {str(stories260k / "hf")!r}
 model, _ = load_causal_lm("s", path, None, "fp32", "cpu")
 reference, _ = load_causal_lm("s", path, None, "fp32", "cpu")

@@ -10,7 +10,7 @@ import copy
 
 # Triton's interpreter on before triton is imported, so that this module run alone
 # exercises the Triton path too.
-from conftest import triton_interpreter_for_module
+from triton_helpers import triton_interpreter_for_module
 
 _interpreter = triton_interpreter_for_module()
 

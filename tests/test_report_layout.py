@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import require_in_ci
+from ci_helpers import require_in_ci
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app

@@ -6,19 +6,16 @@ or text where a number belongs, is refused naming the metric."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from calibration_helpers import VLLM_RESULT
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
 from kvplan.core.metric_registry import METRICS, Shape, Unit
 from kvplan.results import read_jsonl, read_record
 from kvplan.results.schema import DESCRIPTIVE_METRICS, SCHEMA
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_calibration import VLLM_RESULT  # noqa: E402 - a measured run calibrate reads
 
 runner = CliRunner()
 DESCRIBED_BY = {Unit.TEXT: str, Unit.FLAG: bool}  # the registry's units that are not numbers

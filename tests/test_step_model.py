@@ -5,6 +5,7 @@ fit of the shipped table (measured-run replays, calibrate and its files: test_ca
 from __future__ import annotations
 
 import pytest
+from calibration_helpers import small_run
 
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
@@ -293,21 +294,3 @@ def test_joint_fit_recovers_hardware_and_engine_factors_from_two_engines():
         for key, value in replay.run.measured.items():
             assert predicted[key] == pytest.approx(value, rel=0.05)
     assert table.engines["vllm-v0"]["overhead_s"] > 2 * table.engines["vllm-v1"]["overhead_s"]
-
-
-def small_run(**changes) -> MeasuredRun:
-    base = dict(
-        run_id="t",
-        sweep="t",
-        benchmark="serving",
-        model="llama-3.1-8b",
-        gpu="h100-80gb",
-        tp=1,
-        dataset="random",
-        input_len=256,
-        output_len=64,
-        num_prompts=40,
-        max_concurrency=8,
-    )
-    base.update(changes)
-    return MeasuredRun(**base)

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from conftest import require_in_ci
+from ci_helpers import require_in_ci
 from typer.testing import CliRunner
 
 import kvplan.bench.sweep as sweep_module

@@ -5,18 +5,15 @@ refused before any point runs, in one line naming the sweep file."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from calibration_helpers import VLLM_RESULT
 from typer.testing import CliRunner
 
 from kvplan.bench.config import BenchConfig
 from kvplan.cli.app import app
 from kvplan.spec.setting_error import SettingError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_calibration import VLLM_RESULT  # noqa: E402 - a measured run calibrate reads
 
 runner = CliRunner()
 

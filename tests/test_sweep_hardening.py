@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import require_in_ci
+from ci_helpers import require_in_ci
 from hardening_helpers import fails_cleanly, invoke
 
 import kvplan.bench.sweep as sweep_module

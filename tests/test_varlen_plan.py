@@ -9,12 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_cases import VARIANTS, make_variant, paged_case, prefill_case  # noqa: E402
 from kvplan.kernels import varlen_plan  # noqa: E402
 from kvplan.kernels.paged_attention import paged_attention  # noqa: E402
 from kvplan.kernels.paged_prefill import paged_prefill  # noqa: E402
 from kvplan.kernels.reference import paged_attention_reference, paged_prefill_reference  # noqa: E402
 from kvplan.kernels.variant import PLAIN  # noqa: E402
-from test_kernels_variants import VARIANTS, make_variant, paged_case, prefill_case  # noqa: E402
 
 
 def test_bucket_bounds_by_hand() -> None:

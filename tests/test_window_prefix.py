@@ -10,7 +10,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import EXAMPLES
+from property_helpers import EXAMPLES
 
 from kvplan.core.engine import Engine
 from kvplan.core.hashing import block_hashes
