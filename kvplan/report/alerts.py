@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan.core.metric_registry import metric
 from kvplan.report.names import members, qualified, run_names
 
 USAGE_ALERT = 90.0  # mean KV cache usage, percent
@@ -39,7 +40,9 @@ def _percent(value: float) -> float:
     return round(100 * value, 1)
 
 
-ALL_TIERS = "prefix hit rate (all tiers)"  # hit_rate's name for the rate over every tier
+# hit_rate's names of the two rates, the bench table's labels of them
+ALL_TIERS = metric("total_hit_rate").label
+DEVICE = metric("prefix_hit_rate").label
 
 
 def hit_rate(row: pd.Series | dict[str, Any]) -> tuple[float | None, str]:
@@ -48,7 +51,7 @@ def hit_rate(row: pd.Series | dict[str, Any]) -> tuple[float | None, str]:
     total = _number(row.get("total_hit_rate"))
     if total is not None:
         return total, ALL_TIERS
-    return _number(row.get("prefix_hit_rate")), "prefix hit rate"
+    return _number(row.get("prefix_hit_rate")), DEVICE
 
 
 def alerts(

@@ -13,10 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from kvplan.core.metric_registry import metric
 from kvplan.report.data import ReportData
+from kvplan.report.log_axes import labelled_log
 from kvplan.report.names import clip, members, qualified, run_names
 
 
@@ -26,19 +29,32 @@ class Chart:
     title: str
     applies: Callable[[ReportData], bool]
     draw: Callable[[ReportData], Figure]
+    # a line the page shows under the caption (what the chart leaves out and where it is);
+    # empty where there is nothing to say
+    note: Callable[[ReportData], str] | None = None
 
 
 CHARTS: list[Chart] = []
 
 
 def chart(
-    name: str, title: str, applies: Callable[[ReportData], bool]
+    name: str,
+    title: str,
+    applies: Callable[[ReportData], bool],
+    note: Callable[[ReportData], str] | None = None,
 ) -> Callable[[Callable[[ReportData], Figure]], Callable[[ReportData], Figure]]:
     def register(draw: Callable[[ReportData], Figure]) -> Callable[[ReportData], Figure]:
-        CHARTS.append(Chart(name, title, applies, draw))
+        CHARTS.append(Chart(name, title, applies, draw, note))
         return draw
 
     return register
+
+
+def label(name: str, unit: str = "") -> str:
+    """A metric's label as the bench table prints it (kvplan.core.metric_registry), with the
+    unit the chart draws it in: one name per figure across table, page and charts."""
+    text = metric(name).label
+    return f"{text} ({unit})" if unit else text
 
 
 def has_bench(data: ReportData) -> bool:
@@ -134,8 +150,9 @@ def percentile_dots(
     scale: float = 1.0,
     log: bool = True,
 ) -> None:
-    """Percentiles as dots joined per run, values times `scale`; on a log axis (with plain
-    tick numbers) unless `log` is False: no bar whose baseline the log scale cuts."""
+    """Percentiles as dots joined per run, values times `scale`; on a log axis (plain tick
+    numbers, several per axis: log_axes) unless `log` is False: no bar whose baseline the
+    log scale cuts."""
     markers = {"p50": "o", "p90": "s", "p99": "^"}
     rows = []  # the percentiles the runs record: a missing one leaves the others' whiskers
     for pct in pcts:
@@ -150,23 +167,10 @@ def percentile_dots(
         if shown:
             ax.vlines(i, min(shown), max(shown), color="#adb5bd", linewidth=1, zorder=0)
     if log:
-        ax.set_yscale("log")
-        plain_log_ticks(ax)
+        labelled_log(ax)
     else:
         ax.set_ylim(bottom=0)
     categories(ax, names)
-
-
-def plain_log_ticks(ax) -> None:
-    """A log y axis labelled 0.01, 0.1, 1, 10 ... (not 10^-2, nor 6x10^-2 on minor ticks)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    low, high = ax.get_ylim()
-    decades = math.log10(high / low) if low > 0 and high > low else 0.0
-    # a narrow range holds no power of ten: label 1, 2 and 5 of each decade there
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if decades >= 3 else (1, 2, 5)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def column(bench, name: str, scale: float = 1.0) -> list[float]:
@@ -184,6 +188,18 @@ def labels(data: ReportData, rows=None) -> list[str]:
     names = run_names(data.params, list(bench["run_id"]), shortest=True, members=members(bench))
     return [
         clip(qualified(o, names.get(r))) for o, r in zip(bench["optimization"], bench["run_id"])
+    ]
+
+
+def series_styles(count: int) -> list[dict[str, object]]:
+    """A color per series (20 distinct ones), then a line style per cycle of them."""
+    palette = (
+        [f"C{i}" for i in range(10)] if count <= 10 else [colormaps["tab20"](i) for i in range(20)]
+    )
+    dashes = ["-", (0, (5, 1.5)), (0, (1, 1)), (0, (3, 1, 1, 1))]
+    return [
+        {"color": palette[i % len(palette)], "linestyle": dashes[(i // len(palette)) % len(dashes)]}
+        for i in range(count)
     ]
 
 
@@ -209,12 +225,57 @@ def render(data: ReportData, out_dir: Path) -> list[tuple[Chart, Path]]:
         if not item.applies(data):
             continue
         figure = item.draw(data)
-        bound_texts(figure)
-        unclutter(figure)
+        lay_out(figure)
         path = out_dir / f"{item.name}.png"
         figure.savefig(path, dpi=DPI, bbox_inches="tight")
         rendered.append((item, path))
     return rendered
+
+
+def lay_out(figure: Figure) -> None:
+    """What render does to a drawn chart before saving it: every text bounded, crowded
+    category labels stood up, then (the figure at its final size) texts above bars fitted."""
+    bound_texts(figure)
+    unclutter(figure)
+    fit_above_bars(figure)
+
+
+# A text a chart stands on a bar (a ratio to the baseline) carries this gid: render keeps it
+# clear of its neighbours and inside the plot.
+ABOVE_BAR = "above-bar"
+
+
+def fit_above_bars(figure: Figure) -> None:
+    """Texts above bars upright where level ones would touch, and the y axis raised until
+    each lies inside its plot: matplotlib does not scale an axis to its annotations, and
+    only now, after unclutter, is the plot's height in pixels final."""
+    for ax in figure.axes:
+        texts = [t for t in ax.texts if t.get_gid() == ABOVE_BAR and t.get_text()]
+        if not texts:
+            continue
+        figure.draw_without_rendering()
+        if _crowded(texts):
+            for text in texts:
+                text.set_rotation(90)
+                text.set_fontsize(7)
+        for _ in range(4):
+            figure.draw_without_rendering()
+            renderer = figure.canvas.get_renderer()
+            plot = ax.get_window_extent(renderer)
+            over = max(t.get_window_extent(renderer).y1 for t in texts) - plot.y1
+            if over <= 0:
+                break
+            low, high = ax.get_ylim()
+            ax.set_ylim(low, high + (high - low) * (over + 4) / max(plot.height - over, 1.0))
+
+
+def _crowded(texts: list) -> bool:
+    """Whether two level texts side by side stand closer than half a character: "baseline"
+    and "1.01x" that touch read as one."""
+    renderer = texts[0].figure.canvas.get_renderer()
+    boxes = sorted((t.get_window_extent(renderer) for t in texts), key=lambda b: b.x0)
+    gap = 0.5 * texts[0].get_fontsize() * texts[0].figure.dpi / 72
+    return any(b.x0 - a.x1 < gap for a, b in zip(boxes, boxes[1:]))
 
 
 def bound_texts(figure: Figure) -> None:

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
-from kvplan.core.metric_registry import Feature, by_feature, metric
+from kvplan.core.metric_registry import Feature, by_feature
 from kvplan.report.alerts import hit_rate
 from kvplan.report.chart_registry import (
     CHARTS,
@@ -27,6 +24,7 @@ from kvplan.report.chart_registry import (
     has_column,
     has_metric,
     has_series,
+    label,
     labels,
     legend_outside,
     new_figure,
@@ -34,6 +32,7 @@ from kvplan.report.chart_registry import (
     percentile_dots,
     render,
     series_labels,
+    series_styles,
     time_source,
     ttft_dots,
 )
@@ -41,7 +40,8 @@ from kvplan.report.data import ReportData
 
 __all__ = ["CHARTS", "Chart", "render"]
 
-# The pool split's parts are the registry's POOL_SPLIT metrics, in its order; their colors:
+# The pool split's parts are the registry's POOL_SPLIT metrics, in its order, under the labels
+# the bench table prints; their colors:
 SPLIT_COLORS = {
     "token_states_share": "#2b8a3e",
     "reservation_share": "#74c0fc",
@@ -69,7 +69,7 @@ def pool_split(data: ReportData) -> Figure:
             range(len(names)),
             values,
             left=left,
-            label=part.column_label,
+            label=part.label,  # the bench table's name of the part
             color=SPLIT_COLORS[part.name],
             edgecolor="white",
         )
@@ -87,49 +87,10 @@ def pool_split(data: ReportData) -> Figure:
     return figure
 
 
-# the steady state's output rate (docs/metrics.md): what the bench table's ratios read
-THROUGHPUT = "served_output_tokens_per_s"
-
-
-@chart("throughput", "Throughput per optimization (bars) and ratio to the baseline", has_bench)
-def throughput(data: ReportData) -> Figure:
-    bench = data.bench
-    names = labels(data)
-    figure, axes = bar_panels(len(names), 1, width=8, height=3.6)
-    ax = axes[0][0]
-    values = column(bench, THROUGHPUT)
-    x = list(range(len(names)))
-    bars = ax.bar(x, values, color="#1971c2")
-    if "throughput_error_band" in bench and bench["throughput_error_band"].notna().any():
-        # the step model's held-out error on output tok/s for this GPU family and engine
-        band = bench["throughput_error_band"].fillna(0.0).to_numpy()
-        ax.errorbar(
-            x,
-            values,
-            yerr=band * np.asarray(values, dtype=float),
-            fmt="none",
-            ecolor="#495057",
-            capsize=3,
-            label="held-out error band of the modeled figure",
-        )
-        legend_outside(ax)
-    upright = len(names) > 12  # many bars: each ratio stands on its own bar
-    for _, group in bench.groupby("run_id", sort=False):
-        base = group[group["baseline"]][THROUGHPUT]
-        base_value = float(base.iloc[0]) if len(base) else float(group[THROUGHPUT].iloc[0])
-        for index in group.index:
-            ratio = values[index] / base_value if base_value else 0.0
-            ax.annotate(
-                f"{ratio:.2f}x",
-                (bars[index].get_x() + bars[index].get_width() / 2, values[index]),
-                ha="center",
-                va="bottom",
-                fontsize=7 if upright else 8,
-                rotation=90 if upright else 0,
-            )
-    ax.set_ylabel(metric(THROUGHPUT).label)
-    categories(ax, names)
-    return figure
+# The throughput chart comes next in the report (registered on import, in order).
+# isort: off
+from kvplan.report import throughput_chart  # noqa: E402,F401
+# isort: on
 
 
 @chart("latency", "TTFT and TPOT percentiles per optimization", has_bench)
@@ -149,53 +110,10 @@ def latency(data: ReportData) -> Figure:
     return figure
 
 
-def series_styles(count: int) -> list[dict[str, object]]:
-    """A color per series (20 distinct ones), then a line style per cycle of them."""
-    palette = (
-        [f"C{i}" for i in range(10)] if count <= 10 else [colormaps["tab20"](i) for i in range(20)]
-    )
-    dashes = ["-", (0, (5, 1.5)), (0, (1, 1)), (0, (3, 1, 1, 1))]
-    return [
-        {"color": palette[i % len(palette)], "linestyle": dashes[(i // len(palette)) % len(dashes)]}
-        for i in range(count)
-    ]
-
-
-@chart(
-    "kv_usage_over_time",
-    "KV cache usage, running (solid) and waiting (dashed) requests over time",
-    has_series("kv_cache_usage"),
-)
-def kv_usage_over_time(data: ReportData) -> Figure:
-    figure, axes = new_figure(width=10, height=5.5, rows=2)
-    usage, queue = axes[0][0], axes[1][0]
-    shown = [(key, series) for key, series in data.timeseries.items() if series.get("t")]
-    handles = []
-    legend = series_labels(data)
-    for (key, series), style in zip(shown, series_styles(len(shown))):
-        color = style["color"]
-        (line,) = usage.plot(
-            series["t"],
-            [100 * u for u in series["kv_cache_usage"]],
-            label=legend[key],
-            linewidth=1,
-            color=color,
-            linestyle=style["linestyle"],
-        )
-        handles.append(line)
-        queue.plot(series["t"], series["running"], linewidth=1, color=color)
-        queue.plot(series["t"], series["waiting"], linestyle="--", linewidth=1, color=color)
-    usage.set_ylabel("KV cache usage (%)")
-    usage.set_ylim(0, 105)
-    legend_outside(usage, handles, [h.get_label() for h in handles])
-    queue.set_ylabel("requests")
-    queue.set_xlabel("time (s)")
-    kinds = [
-        Line2D([], [], color="#495057", linewidth=1, label="running"),
-        Line2D([], [], color="#495057", linewidth=1, linestyle="--", label="waiting"),
-    ]
-    legend_outside(queue, kinds, ["running", "waiting"])
-    return figure
+# KV usage over time comes next in the report (registered on import, in order).
+# isort: off
+from kvplan.report import usage_charts  # noqa: E402,F401
+# isort: on
 
 
 @chart(
@@ -209,7 +127,7 @@ def preemptions(data: ReportData) -> Figure:
         panels_of(axes), ("preemptions", "recomputed_tokens"), ("#c92a2a", "#e8590c")
     ):
         ax.bar(range(len(names)), column(bench, name), color=color)
-        ax.set_ylabel(metric(name).label)
+        ax.set_ylabel(label(name))
         categories(ax, names)
     return figure
 
@@ -240,11 +158,10 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
     ]
     legend = series_labels(data)
     for (key, series), style in zip(shown, series_styles(len(shown))):
-        label = legend[key]
         ax.plot(
             series["t"],
             [100 * v for v in series["prefix_hit_rate"]],
-            label=label,
+            label=f"{legend[key]}: {label('prefix_hit_rate')}",
             linewidth=1.2,
             **style,
         )
@@ -255,7 +172,7 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
                 linestyle=":",
                 linewidth=1,
                 color=style["color"],
-                label=f"{label}: cached-but-free share of the pool",
+                label=f"{legend[key]}: {label('cached_share')}",
             )
     upper = data.bench.get("prefix_hit_rate_upper_bound")
     if upper is not None and upper.notna().any():
@@ -264,7 +181,7 @@ def prefix_hit_rate_over_time(data: ReportData) -> Figure:
             color="black",
             linestyle="--",
             linewidth=1,
-            label="infinite-cache upper bound",
+            label=label("prefix_hit_rate_upper_bound"),
         )
     ax.set_ylim(0, 100)
     ax.set_xlabel("time (s)")
@@ -285,12 +202,13 @@ def sharing(data: ReportData) -> Figure:
     figure, axes = bar_panels(len(names), 2, width=10, height=3.4)
     rates, tokens = panels_of(axes)
     # over every tier where offload ran: the share of prompt tokens the run did not prefill
-    rates_of = [hit_rate(row)[0] for _, row in bench.iterrows()]
-    hit = [math.nan if rate is None else 100 * rate for rate in rates_of]
+    rates_of = [hit_rate(row) for _, row in bench.iterrows()]
+    hit = [math.nan if rate is None else 100 * rate for rate, _ in rates_of]
+    hit_names = " / ".join(dict.fromkeys(name for _, name in rates_of))
     savings = column(bench, "sharing_savings", 100)
     x = range(len(names))
-    rates.bar([i - 0.2 for i in x], hit, 0.4, label="prefix hit rate (all tiers)", color="#1971c2")
-    rates.bar([i + 0.2 for i in x], savings, 0.4, label="blocks saved by sharing", color="#2b8a3e")
+    rates.bar([i - 0.2 for i in x], hit, 0.4, label=hit_names, color="#1971c2")
+    rates.bar([i + 0.2 for i in x], savings, 0.4, label=label("sharing_savings"), color="#2b8a3e")
     rates.set_ylabel("%")
     legend_outside(rates)
     # cluster runs report cache hits, not prefill saved: the same tokens (saved = hits + preempted hits)
@@ -301,7 +219,7 @@ def sharing(data: ReportData) -> Figure:
         )
     ]
     tokens.bar(list(x), saved, color="#5c940d")
-    tokens.set_ylabel("prefill tokens saved (millions)")
+    tokens.set_ylabel(label("prefill_tokens_saved", "millions"))
     for ax in (rates, tokens):
         categories(ax, names)
     return figure
@@ -317,7 +235,7 @@ def routers(data: ReportData) -> Figure:
     figure, axes = bar_panels(len(names), 3, width=12, height=3.6)
     hits, spread, latency = panels_of(axes)
     hits.bar(range(len(names)), column(bench, "prefix_hit_rate", 100), color="#1971c2")
-    hits.set_ylabel("cluster prefix hit rate (%)")
+    hits.set_ylabel(label("prefix_hit_rate", "%"))
     pods = max(len(v) for v in bench["pod_requests"])
     width = 0.8 / pods
     for p in range(pods):
@@ -327,7 +245,7 @@ def routers(data: ReportData) -> Figure:
             width,
             label=f"pod {p}",
         )
-    spread.set_ylabel("requests routed")
+    spread.set_ylabel(label("pod_requests"))
     legend_outside(spread)
     ttft_dots(latency, bench, names)
     for ax in (hits, spread):
@@ -360,24 +278,25 @@ def tiers(data: ReportData) -> Figure:
     figure, axes = bar_panels(len(names), 3, width=12, height=3.6)
     rates, moved, latency = panels_of(axes)
     bottom = [0.0] * len(names)
-    for name, label, color in (
-        ("prefix_hit_rate", "device", "#1971c2"),
-        ("cpu_hit_rate", "cpu", "#74c0fc"),
-        ("disk_hit_rate", "disk", "#a5d8ff"),
+    # the device's share, then each tier's: together the hit rate over all tiers
+    for name, color in (
+        ("prefix_hit_rate", "#1971c2"),
+        ("cpu_hit_rate", "#74c0fc"),
+        ("disk_hit_rate", "#a5d8ff"),
     ):
         values = column(bench, name, 100)
-        rates.bar(range(len(names)), values, bottom=bottom, label=label, color=color)
+        rates.bar(range(len(names)), values, bottom=bottom, label=label(name), color=color)
         bottom = [a + b for a, b in zip(bottom, values)]
-    rates.set_ylabel("prefix hit rate by tier (%)")
+    rates.set_ylabel(label("total_hit_rate", "%"))
     legend_outside(rates)
     for offset, tier in enumerate(("cpu", "disk")):
         moved.bar(
             [i + (offset - 0.5) * 0.4 for i in range(len(names))],
             column(bench, f"{tier}_bytes_out", 1e-9),
             0.4,
-            label=f"{tier} -> device",
+            label=label(f"{tier}_bytes_out"),
         )
-    moved.set_ylabel("GB reloaded")
+    moved.set_ylabel("GB read back to the device")
     legend_outside(moved)
     ttft_dots(latency, bench, names)
     for ax in (rates, moved):

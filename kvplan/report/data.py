@@ -38,6 +38,9 @@ COMPARISON = (
     "requests_rejected",
 )
 RATIO_METRICS = tuple(entry.name for entry in METRICS if entry.ratio_label)
+# The throughput the report compares runs by: the steady state's output rate
+# (docs/metrics.md), the figure the bench table's ratios read
+THROUGHPUT = "served_output_tokens_per_s"
 
 
 def ratio_column(name: str) -> str:

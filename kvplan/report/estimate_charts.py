@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from kvplan.report.chart_registry import chart, has_estimate, new_figure
 from kvplan.report.data import ReportData
+from kvplan.report.log_axes import context_axis, labelled_log
 
 GIB = 2**30
 VERDICT_COLORS = {"fits": "#2b8a3e", "kv-does-not-fit": "#f59f00", "weights-do-not-fit": "#c92a2a"}
@@ -45,8 +46,8 @@ def kv_vs_context(data: ReportData) -> Figure:
         ax.axhline(
             budget, color="black", linestyle="--", linewidth=1, label=f"KV budget {budget:.1f} GiB"
         )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        context_axis(ax)
+        labelled_log(ax)
         ax.set_title(f"{model} on {tp} x {gpu}, batch {batch}", fontsize=9)
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel("KV per GPU (GiB)")
@@ -73,8 +74,8 @@ def concurrency_vs_context(data: ReportData) -> Figure:
                 markersize=3,
                 label=f"{model} {tp}x{gpu}",
             )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        context_axis(ax)
+        labelled_log(ax)
         ax.axhline(1, color="grey", linewidth=0.8)
         ax.set_title(f"KV {kv_dtype}", fontsize=9)
         ax.set_xlabel("context (tokens)")

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from kvplan.report.chart_registry import chart, new_figure
+from kvplan.report.chart_registry import chart, label, new_figure
 from kvplan.report.data import ReportData
+from kvplan.report.log_axes import labelled_log
 
 
 def has_fidelity(data: ReportData) -> bool:
     return not data.fidelity.empty
 
 
+# vllm bench's figures under the labels of the run metrics they measure (its output
+# throughput is tokens over the makespan); `vllm bench latency`'s batch time is no run metric
 FIDELITY_METRICS = (
-    ("output_throughput", "output tokens/s"),
-    ("mean_tpot_ms", "mean TPOT (ms)"),
-    ("mean_ttft_ms", "mean TTFT (ms)"),
-    ("median_tpot_ms", "median TPOT (ms)"),
-    ("median_ttft_ms", "median TTFT (ms)"),
+    ("output_throughput", label("output_tokens_per_s")),
+    ("mean_tpot_ms", label("tpot_s_mean", "ms")),
+    ("mean_ttft_ms", label("ttft_s_mean", "ms")),
+    ("median_tpot_ms", label("tpot_s_p50", "ms")),
+    ("median_ttft_ms", label("ttft_s_p50", "ms")),
     ("latency_avg_s", "batch latency (s)"),
 )
 
@@ -34,9 +37,11 @@ def serving_fidelity(data: ReportData) -> Figure:
     frame = data.fidelity
     # files written before the held-out protocols name the leave-one-sweep-out column "loso"
     held = "held_out_sweep" if "held_out_sweep" in frame else "loso"
-    shown = [(m, label) for m, label in FIDELITY_METRICS if (frame["metric"] == m).any()]
+    shown = [
+        (m, figure_name) for m, figure_name in FIDELITY_METRICS if (frame["metric"] == m).any()
+    ]
     figure, axes = new_figure(width=4.0 * len(shown), height=4.0, cols=len(shown))
-    for ax, (metric, label) in zip(axes[0], shown):
+    for ax, (metric, figure_name) in zip(axes[0], shown):
         rows = frame[frame["metric"] == metric]
         for predicted, color, name in (
             ("datasheet", "#adb5bd", "datasheet"),
@@ -46,9 +51,8 @@ def serving_fidelity(data: ReportData) -> Figure:
         low = float(min(rows["measured"].min(), rows[["datasheet", held]].min().min()))
         high = float(max(rows["measured"].max(), rows[["datasheet", held]].max().max()))
         ax.plot([low, high], [low, high], color="black", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"measured {label}")
-        ax.set_ylabel(f"kvplan {label}")
+        labelled_log(ax, "xy")
+        ax.set_xlabel(f"measured {figure_name}")
+        ax.set_ylabel(f"kvplan {figure_name}")
         ax.legend(fontsize=7)
     return figure

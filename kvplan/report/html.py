@@ -311,9 +311,11 @@ def build_page(
     if charts:
         parts.append("<h2>Charts</h2>")
         for item, path in charts:
+            note = item.note(data) if item.note else ""
             parts.append(
                 f'<figure id="{_esc(item.name)}"><figcaption>{_esc(item.title)}</figcaption>'
-                f'<img src="{_image(path)}" alt="{_esc(item.title)}"></figure>'
+                + (f'<p class="muted">{_esc(note)}</p>' if note else "")
+                + f'<img src="{_image(path)}" alt="{_esc(item.title)}"></figure>'
             )
     if not data.estimate.empty:
         parts += _estimates(data)

@@ -76,6 +76,16 @@ def setting(params: dict[str, Any], name: str) -> Any:
     return params.get(name)
 
 
+def described(name: str, value: Any) -> str:
+    """One setting as a run name shows it ("gpu l4", "rate 4"); a setting SETTINGS does not
+    list, or a value of an unexpected type, as "name value"."""
+    show = dict(SETTINGS).get(name)
+    try:
+        return show(value) if show else f"{name} {value}"
+    except (TypeError, ValueError):
+        return f"{name} {value}"
+
+
 def axis_order(key: str) -> tuple[int, int]:
     """A sweep axis's place in a name: the rate first, then the SETTINGS order."""
     order = [name for name, _ in SETTINGS]
@@ -120,20 +130,10 @@ def run_names(
     if shortest:
         differing = _telling_apart(differing, values, runs)
     differing = [name for name in differing if name not in stated]
-    formats = dict(SETTINGS)
     names = {}
     for run in runs:
-        parts = []
-        for name in differing:
-            value = setting(params.get(run, {}), name)
-            if value is None:
-                continue
-            show = formats.get(name, lambda v, n=name: f"{n} {v}")
-            try:
-                parts.append(show(value))
-            except (TypeError, ValueError):  # a value of an unexpected type: shown as text
-                parts.append(f"{name} {value}")
-        names[run] = ", ".join(parts)
+        shown = ((name, setting(params.get(run, {}), name)) for name in differing)
+        names[run] = ", ".join(described(name, value) for name, value in shown if value is not None)
 
     def clashes(run: str) -> bool:
         return any(

@@ -1,5 +1,5 @@
 """The eviction-policy trade-off chart: per policy, against the budget's share of the full
-cache, the panels that have data among mean concurrency and output tokens/s (simulated)
+cache, the panels that have data among mean concurrency and steady output tok/s (simulated)
 and perplexity and KL (real). Registered when charts.py imports this module."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from matplotlib.figure import Figure
 
 from kvplan.report.chart_registry import chart, legend_outside, new_figure
 from kvplan.report.data import ReportData
-from kvplan.report.policies import policy_tradeoff
+from kvplan.report.policies import RUNNING, SPEED, policy_tradeoff
 
 PANELS = (
-    ("mean running", "mean running requests (simulated)"),
-    ("output tok/s", "output tokens/s (simulated)"),
+    (RUNNING, f"{RUNNING} (simulated)"),
+    (SPEED, f"{SPEED} (simulated)"),
     ("perplexity", "perplexity (real)"),
     ("KL", "KL(full || policy) (real)"),
 )

@@ -8,8 +8,9 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from kvplan.report.chart_registry import chart, legend_outside, new_figure, plain_log_ticks
+from kvplan.report.chart_registry import chart, legend_outside, new_figure
 from kvplan.report.data import ReportData
+from kvplan.report.log_axes import labelled_log
 from kvplan.report.names import clip
 
 MAX_LINES = 12
@@ -72,8 +73,7 @@ def study_ttft_vs_rate(data: ReportData) -> Figure:
         ax.set_xscale("log", base=2)
         ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_yscale("log")
-    plain_log_ticks(ax)
+    labelled_log(ax)
     ax.set_xlabel("request rate (req/s; lines offset slightly sideways to stay visible)")
     ax.set_ylabel("p90 TTFT (s)")
     legend_outside(ax)

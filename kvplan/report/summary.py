@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from kvplan.report.alerts import ALL_TIERS, hit_rate
-from kvplan.report.data import ReportData
+from kvplan.report.data import THROUGHPUT, ReportData
 from kvplan.report.names import page_text, run_names
 from kvplan.report.sweep_view import study, study_sentences, sweep_axes, sweep_runs
 
@@ -145,9 +145,6 @@ def _bench(
         if said:
             lines.append(f"{row['optimization']}, {said}")
     return heading, lines
-
-
-THROUGHPUT = "served_output_tokens_per_s"  # the steady state's, as the bench table's ratios
 
 
 def _throughput(group: pd.DataFrame, base: pd.Series, others: pd.DataFrame, mode: str) -> list[str]:
