@@ -126,4 +126,18 @@ def test_write_kv_triton_fp8_rounding_matches_torch_cast(fmt: str) -> None:
         backend="triton",
     )
     expected = x.clamp(-fmax, fmax).to(dtype).reshape(cache.key_cache.shape)
+    if _interpreter_drops_the_sign_of_zero():
+        # Triton 3.7's interpreter casts fp32 -0.0 to fp8 +0 (3.8 and compiled kernels keep
+        # the sign): compare every other value exactly, and what rounds to -0.0 as +0.
+        zero = expected.float() == 0
+        expected = torch.where(zero, torch.zeros((), dtype=torch.float32), expected.float())
+        expected = expected.to(dtype)
     assert torch.equal(bits(cache.key_cache), bits(expected))
+
+
+def _interpreter_drops_the_sign_of_zero() -> bool:
+    import triton
+    from kvplan.kernels import interpreting
+
+    major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+    return interpreting() and (major, minor) < (3, 8)
