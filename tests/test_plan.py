@@ -239,7 +239,7 @@ def test_the_pareto_front_keeps_only_unbeaten_points() -> None:
     [
         (["--rate", "0"], "--rate"),
         (["--rate", "4", "--slo", "ttft=2"], "--slo"),
-        (["--rate", "4"], "--gpus"),
+        (["--rate", "4"], "--gpu"),
         (["--rate", "4", "--gpus", "l4", "--tp", "0"], "--tp"),
         (["--rate", "4", "--gpus", "no-such-gpu"], "no-such-gpu"),
         (["--rate", "4", "--gpus", "l4", "--kv-dtype", "bogus"], "bogus"),

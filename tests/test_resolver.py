@@ -261,7 +261,7 @@ def test_shipped_benchmark_records_load_through_the_resolver(shared_data: Path) 
         try:
             load_model(record["model"])
         except ValueError as err:
-            assert "tried not a shipped profile" in str(err)
+            assert "it is not a shipped profile" in str(err)
             unresolved.add(record["model"])
             continue
         run, why = dataset_run(record)

@@ -82,7 +82,9 @@ class BenchConfig:
         if self.mode == "real" and self.cluster.pods > 1:
             raise SettingError("{pods} needs simulated mode; real mode runs one engine")
         if self.step_model is not None and self.mode != "simulated":
-            raise SettingError("{step_model} time simulated steps; drop them with {mode} real")
+            raise SettingError(
+                "{step_model} and {calibration} time simulated steps; drop them with {mode} real"
+            )
         if (self.max_concurrency is not None or self.vllm_figures) and (
             self.mode != "simulated" or self.cluster.pods > 1
         ):
@@ -150,27 +152,14 @@ CALIBRATION = "calibration"
 
 
 def calibration_as_step_model(settings: dict[str, Any]) -> dict[str, Any]:
-    """`settings` with calibration = FILE read as step_model = FILE, refused as the flag is:
-    the file must be one `kvplan calibrate` wrote, and a step model set beside it conflicts."""
-    from kvplan.sim.step_model import load_calibration
+    """`settings` with calibration = FILE read as step_model = FILE, refused as bench's
+    --calibration is (kvplan.sim.step_models: the file must be one `kvplan calibrate` wrote,
+    and a step model set beside it conflicts)."""
+    from kvplan.sim.step_models import step_model_setting
 
     settings = dict(settings)
     calibration = settings.pop(CALIBRATION)
-    if calibration is None:
-        return settings
-    if not isinstance(calibration, str) or not calibration.strip():
-        raise SettingError(
-            "{calibration} must name a file written by `kvplan calibrate`, got {got!r}",
-            got=calibration,
-        )
-    if settings.get("step_model") is not None:
-        raise SettingError(
-            "{step_model} {got} and {calibration} exclude each other (the file is a step "
-            "model); set one",
-            got=settings["step_model"],
-        )
-    load_calibration(calibration)  # an unreadable or foreign file is refused now, by its name
-    settings["step_model"] = calibration
+    settings["step_model"] = step_model_setting(settings.get("step_model"), calibration)
     return settings
 
 

@@ -54,10 +54,8 @@ def make_plan(
 ) -> Plan:
     if demand.workload.trace is not None and demand.trace_rps is None:
         demand = dataclasses.replace(demand, trace_rps=trace_rate(demand.workload))
-    if (
-        candidates
-    ):  # a workload setting the generator refuses is the user's error, not every candidate's
-        check_workload(demand, candidates[0])
+    # a setting the generator or the engine refuses is the user's error, not every candidate's
+    check_workload(demand, candidates)
     note = progress or (lambda label, more: None)
     order = {candidate: i for i, candidate in enumerate(candidates)}
     probed = _map(

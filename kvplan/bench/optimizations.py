@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from kvplan.core.kv import ALLOCATORS
 from kvplan.core.policies.registry import policy_names
 from kvplan.spec import parse_kv_format
+from kvplan.spec.comma_list import comma_list
 from kvplan.spec.setting_error import SettingError
 
 if TYPE_CHECKING:  # the engine's setup loads when a name is parsed, not for the names' help text
@@ -99,11 +100,19 @@ def parse_optimization(text: str) -> Optimization:
     return Optimization("+".join(parts), allocator or "paged", kv_dtype, prefix, policy, offload)
 
 
+def optimization_names(text: str) -> list[str]:
+    """The names of a comma-separated list (--optimizations), the baseline first; an empty
+    list or entry is refused (kvplan.spec.comma_list)."""
+    return comma_list(
+        text, "optimizations", "optimization names separated by commas, e.g. paged,prefix"
+    )
+
+
 def parse_optimizations(names: str | list[str]) -> list[Optimization]:
     """A comma-separated list (or a list) of names, each parsed; fails on the first bad one,
     and on two names for the same optimization (`paged,paged`, `paged+fp8,fp8+paged`): each
     would run the identical engine and share one row name in results and reports."""
-    items = names.split(",") if isinstance(names, str) else names
+    items = optimization_names(names) if isinstance(names, str) else names
     parsed: list[Optimization] = []
     for optimization in (parse_optimization(name) for name in (n.strip() for n in items) if name):
         twin = next((seen for seen in parsed if _same(seen, optimization)), None)

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.results import ResultRecord, make_record, write_jsonl
+from kvplan.results.latest import DEFAULT_FOLDER, default_stem
 from kvplan.spec.setting_error import SettingError
 
 GIB = 2**30
@@ -149,6 +150,6 @@ def run_quality_table(
         )
         for index, row in enumerate(rows)
     ]
-    out = out or Path("reports") / f"quality-{label}.jsonl"
+    out = out or DEFAULT_FOLDER / f"{default_stem('quality', label)}.jsonl"
     write_jsonl(out, records)
     return QualityRun(rows, records, label, len(tokens), out)

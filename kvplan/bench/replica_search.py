@@ -31,9 +31,10 @@ from kvplan.bench.optimizations import parse_optimization
 from kvplan.bench.slo import Slo
 from kvplan.bench.trials import sent_at, settled_run
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
-from kvplan.core.engine_factory import SizingConfig
+from kvplan.core.engine_factory import DoesNotFit, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.sim.disagg import Phase
+from kvplan.sim.step_models import calibration_file_of, step_model_setting
 from kvplan.spec.kv_format import parse_kv_format
 from kvplan.spec.numbers import check_number
 from kvplan.spec.setting_error import SettingError
@@ -78,7 +79,8 @@ class Demand:
     num_requests: int = 300  # per replica and trial
     engine: str | None = None
     engine_version: str | None = None
-    step_model: str | None = None
+    step_model: str | None = None  # fitted, roofline or a calibration file (sim.step_models)
+    max_model_len: int | None = None  # None: bench's default for the workload (model_len.py)
     seed: int = 0
     trace_rps: float | None = None  # a trace's own request rate (trace_rate), which trials rescale
     phase: Phase = Phase.WHOLE  # a disaggregated pool serves only its part of each request
@@ -95,7 +97,14 @@ class Demand:
                 kind=self.workload.kind,
                 known=", ".join(dict.fromkeys((*WORKLOAD_KINDS, *VLLM_DATASETS))),
             )
-        parse_optimization(self.optimization)
+        if parse_optimization(self.optimization).policy:  # every build would refuse it
+            raise SettingError(
+                "{optimization} {got} keeps a KV budget (bench's --kv-budget), which a plan "
+                "does not size; plan with prefix, paged or a KV format (e.g. paged+fp8)",
+                got=self.optimization,
+            )
+        calibration = calibration_file_of(self.step_model)  # a misspelled name or a foreign
+        step_model_setting(None if calibration else self.step_model, calibration)  # file: refused
 
     def config(
         self,
@@ -111,6 +120,7 @@ class Demand:
             kv_dtype=candidate.kv_dtype,
             engine=self.engine,
             engine_version=self.engine_version,
+            max_model_len=self.max_model_len,
         )
         scheduler = SchedulerConfig(
             max_num_seqs=candidate.max_num_seqs, max_num_batched_tokens=None
@@ -164,15 +174,35 @@ def simulate_series(
     return record.metrics, record.timeseries or {}
 
 
-def check_workload(demand: Demand, candidate: Candidate) -> None:
-    """Build the workload once (a few requests), so a setting its generator refuses fails as
-    the user's error (ValueError) before any candidate is probed."""
+def check_workload(demand: Demand, candidates: list[Candidate]) -> None:
+    """Build the workload once and size every candidate, so a setting the generator refuses,
+    a request longer than max_model_len (the engine would reject it: model_len.check_admitted)
+    or a candidate no engine would start with (a TP that does not divide the heads, a KV format
+    the model has not) fails as the user's error (ValueError) before any candidate is probed.
+    Only DoesNotFit, the memory a candidate lacks, is left to its probe's verdict."""
+    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.model_len import check_admitted
     from kvplan.bench.run import prepare
+    from kvplan.spec.resolve import load_model
 
-    prepare(
-        demand.config(candidate),
-        sent_at(demand.workload, math.inf, min(8, demand.num_requests), demand.trace_rps),
-    )
+    if not candidates:
+        return
+    sent = sent_at(demand.workload, math.inf, min(8, demand.num_requests), demand.trace_rps)
+    if sent.trace is not None:  # every request a trial may replay
+        sent = dataclasses.replace(sent, num_requests=None)
+    _, built = prepare(demand.config(candidates[0]), sent)
+    check_admitted(sent, built, load_model(demand.model))
+    optimization = parse_optimization(demand.optimization)
+    for candidate in candidates:
+        sized = demand.config(candidate)
+        sized = dataclasses.replace(
+            sized,
+            sizing=dataclasses.replace(sized.sizing, max_model_len=built.max_model_len),
+        )
+        try:
+            engine_factory(sized).check(optimization)
+        except DoesNotFit:
+            continue
 
 
 def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
@@ -197,7 +227,8 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
             ),
             max_concurrency=1,
         )
-    except ValueError as err:  # sizing: the weights, or one request, do not fit
+    except DoesNotFit as err:  # the weights leave no room for a KV cache; any other refusal
+        # is a setting (check_workload found those first), an error rather than a verdict
         result.status, result.reason = "memory", str(err).splitlines()[0]
         return result
     rejected = unserved(alone)

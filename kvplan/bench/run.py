@@ -21,8 +21,14 @@ from kvplan.core.scheduler import SchedulerConfig
 from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import check_folder_target, restore_on_failure
-from kvplan.results.latest import DEFAULT_FOLDER, POINTER_NAME, timestamped_path, write_latest
-from kvplan.spec.resolve import load_model
+from kvplan.results.latest import (
+    DEFAULT_FOLDER,
+    POINTER_NAME,
+    default_stem,
+    timestamped_path,
+    write_latest,
+)
+from kvplan.spec.resolve import load_gpu, load_model
 
 _PLAIN_LIMITS = (
     SchedulerConfig().max_num_seqs or 256,
@@ -70,12 +76,11 @@ def configured(config: BenchConfig, built: Workload) -> BenchConfig:
 
 
 def default_out(config: BenchConfig) -> Path:
-    """Reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run, never an old one."""
+    """Reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run, never an old one; MODEL
+    and GPU are the resolved profile names (`l40s`, not the "NVIDIA L40S" typed), as slugs."""
     name = load_model(config.sizing.model).name
-    return timestamped_path(
-        DEFAULT_FOLDER,
-        f"bench-{name}-{config.sizing.gpu if config.mode == 'simulated' else 'real'}",
-    )
+    gpu = load_gpu(config.sizing.gpu).name if config.mode == "simulated" else "real"
+    return timestamped_path(DEFAULT_FOLDER, default_stem("bench", name, gpu))
 
 
 def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:

@@ -4,9 +4,11 @@ A user reads results as if every setting given acted on them. Where a setting ch
 nothing the results would then be misread (a KV budget that no optimization keeps: the
 table shows full caches under a budget's name), the run is refused with the reason; where
 nothing is lost (routers named for one pod: one engine needs no router), a warning says
-so and the run goes on. The workload's own settings (--workload-param, vLLM's random
-lengths) are checked by WorkloadSpec itself. Library errors name settings by their config
-names (kvplan.spec.setting_error); the command line spells them as its flags.
+so and the run goes on, as it does for a calibration file fitted on another model, GPU or
+engine than the run's (its factors are read, but may not hold here). The workload's own
+settings (--workload-param, vLLM's random lengths) are checked by WorkloadSpec itself. Library
+errors name settings by their config names (kvplan.spec.setting_error); the command line
+spells them as its flags.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from kvplan.spec.setting_error import SettingError
 if TYPE_CHECKING:
     from kvplan.bench.config import BenchConfig
     from kvplan.core.engine_factory import Optimization
+
+# What a run's step model was fitted for: its step_model setting (a name, or a calibration
+# file), model, GPU, engine and release, as the run names them
+Setup = tuple[str | None, str, str, str | None, str | None]
 
 
 def check_budget_read(kv_budget: Any, optimizations: Iterable[Optimization]) -> None:
@@ -55,9 +61,12 @@ def ignored_settings(
     config: BenchConfig, optimizations: Sequence[Optimization]
 ) -> list[SettingError]:
     """Refuses (SettingError) a setting whose results would be misread; returns a warning
-    for each harmless one."""
+    for each harmless one, and for a calibration file fitted on another setup."""
     check_budget_read(config.kv_budget, optimizations)
-    warnings = []
+    sizing = config.sizing
+    warnings = calibration_warnings(
+        [(config.step_model, sizing.model, sizing.gpu, sizing.engine, sizing.engine_version)]
+    )
     cluster = config.cluster
     if cluster.pods == 1 and cluster.routers:
         warnings.append(
@@ -68,6 +77,26 @@ def ignored_settings(
             )
         )
     return warnings
+
+
+def calibration_warnings(setups: Iterable[Setup]) -> list[SettingError]:
+    """A warning for each calibration file used on another model, GPU or engine than it was
+    fitted on (kvplan.sim.step_models), once per distinct pair. A setup whose names do not
+    resolve is left to its run, which refuses it (a sweep records it as a failed point)."""
+    from kvplan.sim.step_models import calibration_file_of, calibration_mismatch
+
+    warnings: dict[str, SettingError] = {}
+    for step_model, model, gpu, engine, version in dict.fromkeys(setups):
+        path = calibration_file_of(step_model)
+        if path is None:
+            continue
+        try:
+            mismatch = calibration_mismatch(path, model, gpu, engine, version)
+        except ValueError:
+            continue
+        if mismatch is not None:
+            warnings.setdefault(str(mismatch), mismatch)
+    return list(warnings.values())
 
 
 def check_sweep_budgets(fixed: dict[str, Any], axes: dict[str, list[Any]], label: str) -> None:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kvplan.spec.comma_list import comma_list
 from kvplan.spec.setting_error import SettingError
 
 FIGURES = ("ttft", "tpot", "e2e")
@@ -74,7 +75,8 @@ class Slo:
 def parse_slo(text: str) -> Slo:
     """'ttft_p90=2s,tpot_p90=60ms' -> Slo; a bare number is seconds."""
     targets = []
-    for part in (p.strip() for p in text.split(",")):
+    takes = "targets separated by commas, e.g. ttft_p90=2s,tpot_p90=60ms"
+    for part in comma_list(text, "slo", takes):
         match = _TARGET.match(part.lower())
         if not match:
             raise SettingError(

@@ -37,9 +37,11 @@ from typing import Any
 
 from kvplan.bench.config import CALIBRATION, FLAT_NAMES
 from kvplan.bench.executors import DEFAULT_EXECUTOR, EXECUTORS, make_executor
+from kvplan.bench.setting_use import Setup
 from kvplan.bench.sweep_checks import check_sweep_data
 from kvplan.bench.sweep_point import WORKLOAD_KEYS, run_point
 from kvplan.bench.sweep_store import finished_records, rewrite
+from kvplan.core.engine_factory import SizingConfig
 from kvplan.results import ResultRecord, dumps
 from kvplan.spec.extras import require_extra
 
@@ -60,6 +62,23 @@ class SweepSpec:
     axes: dict[str, list[Any]]
     slo_ttft_p90_s: float | None
     prices: dict[str, float]
+
+    def calibration_setups(self) -> list[Setup]:
+        """Each simulated point's calibration file (or step model) with the model, GPU and
+        engine it times, bench's defaults where the point sets none (for their warnings,
+        kvplan.bench.setting_use.calibration_warnings)."""
+        sizing = SizingConfig()
+        keys = ("model", "gpu", "engine", "engine_version")
+        setups: list[Setup] = []
+        for point in self.points():
+            given = point.get(CALIBRATION) or point.get("step_model")
+            model, gpu, engine, version = (point.get(key, getattr(sizing, key)) for key in keys)
+            texts = (isinstance(value, str) for value in (given, model, gpu))
+            if point.get("mode", "simulated") != "simulated" or not all(texts):
+                continue  # a real point refuses a calibration; a bad value fails its point
+            engine, version = (v if isinstance(v, str) else None for v in (engine, version))
+            setups.append((given, model, gpu, engine, version))
+        return setups
 
     def points(self) -> list[dict[str, Any]]:
         names = list(self.axes)

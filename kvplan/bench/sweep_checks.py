@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvplan.bench.config import CALIBRATION, calibration_as_step_model
+from kvplan.bench.config import CALIBRATION
 from kvplan.bench.setting_use import check_sweep_budgets
-from kvplan.sim.factory import FITTED, ROOFLINE
+from kvplan.sim.step_models import step_model_setting
 from kvplan.spec.numbers import MAX_SWEEP_POINTS, check_grid_size, check_number, rule_for
+from kvplan.spec.setting_error import SettingError
 
 TABLES = ("fixed", "axes", "slo", "prices")
 SLO_KEYS = ("ttft_p90_s",)
@@ -76,26 +77,28 @@ def check_sweep_data(data: dict[str, Any], path: str, known: set[str]) -> None:
 
 
 def _check_step_models(data: dict[str, Any], where: str) -> None:
-    """step_model and calibration as bench's --step-model and --calibration take them: a step
-    model by name, or a file `kvplan calibrate` wrote (read now, once per file, not per point)."""
+    """step_model and calibration as bench's --step-model and --calibration take them
+    (kvplan.sim.step_models: a step model by name, or a file `kvplan calibrate` wrote, read
+    now, once per file, not per point), worded with the sweep file's keys."""
     fixed, axes = data.get("fixed") or {}, data.get("axes") or {}
 
     def values(name: str) -> list[Any]:
         return [fixed[name]] if name in fixed else list(axes.get(name, []))
 
-    names = (FITTED, ROOFLINE)
-    for model in values("step_model"):
-        if model not in names:
-            raise ValueError(
-                f"{where}: step_model must be {' or '.join(names)}, got {model!r}; a file "
-                f'written by `kvplan calibrate` goes in {CALIBRATION} = "FILE"'
-            )
-    step_model = next(iter(values("step_model")), None)
-    for calibration in values(CALIBRATION):
-        try:
-            calibration_as_step_model({CALIBRATION: calibration, "step_model": step_model})
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from None
+    step_models = values("step_model")
+    try:
+        for step_model in step_models:
+            step_model_setting(step_model, None)
+        for calibration in values(CALIBRATION):
+            step_model_setting(next(iter(step_models), None), calibration)
+    except ValueError as err:  # a SettingError, or the file's own refusal naming it
+        named = err.named(_sweep_spelling) if isinstance(err, SettingError) else str(err)
+        raise ValueError(f"{where}: {named}") from None
+
+
+def _sweep_spelling(setting: str) -> str:
+    """A setting as a sweep file writes it: its key, and a calibration file's key with its value."""
+    return f'{CALIBRATION} = "FILE"' if setting == "calibration_file" else setting
 
 
 def _check_value(name: str, value: Any, label: str) -> None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
+from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec, arrivals_rate, trace_time_scale
 
 if TYPE_CHECKING:  # replica_search imports this module: its Demand is a type here only
     from kvplan.bench.replica_search import Demand
@@ -40,13 +40,13 @@ def trace_rate(workload: WorkloadSpec) -> float | None:
             workload.trace, workload.trace_format, skip_bad_lines=workload.skip_bad_lines
         ).requests
     ]
-    span = max(arrivals) - min(arrivals) if len(arrivals) > 1 else 0.0
-    if span <= 0:
+    native = arrivals_rate(arrivals)
+    if native is None:
         raise ValueError(
             f"trace {workload.trace} has no spread of arrival times to rescale to a rate; "
             "give a trace whose requests arrive over time"
         )
-    return (len(arrivals) - 1) / span
+    return native
 
 
 def sent_at(
@@ -59,7 +59,7 @@ def sent_at(
         if math.isinf(rate) and workload.kind not in VLLM_DATASETS:
             return dataclasses.replace(workload, arrival="burst", num_requests=requests)
         return dataclasses.replace(workload, rate=rate, num_requests=requests)
-    scale = native_rate / rate if math.isfinite(rate) else ALL_AT_ONCE_SCALE
+    scale = trace_time_scale(native_rate, rate)  # 0 for inf: squeezed, load_trace needs > 0
     return dataclasses.replace(
         workload, time_scale=max(scale, ALL_AT_ONCE_SCALE), num_requests=requests
     )

@@ -1,8 +1,10 @@
-"""The request stream of a bench run, with the defaults `kvplan bench` and `kvplan sweep`
-share: a synthetic generator or a replayed trace, max_model_len defaulting to 4096 for
-synthetic workloads and to the model's maximum for traces (capped at 4096 in real mode),
---samples parallel samples per request, and `vllm bench serve`-shaped streams:
---workload random (vLLM's random dataset) or --rate inf (every request sent at t = 0)."""
+"""The request stream of a bench run, with the defaults `kvplan bench`, `kvplan sweep` and
+`kvplan plan` share: a synthetic generator or a replayed trace, max_model_len defaulting to
+4096 for synthetic workloads and to the model's maximum (vLLM's default) for traces and for a
+random stream whose requests are longer (capped at 4096 in real mode), --samples parallel
+samples per request, and `vllm bench serve`-shaped streams: --workload random (vLLM's random
+dataset, its lengths also as --workload-param input_len=...) or --rate inf (every request sent
+at t = 0)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from typing import Any
 
 from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN, check_max_model_len
 from kvplan.spec import ModelSpec
+from kvplan.spec.numbers import check_number
 from kvplan.spec.setting_error import SettingError
-from kvplan.workload.bench_load import BenchLoad
+from kvplan.workload.bench_load import BenchLoad, random_length_bounds
 from kvplan.workload.default_rates import default_rate
 from kvplan.workload.kinds import checked_params, quoted, rate_unit
 from kvplan.workload.request import Request
@@ -27,6 +30,11 @@ SHARED_VOCAB = 32000  # the shared-prefix generators' default vocabulary
 SYSTEM_PROMPT_LEN = 1024  # the generator's default; a quarter of max_model_len at most
 VLLM_DATASETS = ("random", "sharegpt")  # the kinds `--rate inf` sends as vLLM's client does
 RANDOM_LENGTHS = ("input_len", "output_len", "random_range_ratio")  # vLLM's random dataset's
+MAX_MODEL_LEN_HELP = (
+    f"Longest request; contiguous-max reserves this. Default {DEFAULT_MAX_MODEL_LEN} for "
+    "synthetic workloads, the model's maximum (vLLM's default) for traces and for --workload "
+    "random with longer requests."
+)
 
 
 @dataclass(frozen=True)
@@ -41,10 +49,12 @@ class WorkloadSpec:
         None  # synthetic: DEFAULT_NUM_REQUESTS; trace: the first N (default all)
     )
     rate: float | None = None  # None: the kind's own (kvplan.workload.default_rates)
-    arrival: str = "poisson"
-    cv: float = 1.0
+    # None where not given, so a trace (which keeps its own arrival times) can refuse them
+    arrival: str | None = None  # poisson
+    cv: float | None = None  # 1.0: gamma arrivals as variable as Poisson's
     stats_path: str | None = None
-    time_scale: float = 1.0
+    # a trace's arrival times multiplied by this; None: as recorded, or rescaled to `rate`
+    time_scale: float | None = None
     samples: int = 1
     params: dict[str, Any] = field(default_factory=dict)  # generator settings (--workload-param)
     # vLLM-bench settings, None where not given (vLLM's client's defaults, BenchLoad): the
@@ -61,6 +71,14 @@ class WorkloadSpec:
         return self.trace is None and (self.kind == "random" or self.arrival_rate == math.inf)
 
     @property
+    def arrival_process(self) -> str:
+        return self.arrival or "poisson"
+
+    @property
+    def gap_cv(self) -> float:
+        return 1.0 if self.cv is None else self.cv
+
+    @property
     def arrival_rate(self) -> float:
         """--rate, or the kind's default: a load the default setup serves."""
         return default_rate(self.kind) if self.rate is None else self.rate
@@ -72,6 +90,8 @@ class WorkloadSpec:
             )
         if self.samples < 1:
             raise SettingError("{samples} must be at least 1, got {got}", got=self.samples)
+        if self.params and self.trace is None and self.kind == "random":
+            self._lengths_from_params()
         self._check_read()
         if self.params:  # whole floats (1e3) as ints, each value within its rule
             object.__setattr__(self, "params", self._checked_params())
@@ -82,6 +102,29 @@ class WorkloadSpec:
 
     def _check_read(self) -> None:
         """A setting this stream would ignore is refused: results would be read as if it acted."""
+        if self.trace is not None and self.rate is not None and self.time_scale is not None:
+            raise SettingError(
+                "{rate} and {time_scale} both set a trace's arrival rate ({rate} rescales its "
+                "arrivals to that mean rate, {time_scale} multiplies their times): give one"
+            )
+        if self.trace is None and self.time_scale is not None:
+            raise SettingError(
+                "{time_scale} multiplies a trace's arrival times; {what} does not read it: "
+                "drop it, and set its arrivals per second with {rate}",
+                what=self._described,
+            )
+        if self.trace is not None and self.arrival is not None:
+            raise SettingError(
+                "{arrival} draws a synthetic stream's arrival times; a {trace} keeps its own: "
+                "drop it, and rescale the trace's arrivals with {rate} or {time_scale}"
+            )
+        if self.cv is not None and self.arrival_process != "gamma":
+            raise SettingError(
+                "{cv} sets the variability of gamma arrivals ({arrival} gamma); {what} with "
+                "{process} arrivals does not read it: drop it, or add {arrival} gamma",
+                what="a trace" if self.trace is not None else f"the {self.kind} workload",
+                process="its own" if self.trace is not None else self.arrival_process,
+            )
         random = self.trace is None and self.kind == "random"
         for name in RANDOM_LENGTHS:
             if getattr(self, name) is not None and not random:
@@ -99,17 +142,50 @@ class WorkloadSpec:
                 unit=rate_unit(self.kind),
             )
 
+    @property
+    def longest_request(self) -> int | None:
+        """The most tokens (prompt + output) one request of vLLM's random dataset can take;
+        None for the other streams (kvplan's generators fit theirs within max_model_len, vLLM's
+        ShareGPT filter keeps 2,048, a trace's are its own)."""
+        if self.trace is not None or self.kind != "random":
+            return None
+        (_, prompt), (_, output) = random_length_bounds(
+            self.input_len or BenchLoad.input_len,
+            self.output_len or BenchLoad.output_len,
+            self.random_range_ratio or 0.0,
+            self.range_below and self.random_range_ratio is not None,
+        )
+        return max(prompt, 1) + output
+
+    def _lengths_from_params(self) -> None:
+        """--workload random reads vLLM's lengths, given as flags or as generator settings
+        (input_len=6000): the settings become the fields, each checked by its rule; any other
+        setting is refused, as the generators refuse one they do not read."""
+        for name, value in self.params.items():
+            if name not in RANDOM_LENGTHS:
+                raise SettingError(
+                    "{params} set kvplan's workload generators; vLLM's random dataset reads "
+                    "only its lengths, so {name} would be ignored: its settings are {known}",
+                    name=quoted(name),
+                    known=", ".join(RANDOM_LENGTHS),
+                )
+            if getattr(self, name) is not None:
+                raise SettingError(
+                    f"{{params}} {{name}} and {{{name}}} both set it; give one", name=quoted(name)
+                )
+            object.__setattr__(self, name, check_number(name, value, within="params"))
+        object.__setattr__(self, "params", {})
+
     def _checked_params(self) -> dict[str, Any]:
         if self.trace is not None:
             raise SettingError(
                 "{params} set kvplan's workload generators; a {trace} replays its own "
                 "requests and reads none: drop them"
             )
-        if self.vllm_shaped:
+        if self.vllm_shaped:  # --rate inf (random took its lengths above)
             raise SettingError(
-                "{params} set kvplan's workload generators; vLLM's {kind} dataset ({workload} "
-                "random, or {rate} inf) reads none: drop them (its lengths: {input_len}, "
-                "{output_len})",
+                "{params} set kvplan's workload generators; at {rate} inf the {kind} workload "
+                "is vLLM's {kind} dataset, which reads none: drop them",
                 kind=self.kind,
             )
         return checked_params(self.kind, self.params, flag=True)
@@ -123,25 +199,17 @@ class Workload:
     skipped_lines: int = 0  # malformed trace lines skipped (--skip-bad-lines)
 
 
-def default_max_model_len(model: ModelSpec, mode: str, trace: bool) -> int:
-    """4096 for synthetic workloads (or the model's maximum if lower), the model's maximum for
-    traces (their requests are as long as they are), at most 4096 in real mode."""
-    model_max = model.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
-    if mode == "real" or not trace:
-        return min(model_max, DEFAULT_MAX_MODEL_LEN)
-    return model.max_position_embeddings
-
-
 def build_workload(
     spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int, max_model_len: int | None = None
 ) -> Workload:
     """The requests of one run, and its resolved max_model_len."""
     # the generators (numpy) load when a workload is built, not for the defaults' help text
+    from kvplan.bench.model_len import default_max_model_len
     from kvplan.workload import load_trace, make_workload
     from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
     if max_model_len is None:
-        max_model_len = default_max_model_len(model, mode, spec.trace is not None)
+        max_model_len = default_max_model_len(model, mode, spec)
     if max_model_len < 2:
         raise SettingError("{max_model_len} must be at least 2, got {got}", got=max_model_len)
     check_max_model_len(model, max_model_len)  # as vLLM refuses one above the model's maximum
@@ -152,7 +220,7 @@ def build_workload(
             spec.trace_format,
             skip_bad_lines=spec.skip_bad_lines,
             max_requests=spec.num_requests,
-            time_scale=spec.time_scale,
+            time_scale=spec.time_scale or 1.0,
         )
         requests, skipped = loaded.requests, loaded.skipped
         info = {
@@ -160,8 +228,11 @@ def build_workload(
             "path": str(spec.trace),
             "format": loaded.fmt,
             "skipped_lines": skipped,
-            "time_scale": spec.time_scale,
+            "time_scale": spec.time_scale or 1.0,
         }
+        if spec.rate is not None:  # the requests replayed, at the rate asked
+            requests, info["time_scale"] = at_rate(requests, spec.rate, spec.trace)
+            info["rate"] = spec.rate
     elif spec.vllm_shaped:
         requests, info = _vllm_bench_workload(spec, seed)
     else:
@@ -185,8 +256,8 @@ def build_workload(
             spec.kind,
             spec.num_requests or DEFAULT_NUM_REQUESTS,
             rate=spec.arrival_rate,
-            arrival=spec.arrival,
-            cv=spec.cv,
+            arrival=spec.arrival_process,
+            cv=spec.gap_cv,
             seed=seed,
             max_model_len=max_model_len,
             stats_path=spec.stats_path,
@@ -195,14 +266,47 @@ def build_workload(
         info = {
             "kind": spec.kind,
             "rate": spec.arrival_rate,
-            "arrival": spec.arrival,
-            "cv": spec.cv,
+            "arrival": spec.arrival_process,
+            "cv": spec.gap_cv,
             **params,
         }
     if spec.samples > 1:  # parallel samples share the prompt's blocks copy-on-write
         requests = [dataclasses.replace(r, n=spec.samples) for r in requests]
         info["samples"] = spec.samples
     return Workload(requests, info, max_model_len, skipped)
+
+
+def arrivals_rate(arrivals: list[float]) -> float | None:
+    """Requests per second of a stream: the arrivals after the first over the span they took
+    (as the offered rate of a run is measured, kvplan.core.summary.stream_load); None for
+    arrivals with no spread (one request, or all at one time)."""
+    span = max(arrivals) - min(arrivals) if len(arrivals) > 1 else 0.0
+    return (len(arrivals) - 1) / span if span > 0 else None
+
+
+def trace_time_scale(native_rate: float, rate: float) -> float:
+    """The factor on a trace's arrival times that replays it at `rate` requests/s, given its own
+    rate (arrivals_rate); 0 for an infinite rate: every request at t = 0."""
+    return native_rate / rate if math.isfinite(rate) else 0.0
+
+
+def at_rate(requests: list[Request], rate: float, trace: str) -> tuple[list[Request], float]:
+    """A trace's requests with their arrivals rescaled so their mean rate is `rate` (the offered
+    rate the run then reports), and the factor applied; `kvplan plan` sends a trace at each rate
+    it tries by the same factor (kvplan.bench.trials.sent_at)."""
+    native = arrivals_rate([r.arrival_s for r in requests])
+    if native is not None or math.isinf(rate):
+        scale = trace_time_scale(native or 0.0, rate)
+    elif len(requests) > 1:
+        raise SettingError(
+            "{trace} {path}: its requests arrive all at one time, so there is no rate to "
+            "rescale to {rate} {got:g}: drop {rate}",
+            path=trace,
+            got=rate,
+        )
+    else:
+        scale = 1.0  # one request has no gaps to rescale
+    return [dataclasses.replace(r, arrival_s=r.arrival_s * scale) for r in requests], scale
 
 
 def _vllm_bench_workload(spec: WorkloadSpec, seed: int) -> tuple[list[Request], dict[str, Any]]:

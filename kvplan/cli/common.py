@@ -82,12 +82,12 @@ def error_message(err: BaseException) -> str:
 
 
 # Settings whose flag is not the setting's name with dashes (library errors name settings,
-# kvplan.spec.setting_error). A setting whose value comes from two flags names both.
+# kvplan.spec.setting_error). `calibration_file` is where a file goes, shown with its value.
 FLAGS = {
     "params": "--workload-param",
     "routers": "--router",
     "vllm_figures": "--format vllm",
-    "step_model": "--step-model / --calibration",
+    "calibration_file": "--calibration FILE",  # where a step model file goes
     "swap_slots": "--swap-space-gib",
     "scheduler_steps": "--num-scheduler-steps",
     "request_rate": "--rate",

@@ -85,15 +85,16 @@ def render(record: dict) -> None:
         inputs.add_row(key, f"{_fmt(value)} [dim](not in the log; assumed)[/]")
     console.print(inputs)
 
-    memory = Table(
-        title="Where the memory went (per GPU, GiB, as the server saw it)",
-        show_header=True,
-        title_justify="left",
-        header_style="bold",
-    )
-    for column in ("", "server", "kvplan's model"):
-        memory.add_column(column, justify="left" if not column else "right")
+    # the title on a line of its own, in a table title's style: a table of two narrow columns
+    # would wrap it over three lines
+    console.print("Where the memory went (per GPU, GiB, as the server saw it)", style="italic")
+    memory = Table(show_header=True, header_style="bold")
     predicted = record["prediction"] or {}
+    # without a prediction its column would be all dashes: left out, and the line after the
+    # table says what it needs (record["not_computed"])
+    columns = ("", "server", "kvplan's model") if predicted else ("", "server")
+    for column in columns:
+        memory.add_column(column, justify="left" if not column else "right")
     keys = {
         "total": "total_gib",
         "usable": "usable_gib",
@@ -106,8 +107,10 @@ def render(record: dict) -> None:
     for key, label in _MEMORY_ROWS:
         logged, model = record["memory_gib"].get(key), predicted.get(keys.get(key, ""))
         if logged is not None or model is not None:
-            memory.add_row(label, _fmt(logged), _fmt(model))
+            memory.add_row(label, _fmt(logged), *([_fmt(model)] if predicted else []))
     console.print(memory)
+    if record["not_computed"]:
+        console.print(f"[yellow]{escape(record['not_computed'])}[/]")
     if predicted:
         console.print(
             f"[dim]kvplan's model: {escape(predicted['engine_model'])}; profiling batch "

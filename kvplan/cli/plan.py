@@ -15,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kvplan.bench.workloads import MAX_MODEL_LEN_HELP
 from kvplan.cli.common import (
     ENGINE,
     HARDWARE,
@@ -27,23 +28,24 @@ from kvplan.cli.common import (
     SeedOpt,
     cli_errors,
     error_console,
+    flag_of,
     progress_bars,
 )
+from kvplan.cli.panels.engine import CalibrationOpt, StepModelOpt
 from kvplan.cli.plan_table import render_plan
+from kvplan.plan.plan_inputs import DEFAULT_PLAN_TPS, valid_tps
+from kvplan.spec.comma_list import comma_list
 from kvplan.workload.bench_load import BenchLoad
 
 
 def _ints(text: str, flag: str) -> list[int]:
     """Comma-separated whole numbers; their ranges are checked where they are used."""
+    takes = "whole numbers separated by commas, e.g. 1,2,4,8"
+    entries = comma_list(text, flag.removeprefix("--").replace("-", "_"), takes)
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        return [int(v) for v in entries]
     except ValueError:
-        values = []
-    if not values:
-        raise ValueError(
-            f"{flag} takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'"
-        )
-    return values
+        raise ValueError(f"{flag} takes {takes}; got '{text}'") from None
 
 
 @cli_errors()
@@ -105,15 +107,18 @@ def plan(
             "--workload-param",
             metavar="NAME=VALUE",
             rich_help_panel=WORKLOAD,
-            help="Generator setting NAME=VALUE, as in kvplan bench.",
+            help="Generator setting NAME=VALUE, as in kvplan bench (--workload random reads input_len, output_len, random_range_ratio).",
         ),
     ] = None,
-    gpus: Annotated[
+    gpu: Annotated[
         Optional[str],
         typer.Option(
+            "--gpu",
+            "--gpus",  # the spelling plan once had; --gpu is estimate's and bench's
             metavar="NAMES",
             rich_help_panel=HARDWARE,
-            help="GPUs to consider, comma-separated; default: every GPU the price file names.",
+            help="GPUs to consider, comma-separated (as estimate's and bench's --gpu); default: "
+            "every GPU the price file names.",
         ),
     ] = None,
     prices: Annotated[
@@ -121,15 +126,18 @@ def plan(
         typer.Option(
             metavar="FILE",
             rich_help_panel=HARDWARE,
-            help="TOML file of $/GPU-hour ([usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.",
+            help="TOML file of $/GPU-hour (\\[usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.",
         ),
     ] = None,
     tp: Annotated[
-        str,
+        Optional[str],
         typer.Option(
-            metavar="SIZES", rich_help_panel=HARDWARE, help="Tensor-parallel sizes to consider."
+            metavar="SIZES",
+            rich_help_panel=HARDWARE,
+            help="Tensor-parallel sizes to consider, e.g. 1,2,4; default: every power of two up "
+            f"to {DEFAULT_PLAN_TPS} that divides the model's attention heads.",
         ),
-    ] = "1,2,4,8",
+    ] = None,
     kv_dtype: Annotated[
         str,
         typer.Option(
@@ -176,13 +184,11 @@ def plan(
     ] = "prefix",
     engine: EngineOpt = "vllm",
     engine_version: EngineVersionOpt = None,
-    step_model: Annotated[
-        Optional[str],
-        typer.Option(
-            metavar="NAME",
-            rich_help_panel=ENGINE,
-            help="fitted (default) or roofline, or a kvplan calibrate file.",
-        ),
+    step_model: StepModelOpt = None,
+    calibration: CalibrationOpt = None,
+    max_model_len: Annotated[
+        Optional[int],
+        typer.Option(metavar="TOKENS", rich_help_panel=WORKLOAD, help=MAX_MODEL_LEN_HELP),
     ] = None,
     num_requests: Annotated[
         int,
@@ -233,10 +239,12 @@ def plan(
     from kvplan.bench.plan_output import plan_json, plan_records
     from kvplan.bench.prices import load_prices
     from kvplan.bench.replica_search import Candidate, Demand
+    from kvplan.bench.setting_use import calibration_warnings
     from kvplan.bench.slo import parse_slo
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.results import write_jsonl
     from kvplan.results.atomic import strict_json, write_text
+    from kvplan.sim.step_models import step_model_setting
     from kvplan.spec.numbers import check_numbers
     from kvplan.spec.resolve import load_gpu, load_model
 
@@ -251,6 +259,7 @@ def plan(
             "workers": workers,
             "input-len": input_len,
             "output-len": output_len,
+            "max-model-len": max_model_len,
             "max-gpus": max_gpus,
             "kv-link-gbps": kv_link_gbps,
         }
@@ -260,21 +269,26 @@ def plan(
         raise ValueError(f"--out '{out}' is a file; give a folder for plan.json and plan.jsonl")
     targets = parse_slo(slo)
     price_table = load_prices(prices) if prices else {}
-    if gpus:
-        gpu_names = [load_gpu(name.strip()).name for name in gpus.split(",") if name.strip()]
+    if gpu is not None:  # given, even empty: refused below, not read as "every priced GPU"
+        takes = "GPU names separated by commas, e.g. h100-80gb,l40s"
+        gpu_names = [load_gpu(name).name for name in comma_list(gpu, "gpu", takes)]
     elif price_table:
         gpu_names = sorted(price_table)
     else:
         raise ValueError(
-            "name the GPUs to consider with --gpus h100-80gb,l40s,... or give a --prices file"
+            "name the GPUs to consider with --gpu h100-80gb,l40s,... or give a --prices file"
         )
-    load_model(model)  # an unknown model fails here, before any search
-    seqs: list[int | None] = list(_ints(max_num_seqs, "--max-num-seqs")) if max_num_seqs else [None]
+    spec = load_model(model)  # an unknown model fails here, before any search
+    sizes = _ints(tp, "--tp") if tp is not None else valid_tps(spec, DEFAULT_PLAN_TPS)
+    seqs: list[int | None] = (
+        list(_ints(max_num_seqs, "--max-num-seqs")) if max_num_seqs is not None else [None]
+    )
+    dtypes = comma_list(kv_dtype, "kv_dtype", "KV formats separated by commas, e.g. auto,fp8")
     candidates = [
-        Candidate(gpu, size, dtype.strip(), n)
+        Candidate(gpu, size, dtype, n)
         for gpu in dict.fromkeys(gpu_names)
-        for size in _ints(tp, "--tp")
-        for dtype in kv_dtype.split(",")
+        for size in sizes
+        for dtype in dtypes
         for n in seqs
     ]
     demand = Demand(
@@ -292,9 +306,13 @@ def plan(
         num_requests=num_requests,
         engine=engine,
         engine_version=engine_version,
-        step_model=step_model,
+        step_model=step_model_setting(step_model, calibration),
+        max_model_len=max_model_len,
         seed=seed,
     )
+    setups = [(demand.step_model, model, name, engine, engine_version) for name in gpu_names]
+    for warning in calibration_warnings(setups):  # a file fitted on another model, GPU, engine
+        error_console.print(f"[yellow]warning:[/] {escape(warning.named(flag_of))}", soft_wrap=True)
     if disagg:  # a SLO the prefill pool cannot be sized by fails before any search
         from kvplan.bench.disagg_plan import pool_demands
 
@@ -304,7 +322,7 @@ def plan(
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        disable=json_out,
+        disable=True if json_out else None,  # off on a pipe: a bar there is a stray line
     ) as progress:
         task = progress.add_task("searching", total=len(candidates))
 

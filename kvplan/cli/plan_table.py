@@ -85,7 +85,7 @@ def render_plan(data: dict, figures: list[str]) -> None:
     if winner is None:
         console.print(
             "[bold red]no candidate meets the SLO at this rate[/]; the table says why each failed: "
-            "try more GPU types or TP sizes (--gpus, --tp), fp8 KV (--kv-dtype auto,fp8) or a looser --slo"
+            "try more GPU types or TP sizes (--gpu, --tp), fp8 KV (--kv-dtype auto,fp8) or a looser --slo"
         )
     else:
         cost = (

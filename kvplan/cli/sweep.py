@@ -56,6 +56,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Expand the grid, run every point not already in the output, and summarize the study."""
+    from kvplan.bench.setting_use import calibration_warnings
     from kvplan.bench.study import DEFAULT_SLO_S, summarize, varying
     from kvplan.bench.sweep import load_spec, run_sweep
     from kvplan.results.atomic import write_text
@@ -63,6 +64,8 @@ def sweep(
 
     check_numbers({"workers": workers})  # --workers 0 is not a pool
     spec = load_spec(study)
+    for warning in calibration_warnings(spec.calibration_setups()):  # worded with its keys
+        error_console.print(f"[yellow]warning:[/] {escape(str(warning))}", soft_wrap=True)
     total = len(spec.points())
     with progress_bars(
         TextColumn("sweep"),

@@ -28,6 +28,13 @@ if TYPE_CHECKING:  # the CLI reads these settings' defaults, so this module load
 GIB = 2**30
 
 
+class DoesNotFit(ValueError):
+    """The engine cannot be built in this memory: the weights leave no room for a KV cache.
+    A verdict on a deployment (`kvplan plan` lists the candidate as "does not fit"), where any
+    other ValueError while sizing or running it is a setting the user must change (bench words
+    both as one error line)."""
+
+
 @dataclass(frozen=True)
 class SizingConfig:
     """Which model on which GPUs, and how its KV pool is sized."""

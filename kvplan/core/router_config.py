@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvplan.spec.comma_list import comma_list
+from kvplan.spec.setting_error import SettingError
+
 ROUTERS = ("round-robin", "least-loaded", "sticky", "prefix-hash", "kv-aware")
 
 
@@ -18,3 +21,21 @@ class RouterConfig:
     def __post_init__(self) -> None:
         if self.name not in ROUTERS:
             raise ValueError(f"unknown router '{self.name}'; use one of: {', '.join(ROUTERS)}")
+
+
+def parse_routers(text: str) -> tuple[str, ...]:
+    """The routers of a comma-separated list (--router), each known and named once: an empty
+    list or entry, an unknown name or one named twice (two runs under one row name) is refused."""
+    names = comma_list(text, "routers", f"one or more of {', '.join(ROUTERS)}, separated by commas")
+    for name in names:
+        if name not in ROUTERS:
+            raise SettingError(
+                "{routers} names unknown router {name}; use one or more of {known}",
+                name=repr(name),
+                known=", ".join(ROUTERS),
+            )
+        if names.count(name) > 1:
+            raise SettingError(
+                "{routers} names {name} twice; list each router once", name=repr(name)
+            )
+    return tuple(names)

@@ -17,12 +17,18 @@ from kvplan.plan.capacity import PlanInputs, engine_memory
 from kvplan.plan.pool_sizing import check_max_model_len
 from kvplan.results import ResultRecord
 from kvplan.spec import parse_kv_format
+from kvplan.spec.comma_list import comma_list
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
 
 NUMERIC_AXES = {"context": int, "batch": int, "block-size": int, "gpu-memory-utilization": float}
 CATEGORICAL_AXES = ("model", "gpu", "kv-dtype", "tp")
+_LISTED_EXAMPLES = {
+    "kv-dtype": "kv-dtype=fp16,fp8",
+    "model": "model=llama-3.1-8b,qwen3-8b",
+    "gpu": "gpu=h100-80gb,l40s",
+}
 COLUMNS = (
     "model",
     "gpu",
@@ -71,12 +77,14 @@ def parse_axis(spec: str) -> tuple[str, list[Any]]:
     name, values = (part.strip() for part in spec.split("=", 1))
     name = name.replace("_", "-")
     if name in ("kv-dtype", "model", "gpu"):
-        items = [v.strip() for v in values.split(",") if v.strip()]
-        if not items:
-            raise SettingError("{sweep} {axis}: no values given", axis=name)
+        takes = f"names separated by commas, e.g. {_LISTED_EXAMPLES[name]}"
+        items = comma_list(values, "sweep", takes, spec)
         return name, list(dict.fromkeys(items))  # a repeated value is one point, not two rows
     if name == "tp":
-        return name, list(dict.fromkeys(int(_number(v, int, name)) for v in values.split(",")))
+        sizes = comma_list(
+            values, "sweep", "whole numbers separated by commas, e.g. tp=1,2,4", spec
+        )
+        return name, list(dict.fromkeys(int(_number(v, int, name)) for v in sizes))
     if name not in NUMERIC_AXES:
         raise SettingError(
             "{sweep}: unknown axis '{axis}'; use one of: {known}",
@@ -86,7 +94,9 @@ def parse_axis(spec: str) -> tuple[str, list[Any]]:
     kind = NUMERIC_AXES[name]
     match = _RANGE.match(values)
     if not match:
-        return name, list(dict.fromkeys(_number(v, kind, name) for v in values.split(",")))
+        takes = "numbers separated by commas, or a range START..STOP[:STEP]"
+        listed = comma_list(values, "sweep", takes, spec)
+        return name, list(dict.fromkeys(_number(v, kind, name) for v in listed))
     start, stop = _number(match["start"], kind, name), _number(match["stop"], kind, name)
     if stop < start:
         raise SettingError(

@@ -169,13 +169,9 @@ def what_ifs(
             _tokens(kv, fp8_per_token, step),
             "same KV memory, 1 byte per element (per-tensor scales)",
         )
-    total = (
-        log.total_gpu_memory_gib * GIB
-        if log.total_gpu_memory_gib
-        else (setup.gpu.usable_memory_bytes if setup.gpu else None)
-    )
+    total = _total_bytes(log, setup)
     if total and setup.utilization < 0.95:
-        flag = "--mem-fraction-static" if sglang else "--gpu-memory-utilization"
+        flag = _utilization_flag(setup)
         extra = total * (0.95 - setup.utilization)
         add(
             f"{flag} 0.95",
@@ -209,6 +205,45 @@ def what_ifs(
                 "activation peak assumed unchanged",
             )
     return out
+
+
+def _total_bytes(log: ServerLog, setup: ServerSetup) -> float | None:
+    """The GPU's memory: as the log printed it, else its profile's; None without either."""
+    if log.total_gpu_memory_gib:
+        return log.total_gpu_memory_gib * GIB
+    return setup.gpu.usable_memory_bytes if setup.gpu else None
+
+
+def _utilization_flag(setup: ServerSetup) -> str:
+    return "--mem-fraction-static" if setup.engine == "sglang" else "--gpu-memory-utilization"
+
+
+def not_computed(log: ServerLog, setup: ServerSetup, what_ifs_shown: bool) -> str | None:
+    """What the explanation leaves out for want of the model or the GPU, why, and the option
+    that supplies it, in one line; None when nothing is left out."""
+    no_memory = _total_bytes(log, setup) is None
+    if setup.model is not None and not no_memory:
+        return None
+    what, why, supply = ["kvplan's model of where the memory went"], [], []
+    if setup.model is None:
+        why.append(
+            f"kvplan cannot size the model '{log.model}'" if log.model else "the log names no model"
+        )
+        supply.append("--model NAME")
+    if no_memory:
+        why.append(
+            f"the log names the GPU as '{log.gpu_name}', which kvplan has no profile of"
+            if log.gpu_name
+            else "the log shows neither the GPU nor its memory"
+        )
+        supply.append("--gpu NAME (kvplan profiles gpus lists them)")
+    if what_ifs_shown and no_memory and setup.utilization < 0.95:
+        what.append(f"the {_utilization_flag(setup)} 0.95 what-if")
+    if what_ifs_shown and setup.model is None:
+        flag = "--tp" if setup.engine == "sglang" else "--tensor-parallel-size"
+        what.append(f"the {flag} {setup.tp * 2} what-if")
+    listed = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
+    return f"not computed: {listed}, as {' and '.join(why)}; pass {' and '.join(supply)}"
 
 
 def _longest_request(log: ServerLog, setup: ServerSetup, fits: int) -> list[dict]:
@@ -333,6 +368,7 @@ def explain(
         "block_size": setup.block_size,
         "kv_cache_dtype": setup.kv_dtype,
     }
+    changes = what_ifs(log, setup, memory["kv"], per_token)
     return {
         "schema": SCHEMA,
         "engine": log.engine,
@@ -343,7 +379,8 @@ def explain(
         "memory_gib": memory,
         "kv": kv,
         "prediction": prediction(log, setup),
-        "what_ifs": what_ifs(log, setup, memory["kv"], per_token),
+        "what_ifs": changes,
+        "not_computed": not_computed(log, setup, bool(changes)),
         "max_concurrency": log.max_concurrency,
         "refusal_max_tokens": log.max_tokens_in_kv_from_error,
         "recovered": log.recovered(),

@@ -14,9 +14,11 @@ from kvplan.spec.setting_error import SettingError
 
 GIB = 2**30
 MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
+DEFAULT_PLAN_TPS = 8  # `kvplan plan` considers the valid TP sizes up to one 8-GPU node
 
 
 def valid_tps(model: ModelSpec, limit: int = 64) -> list[int]:
+    """The TP sizes vLLM starts the model with (powers of two dividing its attention heads)."""
     return [tp for tp in (1, 2, 4, 8, 16, 32, 64) if tp <= limit and model.num_heads % tp == 0]
 
 

@@ -2,7 +2,9 @@
 
 Every default-named bench run gets its own file, `bench-MODEL-GPU-YYYYMMDD-HHMMSS.jsonl`
 (UTC; `-2`, `-3` ... when two runs start within one second), so a second run never
-overwrites the first. Beside it, a one-line text file `latest` names the newest results
+overwrites the first. MODEL and GPU are the resolved profile names as slugs (`name_slug`:
+lowercase, `[a-z0-9._-]` only), never the text as typed: "NVIDIA L40S" or an `org/name` id
+would put a space or a folder in the path. Beside it, a one-line text file `latest` names the newest results
 file (a plain file, not a symlink, so it survives copies and Windows); `kvplan report`
 without arguments reads it. The pointer is rewritten atomically, only after the results
 were written.
@@ -11,12 +13,27 @@ were written.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 from kvplan.results.atomic import atomic_file
 
 POINTER_NAME = "latest"
 DEFAULT_FOLDER = Path("reports")
+_NOT_IN_SLUG = re.compile(r"[^a-z0-9._-]+")
+
+
+def name_slug(name: str) -> str:
+    """A model or GPU name as part of a file name: lowercase, only [a-z0-9._-], each run of
+    other characters one '-' ('NVIDIA L40S' -> 'nvidia-l40s', 'org/Model 7B' -> 'org-model-7b');
+    no leading or trailing '-' or '.', so it never hides the file or walks up a folder."""
+    slug = re.sub(r"-{2,}", "-", _NOT_IN_SLUG.sub("-", name.lower())).strip("-.")
+    return slug or "unnamed"
+
+
+def default_stem(kind: str, *names: str) -> str:
+    """KIND-NAME-NAME...: the stem of a default results file, each name a slug."""
+    return "-".join([kind, *(name_slug(name) for name in names)])
 
 
 def timestamped_path(

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kvplan.sim.calibration import compared, simulate
-from kvplan.sim.calibration_file import FACTOR_NAMES, write_calibration
+from kvplan.sim.calibration_file import FACTOR_NAMES, FittedOn, write_calibration
 from kvplan.sim.factor_fit import fit
+from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.run_checks import check_settings
 from kvplan.sim.step_model import StepModelParams
+from kvplan.spec.resolve import load_gpu
 from kvplan.spec.setting_error import SettingError
 
 HELD_OUT_FIGURES = (
@@ -101,8 +103,20 @@ def calibrate_results(
             held_rows += _errors(run.run_id, run, simulate(run, without)[0])
     held = held_out_summary(held_rows) if held_rows else None
     factors = {name: getattr(params, name) for name in FACTOR_NAMES}
-    write_calibration(out, factors, params.source, runs[0].gpu, runs[0].engine, rows, held)
+    write_calibration(out, factors, params.source, fitted_on(runs[0]), rows, held)
     return CalibrationResult(params, rows, held_rows, held, lengths_note(settings, len(runs)))
+
+
+def fitted_on(run: MeasuredRun) -> FittedOn:
+    """What the runs ran on (one model, GPU and engine for every file: the settings say them),
+    by the names the resolvers gave them, so a run elsewhere can be told apart."""
+    return FittedOn(
+        model=run.model,
+        gpu=run.gpu,
+        gpu_family=load_gpu(run.gpu).family,
+        engine=run.engine,
+        engine_version=run.engine_version or None,
+    )
 
 
 def check_out(out: Path, inputs: list[Path]) -> None:

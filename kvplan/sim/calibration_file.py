@@ -2,6 +2,10 @@
 and the one check every set of step-model factors passes (a file's, a fit's, the shipped
 table's).
 
+The file says what it was fitted on (`fitted_on`: model, GPU and its family, engine and
+release, resolved names as the fit read them), so a run on another one can be warned
+(kvplan/sim/step_models.py); files written before it existed load without it.
+
 Each factor keeps its rule in kvplan/spec/numbers.py: a finite number in a sane range (a NaN
 or infinite per-step overhead would make every simulated step last forever). A file is read
 up to MAX_FILE_BYTES and checked whole on load, before any run uses it; a refusal names the
@@ -34,6 +38,8 @@ DEFAULT_FACTORS = {"moe_flops_factor": 1.0}
 MAX_FILE_BYTES = 16 * 2**20  # a calibration file holds a few factors and a row per run figure
 SOURCE_CHARS = 200  # the fit's description, carried into every result the file times
 REWRITE = "rewrite it with `kvplan calibrate`"
+FITTED_ON_KEYS = ("model", "gpu", "gpu_family", "engine", "engine_version")
+NAME_CHARS = 200  # a model id or a path; longer is not one kvplan wrote
 
 
 def check_factors(values: Mapping[str, Any], where: str = "step model factor") -> dict[str, float]:
@@ -45,10 +51,32 @@ def check_factors(values: Mapping[str, Any], where: str = "step model factor") -
 
 
 @dataclass(frozen=True)
+class FittedOn:
+    """What a calibration's runs ran on: the model and GPU by their resolved names, the GPU's
+    family (whose shipped factors the fit replaced), the engine and its release (None: the
+    newest)."""
+
+    model: str
+    gpu: str
+    gpu_family: str
+    engine: str
+    engine_version: str | None = None
+
+    def describe(self) -> str:
+        """'llama-3.1-70b / h100-80gb / vllm 0.11.0'."""
+        engine = f"{self.engine} {self.engine_version}" if self.engine_version else self.engine
+        return f"{self.model} / {self.gpu} / {engine}"
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {key: getattr(self, key) for key in FITTED_ON_KEYS}
+
+
+@dataclass(frozen=True)
 class CalibrationFile:
     factors: dict[str, float]
     source: str  # what the fit was made on, as the file says
     held_out: dict[str, float] | None  # per figure: median held-out error and its runs
+    fitted_on: FittedOn | None = None  # None: a file written before kvplan recorded it
 
 
 def _refused(path: Path, problem: str) -> ValueError:
@@ -93,6 +121,28 @@ def _held_out(path: Path, band: Any) -> dict[str, float] | None:
     return checked
 
 
+def _fitted_on(path: Path, table: Any) -> FittedOn | None:
+    """The fit's model, GPU and engine: text each (the release may be null), none longer than
+    NAME_CHARS."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise _refused(path, f"fitted_on must be a table, got {type(table).__name__}")
+    unknown = sorted(str(key) for key in set(table) - set(FITTED_ON_KEYS))
+    if unknown:
+        raise _refused(path, f"fitted_on has an unknown key {unknown[0][:40]!r}")
+    names: dict[str, str] = {}
+    for key in FITTED_ON_KEYS:
+        value = table.get(key)
+        if value is None and key == "engine_version":  # the newest release
+            continue
+        if not isinstance(value, str) or not value.strip() or len(value) > NAME_CHARS:
+            shown = "nothing" if value is None else repr(value)[:40]
+            raise _refused(path, f"fitted_on.{key} must be a name, got {shown}")
+        names[key] = value
+    return FittedOn(**names)
+
+
 def read_calibration(path: str | Path) -> CalibrationFile:
     """The checked content of a calibration file (ValueError naming the file and the key)."""
     path = Path(path)
@@ -117,7 +167,12 @@ def read_calibration(path: str | Path) -> CalibrationFile:
         raise _refused(path, f"source must be text, got {type(source).__name__}")
     if len(source) > SOURCE_CHARS:
         source = source[: SOURCE_CHARS - 1] + "…"
-    return CalibrationFile(factors, source, _held_out(path, data.get("held_out")))
+    return CalibrationFile(
+        factors,
+        source,
+        _held_out(path, data.get("held_out")),
+        _fitted_on(path, data.get("fitted_on")),
+    )
 
 
 def calibration_band(path: str | Path) -> dict[str, Any] | None:
@@ -135,17 +190,18 @@ def write_calibration(
     path: Path,
     factors: Mapping[str, float],
     source: str,
-    gpu: str,
-    engine: str,
+    fitted_on: FittedOn,
     rows: list[dict[str, Any]],
     held_out: dict[str, float] | None = None,
 ) -> None:
     """The file, written whole or not at all (a unique temporary name beside it: a user's file
-    named like `<out>.tmp` is never touched)."""
+    named like `<out>.tmp` is never touched). `gpu` and `engine` stay at the top for readers of
+    files older than `fitted_on`."""
     data: dict[str, Any] = {
         "format": CALIBRATION_FORMAT,
-        "gpu": gpu,
-        "engine": engine,
+        "gpu": fitted_on.gpu,
+        "engine": fitted_on.engine,
+        "fitted_on": fitted_on.as_dict(),
         "params": {name: factors[name] for name in FACTOR_NAMES},
         "source": source,
         "fit_errors": rows,

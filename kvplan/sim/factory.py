@@ -10,6 +10,7 @@ from typing import Any
 from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import (
     GIB,
+    DoesNotFit,
     EngineSizing,
     Optimization,
     SizingConfig,
@@ -32,10 +33,9 @@ from kvplan.sim.step_model import (
     calibration_band,
     step_model_params,
 )
+from kvplan.sim.step_models import FITTED, ROOFLINE
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
-
-FITTED, ROOFLINE = "fitted", "roofline"
 
 
 def size_engine(
@@ -71,7 +71,7 @@ def size_engine(
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
     blocks = whole_blocks(kv_pool_bytes, slot_bytes, config.block_size)
     if blocks < 1:
-        raise ValueError(
+        raise DoesNotFit(
             f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
             f"{kv_pool_bytes / GIB:.2f} GiB per GPU; use more GPUs (--tp), FP8 KV or --kv-cache-gib"
         )
@@ -93,9 +93,10 @@ class SimulatedEngineFactory:
     # entropy-budget's per-layer split (e.g. a real run's probe); None: every layer the budget
     layer_budgets: tuple[int, ...] | None = None
     mode: str = "simulated"
-    # None or "fitted": the step model with the shipped factors of the GPU family and engine;
-    # "roofline": the bare roofline at datasheet peak (a lower bound); any other text is a
-    # `kvplan calibrate` file; StepModelParams: these factors (fits replay runs with trial ones).
+    # As kvplan.sim.step_models checks it. None or "fitted": the step model with the shipped
+    # factors of the GPU family and engine; "roofline": the bare roofline at datasheet peak (a
+    # lower bound); any other text is a `kvplan calibrate` file; StepModelParams: these factors
+    # (fits replay runs with trial ones).
     step_model: str | StepModelParams | None = None
 
     def check(self, optimization: Optimization) -> None:

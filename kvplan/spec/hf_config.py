@@ -108,7 +108,7 @@ def attention_groups(
     with no attention ('none') and image cross-attention ('cross', see cross_attention_groups)
     hold no per-token KV and are left out."""
     if cfg.get("kv_lora_rank"):
-        rope = int(cfg.get("qk_rope_head_dim", 0))
+        rope = int(cfg.get("qk_rope_head_dim") or 0)
         sparse = bool(
             cfg.get("index_head_dim") and cfg.get("index_topk")
         )  # DeepSeek-V3.2 sparse attention

@@ -285,7 +285,7 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     if profile is not None:
         spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
         return ResolvedModel(spec, "profile")
-    tried.append("not a shipped profile name, HF id or alias")
+    tried.append("it is not a shipped profile name, HF id or alias")
     found = _cached(query)
     if found is not None:
         repo, snapshot = found
@@ -300,14 +300,16 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
         try:
             config, snapshot = hub_config(query.repo, query.revision)
         except RuntimeError as err:
-            tried.append(f"Hugging Face Hub lookup of {query.repo} failed ({err})")
+            tried.append(f"the Hugging Face Hub lookup of {query.repo} failed ({err})")
         else:
             spec = model_spec_from_config(
                 config, _label(query.repo), f"{query.repo} (Hugging Face Hub)"
             )
             return ResolvedModel(spec, "hub", checkpoint=hub_checkpoint(query.repo, query.revision))
     else:
-        tried.append("no Hub lookup without an organisation (org/name)")
+        tried.append(
+            "not looked up on the Hugging Face Hub, which needs an organisation (org/name)"
+        )
     matched = catalog_match(query)
     if matched is not None:
         profile, note, hint = matched
@@ -318,10 +320,11 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
             spec = replace(spec, weight_dtype=hint, checkpoint_quant=None)
         return ResolvedModel(spec, "catalog-match", note=note, weight_hint=hint)
     tried.append(
-        "no catalog profile shares its name once -Instruct/-FP8/date suffixes are set aside"
+        "and no catalog profile shares its name once -Instruct/-FP8/date suffixes are set aside"
     )
+    # Each step tried, as one sentence about the name: "it is not ...; not in ...; and no ..."
     raise ValueError(
-        f"unknown model '{text.strip()}'{_suggestion(query)}: tried "
+        f"unknown model '{text.strip()}'{_suggestion(query)}: "
         + "; ".join(tried)
         + "; run 'kvplan profiles models' for the list, or pass a path to a config.json"
     )

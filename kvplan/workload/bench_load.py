@@ -55,3 +55,22 @@ class BenchLoad:
             raise SettingError(
                 "{max_concurrency} must be at least 1, got {got}", got=self.max_concurrency
             )
+
+
+def random_length_bounds(
+    input_len: int, output_len: int, range_ratio: float, below: bool = False
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """vLLM RandomDataset's integer ranges (lowest, highest) of input and output lengths around
+    the requested means: [L(1 - r), L(1 + r)], or (below: its benchmark before 0.8.4) from
+    L x r up to L; an output at least 1 token. The draws (kvplan.workload.vllm_bench) and the
+    longest request a stream can send (the default max_model_len that admits it) read these."""
+    if below:
+        inputs = int(input_len * range_ratio), input_len
+        outputs = max(int(output_len * range_ratio), 1), output_len
+    else:
+        inputs = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
+        outputs = (
+            max(math.floor(output_len * (1 - range_ratio)), 1),
+            max(math.ceil(output_len * (1 + range_ratio)), 1),
+        )
+    return inputs, outputs

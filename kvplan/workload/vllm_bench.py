@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from kvplan.workload.bench_load import BenchLoad
+from kvplan.workload.bench_load import BenchLoad, random_length_bounds
 from kvplan.workload.request import Request
 from kvplan.workload.synthetic import sharegpt
 
@@ -48,16 +48,9 @@ def random_lengths(
 ) -> tuple[np.ndarray, np.ndarray]:
     """vLLM RandomDataset's integer-uniform lengths around the requested means (below: the
     benchmark before 0.8.4, from len x ratio up to len)."""
-    if below:
-        in_low, in_high = int(input_len * range_ratio), input_len
-        out_low, out_high = max(int(output_len * range_ratio), 1), output_len
-    else:
-        in_low, in_high = (
-            math.floor(input_len * (1 - range_ratio)),
-            math.ceil(input_len * (1 + range_ratio)),
-        )
-        out_low = max(math.floor(output_len * (1 - range_ratio)), 1)
-        out_high = max(math.ceil(output_len * (1 + range_ratio)), 1)
+    (in_low, in_high), (out_low, out_high) = random_length_bounds(
+        input_len, output_len, range_ratio, below
+    )
     prompts = np.maximum(rng.integers(in_low, in_high + 1, size=n), 1)
     outputs = rng.integers(out_low, out_high + 1, size=n)
     return prompts, outputs

@@ -9,7 +9,7 @@ import typer
 
 from kvplan.cli.common import CLUSTER
 from kvplan.cli.panels.defaults import RUN
-from kvplan.core.router_config import ROUTERS
+from kvplan.core.router_config import ROUTERS, parse_routers
 
 DEFAULTS = RUN.cluster
 EVERY_ROUTER = ",".join(ROUTERS)  # the command compares them all; a sweep point runs one
@@ -53,7 +53,7 @@ class ClusterOptions:
     ] = DEFAULTS.w_load
 
     def settings(self) -> dict[str, Any]:
-        routers = tuple(name.strip() for name in self.router.split(",") if name.strip())
+        routers = parse_routers(self.router)
         if self.pods == 1 and self.router == EVERY_ROUTER:
             routers = ()  # one engine, no router; routers given for it are warned about (bench)
         return {

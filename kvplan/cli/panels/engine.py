@@ -14,7 +14,25 @@ from kvplan.cli.panels.defaults import RUN, SIZING
 from kvplan.core.scheduler_config import SchedulerConfig
 
 SCHEDULER = RUN.scheduler  # batch limits left to the engine
-STEP_MODELS = ("fitted", "roofline")
+# How steps are timed, declared once for bench's panel and `kvplan plan`
+StepModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        rich_help_panel=ENGINE,
+        metavar="NAME",
+        help="How steps are timed: fitted (the default: the step model with the shipped "
+        "factors of the GPU family and engine, printed with their held-out error) or "
+        "roofline (datasheet peak, a lower bound).",
+    ),
+]
+CalibrationOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        rich_help_panel=ENGINE,
+        metavar="FILE",
+        help="Time steps with the step model fitted by `kvplan calibrate` (this file).",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -77,36 +95,18 @@ class EngineOptions:
             help="CPU swap area per GPU for --preemption swap.",
         ),
     ] = SIZING.swap_space_gib
-    step_model: Annotated[
-        Optional[str],
-        typer.Option(
-            rich_help_panel=ENGINE,
-            metavar="NAME",
-            help="How steps are timed: fitted (the default: the step model with the shipped "
-            "factors of the GPU family and engine, printed with their held-out error) or "
-            "roofline (datasheet peak, a lower bound).",
-        ),
-    ] = RUN.step_model
-    calibration: Annotated[
-        Optional[Path],
-        typer.Option(
-            rich_help_panel=ENGINE,
-            metavar="FILE",
-            help="Time steps with the step model fitted by `kvplan calibrate` (this file).",
-        ),
-    ] = None
+    step_model: StepModelOpt = RUN.step_model
+    calibration: CalibrationOpt = None
 
     def check(self) -> None:
-        if self.step_model is not None and self.step_model not in STEP_MODELS:
-            raise ValueError(
-                f"--step-model must be fitted or roofline (or give --calibration FILE), "
-                f"got '{self.step_model}'"
-            )
-        if self.step_model is not None and self.calibration is not None:
-            raise ValueError(
-                f"--step-model {self.step_model} and --calibration FILE exclude each other; pick "
-                "one"
-            )
+        """--step-model and --calibration as a sweep's keys are checked (the file read now)."""
+        self._step_model()
+
+    def _step_model(self) -> str | None:
+        # loaded here: the light commands' help registers this panel without the simulator
+        from kvplan.sim.step_models import step_model_setting
+
+        return step_model_setting(self.step_model, self.calibration)
 
     def settings(self) -> dict[str, Any]:
         scheduler = SchedulerConfig(
@@ -123,5 +123,5 @@ class EngineOptions:
             "engine_version": self.engine_version,
             "swap_space_gib": self.swap_space_gib,
             "scheduler": scheduler,
-            "step_model": str(self.calibration) if self.calibration else self.step_model,
+            "step_model": self._step_model(),
         }

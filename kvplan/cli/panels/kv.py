@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from kvplan.bench.optimizations import DEFAULT_OPTIMIZATIONS, names_help
+from kvplan.bench.optimizations import DEFAULT_OPTIMIZATIONS, names_help, optimization_names
 from kvplan.cli.common import KV_PANEL, KvDtypeOpt
 from kvplan.cli.panels.defaults import RUN, SIZING
 
@@ -43,13 +43,7 @@ class KvOptions:
 
     def names(self) -> list[str]:
         """The optimizations to compare, the baseline first."""
-        names = [name.strip() for name in self.optimizations.split(",") if name.strip()]
-        if not names:
-            raise ValueError(
-                f"--optimizations {self.optimizations!r} names no optimization; write e.g. "
-                "--optimizations paged,prefix"
-            )
-        return names
+        return optimization_names(self.optimizations)
 
     def settings(self) -> dict[str, Any]:
         return {"kv_dtype": self.kv_dtype, "kv_budget": self.kv_budget}

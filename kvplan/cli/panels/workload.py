@@ -10,8 +10,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from kvplan.bench.workloads import (
-    DEFAULT_MAX_MODEL_LEN,
     DEFAULT_NUM_REQUESTS,
+    MAX_MODEL_LEN_HELP,
     WorkloadSpec,
     parse_workload_params,
 )
@@ -78,11 +78,11 @@ class WorkloadOptions:
         ),
     ] = STREAM.skip_bad_lines
     time_scale: Annotated[
-        float,
+        Optional[float],
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="X",
-            help="Multiply trace arrival times (0.5 = twice the rate).",
+            help="Multiply trace arrival times (0.5 = twice the rate); or give --rate, not both.",
         ),
     ] = STREAM.time_scale
     stats_path: Annotated[
@@ -98,25 +98,26 @@ class WorkloadOptions:
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="RATE",
-            help=f"Arrivals per second of synthetic workloads: {rate_units_help()}; inf sends "
-            "every request at t = 0. Default: the workload's own, a load Llama-3.1-8B on one "
-            f"L4 serves ({default_rates_help()}).",
+            help=f"Arrivals per second of synthetic workloads: {rate_units_help()}; a --trace's "
+            "arrivals are rescaled to this mean rate in requests/s (default: as recorded); inf "
+            "sends every request at t = 0. Default: the workload's own, a load Llama-3.1-8B on "
+            f"one L4 serves ({default_rates_help()}).",
         ),
     ] = STREAM.rate
     arrival: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="NAME",
-            help="poisson, gamma or burst (all at t=0).",
+            help="Synthetic arrivals: poisson (default), gamma or burst (all at t=0).",
         ),
     ] = STREAM.arrival
     cv: Annotated[
-        float,
+        Optional[float],
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="X",
-            help="Coefficient of variation of gamma arrivals.",
+            help="Coefficient of variation of --arrival gamma (default 1).",
         ),
     ] = STREAM.cv
     num_requests: Annotated[
@@ -133,8 +134,7 @@ class WorkloadOptions:
         typer.Option(
             rich_help_panel=WORKLOAD,
             metavar="TOKENS",
-            help=f"Longest request; contiguous-max reserves this. Default {DEFAULT_MAX_MODEL_LEN} "
-            "for synthetic workloads, the model's maximum for traces.",
+            help=MAX_MODEL_LEN_HELP,
         ),
     ] = SIZING.max_model_len
     seed: SeedOpt = RUN.seed

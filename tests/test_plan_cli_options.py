@@ -1,0 +1,268 @@
+"""`kvplan plan`'s options as a first-time user types them: --gpu as estimate and bench spell
+it, --max-model-len with bench's meaning and a default that admits long random requests,
+--workload-param with --workload random read as bench reads it, --step-model and
+--calibration checked as bench checks them, and a setting no engine would start with refused
+in one line rather than listed as "does not fit"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from kvplan.bench.replica_search import Candidate, Demand, probe
+from kvplan.bench.slo import parse_slo
+from kvplan.bench.workloads import WorkloadSpec, build_workload
+from kvplan.cli.app import app
+from kvplan.spec.resolve import load_model
+from kvplan.spec.setting_error import SettingError
+
+runner = CliRunner()
+# a plan of a few seconds: one candidate, the datasheet roofline, short trials, no pool
+QUICK = ["--rate", "1", "--step-model", "roofline", "--num-requests", "10", "--workers", "1"]
+
+
+def _run(args: list[str]) -> Result:
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "120"})
+
+
+def _error_line(result: Result) -> str:
+    """The one `error:` line of a refused command (exit 2, no traceback)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def _plan_json(args: list[str]) -> dict:
+    result = _run(["plan", "llama-3.1-8b", *QUICK, "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+# --- --gpu ------------------------------------------------------------------------------------
+
+
+def test_plan_takes_gpu_as_estimate_and_bench_spell_it_and_keeps_gpus() -> None:
+    data = _plan_json(["--gpu", "l4,h100-80gb", "--tp", "1"])
+    assert sorted(row["gpu"] for row in data["candidates"]) == ["h100-80gb", "l4"]
+    alias = _plan_json(["--gpus", "h100-80gb", "--tp", "1"])
+    assert [row["gpu"] for row in alias["candidates"]] == ["h100-80gb"]
+
+
+def test_plan_errors_and_help_name_gpu() -> None:
+    line = _error_line(_run(["plan", "llama-3.1-8b", "--rate", "1"]))
+    assert "--gpu h100-80gb" in line and "--gpus" not in line
+    line = _error_line(_run(["plan", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-80gb,"]))
+    assert line.startswith("error: --gpu 'h100-80gb,' has an empty entry")
+    text = _run(["plan", "--help"]).stdout
+    assert "--gpu" in text and "--gpus" in text  # the alias is listed beside the option
+
+
+# --- --max-model-len ----------------------------------------------------------------------------
+
+
+def test_long_random_requests_fit_by_default_as_vllm_serves_them() -> None:
+    """6,200-token requests on one H100: vLLM's default max_model_len (the model's maximum,
+    131,072 for Llama-3.1-8B) admits them, so the candidate is planned, not "does not fit"."""
+    data = _plan_json(
+        ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random"]
+        + ["--input-len", "6000", "--output-len", "200"]
+    )
+    (row,) = data["candidates"]
+    assert row["status"] == "ok" and data["winner"] == 0, row
+
+
+def test_bench_and_plan_share_the_default_that_admits_long_random_requests() -> None:
+    model = load_model("llama-3.1-8b")
+
+    def built(spec: WorkloadSpec, mode: str = "simulated") -> int:
+        return build_workload(spec, model, mode, 0).max_model_len
+
+    long = WorkloadSpec(kind="random", input_len=6000, output_len=200, num_requests=4)
+    assert built(long) == 131072  # vLLM's default: the model's maximum
+    assert built(WorkloadSpec(kind="random", input_len=1000, num_requests=4)) == 4096
+    assert built(WorkloadSpec(kind="sharegpt", num_requests=4)) == 4096  # capped by its generator
+    # vLLM's random dataset draws up to L(1 + r): 3,800 x 1.1 + 128 x 1.1 is over 4,096
+    ranged = WorkloadSpec(kind="random", input_len=3800, random_range_ratio=0.1, num_requests=4)
+    assert ranged.longest_request == 4180 + 141 and built(ranged) == 131072
+    assert built(long, "real") == 4096  # real mode runs on this machine's memory
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--input-len", "6000", "--max-model-len", "4096"],
+            "error: --max-model-len 4,096 is shorter than the workload's longest request (6,200 "
+            "tokens, prompt + output), which the engine would refuse: raise it to at least 6200",
+        ),
+        (
+            ["--input-len", "200000"],
+            "error: the workload's longest request needs 200,200 tokens (prompt + output), above "
+            "llama-3.1-8b's maximum of 131,072, the longest --max-model-len vLLM accepts",
+        ),
+        (["--input-len", "10", "--max-model-len", "1"], "error: --max-model-len must be"),
+        (["--input-len", "10", "--max-model-len", "200000"], "error: --max-model-len 200,000"),
+    ],
+)
+def test_requests_the_engine_would_reject_for_length_are_one_line_naming_the_fix(
+    args: list[str], expected: str
+) -> None:
+    result = _run(
+        ["plan", "llama-3.1-8b", *QUICK, "--gpu", "h100-80gb", "--tp", "1", "--workload"]
+        + ["random", "--output-len", "200", *args]
+    )
+    assert _error_line(result).startswith(expected)
+
+
+# --- --workload-param with --workload random -----------------------------------------------------
+
+
+def test_random_reads_its_lengths_as_workload_params_in_bench_and_plan(tmp_path: Path) -> None:
+    spec = WorkloadSpec(kind="random", params={"input_len": 6000, "output_len": 2e2})
+    assert (spec.input_len, spec.output_len, spec.params) == (6000, 200, {})
+    data = _plan_json(
+        ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random"]
+        + ["--workload-param", "input_len=6000", "--workload-param", "output_len=200"]
+    )
+    assert data["candidates"][0]["status"] == "ok"
+    out = tmp_path / "r.jsonl"
+    result = _run(
+        ["bench", "--workload", "random", "--workload-param", "input_len=300"]
+        + ["--num-requests", "5", "--optimizations", "paged", "--json", "--out", out]
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text().splitlines()[0])
+    assert record["params"]["workload"]["input_len"] == 300
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        (
+            ["doc_len=10"],
+            "error: --workload-param set kvplan's workload generators; vLLM's random dataset "
+            "reads only its lengths, so 'doc_len' would be ignored: its settings are input_len, "
+            "output_len, random_range_ratio",
+        ),
+        (["input_len=0"], "error: --workload-param input_len must be"),
+        (
+            ["input_len=10", "--input-len", "20"],
+            "error: --workload-param 'input_len' and --input-len both set it; give one",
+        ),
+    ],
+)
+def test_plan_and_bench_refuse_the_same_random_params_in_the_same_words(
+    params: list[str], expected: str, tmp_path: Path
+) -> None:
+    lines = []
+    for command in (
+        ["plan", "llama-3.1-8b", *QUICK, "--gpu", "l4", "--tp", "1"],
+        ["bench", "--num-requests", "5", "--out", tmp_path / "r.jsonl"],
+    ):
+        lines.append(
+            _error_line(_run([*command, "--workload", "random", "--workload-param", *params]))
+        )
+    assert lines[0] == lines[1] and lines[0].startswith(expected), lines
+
+
+def test_a_misnamed_random_param_is_a_setting_error_naming_the_accepted_ones() -> None:
+    with pytest.raises(SettingError, match="its settings are input_len, output_len"):
+        WorkloadSpec(kind="random", params={"prompt_len": 10})
+
+
+# --- --step-model and --calibration ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--step-model", "rooflin"],
+            "error: --step-model must be fitted or roofline, got 'rooflin'; a file written by "
+            "`kvplan calibrate` goes in --calibration FILE",
+        ),
+        (
+            ["--step-model", "{file}"],
+            "error: --step-model must be fitted or roofline, got '{file}'",
+        ),
+        (
+            ["--step-model", "roofline", "--calibration", "{file}"],
+            "error: --step-model roofline and --calibration exclude each other",
+        ),
+        (["--calibration", "{missing}"], "error: calibration file '{missing}' cannot be read"),
+    ],
+)
+def test_plan_checks_step_model_and_calibration_exactly_as_bench(
+    args: list[str], expected: str, tmp_path: Path
+) -> None:
+    """The trial's typo (`rooflin`) was read as a calibration file that could not be opened,
+    and every candidate was listed as "does not fit" with exit 0."""
+    names = {"file": tmp_path / "cal.json", "missing": tmp_path / "absent.json"}
+    names["file"].write_text("{}")
+    filled = [arg.format(**names) for arg in args]
+    plan = _run(
+        ["plan", "llama-3.1-8b", "--rate", "2", "--gpus", "l4,h100-80gb", "--tp", "1", *filled]
+    )
+    bench = _run(["bench", "--num-requests", "5", "--out", tmp_path / "r.jsonl", *filled])
+    assert _error_line(plan) == _error_line(bench)
+    assert _error_line(plan).startswith(expected.format(**names))
+
+
+# --- a bad setting is an error, "does not fit" is memory only ----------------------------------
+
+
+def test_a_setting_no_engine_starts_with_is_an_error_not_a_verdict() -> None:
+    """Qwen2.5-7B has 28 attention heads: TP 8 is refused as vLLM refuses it, in one line,
+    where it used to be listed as a candidate that "does not fit"."""
+    result = _run(["plan", "qwen2.5-7b-instruct", *QUICK, "--gpu", "l4", "--tp", "8"])
+    assert _error_line(result) == (
+        "error: --tp 8 must divide the 28 attention heads of qwen2.5-7b-instruct; try 1, 2, 4"
+    )
+    demand = Demand(
+        model="qwen2.5-7b-instruct",
+        rate=1.0,
+        slo=parse_slo("ttft_p90=2s"),
+        num_requests=10,
+        workload=WorkloadSpec(kind="random", input_len=100, output_len=10),
+        step_model="roofline",
+    )
+    with pytest.raises(SettingError, match="must divide the 28 attention heads"):
+        probe(demand, Candidate("l4", 8))
+
+
+def test_an_optimization_that_needs_a_kv_budget_is_an_error_not_a_verdict() -> None:
+    """plan sizes no KV budget, so an eviction policy could never be built: every candidate
+    was listed as "does not fit" (the budget's refusal read as memory)."""
+    result = _run(["plan", "llama-3.1-8b", *QUICK, "--gpu", "l4", "--optimization", "paged+h2o"])
+    assert _error_line(result).startswith(
+        "error: --optimization paged+h2o keeps a KV budget (bench's --kv-budget), which a plan "
+        "does not size"
+    )
+
+
+def test_the_default_tp_sizes_are_those_the_model_takes() -> None:
+    """Without --tp, a 28-head model is planned at TP 1, 2 and 4 (8 does not divide its heads)."""
+    result = _run(
+        ["plan", "qwen2.5-7b-instruct", *QUICK, "--gpu", "h100-80gb", "--json"]
+        + ["--workload", "random", "--input-len", "100", "--output-len", "20"]
+    )
+    assert result.exit_code == 0, result.output
+    assert [row["tp"] for row in json.loads(result.stdout)["candidates"]] == [1, 2, 4]
+
+
+def test_weights_that_leave_no_room_are_still_a_does_not_fit_verdict() -> None:
+    demand = Demand(
+        model="llama-3.1-70b",
+        rate=1.0,
+        slo=parse_slo("ttft_p90=2s"),
+        num_requests=10,
+        workload=WorkloadSpec(kind="random", input_len=100, output_len=10),
+        step_model="roofline",
+    )
+    result = probe(demand, Candidate("l4", 1))
+    assert result.status == "memory" and result.reason.startswith("no room for a KV cache")
