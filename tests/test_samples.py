@@ -217,3 +217,16 @@ def test_serving_samples_copy_their_dataset_records(shared_data: Path) -> None:
     renamed = {"model_id": "model", "completed": "successful_requests", "duration": "duration_s"}
     assert saved == {key: run[renamed.get(key, key)] for key in saved}
     assert len(saved) == 18 and run["source_url"].startswith("https://github.com/gpustack/")
+
+
+def test_the_readme_counts_the_catalog_it_ships() -> None:
+    """The README's profile counts are the catalog's, not a figure from an older release."""
+    import re
+
+    from kvplan.spec.profiles import model_profiles
+
+    readme = (ROOT / "README.md").read_text()
+    shipped = len(model_profiles())
+    said = [int(n) for n in re.findall(r"(\d+) ship as profiles", readme)]
+    said += [int(n) for n in re.findall(r"holds (\d+) verbatim Hugging Face", readme)]
+    assert said and all(count == shipped for count in said), (said, shipped)
