@@ -143,8 +143,9 @@ def test_results_reader_rejects_empty_and_truncated_files(tmp_path: Path) -> Non
 
 
 def test_a_run_that_serves_nothing_is_exit_2_and_writes_nothing(tmp_path: Path) -> None:
-    """Every 4,000-token request against a 0.05 GiB pool (352 slots of Qwen3-8B's 147,456 B):
-    no 0 tok/s and NaN results file, one line naming the pool, the request and the flags."""
+    """Every 4,000-token request against a 0.05 GiB pool (22 blocks of 16 slots of Qwen3-8B's
+    147,456 B, 21 after vLLM's null block: 336 slots): no 0 tok/s and NaN results file, one
+    line naming the pool, the request and the flags."""
     out = tmp_path / "r.jsonl"
     out.write_text("previous\n")
     result = runner.invoke(
@@ -174,7 +175,7 @@ def test_a_run_that_serves_nothing_is_exit_2_and_writes_nothing(tmp_path: Path) 
     line = result.output.strip().splitlines()[-1]
     assert (
         "all 5 requests were rejected" in line
-        and "352 token slots" in line
+        and "336 token slots" in line
         and "--kv-cache-gib" in line
     )
     assert out.read_text() == "previous\n"

@@ -299,7 +299,8 @@ def test_the_table_says_why_the_offered_rate_is_not_the_rate_asked_for() -> None
 def test_a_run_too_short_to_settle_reports_no_ceiling(tmp_path: Path) -> None:
     """Mooncake's first 200 requests arrive in a minute and take three to serve on an H100:
     the batch never settles at its ceiling, so no optimization's ceiling is read off it
-    (fp8's came out below paged's while fp8 finished the same work 1.27x sooner)."""
+    (counted in completions, fp8's came out below paged's while fp8 finished the same work
+    sooner)."""
     from kvplan.samples import sample_path
 
     out = tmp_path / "r.jsonl"
@@ -315,4 +316,4 @@ def test_a_run_too_short_to_settle_reports_no_ceiling(tmp_path: Path) -> None:
     assert all(r.metrics["sustainable_requests_per_s"] is None for r in records)
     assert "its ceiling is not measured" in " ".join(result.output.split())
     paged, fp8 = (r.metrics for r in records)
-    assert fp8["output_tokens_per_s"] > 1.2 * paged["output_tokens_per_s"]  # over the makespan
+    assert fp8["output_tokens_per_s"] > paged["output_tokens_per_s"]  # over the makespan

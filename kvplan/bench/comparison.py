@@ -193,6 +193,7 @@ def comparison(records: list[ResultRecord]) -> Comparison:
             *hints,
             *_unsplit_entropy(records),
             _time_note(records[0]),
+            _scheduling_note(records[0]),
         ),
     )
 
@@ -285,6 +286,21 @@ def summarize_reasons(reasons: list[str]) -> list[str]:
             "".join(piece + (spans[i] if i < len(spans) else "") for i, piece in enumerate(pieces))
         )
     return lines
+
+
+def _scheduling_note(record: ResultRecord) -> str:
+    from kvplan.plan.engine_releases import engine_generation
+    from kvplan.plan.scheduling_rules import KVPLAN_RULES, scheduling_note, scheduling_rules
+    from kvplan.plan.versions import parse_version
+
+    params = record.params
+    if (record.mode or "simulated") == "real":
+        return "real mode schedules by kvplan's own rules (it serves on this machine)"
+    generation = engine_generation(params.get("engine"), params.get("engine_version"))
+    version = parse_version(params.get("engine_version"))
+    own = params.get("scheduler_rules") == KVPLAN_RULES.described()
+    rules = KVPLAN_RULES if own else scheduling_rules(generation, version)
+    return scheduling_note(generation, version, rules)
 
 
 def _time_note(record: ResultRecord) -> str:

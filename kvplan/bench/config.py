@@ -22,9 +22,11 @@ from kvplan.core.engine_factory import (
     RealConfig,
     SizingConfig,
     TierConfig,
+    engine_rules,
 )
 from kvplan.core.router_config import RouterConfig
 from kvplan.core.scheduler_config import SchedulerConfig
+from kvplan.plan.scheduling_rules import KVPLAN_RULES
 from kvplan.spec.setting_error import SettingError
 
 MODES = ("simulated", "real")
@@ -189,10 +191,14 @@ def record_params(
     num_requests: int,
     router: str | None,
 ) -> dict[str, Any]:
-    """A bench record's `params`: every setting but the scheduler, the scheduler's as scheduler_*,
-    and what this run resolved (allocator, KV format, max_model_len)."""
+    """A bench record's `params`: every setting but the scheduler, the scheduler's as scheduler_*
+    (its rules as the engine release resolves them, in words), and what this run resolved
+    (allocator, KV format, max_model_len)."""
     flat = flat_settings(config)
     scheduler = flat.pop("scheduler")
+    # real mode serves on this machine by kvplan's own rules (kvplan.real.factory)
+    rules = KVPLAN_RULES if config.mode == "real" else engine_rules(config.sizing, config.scheduler)
+    scheduler["rules"] = rules.described()
     return {
         **flat,
         **{f"scheduler_{k}": v for k, v in scheduler.items()},

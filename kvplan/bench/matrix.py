@@ -13,6 +13,7 @@ from kvplan.bench.optimizations import parse_optimization
 from kvplan.core.engine_factory import EngineFactory
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
 from kvplan.core.kv import hit_rate
+from kvplan.core.step_trace import StepTrace
 from kvplan.results import ResultRecord, make_record
 from kvplan.sim.bench_client import run_client
 from kvplan.sim.cluster import RouterConfig, run_cluster
@@ -49,9 +50,11 @@ def run_matrix(
     optimizations: list[str],
     progress: Callable[[str, int], None] | None = None,
     factory: EngineFactory | None = None,
+    trace: Callable[[str], None] | None = None,
 ) -> list[ResultRecord]:
     """Run each optimization on the same requests; one result record per optimization (and
-    per router with pods > 1).
+    per router with pods > 1). trace(line): every engine step's decisions as a JSON line
+    (kvplan.core.step_trace), labelled with its optimization and pod.
 
     progress(variant, n) is called as requests end; records come back in the order given,
     the first one marked as the baseline. `factory` defaults to the config's mode's.
@@ -74,7 +77,7 @@ def run_matrix(
     variants = [(o, r) for o in parsed for r in cluster.variants()]
     try:
         _run_variants(
-            config, requests, variants, factory, hashes, bounds, identity, progress, records
+            config, requests, variants, factory, hashes, bounds, identity, progress, records, trace
         )
     except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: the finished variants are kept
         interrupt.partial_records = records  # type: ignore[attr-defined]
@@ -92,6 +95,7 @@ def _run_variants(
     identity: str,
     progress: Callable[[str, int], None] | None,
     records: list[ResultRecord],
+    trace: Callable[[str], None] | None = None,
 ) -> None:
     """Run each (optimization, router) in turn, appending its record as soon as it ends."""
     cluster, block_size = config.cluster, config.sizing.block_size
@@ -103,8 +107,10 @@ def _run_variants(
             report_tokens, report = report, None
         else:
             report_tokens = None
-        for _ in range(cluster.pods):
+        for pod in range(cluster.pods):
             engine, sizing = factory.build(optimization)
+            if trace is not None:
+                engine.trace = StepTrace(trace, {"optimization": name, "pod": pod})
             if report_tokens is not None:
                 engine.runner = TokenCountingRunner(engine.runner, report_tokens)
             if optimization.prefix_caching:

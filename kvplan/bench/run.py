@@ -20,7 +20,7 @@ from kvplan.core.engine_factory import engine_scheduler
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.plan.engine_releases import range_ratio_below
 from kvplan.results import ResultRecord, write_jsonl
-from kvplan.results.atomic import check_folder_target, restore_on_failure
+from kvplan.results.atomic import atomic_file, check_folder_target, restore_on_failure
 from kvplan.results.latest import (
     DEFAULT_FOLDER,
     POINTER_NAME,
@@ -138,16 +138,21 @@ def run_bench(
     report_folder: bool = False,
     announce: Callable[[str], None] | None = None,
     before_write: Callable[[list[ResultRecord]], None] | None = None,
+    step_trace: Path | None = None,
 ) -> BenchOutcome:
     """before_write(records) runs once the run succeeded, before anything is written (the CLI
     draws its table there, so output that cannot be drawn changes no file); if writing
     fails, --out gets its previous content back.
+    step_trace: a file for every engine step's decisions (kvplan.core.step_trace), written
+    whole or not at all.
     report_folder: refuse an unusable report folder (out without its suffix) before any work.
     announce(text): real mode's cost estimate, said before the run starts."""
     parsed = parse_optimizations(optimizations)  # reject bad names before any work
     check_samples_read(workload.samples, parsed)
     config, built = prepare(config, workload)
     out = out or default_out(config)
+    if step_trace is not None and step_trace.resolve() == out.resolve():
+        raise ValueError(f"--step-trace '{step_trace}' is --out too; give it a file of its own")
     if report_folder:
         check_folder_target(out.with_suffix(""))
     factory = engine_factory(config)  # real mode loads its model here
@@ -162,16 +167,24 @@ def run_bench(
         if announce is not None:
             announce(cost.describe())
         total = cost.tokens_per_variant  # request_tokens of the run's requests
-    try:
-        with track(names, total) if track else nullcontext(None) as progress:
-            records = run_matrix(config, built.requests, optimizations, progress, factory)
-    except KeyboardInterrupt as interrupt:
-        _keep_finished(interrupt, out)
-        raise
-    check_served(records)
-    if before_write is not None:
-        before_write(records)
-    with restore_on_failure(out, out.parent / POINTER_NAME):
-        write_jsonl(out, records)
-        write_latest(out)  # `kvplan report` with no arguments reads this run
+    # the step trace is renamed into place only once the results are written too
+    with atomic_file(step_trace) if step_trace else nullcontext(None) as trace_file:
+        try:
+            with (
+                trace_file.open("w") if trace_file else nullcontext(None) as lines,
+                track(names, total) if track else nullcontext(None) as progress,
+            ):
+                trace = lines.write if lines is not None else None
+                records = run_matrix(
+                    config, built.requests, optimizations, progress, factory, trace
+                )
+        except KeyboardInterrupt as interrupt:
+            _keep_finished(interrupt, out)
+            raise
+        check_served(records)
+        if before_write is not None:
+            before_write(records)
+        with restore_on_failure(out, out.parent / POINTER_NAME):
+            write_jsonl(out, records)
+            write_latest(out)  # `kvplan report` with no arguments reads this run
     return BenchOutcome(records, out, len(built.requests), built.skipped_lines)

@@ -161,6 +161,7 @@ def bench(
         report_folder=output.report,  # an unusable report folder is refused before the run
         announce=lambda text: error_console.print(escape(text), soft_wrap=True),
         before_write=show,
+        step_trace=output.step_trace,
     )
     if outcome.skipped_lines:
         error_console.print(

@@ -16,6 +16,7 @@ from kvplan.core.kv import Allocator
 from kvplan.core.metrics import StepMetrics
 from kvplan.core.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence, Status
+from kvplan.core.step_trace import StepTrace
 from kvplan.core.summary import run_summary
 from kvplan.spec.setting_error import SettingError
 from kvplan.workload.request import Request
@@ -64,6 +65,7 @@ class Engine:
             0  # requests finished or rejected (parallel samples count once), kept as they end
         )
         self.progress: ProgressCallback | None = None
+        self.trace: StepTrace | None = None  # writes each step's decisions when set
 
     def _rejection(self, seq: Sequence) -> str | None:
         request = seq.request
@@ -112,6 +114,8 @@ class Engine:
         self.now += dt
         done = scheduler.complete_step(plan, self.now)
         self.step_metrics.record(dt, self.now, self.allocator, scheduler)
+        if self.trace is not None:
+            self.trace.record(plan, scheduler, done, self.now)
         if done:
             self.finished.extend(done)
             ended = sum(1 for seq in done if seq.sample_index == 0)

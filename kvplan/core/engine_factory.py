@@ -8,13 +8,14 @@ The pool's own arithmetic (max_model_len default, whole blocks) is the capacity 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvplan.core.tiers.cache import TIER_POLICIES
 from kvplan.plan import sglang_defaults
 from kvplan.plan.engine_releases import batch_defaults, engine_generation, parse_version
 from kvplan.plan.pool_sizing import max_model_len_for
+from kvplan.plan.scheduling_rules import SchedulingRules, scheduling_rules
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
@@ -57,6 +58,9 @@ class SizingConfig:
     # and whose step-model overheads time the steps.
     engine: str = "vllm"
     engine_version: str | None = None
+    # vLLM's --num-gpu-blocks-override: the pool's blocks whatever memory would give (vLLM's
+    # null block among them), as a test or a reproduction of a known server sets it
+    num_gpu_blocks_override: int | None = None
 
     @property
     def generation(self) -> str:
@@ -72,6 +76,14 @@ class SizingConfig:
             raise SettingError("{swap_space_gib} must not be negative")
 
 
+def engine_rules(config: SizingConfig, scheduler: SchedulerConfig) -> SchedulingRules:
+    """The rules a simulated engine schedules and pages by: the scheduler's own if set, else
+    its engine release's (kvplan.plan.scheduling_rules)."""
+    return scheduler.rules or scheduling_rules(
+        config.generation, parse_version(config.engine_version)
+    )
+
+
 def engine_scheduler(
     config: SizingConfig, scheduler: SchedulerConfig, pool_slots: int | None = None
 ) -> SchedulerConfig:
@@ -82,6 +94,9 @@ def engine_scheduler(
     simplification (SGLang runs a prefill batch before the decodes unless --enable-mixed-chunk;
     on the shipped SGLang runs the mixed schedule predicted as well or better)."""
     sglang = config.generation == "sglang"
+    version = parse_version(config.engine_version)
+    if scheduler.rules is None:
+        scheduler = replace(scheduler, rules=engine_rules(config, scheduler))
     if (
         scheduler.max_num_seqs is not None
         and scheduler.max_num_batched_tokens is not None
@@ -90,7 +105,6 @@ def engine_scheduler(
         return scheduler
     gpu = load_gpu(config.gpu)
     max_model_len = max_model_len_for(load_model(config.model), config.max_model_len)
-    version = parse_version(config.engine_version)
     defaults = batch_defaults(
         config.generation, version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len
     )

@@ -79,6 +79,24 @@ def block_hashes(request: Request, block_size: int, stable: bool = False) -> lis
     return []
 
 
+def with_generated_blocks(request: Request, hashes: list[int], block_size: int) -> list[int]:
+    """`hashes` (the blocks whose tokens identify a prefix: block_hashes) continued over every
+    further full block of the request's prompt and output, as vLLM hashes each block its
+    request fills, generated tokens included. Tokens nobody knows in advance (a length-only
+    prompt, a sampled output) make blocks no other request shares: each gets a hash of its
+    request and its end position, below -2**32 so that it never meets a trace hash (those are
+    non-negative); it meets a token hash (Python's hash of a tuple) with the odds of any
+    64-bit collision."""
+    import numpy as np
+
+    total = (request.prompt_len + request.output_len) // block_size
+    if len(hashes) >= total:
+        return hashes
+    ends = np.arange((len(hashes) + 1) * block_size, total * block_size + 1, block_size)
+    owner = np.int64(request.request_id + 1) << np.int64(32)
+    return hashes + (-(owner | ends.astype(np.int64))).tolist()
+
+
 def hashes_by_request(
     requests: list[Request], block_size: int, stable: bool = False
 ) -> dict[int, list[int]]:

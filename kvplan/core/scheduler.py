@@ -74,11 +74,19 @@ class Scheduler:
             )
         self.allocator = allocator
         self.config = config
+        self.rules = config.engine_rules
+        # vLLM V1 caches the blocks a step will fill when it allocates them
+        self.cache_on_allocate = self.rules.cache_on_allocate and allocator.prefix_caching
         self.max_num_seqs: int = config.max_num_seqs
         self.max_num_batched_tokens: int = config.max_num_batched_tokens
         self.waiting = WaitingQueue()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        # What the step being scheduled did, for its step trace (kvplan.core.step_trace):
+        # sequences preempted, and (sequence, tokens queried, tokens hit) per prefix lookup
+        # of an admitted sequence
+        self.step_preempted: list[Sequence] = []
+        self.step_lookups: list[tuple[Sequence, int, int]] = []
         self.recomputed_tokens = 0
         self.swap_used_slots = 0
         self.swapped_out_slots_total = 0
@@ -90,9 +98,10 @@ class Scheduler:
             0  # multi-step scheduling: decode steps since the last decision
         )
         # The waiting head the pool last refused: (sequence, the allocator's admission epoch,
-        # the token budget it was refused at). Until the epoch moves or the budget shrinks it
-        # would be refused again, so it is not looked up again.
-        self._refused: tuple[Sequence, int, int] | None = None
+        # the token budget it was refused at, the hash that would lengthen its prefix hit).
+        # Until the epoch moves, the budget shrinks or that hash is cached it would be
+        # refused again, so it is not looked up again.
+        self._refused: tuple[Sequence, int, int, int | None] | None = None
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -102,6 +111,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, plan: StepPlan) -> None:
         self.preemptions += 1
+        self.step_preempted.append(seq)
         seq.preemptions += 1
         slots = self.allocator.planned_slots(seq)
         self.allocator.free(seq)
@@ -124,6 +134,10 @@ class Scheduler:
 
     def schedule(self) -> StepPlan:
         plan = StepPlan([], 0)
+        if self.step_preempted:
+            self.step_preempted = []
+        if self.step_lookups:
+            self.step_lookups = []
         scheduled = plan.scheduled
         budget = self.max_num_batched_tokens
         steps = self.config.scheduler_steps
@@ -146,6 +160,7 @@ class Scheduler:
         context = pairs = single = prefilled = 0
         cap = self.allocator.retained_cap
         attended = self.allocator.attended
+        cache_on_allocate, block_size = self.cache_on_allocate, self.allocator.block_size
         # The hot loop of the simulator: kept flat, with the common decode case (one token
         # that fits the slots already held) touching no allocator. Popping victims from the
         # end while iterating is safe: the loop stops where the list now ends.
@@ -171,6 +186,8 @@ class Scheduler:
                 if needed:
                     break
                 needed = before + count
+            if cache_on_allocate and needed >= (seq.cached_blocks + 1) * block_size:
+                self.allocator.cache_full_blocks(seq, min(needed, seq.known_tokens))
             scheduled.append((seq, count))
             budget -= count
             if cap is not None:  # an eviction policy: attention reads what it keeps
@@ -192,7 +209,7 @@ class Scheduler:
         return plan
 
     def _admit(self, plan: StepPlan, budget: int) -> int:
-        allocator = self.allocator
+        allocator, rules = self.allocator, self.rules
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             refused, epoch = self._refused, allocator.admission_epoch
@@ -201,6 +218,7 @@ class Scheduler:
                 and refused[0] is seq
                 and refused[1] == epoch
                 and budget >= refused[2]
+                and (refused[3] is None or not allocator.holds_hash(refused[3]))
             ):
                 break
             # KV computed elsewhere (a prefill instance) arrives on the first admission only; the
@@ -222,9 +240,15 @@ class Scheduler:
             total = seq.num_computed + cached + count
             if count == 0:
                 break
-            if not allocator.can_admit(seq, total, hits):
+            # vLLM V1 keeps its watermark only while another request runs, and admits only a
+            # request whose every known token fits (not just this chunk)
+            watermark = bool(self.running) or not rules.watermark_needs_running
+            if not allocator.can_admit(seq, total, hits, watermark) or (
+                rules.whole_prompt_must_fit
+                and not allocator.can_admit(seq, seq.known_tokens, hits, watermark)
+            ):
                 if epoch is not None:
-                    self._refused = (seq, epoch, budget)
+                    self._refused = (seq, epoch, budget, allocator.next_hit_hash(seq, hits))
                 break
             if fresh:
                 cached = allocator.adopt(
@@ -236,6 +260,10 @@ class Scheduler:
                 self.used_slots += cached
             if not allocator.allocate(seq, total):
                 break
+            if self.cache_on_allocate:
+                allocator.cache_full_blocks(seq, total)
+            if fresh:
+                self.step_lookups.append((seq, seq.known_tokens, cached))
             self.waiting.popleft()
             if seq.status == Status.SWAPPED:
                 self.used_slots += seq.num_computed
@@ -244,9 +272,13 @@ class Scheduler:
                 seq.swapped_blocks = 0
             seq.status = Status.RUNNING
             self.running_final_slots += seq.final_len
-            # Running stays in arrival order, so the victim popped from the end is always the
-            # newest request, even after an older preempted one is re-admitted.
-            bisect.insort(self.running, seq, key=_arrival_order)
+            if rules.running_in_admission_order:
+                # vLLM V1: a re-admitted request joins the end, the next victim, as a new one
+                self.running.append(seq)
+            else:
+                # Running stays in arrival order, so the victim popped from the end is always
+                # the newest request, even after an older preempted one is re-admitted.
+                bisect.insort(self.running, seq, key=_arrival_order)
             plan.scheduled.append((seq, count))
             budget -= count
             before = seq.num_computed
@@ -289,7 +321,9 @@ class Scheduler:
         finished = []
         self.used_slots += plan.num_tokens
         allocator = self.allocator
-        caching = allocator.prefix_caching
+        # blocks are cached here when they are done, unless the scheduler cached them when it
+        # allocated them (vLLM V1)
+        caching = allocator.prefix_caching and not self.cache_on_allocate
         trims = allocator.trims
         block_size = allocator.block_size
         for seq, count in plan.scheduled:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvplan.plan.scheduling_rules import KVPLAN_RULES, SchedulingRules
 from kvplan.spec.setting_error import SettingError
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -25,6 +26,14 @@ class SchedulerConfig:
     # vLLM V0 multi-step scheduling (--num-scheduler-steps N): one scheduling decision runs
     # N decode steps, so waiting requests are admitted only every N steps.
     scheduler_steps: int = 1
+    # How the engine release admits, orders and pages (kvplan.plan.scheduling_rules); None:
+    # the serving engine's own for its release, resolved with the batch limits
+    # (kvplan.core.engine_factory.engine_scheduler), else kvplan's own (real mode)
+    rules: SchedulingRules | None = None
+
+    @property
+    def engine_rules(self) -> SchedulingRules:
+        return self.rules or KVPLAN_RULES
 
     def __post_init__(self) -> None:
         if self.max_num_seqs is not None and self.max_num_seqs < 1:

@@ -181,6 +181,8 @@ class RealEngineFactory:
         slot_bytes = spec.kv_bytes_per_token(kv_format)
         pool_bytes, utilization = pool or kv_pool_bytes(config, loaded)
         blocks = whole_blocks(pool_bytes, slot_bytes, config.block_size)
+        if config.num_gpu_blocks_override is not None:
+            blocks = config.num_gpu_blocks_override
         if blocks * config.block_size < max_model_len:
             self._refuse_small_pool(blocks, pool_bytes, slot_bytes, max_model_len, utilization)
         sizing = EngineSizing(

@@ -70,6 +70,9 @@ def size_engine(
     )
     slot_bytes = model.kv_bytes_per_token(kv_format, config.tp)
     blocks = whole_blocks(kv_pool_bytes, slot_bytes, config.block_size)
+    if config.num_gpu_blocks_override is not None:
+        blocks = config.num_gpu_blocks_override
+        kv_pool_bytes = blocks * config.block_size * slot_bytes
     if blocks < 1:
         raise DoesNotFit(
             f"no room for a KV cache: {model.name} on {config.tp} x {config.gpu} leaves "
@@ -111,8 +114,13 @@ class SimulatedEngineFactory:
         roofline = Roofline(
             sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype
         )
+        swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
+        scheduler = replace(
+            engine_scheduler(config, self.scheduler, sizing.capacity_slots), swap_slots=swap_slots
+        )
         # The policy's memory model (kvplan.core.policies) decides the blocks each sequence
-        # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM.
+        # holds; compaction copies (h2o, snapkv, ...) read and write a slot over HBM. The
+        # engine release's rules (scheduler.rules) page as that release does.
         allocator = make_allocator(
             optimization.allocator,
             sizing.capacity_slots,
@@ -123,10 +131,7 @@ class SimulatedEngineFactory:
             tiers=make_tiers(config, self.tiers, optimization, sizing),
             recompute_s_per_token=roofline.linear_flops(1) / roofline.peak_flops,
             copy_s_per_slot=2 * sizing.slot_bytes / roofline.bandwidth,
-        )
-        swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
-        scheduler = replace(
-            engine_scheduler(config, self.scheduler, sizing.capacity_slots), swap_slots=swap_slots
+            rules=scheduler.engine_rules,
         )
         runner = SimulatedRunner(roofline)  # "roofline": datasheet peak, a lower bound
         if isinstance(self.step_model, StepModelParams):

@@ -96,6 +96,7 @@ RULES: dict[str, NumberRule] = {
     ),  # vLLM's largest is 256; 65,536 leaves room without int64 overflow
     "gpu_memory_utilization": _float(0.0, 1.0),
     "kv_cache_gib": _float(0.0, GIB_MAX),
+    "num_gpu_blocks_override": _int(1, 2**31),
     "reserve_gib": _float(0.0, GIB_MAX, low_open=False),
     "gpu_mem_gib": _float(0.0, GIB_MAX),
     "params_b": _float(0.0, 1e7),

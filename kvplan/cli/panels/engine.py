@@ -47,6 +47,15 @@ class EngineOptions:
             help="Fix the KV budget per GPU instead of deriving it from memory.",
         ),
     ] = SIZING.kv_cache_gib
+    num_gpu_blocks_override: Annotated[
+        Optional[int],
+        typer.Option(
+            rich_help_panel=ENGINE,
+            metavar="N",
+            help="vLLM's --num-gpu-blocks-override: the KV pool's blocks whatever memory gives "
+            "(vLLM V1's reserved null block among them).",
+        ),
+    ] = SIZING.num_gpu_blocks_override
     max_num_seqs: Annotated[
         Optional[int],
         typer.Option(
@@ -119,6 +128,7 @@ class EngineOptions:
             "block_size": self.block_size,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "kv_cache_gib": self.kv_cache_gib,
+            "num_gpu_blocks_override": self.num_gpu_blocks_override,
             "engine": self.engine,
             "engine_version": self.engine_version,
             "swap_space_gib": self.swap_space_gib,

@@ -45,6 +45,16 @@ class OutputOptions:
         ),
     ] = FORMATS[0]
     as_json: JsonOpt = False
+    step_trace: Annotated[
+        Optional[Path],
+        typer.Option(
+            rich_help_panel=OUTPUT,
+            metavar="FILE",
+            help="Also write one JSON line per engine step: the requests scheduled (tokens; "
+            "new, running or resumed), preempted and finished, prefix lookups, cached blocks "
+            "evicted, blocks in use (docs/metrics.md, 'Step trace').",
+        ),
+    ] = None
 
     def check(self) -> None:
         if self.output_format not in FORMATS:

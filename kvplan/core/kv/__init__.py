@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvplan import lazy_attribute
+from kvplan.plan.scheduling_rules import KVPLAN_RULES, SchedulingRules
 
 if TYPE_CHECKING:
     from kvplan.core.kv.base import Allocator
@@ -40,12 +41,13 @@ def make_allocator(
     capacity_slots: int,
     block_size: int,
     max_model_len: int,
-    watermark: float = 0.01,
+    watermark: float | None = None,
     prefix_caching: bool = False,
     policy: PolicySpec | None = None,
     tiers: TieredCache | None = None,
     recompute_s_per_token: float = 0.0,
     copy_s_per_slot: float = 0.0,
+    rules: SchedulingRules = KVPLAN_RULES,
 ) -> Allocator:
     from kvplan.core.kv.contiguous import ContiguousAllocator
     from kvplan.core.kv.paged import PagedAllocator
@@ -60,6 +62,7 @@ def make_allocator(
             tiers,
             recompute_s_per_token,
             copy_s_per_slot,
+            rules,
         )
     if prefix_caching or (policy is not None and policy.evicts):
         raise ValueError(

@@ -60,7 +60,12 @@ class Allocator(ABC):
     fragments_externally = False
 
     @abstractmethod
-    def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool: ...
+    def can_admit(
+        self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS, watermark: bool = True
+    ) -> bool:
+        """Whether the sequence, with these hits, can hold `tokens` tokens now; `watermark`:
+        whether the allocator's watermark of free blocks is kept (vLLM keeps it only while a
+        request runs)."""
 
     def lookup(self, seq: Sequence) -> PrefixLookup:
         """Cached blocks holding the longest prefix of a sequence about to be admitted."""
@@ -79,8 +84,9 @@ class Allocator(ABC):
         """Offload transfer time since the last call (charged to the current step)."""
         return 0.0
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
-        """Register the sequence's newly filled blocks in the prefix cache."""
+    def cache_full_blocks(self, seq: Sequence, tokens: int | None = None) -> None:
+        """Register the sequence's blocks full at `tokens` tokens (default: those computed)
+        in the prefix cache."""
 
     def use_known_hashes(self, hashes: dict[int, list[int]]) -> None:
         """Block hashes computed once per run (request id -> hashes), so lookups skip hashing."""
@@ -123,9 +129,18 @@ class Allocator(ABC):
     @property
     def admission_epoch(self) -> int | None:
         """A count that moves whenever a sequence this allocator refused could now be admitted
-        at the same or a smaller token count (space released, prefixes cached); None: not
-        known, so a refused sequence is asked about again every step."""
+        at the same or a smaller token count, but for a longer prefix hit (next_hit_hash);
+        None: not known, so a refused sequence is asked about again every step."""
         return None
+
+    def next_hit_hash(self, seq: Sequence, hits: PrefixLookup) -> int | None:
+        """The block hash whose caching would lengthen this lookup's hit (None: it cannot
+        grow): while it stays uncached and the epoch stands, a refusal stands."""
+        return None
+
+    def holds_hash(self, block_hash: int) -> bool:
+        """Whether the prefix cache holds a block with this hash."""
+        return False
 
     @abstractmethod
     def allocate(self, seq: Sequence, tokens: int) -> bool: ...

@@ -44,7 +44,9 @@ class ContiguousAllocator(Allocator):
                 return start
         return None
 
-    def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool:
+    def can_admit(
+        self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS, watermark: bool = True
+    ) -> bool:
         return seq.extent is not None or self._first_fit(self.reservation_size(seq)) is not None
 
     def allocate(self, seq: Sequence, tokens: int) -> bool:

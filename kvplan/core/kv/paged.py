@@ -13,6 +13,7 @@ from kvplan.core.kv.prefix_cache import PrefixCache
 from kvplan.core.policies import PolicySpec
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
+from kvplan.plan.scheduling_rules import KVPLAN_RULES, SchedulingRules
 
 
 class PagedAllocator(Allocator):
@@ -23,12 +24,13 @@ class PagedAllocator(Allocator):
         self,
         num_blocks: int,
         block_size: int,
-        watermark: float = 0.01,
+        watermark: float | None = None,
         prefix_caching: bool = False,
         policy: PolicySpec | None = None,
         tiers: TieredCache | None = None,
         recompute_s_per_token: float = 0.0,
         copy_s_per_slot: float = 0.0,
+        rules: SchedulingRules = KVPLAN_RULES,
     ) -> None:
         evicting = policy if policy is not None and policy.evicts else None
         # A cached block is shared read-only by every request that hits it: the policy says
@@ -53,13 +55,28 @@ class PagedAllocator(Allocator):
             evicting.budget if evicting is not None and prefix_caching else None
         )  # only a positional window gets here
         self.name = "prefix" if prefix_caching else "paged"
-        self.pool = BlockPool(num_blocks)
+        self.rules = rules
+        # vLLM's null block is one of the pool's blocks that no request may hold
+        usable = num_blocks - 1 if rules.null_block and num_blocks > 1 else num_blocks
+        self.pool = BlockPool(
+            usable,
+            unhashed_first=rules.unhashed_blocks_first,
+            duplicates=rules.duplicate_cached_blocks,
+        )
         self.block_size = block_size
-        self.capacity_slots = num_blocks * block_size
-        self.watermark_blocks = int(watermark * num_blocks)
+        self.capacity_slots = usable * block_size
+        fraction = rules.watermark if watermark is None else watermark
+        self.watermark_blocks = int(fraction * num_blocks)
         self.prefix_caching = prefix_caching
         self.prefix_cache = (
-            PrefixCache(self.pool, block_size, tiers, recompute_s_per_token, window)
+            PrefixCache(
+                self.pool,
+                block_size,
+                tiers,
+                recompute_s_per_token,
+                window,
+                hash_generated=rules.hash_generated_tokens,
+            )
             if prefix_caching
             else None
         )
@@ -103,18 +120,30 @@ class PagedAllocator(Allocator):
             return max(0, self.budget.blocks_needed(seq, tokens))
         return max(0, cdiv(tokens, self.block_size) - len(seq.block_table))
 
-    def can_admit(self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS) -> bool:
+    def can_admit(
+        self, seq: Sequence, tokens: int, hits: PrefixLookup = NO_HITS, watermark: bool = True
+    ) -> bool:
+        kept = self.watermark_blocks if watermark else 0
         if not hits.blocks:
-            return self.pool.num_free - self.blocks_needed(seq, tokens) >= self.watermark_blocks
+            return self.pool.num_free - self.blocks_needed(seq, tokens) >= kept
         # Hits on free cached blocks leave the free queue too; a window's skipped blocks are not held.
         new = cdiv(tokens, self.block_size) - hits.skipped - len(hits.blocks)
-        return self.pool.num_free - hits.free_cached - new >= self.watermark_blocks
+        return self.pool.num_free - hits.free_cached - new >= kept
 
     @property
     def admission_epoch(self) -> int | None:  # type: ignore[override]
-        # A free block only leaves the free queue otherwise, and a hit run only shrinks; a
-        # lookup that reaches the offload tiers counts reloads, so it must run every time.
-        return None if self.tiers is not None else self.pool.epoch
+        # A free block only leaves the free queue otherwise, and a hit run only shrinks or
+        # grows by its next hash (next_hit_hash); a lookup that reaches the offload tiers
+        # counts reloads, so it must run every time, and a window's hit is a run anywhere.
+        if self.tiers is not None or (self.prefix_cache and self.prefix_cache.window_blocks):
+            return None
+        return self.pool.epoch
+
+    def next_hit_hash(self, seq: Sequence, hits: PrefixLookup) -> int | None:
+        return self.prefix_cache.next_hash(seq, hits) if self.prefix_cache is not None else None
+
+    def holds_hash(self, block_hash: int) -> bool:
+        return block_hash in self.pool.hash_to_block
 
     def lookup(self, seq: Sequence) -> PrefixLookup:
         return self.prefix_cache.lookup(seq) if self.prefix_cache is not None else NO_HITS
@@ -151,9 +180,9 @@ class PagedAllocator(Allocator):
                 self.prefix_cache.cache_full_blocks(seq)
             self.budget.trim(seq, self.pool)
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
+    def cache_full_blocks(self, seq: Sequence, tokens: int | None = None) -> None:
         if self.prefix_cache is not None:
-            self.prefix_cache.cache_full_blocks(seq)
+            self.prefix_cache.cache_full_blocks(seq, tokens)
 
     def cached_prefix_blocks(self, hashes: list[int]) -> int:
         return (

@@ -13,7 +13,7 @@ import numpy as np
 
 from kvplan import cdiv
 from kvplan.core.block_pool import BlockPool, as_blocks
-from kvplan.core.hashing import block_hashes
+from kvplan.core.hashing import block_hashes, with_generated_blocks
 from kvplan.core.kv.base import PrefixLookup
 from kvplan.core.kv.prefix_stats import PrefixStats
 from kvplan.core.sequence import Sequence
@@ -30,8 +30,13 @@ class PrefixCache:
         tiers: TieredCache | None = None,
         recompute_s_per_token: float = 0.0,
         sliding_window: int | None = None,
+        hash_generated: bool = False,
     ) -> None:
         self.pool = pool
+        # vLLM V1 hashes every full block a request fills, its output's included
+        # (kvplan.core.hashing.with_generated_blocks); otherwise only blocks whose tokens
+        # identify a prefix are hashed
+        self.hash_generated = hash_generated
         self.block_size = block_size
         # Sliding window (tokens a query attends to, itself included): a hit needs the blocks
         # holding the window's other sliding_window - 1 tokens (vLLM's SlidingWindowManager).
@@ -48,13 +53,20 @@ class PrefixCache:
         # hashes, limit, hit blocks, as an array, the hashes they held as an array)
         self._memo: tuple[Sequence, list[int], int, list[int], np.ndarray, np.ndarray] | None = None
 
-    def lookup(self, seq: Sequence) -> PrefixLookup:
+    def hashes(self, seq: Sequence) -> list[int]:
+        """The sequence's block hashes, computed on first use (known_hashes: once per run)."""
         if seq.hashes is None:
             request = seq.request
-            seq.hashes = self.known_hashes.get(request.request_id)
-            if seq.hashes is None:
-                seq.hashes = block_hashes(request, self.block_size)
-        hashes = seq.hashes
+            hashes = self.known_hashes.get(request.request_id)
+            if hashes is None:
+                hashes = block_hashes(request, self.block_size)
+            if self.hash_generated:
+                hashes = with_generated_blocks(request, hashes, self.block_size)
+            seq.hashes = hashes
+        return seq.hashes
+
+    def lookup(self, seq: Sequence) -> PrefixLookup:
+        hashes = self.hashes(seq)
         # At least one token is computed, so a fully cached prompt recomputes its last block.
         limit = min((seq.known_tokens - 1) // self.block_size, len(hashes))
         if (
@@ -85,6 +97,13 @@ class PrefixCache:
         else:
             memo = self._remember(seq, hashes, limit, self._run(hashes, 0, limit))
         return PrefixLookup(memo[3], self._free_count(memo[4]), [])
+
+    def next_hash(self, seq: Sequence, hits: PrefixLookup) -> int | None:
+        """The hash of the block after this lookup's hit, if the hit could reach it."""
+        hashes = seq.hashes or []
+        found = hits.skipped + len(hits.blocks) + len(hits.tier_run)
+        limit = min((seq.known_tokens - 1) // self.block_size, len(hashes))
+        return hashes[found] if found < limit else None
 
     def _remember(
         self, seq: Sequence, hashes: list[int], limit: int, hits: list[int]
@@ -184,13 +203,21 @@ class PrefixCache:
         seq.hit_tokens += hit_tokens
         return hit_tokens
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
-        hashes = seq.hashes or []
-        full = min(seq.num_computed // self.block_size, len(hashes))
+    def cache_full_blocks(self, seq: Sequence, tokens: int | None = None) -> None:
+        """Cache the blocks full at `tokens` tokens (default: the tokens computed so far)."""
+        # a sequence that never looked up (a transferred prefill) caches nothing under
+        # kvplan's own rules; vLLM V1 caches every block a request fills
+        hashes = seq.hashes
+        if hashes is None:
+            hashes = self.hashes(seq) if self.hash_generated else []
+        computed = seq.num_computed if tokens is None else tokens
+        full = min(computed // self.block_size, len(hashes))
         # A sliding window's table starts at logical block `dropped` (0 without a window).
         dropped = seq.dropped_blocks
         start = max(seq.cached_blocks, dropped)
-        if start < full:
+        if start + 1 == full:  # a decode filling its block: the scalar path, no arrays
+            self.pool.cache(seq.block_table[start - dropped], hashes[start])
+        elif start < full:
             self.pool.cache_all(
                 seq.block_table[start - dropped : full - dropped], hashes[start:full]
             )

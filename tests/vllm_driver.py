@@ -1,0 +1,412 @@
+"""Run a kvplan scenario through real vLLM (0.32, CPU build); write its per-step trace.
+
+Standalone script for the vLLM venv (not a pytest module; nothing in kvplan imports it):
+
+    /work/vllm-venv/bin/python tests/vllm_driver.py SCENARIO.json TRACE.jsonl \
+        [--engine stub|real] [--log STARTUP.log]
+
+Both engines run vLLM's own LLMEngine -> EngineCore -> Scheduler in this process;
+``--engine stub`` replaces only the executor (no model, any block size), ``--engine real``
+runs a tiny random Llama on the CPU backend (block size a multiple of 32). Each engine
+step that scheduled something becomes one JSON line of TRACE; stdout gets a one-line
+summary. Any failure exits 1 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Set before vLLM is imported (it caches env vars). The engine core must run in this
+# process, on this thread, so that its Scheduler instance can be wrapped.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no network: the model is written locally
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: summary only
+
+import argparse
+import gc
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable
+
+T_START = time.perf_counter()  # wall times include importing torch and vLLM
+
+import torch
+import vllm.logger as vllm_logger
+from transformers import LlamaConfig, LlamaForCausalLM
+from vllm import SamplingParams
+from vllm.config.logging import LoggingConfig
+from vllm.engine.arg_utils import EngineArgs
+from vllm.logging_utils import NewLineFormatter
+from vllm.v1.attention.backends.utils import record_kv_cache_layout
+from vllm.v1.engine.llm_engine import LLMEngine
+from vllm.v1.executor.abstract import Executor
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+
+INT_KEYS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
+SCEN_KEYS = {*INT_KEYS, "max_model_len", "enable_prefix_caching", "model", "requests"}
+MODEL_KEYS = {"hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"}
+MODEL_KEYS |= {"vocab_size", "seed"}
+REQ_KEYS = {"id", "prompt_token_ids", "max_tokens"}
+LAYER_NAME = "model.layers.{}.self_attn.attn"  # the names vLLM's Llama registers
+DTYPE = "bfloat16"  # vLLM's CPU platform lists bf16 first, so dtype "auto" picks it
+HF_NAMES = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "head_dim": "head_dim"}
+HF_NAMES |= {"num_hidden_layers": "num_layers", "num_attention_heads": "num_heads"}
+HF_NAMES |= {"num_key_value_heads": "num_kv_heads"}
+# scenario keys passed to EngineArgs unchanged
+ENGINE_KEYS = ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
+
+
+class DriverError(Exception):
+    """A malformed scenario or an unexpected engine state: reported in one line."""
+
+
+def need(ok: bool, msg: str) -> None:
+    if not ok:
+        raise DriverError(msg)
+
+
+def is_int(v: Any, low: int = 1) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def ext_id(request_id: str) -> int:
+    """Scenario id of an engine request id: LLMEngine appends "-<8 random chars>"."""
+    return int(request_id.rsplit("-", 1)[0])
+
+
+def done(value: Any, non_block: bool) -> Any:
+    if not non_block:
+        return value
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
+
+
+def load_scenario(path: str) -> dict[str, Any]:
+    """Parse and check the scenario, so that a typo fails here rather than inside vLLM."""
+    try:
+        with open(path) as f:
+            scen = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DriverError(f"cannot read scenario {path}: {e}") from e
+    need(isinstance(scen, dict), "scenario must be a JSON object")
+    missing, unknown = sorted(SCEN_KEYS - scen.keys()), sorted(scen.keys() - SCEN_KEYS)
+    need(not missing and not unknown, f"scenario keys: missing {missing}, unknown {unknown}")
+    for k in (*INT_KEYS, "max_model_len"):
+        need(is_int(scen[k]), f"scenario.{k} must be a positive integer")
+    need(isinstance(scen["enable_prefix_caching"], bool), "enable_prefix_caching: true/false")
+    m = scen["model"]
+    need(isinstance(m, dict) and m.keys() == MODEL_KEYS, f"model keys must be {sorted(MODEL_KEYS)}")
+    for k, v in m.items():
+        need(is_int(v, 0 if k == "seed" else 1), f"model.{k} must be a positive integer")
+    need(m["num_heads"] % m["num_kv_heads"] == 0, "model.num_heads % num_kv_heads != 0")
+    reqs = scen["requests"]
+    need(isinstance(reqs, list) and len(reqs) > 0, "requests must be a non-empty list")
+    ids: set[int] = set()
+    for i, r in enumerate(reqs):
+        need(isinstance(r, dict) and r.keys() == REQ_KEYS, f"requests[{i}] keys must be {REQ_KEYS}")
+        need(is_int(r["id"], 0) and r["id"] not in ids, f"requests[{i}].id: unique int >= 0")
+        ids.add(r["id"])
+        toks = r["prompt_token_ids"]
+        ok = isinstance(toks, list) and len(toks) > 0
+        ok = ok and all(is_int(t, 0) and t < m["vocab_size"] for t in toks)
+        need(ok, f"requests[{i}].prompt_token_ids: non-empty list of ints in [0, vocab_size)")
+        need(is_int(r["max_tokens"]), f"requests[{i}].max_tokens must be a positive integer")
+    return scen
+
+
+def write_tiny_model(m: dict[str, int], max_model_len: int, folder: str) -> None:
+    """Llama config.json plus random weights. The stub reads only the config, but gets the
+    same folder so that vLLM derives the same VllmConfig for both engines."""
+    sizes: dict[str, Any] = {hf: m[k] for hf, k in HF_NAMES.items()}
+    cfg = LlamaConfig(**sizes, intermediate_size=2 * m["hidden_size"], tie_word_embeddings=False)
+    cfg.max_position_embeddings = max(max_model_len, 2048)
+    cfg.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(m["seed"])
+    net = LlamaForCausalLM(cfg).to(getattr(torch, DTYPE))  # stored as the CPU prefers
+    net.config.dtype = DTYPE
+    net.save_pretrained(folder)
+
+
+class StubExecutor(Executor):
+    """--engine stub: EngineCore's executor without a worker or model. Like the runner, it
+    samples one token per scheduled request whose input is complete after the step
+    (computed + scheduled >= its tokens) and none for a partial prefill chunk."""
+
+    def _init_executor(self) -> None:
+        # Token count per request (prompt + outputs), kept like the runner's cached
+        # request state: it survives preemption and goes when the request finishes.
+        self.num_tokens: dict[str, int] = {}
+        self.pending: ModelRunnerOutput | None = None
+        self.vocab = self.model_config.get_vocab_size()
+
+    def get_kv_cache_specs(self) -> list[dict[str, Any]]:
+        mc = self.model_config
+        spec = FullAttentionSpec(
+            block_size=self.cache_config.block_size,
+            num_kv_heads=mc.get_total_num_kv_heads(),
+            head_size=mc.get_head_size(),
+            dtype=mc.dtype,
+        )
+        n = mc.get_num_layers(self.parallel_config)
+        return [{LAYER_NAME.format(i): spec for i in range(n)}]
+
+    def determine_available_memory(self) -> list[int]:
+        return [64 << 30]  # ample; num_gpu_blocks_override sets the pool size
+
+    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
+        return [["LBHNC"]]  # what the CPU_ATTN backend reports
+
+    def set_kv_cache_layout(self, layout_name: str) -> None:
+        record_kv_cache_layout(self.cache_config, layout_name)  # as the worker does
+
+    def collective_rpc(self, method: str | Callable, *_: Any, **kw: Any) -> Any:
+        # The other worker RPCs a text-generation LLMEngine makes; any RPC not
+        # modelled here fails loudly rather than let the stub drift from vLLM.
+        name = method if isinstance(method, str) else getattr(method, "__name__", "?")
+        results = {"get_supported_tasks": ("generate",), "initialize_from_config": None}
+        results |= {"reset_mm_cache": None, "reset_encoder_cache": None, "shutdown": None}
+        need(name in results, f"stub executor: unsupported RPC {name!r}")
+        return done([results[name]], kw.get("non_block", False))
+
+    def compile_or_warm_up_model(self) -> None:
+        return None  # nothing to compile; compilation_time stays 0
+
+    def check_health(self) -> None:
+        return None
+
+    def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
+        """As the runner with async scheduling off: EMPTY_MODEL_RUNNER_OUTPUT for an
+        empty step, else None; EngineCore.step() then calls sample_tokens()."""
+        so = scheduler_output
+        for rid in so.finished_req_ids:
+            self.num_tokens.pop(rid, None)
+        computed: dict[str, int] = {}
+        for nr in so.scheduled_new_reqs:
+            toks = nr.prefill_token_ids or nr.prompt_token_ids  # V2 runner: all tokens
+            self.num_tokens[nr.req_id] = max(len(toks), self.num_tokens.get(nr.req_id, 0))
+            computed[nr.req_id] = nr.num_computed_tokens
+        cached = so.scheduled_cached_reqs  # running and resumed requests
+        computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+        if so.total_num_scheduled_tokens == 0:
+            return done(EMPTY_MODEL_RUNNER_OUTPUT, non_block)
+        req_ids = list(so.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            n = self.num_tokens[rid]
+            if computed[rid] + so.num_scheduled_tokens[rid] >= n:
+                sampled.append([1 + (ext_id(rid) * 7919 + n) % (self.vocab - 1)])
+                self.num_tokens[rid] = n + 1
+            else:  # a partial prefill chunk: the runner discards its sample
+                sampled.append([])
+        index = {rid: i for i, rid in enumerate(req_ids)}
+        self.pending = ModelRunnerOutput(req_ids, index, sampled_token_ids=sampled)
+        return done(None, non_block)
+
+    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
+        out, self.pending = self.pending, None
+        need(out is not None, "stub executor: sample_tokens without execute_model")
+        return done(out, non_block)
+
+
+class StepRecorder:
+    """Wraps a Scheduler instance's methods; one trace line per schedule()..update()."""
+
+    def __init__(self, scheduler: Any, out: Any) -> None:
+        self.s, self.out, self.kvm = scheduler, out, scheduler.kv_cache_manager
+        self.pool = self.kvm.block_pool
+        self.step = self.empty_steps = 0
+        self.seen: set[str] = set()  # scheduled at least once
+        self.preempted_since: set[str] = set()  # preempted, not yet scheduled again
+        self.totals: Counter[str] = Counter()
+        self.begin_step(None)
+        s, kvm, pool = self.s, self.kvm, self.pool
+        self.orig = (s.schedule, s._preempt_request, s.update_from_output)
+        self.orig_record = kvm.record_prefix_cache_stats
+        self.orig_evict = pool._maybe_evict_cached_block
+        s.schedule, s._preempt_request = self.schedule, self.preempt
+        s.update_from_output = self.update_from_output
+        kvm.record_prefix_cache_stats = self.record_prefix_cache_stats
+        pool._maybe_evict_cached_block = self.maybe_evict_cached_block
+
+    def begin_step(self, sched_out: Any) -> None:
+        self.sched_out = sched_out
+        self.preempted: list[int] = []
+        self.prefix: list[list[int]] = []
+        self.evicted = 0
+
+    def schedule(self, *a: Any, **kw: Any) -> Any:
+        self.begin_step(None)  # preemptions, lookups and evictions all happen in here
+        self.sched_out = self.orig[0](*a, **kw)
+        return self.sched_out
+
+    def preempt(self, request: Any, *a: Any, **kw: Any) -> Any:
+        self.preempted.append(ext_id(request.request_id))
+        self.preempted_since.add(request.request_id)
+        return self.orig[1](request, *a, **kw)
+
+    def record_prefix_cache_stats(self, request: Any, num_hits: int) -> Any:
+        # Count only what vLLM counts: no query when the lookup was skipped.
+        if self.kvm.prefix_cache_lookup_enabled(request):
+            self.prefix.append([ext_id(request.request_id), request.num_tokens, num_hits])
+            kind = "readmit" if request.num_preemptions > 0 else "fresh"
+            self.totals.update({f"n_{kind}": 1, f"q_{kind}": request.num_tokens})
+            self.totals[f"hit_{kind}"] += num_hits
+        return self.orig_record(request, num_hits)
+
+    def maybe_evict_cached_block(self, block: Any) -> bool:
+        evicted = self.orig_evict(block)
+        self.evicted += bool(evicted)
+        return evicted
+
+    def update_from_output(self, scheduler_output: Any, model_output: Any) -> Any:
+        before = set(self.s.finished_req_ids)
+        result = self.orig[2](scheduler_output, model_output)
+        self.emit(scheduler_output, set(self.s.finished_req_ids) - before)
+        return result
+
+    def emit(self, so: Any, finished: set[str]) -> None:
+        need(so is self.sched_out, "update_from_output for a step that was not scheduled")
+        self.totals.update(preemptions=len(self.preempted), evicted=self.evicted)
+        if not so.num_scheduled_tokens:  # not written; counted in the summary
+            self.empty_steps += 1
+            return
+        scheduled = []
+        for rid, n in so.num_scheduled_tokens.items():  # insertion order = scheduling order
+            kind = "new" if rid not in self.seen else "running"
+            if rid in self.preempted_since:
+                kind = "resumed"
+            self.seen.add(rid)
+            self.preempted_since.discard(rid)
+            scheduled.append([ext_id(rid), n, kind])
+        self.step += 1
+        line = {
+            "step": self.step,
+            "scheduled": scheduled,
+            "preempted": self.preempted,
+            "finished": sorted(ext_id(r) for r in finished),
+            "prefix": self.prefix,
+            "cached_blocks_evicted": self.evicted,
+            # ref count > 0: pool minus the null block minus free (incl. cached, ref 0)
+            "blocks_in_use": self.pool.num_gpu_blocks - 1 - self.pool.get_num_free_blocks(),
+            "running": len(self.s.running),
+            "waiting": self.s.get_request_counts()[1],
+        }
+        self.out.write(json.dumps(line) + "\n")
+
+
+def build_engine(scen: dict[str, Any], engine: str, model_dir: str, log_cfg: Any) -> Any:
+    # vLLM says "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])"; say it sooner.
+    bs = scen["block_size"]
+    need(engine == "stub" or bs % 32 == 0, f"--engine real needs block_size % 32 == 0, got {bs}")
+    kw = {k: scen[k] for k in ENGINE_KEYS} | {"seed": scen["model"]["seed"]}
+    kw |= {"num_gpu_blocks_override": scen["num_gpu_blocks"], "dtype": "auto"}
+    kw |= {"enable_prefix_caching": scen["enable_prefix_caching"], "enforce_eager": True}
+    kw |= {"skip_tokenizer_init": True, "async_scheduling": False, "logging_config": log_cfg}
+    kw["distributed_executor_backend"] = "uni" if engine == "real" else StubExecutor
+    args = EngineArgs(model=model_dir, **kw)
+    llm = LLMEngine.from_engine_args(args)
+    # A silent override would make the trace describe another scheduler than asked for.
+    cc, sc = llm.vllm_config.cache_config, llm.vllm_config.scheduler_config
+    got = {"block_size": cc.block_size, "num_gpu_blocks": cc.num_gpu_blocks}
+    got |= {"max_num_seqs": sc.max_num_seqs, "max_num_batched_tokens": sc.max_num_batched_tokens}
+    got |= {"enable_prefix_caching": bool(cc.enable_prefix_caching)}
+    got |= {"max_model_len": llm.vllm_config.model_config.max_model_len}
+    for k, v in got.items():
+        need(v == scen[k], f"vLLM changed {k}: scenario {scen[k]!r}, engine {v!r}")
+    need(not sc.async_scheduling, "async scheduling is on; outputs would lag a step")
+    return llm
+
+
+def start_log(log_path: str | None) -> tuple[Any, logging.Handler | None]:
+    """Configure vLLM's logging with the engine's config (the engine re-runs dictConfig,
+    dropping our handler, only if its config differs), then tee it to log_path."""
+    log_cfg = LoggingConfig(log_level="INFO")
+    vllm_logger.configure_logging_if_needed(log_cfg)
+    if not log_path:
+        return log_cfg, None
+    handler = logging.FileHandler(log_path, mode="w")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(NewLineFormatter(vllm_logger._FORMAT, datefmt=vllm_logger._DATE_FORMAT))
+    logging.getLogger("vllm").addHandler(handler)
+    return log_cfg, handler
+
+
+def run(scen: dict[str, Any], engine: str, trace_path: str, log_path: str | None) -> str:
+    torch.set_num_threads(1)  # before vLLM's CPU worker disables set_num_threads
+    log_cfg, handler = start_log(log_path)
+    with tempfile.TemporaryDirectory(prefix="kvplan-tiny-llama-") as model_dir:
+        write_tiny_model(scen["model"], scen["max_model_len"], model_dir)
+        try:
+            llm = build_engine(scen, engine, model_dir, log_cfg)
+        finally:
+            if handler is not None:  # the log file holds the start-up lines only
+                logging.getLogger("vllm").removeHandler(handler)
+                handler.close()
+        t_ready = time.perf_counter()
+        produced: dict[int, int] = {}
+        with open(trace_path, "w") as out:
+            rec = StepRecorder(llm.engine_core.engine_core.scheduler, out)
+            for r in scen["requests"]:  # all arrive at t = 0, in list order
+                params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True, temperature=0)
+                llm.add_request(str(r["id"]), {"prompt_token_ids": r["prompt_token_ids"]}, params)
+            while llm.has_unfinished_requests():
+                for o in llm.step():
+                    produced[ext_id(o.request_id)] = len(o.outputs[0].token_ids)
+    for r in scen["requests"]:  # ignore_eos: each must stop at exactly max_tokens
+        got = produced.get(r["id"])
+        need(got == r["max_tokens"], f"request {r['id']}: {got} tokens, not {r['max_tokens']}")
+    t = rec.totals
+    return (
+        f"engine={engine} steps={rec.step} empty_steps={rec.empty_steps} "
+        f"preemptions={t['preemptions']} cached_blocks_evicted={t['evicted']} "
+        f"prefix_fresh={t['n_fresh']}q/{t['q_fresh']}tok/{t['hit_fresh']}hit "
+        f"prefix_readmit={t['n_readmit']}q/{t['q_readmit']}tok/{t['hit_readmit']}hit "
+        f"startup_s={t_ready - T_START:.1f} wall_s={time.perf_counter() - T_START:.1f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("scenario", nargs="?")
+    ap.add_argument("trace", nargs="?")
+    ap.add_argument("--engine", choices=("stub", "real"), default="stub")
+    ap.add_argument("--log", help="write vLLM's start-up log lines to this file")
+    # one process for many runs: vLLM's import is most of a small run's time
+    ap.add_argument("--batch", help='a JSON list of {"scenario", "trace", "engine", "log"}')
+    args = ap.parse_args(argv)
+    runs = (
+        json.loads(Path(args.batch).read_text())
+        if args.batch
+        else [{"scenario": args.scenario, "trace": args.trace, "engine": args.engine,
+               "log": args.log}]
+    )  # fmt: skip
+    try:
+        for job in runs:
+            need(bool(job.get("scenario") and job.get("trace")), "give SCENARIO and TRACE")
+            scen = load_scenario(job["scenario"])
+            print(run(scen, job.get("engine", "stub"), job["trace"], job.get("log")), flush=True)
+            gc.collect()  # the finished engine's pool before the next one is built
+    except DriverError as e:
+        print(f"vllm_driver: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    except Exception as e:  # vLLM refusing the scenario: its message, on one line
+        msg = " ".join(str(e).split())
+        print(f"vllm_driver: vLLM failed: {type(e).__name__}: {msg}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
