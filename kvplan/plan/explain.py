@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from kvplan.plan.cpu_log import explain_cpu
 from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup, stage_layers_share
 from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS, GIB
 from kvplan.plan.pool_sizing import model_max_len
@@ -329,6 +330,13 @@ def explain(
         else None
     )
     log = parse_server_log(text, source, bound)
+    if log.device == "cpu":
+        if gpu is not None:
+            raise ValueError(
+                f"{source} is a vLLM CPU server's log (its KV memory is a NUMA node's), so "
+                "--gpu does not apply; drop --gpu"
+            )
+        return explain_cpu(log, server_setup(log, model_name=model), SCHEMA)
     setup = server_setup(log, model_name=model, gpu_name=gpu)
     memory = memory_breakdown(log, setup)
     kv = bytes_per_token(log, setup, memory["kv"])

@@ -177,6 +177,7 @@ def vllm_kv_cache(
     num_speculative_tokens: int = 0,
     mamba_alignment: int = 16,
     draft_layers: int = 0,
+    concurrent_batches: int | None = None,
 ) -> VllmKVCache:
     """vLLM v1's KV cache sizing for a model on one GPU, given the "Available KV cache memory".
 
@@ -189,6 +190,8 @@ def vllm_kv_cache(
     model: 2), "all" (one per block of tokens); num_speculative_tokens adds blocks to Mamba
     groups. mamba_alignment: the token multiple the attention block is raised to (16; some
     newer builds 64). draft_layers: an MTP / EAGLE drafter's full-attention layers.
+    concurrent_batches: the batches in flight a windowed group reserves for; None: the
+    release's (two under async scheduling from 0.26; vLLM's CPU backend runs one).
     """
     if max_model_len <= 0:
         raise ValueError("max_model_len must be positive")
@@ -222,7 +225,8 @@ def vllm_kv_cache(
         else (2 if mode == "align" else 1) + num_speculative_tokens
     )
     from_concurrency = version is None or version >= TOKENS_FROM_CONCURRENCY_SINCE
-    in_flight = max_num_batched_tokens * in_flight_batches(version)
+    batches = in_flight_batches(version) if concurrent_batches is None else concurrent_batches
+    in_flight = max_num_batched_tokens * batches
     return VllmKVCache(
         groups,
         float(available_bytes_per_gpu),

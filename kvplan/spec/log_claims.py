@@ -42,6 +42,14 @@ FIELD_RULES: dict[str, str] = {
     "sglang_kv_tokens_allocated": "token_count",
     "sglang_max_allowed_tokens": "token_count",
     "max_concurrency_tokens": "context",
+    "cpu_kv_gib": "node_figure_gib",
+    "cpu_requested_gib": "node_figure_gib",
+    "cpu_non_kv_gib": "node_figure_gib",
+    "cpu_node_total_gib": "node_total_gib",
+    "cpu_node": "numa_node",
+    "cpu_kv_cache_tokens": "token_count",
+    "blocks_before_override": "token_count",
+    "num_gpu_blocks_override": "token_count",
     "tensor_parallel_size": "tp",
     "pipeline_parallel_size": "pp",
     "data_parallel_size": "dp",
@@ -58,6 +66,10 @@ SWITCH_FIELDS = ("enforce_eager",)
 PER_GPU_MEMORY = tuple(
     name for name, rule in FIELD_RULES.items() if rule in ("gpu_figure_gib", "kv_budget_gib")
 )
+# Memory a CPU worker shows on its NUMA node, bounded by the node's total the same line gives;
+# the KV memory and the non-KV usage are parts of it.
+PER_NODE_MEMORY = ("cpu_kv_gib", "cpu_requested_gib", "cpu_non_kv_gib")
+NODE_PARTS = ("cpu_kv_gib", "cpu_non_kv_gib")
 # A server whose KV budget came out negative stops with no KV cache: it reports no tokens.
 KV_CAPACITY = ("gpu_kv_cache_tokens", "num_gpu_blocks", "sglang_max_total_num_tokens")
 TOTAL_SLACK = 1.01
@@ -194,6 +206,7 @@ def checked_claims(
                 line_number,
                 fix,
             )
+    _check_node_memory(source, claims, values, line_number)
     capacity = [i for i, c in enumerate(claims) if c.field in KV_CAPACITY and values[i] > 0]
     for index, claim in enumerate(claims):
         if claim.field == "available_kv_gib" and values[index] < 0 and capacity:
@@ -206,3 +219,36 @@ def checked_claims(
                 line_number,
             )
     return values
+
+
+def _check_node_memory(
+    source: str, claims: list[Claim], values: dict[int, Any], line_number: LineNumber
+) -> None:
+    """A CPU worker's figures within its node's total memory (the first one the log gives),
+    and its KV memory and non-KV usage together within it too."""
+    totals = [values[i] for i, c in enumerate(claims) if c.field == "cpu_node_total_gib"]
+    if not totals:
+        return
+    total = totals[0]
+    for index, claim in enumerate(claims):
+        if claim.field in PER_NODE_MEMORY and values[index] > total * TOTAL_SLACK + 0.01:
+            raise _refuse(
+                source,
+                claim,
+                f"within the node's total memory the log shows, {total:g} GiB",
+                line_number,
+            )
+    first: dict[str, int] = {}
+    for index, claim in enumerate(claims):
+        first.setdefault(claim.field, index)
+    parts = [first[name] for name in NODE_PARTS if name in first]
+    held = sum(values[i] for i in parts)
+    if len(parts) > 1 and held > total * TOTAL_SLACK + 0.05:
+        last = max(parts, key=lambda i: claims[i].offset)
+        raise _refuse(
+            source,
+            claims[last],
+            f"such that the KV memory and the non-KV usage ({held:g} GiB) fit the node's "
+            f"{total:g} GiB",
+            line_number,
+        )

@@ -99,6 +99,9 @@ RULES: dict[str, NumberRule] = {
     "num_gpu_blocks_override": _int(1, 2**31),
     "reserve_gib": _float(0.0, GIB_MAX, low_open=False),
     "gpu_mem_gib": _float(0.0, GIB_MAX),
+    # kv_cache_gib and gpu_mem_gib as `kvplan estimate --device cpu` names them
+    "kv_cache_space": _float(0.0, GIB_MAX),
+    "cpu_memory_gib": _float(0.0, GIB_MAX),
     "params_b": _float(0.0, 1e7),
     "kv_budget": _int(1, TOKENS_MAX),
     # bench workload and scheduler
@@ -151,6 +154,10 @@ RULES: dict[str, NumberRule] = {
     "kv_needed_gib": _float(0.0, GIB_MAX, low_open=False),  # what a refused length would need
     "token_count": _int(0, TOKENS_MAX),  # KV tokens or blocks: 0 when no memory was left
     "concurrency_ratio": _float(0.0, TOKENS_MAX, low_open=False),
+    # a CPU server's figures are a NUMA node's memory, which can pass any one GPU's
+    "node_figure_gib": _float(0.0, GIB_MAX, low_open=False),
+    "node_total_gib": _float(0.0, GIB_MAX),
+    "numa_node": _int(0, 2**16),
     "pp": _int(1, 1024),
     "dp": _int(1, 2**16),
     # what a measured benchmark run may claim; each request is replayed, several times a fit

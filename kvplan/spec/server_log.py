@@ -21,6 +21,8 @@ from typing import IO, Any
 from kvplan.spec.capped_read import read_capped
 from kvplan.spec.log_claims import Claim, checked_claims
 from kvplan.spec.server_log_patterns import (
+    CPU_KV_SOURCES,
+    CPU_MARKERS,
     ENFORCE_EAGER,
     EXPERT_PARALLEL,
     FLOAT_PATTERNS,
@@ -77,6 +79,8 @@ _USEFUL = (
     "weights_gib",
     "max_concurrency",
     "total_gpu_memory_gib",
+    "cpu_kv_cache_tokens",
+    "cpu_kv_gib",
 )
 
 
@@ -128,6 +132,17 @@ class ServerLog:
     sglang_v_size_gb: float | None = None
     sglang_kv_size_gb: float | None = None
     sglang_available_gpu_mem_gb: float | None = None
+    # vLLM's CPU backend: the node's memory, not a GPU's (kvplan/plan/cpu_log.py explains it)
+    device: str | None = None  # "cpu" for a CPU server; None for a GPU's
+    cpu_kv_source: str | None = None  # "explicit" (VLLM_CPU_KVCACHE_SPACE) or "auto"
+    cpu_kv_gib: float | None = None
+    cpu_node_total_gib: float | None = None
+    cpu_requested_gib: float | None = None
+    cpu_non_kv_gib: float | None = None
+    cpu_node: int | None = None
+    cpu_kv_cache_tokens: int | None = None
+    blocks_before_override: int | None = None  # what the KV memory gave, before the override
+    num_gpu_blocks_override: int | None = None
     values: dict[str, tuple] = field(
         default_factory=dict, compare=False
     )  # every distinct value seen
@@ -145,6 +160,7 @@ def lines_looked_for() -> str:
     return (
         "'GPU KV cache size: N tokens', 'Available KV cache memory: X GiB', '# GPU blocks: N', "
         "'Memory profiling results', 'Maximum concurrency for M tokens per request', "
+        "'CPU KV cache size: N tokens', 'Auto set (X/T) GiB for KV cache' / 'Explicitly set', "
         "'Loading model weights took' / 'Model loading took', 'can store only N tokens' / "
         "'estimated maximum model length', SGLang 'max_total_num_tokens=' or 'KV Cache is allocated'"
     )
@@ -314,13 +330,18 @@ def parse_server_log(
             break
     if any(re.search(pattern, text) for pattern in EXPERT_PARALLEL):
         found_values["expert_parallel"] = True
+    if any(marker in text for marker in CPU_MARKERS):
+        found_values["device"] = "cpu"
+        found_values["cpu_kv_source"] = next(
+            (source for source, line in CPU_KV_SOURCES if line in text), None
+        )
     if not any(name in found_values for name in _USEFUL):
         raise ValueError(
             f"no vLLM or SGLang memory figures found; kvplan explain looks for {lines_looked_for()}"
         )
     is_sglang = any(marker in text for marker in SGLANG_MARKERS) and not any(
         name in found_values
-        for name in ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib")
+        for name in ("gpu_kv_cache_tokens", "num_gpu_blocks", "available_kv_gib", "device")
     )
     found_values["engine"] = "sglang" if is_sglang else "vllm"
     if not is_sglang:

