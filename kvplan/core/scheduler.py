@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvplan.core.kv import NO_HITS, Allocator
 from kvplan.core.scheduler_config import SchedulerConfig  # imported from here too
@@ -37,6 +37,11 @@ class StepPlan:
     # Whether the scheduler decided this step. Under V0 multi-step scheduling one decision
     # (scheduling, input preparation, output processing on the CPU) runs N steps.
     decision: bool = True
+    # What the operator step model (kvplan.sim.ops) times attention and the LM head by: the
+    # decodes, each prefill chunk's (new tokens, tokens before it), the sequences that sample
+    decodes: int = 0
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
+    samples: int = 0
 
 
 def _arrival_order(seq: Sequence) -> tuple[float, int, int]:
@@ -157,7 +162,8 @@ class Scheduler:
         allocate = self.allocator.allocate
         running = self.running
         preempted = False
-        context = pairs = single = prefilled = 0
+        context = pairs = single = prefilled = decodes = samples = 0
+        chunks = plan.prefill_chunks
         cap = self.allocator.retained_cap
         attended = self.allocator.attended
         cache_on_allocate, block_size = self.cache_on_allocate, self.allocator.block_size
@@ -168,7 +174,7 @@ class Scheduler:
             if budget <= 0:
                 break
             before = seq.num_computed
-            count = seq.prompt_len + seq.num_generated - before
+            count = pending = seq.prompt_len + seq.num_generated - before
             if count > budget:
                 if not chunked:
                     continue
@@ -197,11 +203,16 @@ class Scheduler:
                 before += 1
                 pairs += before
                 single += before
+                decodes += 1
             else:
                 pairs += count * before + count * (count + 1) // 2
                 prefilled += needed
+                chunks.append((count, before))
+            if count == pending:
+                samples += 1
         plan.context_tokens, plan.attention_pairs = context, pairs
         plan.decode_pairs, plan.prefill_context = single, prefilled
+        plan.decodes, plan.samples = decodes, samples
         if not preempted and may_admit:
             budget = self._admit(plan, budget)
             plan.transfer_s = self.allocator.take_transfer_s()
@@ -282,7 +293,10 @@ class Scheduler:
             plan.scheduled.append((seq, count))
             budget -= count
             before = seq.num_computed
+            if count == seq.known_tokens - before:
+                plan.samples += 1
             read, before = allocator.attended(seq, before, count)
+            plan.prefill_chunks.append((count, before))
             plan.context_tokens += read
             plan.attention_pairs += count * before + count * (count + 1) // 2
             plan.prefill_context += read

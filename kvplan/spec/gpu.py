@@ -49,6 +49,9 @@ class GpuSpec:
     product_default: bool = False
     mig: str | None = None
     mig_parent: str | None = None
+    # The system whose measured kernel tables NVIDIA's aiconfigurator ships for this GPU
+    # (kvplan.sim.ops.aic_source); None: it has none, and the roofline times it.
+    measured_system: str | None = None
 
     @property
     def usable_memory_bytes(self) -> float:

@@ -215,7 +215,7 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
     groups = attention_groups(cfg, num_layers, num_heads, hidden)
     cross = cross_attention_groups(cfg, num_layers, num_heads, hidden)
     weight_dtype, quant = weight_format(cfg, num_layers)
-    params, experts, per_token = count_params(
+    params, moe = count_params(
         cfg,
         hidden,
         num_layers,
@@ -239,8 +239,10 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
         params=params,
         weight_dtype=weight_dtype,
         dtype=native_dtype(cfg),
-        num_experts=experts,
-        experts_per_token=per_token,
+        num_experts=moe.experts,
+        experts_per_token=moe.per_token,
+        moe_layers=moe.layers,
+        expert_width=moe.width,
         checkpoint_quant=quant,
         cross_groups=cross,
         encoder_tokens_per_image=encoder_tokens_per_image(outer) if cross else 0,

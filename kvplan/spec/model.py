@@ -223,6 +223,8 @@ class ModelSpec:
     dtype: str = "bf16"  # the checkpoint's activation dtype; what `--kv-dtype auto` means
     num_experts: int = 0
     experts_per_token: int = 0
+    moe_layers: int = 0  # layers with routed experts
+    expert_width: int = 0  # each routed expert's intermediate size
     # The checkpoint's own format, from its quantization_config (spec/checkpoint_quant.py);
     # None for an unquantized checkpoint. weight_dtype then names its element dtype.
     checkpoint_quant: CheckpointQuant | None = None

@@ -10,7 +10,7 @@ layer_plans.py) count each layer's own mixer, feed-forward and norms.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvplan.spec import AttentionGroup, ParamCount
 from kvplan.spec.layer_plans import layer_plans
@@ -245,6 +245,16 @@ def _dense_mlp_params(
     return sum(_mlp_params(cfg, hidden, p.ffn_width or width) for p in plans if p.ffn == "dense")
 
 
+class MoeLayout(NamedTuple):
+    """The routed experts: how many per MoE layer, how many a token visits, in how many
+    layers, and each expert's intermediate width (0 throughout for a dense model)."""
+
+    experts: int = 0
+    per_token: int = 0
+    layers: int = 0
+    width: int = 0
+
+
 def count_params(
     cfg: dict[str, Any],
     hidden: int,
@@ -254,12 +264,12 @@ def count_params(
     groups: tuple[AttentionGroup, ...],
     vision: int = 0,
     cross: tuple[AttentionGroup, ...] = (),
-) -> tuple[ParamCount, int, int]:
-    """Returns (ParamCount, experts per MoE layer, experts per token). `vision`: the vision
-    tower's parameters (spec/vision.py), counted apart; `cross`: image cross-attention groups."""
+) -> tuple[ParamCount, MoeLayout]:
+    """Returns the ParamCount and the routed experts' layout. `vision`: the vision tower's
+    parameters (spec/vision.py), counted apart; `cross`: image cross-attention groups."""
     if cfg.get("num_parameters"):  # a profile may state the count outright
         total = int(cfg["num_parameters"])
-        return ParamCount(0, 0, 0, total, 0, 0, 0), 0, 0
+        return ParamCount(0, 0, 0, total, 0, 0, 0), MoeLayout()
     model_type = cfg.get("model_type", "")
 
     attention = 0
@@ -283,7 +293,7 @@ def count_params(
     )
     experts, per_token, moe_layers = _moe_layout(cfg, num_layers)
     dense_mlp = _dense_mlp_params(cfg, hidden, num_layers, moe_layers, dense_width)
-    experts_total = experts_active = routers = 0
+    experts_total = experts_active = routers = expert_width = 0
     if experts:
         expert_width = int(cfg.get("moe_intermediate_size") or intermediate)
         one_expert = 3 * hidden * expert_width
@@ -322,4 +332,4 @@ def count_params(
         vision=vision,
         routers=routers,
     )
-    return counts, experts, per_token
+    return counts, MoeLayout(experts, per_token, moe_layers if experts else 0, expert_width)
