@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,6 @@ from kvplan.sim.step_model import (
     COST_FIELDS,
     FACTOR_NAMES,
     StepCosts,
-    StepModelParams,
     load_calibration,  # noqa: F401 (load_calibration re-exported)
     step_seconds,
 )
@@ -82,7 +82,7 @@ def _requests(run: MeasuredRun) -> list[Request]:
     return bench_requests(load, prompt_scale, output_scale)
 
 
-def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Request]) -> Engine:
+def build_engine(run: MeasuredRun, params: Any, requests: list[Request]) -> Engine:
     """A paged engine sized as the run's server sized its pool (model, GPU, TP, the engine and
     version's memory profile and default utilization unless the run states one), with that
     engine's batch limits, built by the same factory as `kvplan bench`'s simulated engines.
@@ -134,7 +134,7 @@ def build_engine(run: MeasuredRun, params: StepModelParams, requests: list[Reque
 
 
 def simulate(
-    run: MeasuredRun, params: StepModelParams, record: bool = False
+    run: MeasuredRun, params: Any, record: bool = False
 ) -> tuple[dict[str, float], ClientRun]:
     """Predicted figures (the keys of MeasuredRun.measured) for the run under `params`."""
     requests = _requests(run)
@@ -198,7 +198,7 @@ class Replay:
     outputs: np.ndarray
 
     @classmethod
-    def record(cls, run: MeasuredRun, params: StepModelParams) -> Replay:
+    def record(cls, run: MeasuredRun, params: Any) -> Replay:
         _, client = simulate(run, params, record=True)
         width = len(
             COST_FIELDS
@@ -216,9 +216,7 @@ class Replay:
             columns["all_reduce_s"] + rows[:, width]
         )  # swaps and transfers: no factor scales them
         costs = StepCosts(**columns)
-        recorded_dt = _step_times(
-            costs, roof.bandwidth, roof.peak_flops, {n: getattr(params, n) for n in FACTOR_NAMES}
-        )
+        recorded_dt = cls.recorded_times(costs, roof, params)
         return cls(
             run,
             roof.bandwidth,
@@ -233,6 +231,12 @@ class Replay:
             np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
             np.array([lengths[i] for i in ids], dtype=float),
         )
+
+    @staticmethod
+    def recorded_times(costs: StepCosts, roof: Roofline, params: Any) -> np.ndarray:
+        """Every step's seconds in the recorded simulation (its step model's own formula)."""
+        factors = {n: getattr(params, n) for n in FACTOR_NAMES}
+        return _step_times(costs, roof.bandwidth, roof.peak_flops, factors)
 
     @property
     def timing_dependent(self) -> bool:

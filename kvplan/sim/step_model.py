@@ -107,6 +107,7 @@ class StepCosts(NamedTuple):
     all_reduce_s: float
     decisions: float = 1.0  # 1 on a step the scheduler decided, 0 inside a multi-step run
     expert_flops: float = 0.0  # the routed experts' GEMMs (MoE only)
+    gpu_s: float = 0.0  # the operator step model's GPU time (kvplan.sim.ops), no factor scales it
 
 
 COST_FIELDS = StepCosts._fields  # the order a recorded step's row keeps them in
@@ -132,6 +133,7 @@ def step_seconds(
         )
         + top(costs.kv_bytes / attention_bandwidth, costs.attention_flops / flops_rate)
         + costs.all_reduce_s
+        + costs.gpu_s
     )
 
 

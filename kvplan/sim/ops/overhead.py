@@ -1,0 +1,80 @@
+"""The engine's own time per step, what no operator table holds, by engine era.
+
+Each step the engine's CPU schedules, prepares inputs, launches the forward pass and turns
+the sampled tokens into outputs: a fixed part and a part per scheduled sequence. It adds to
+the GPU's time unless the engine overlaps the two:
+
+- vLLM's async scheduling, the default on GPUs from 0.14 (its config/vllm.py), schedules
+  step N + 1 while step N runs;
+- SGLang's overlap scheduler, the default from 0.4.0 (its "zero-overhead batch scheduler"),
+  does the same;
+
+so there a step takes the longer of the two. Under vLLM V0's multi-step scheduling
+(--num-scheduler-steps N) one scheduling decision serves N steps, so only the steps the
+scheduler decided pay it (vLLM RFC #6854).
+
+An era is the span of releases that share these costs: vLLM V0 (before 0.8), V1 (0.8 to
+0.13), V1 with async scheduling (0.14 on), SGLang before and after the overlap scheduler. An
+era whose kernels predate the measured tables (vLLM V0, SGLang before 0.4) also gets a factor
+on the GPU time: its attention, MoE and FP8 paths were slower than the releases the tables
+were measured on. The figures are fitted per era on published runs (fit.py), the only fitted
+part of the step model; V1 with async scheduling has no published run of its own and takes
+V1's CPU time, overlapped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.plan.engine_releases import engine_generation, parse_version
+from kvplan.plan.scheduling_rules import ASYNC_SCHEDULING_FROM
+from kvplan.plan.versions import on_or_after
+
+SGLANG_OVERLAP_FROM = (0, 4, 0)
+
+
+@dataclass(frozen=True)
+class Era:
+    key: str
+    overlapped: bool  # the engine's CPU time hides behind the GPU's
+    predates_tables: bool  # kernels older than the measured tables: an era factor is fitted
+    fitted_as: str  # the era whose runs fit its overheads (an era without runs borrows)
+
+
+ERAS = {
+    era.key: era
+    for era in (
+        Era("vllm-v0", False, True, "vllm-v0"),
+        Era("vllm-v1", False, False, "vllm-v1"),
+        Era("vllm-v1-async", True, False, "vllm-v1"),
+        Era("sglang-sync", False, True, "sglang-sync"),
+        Era("sglang", True, False, "sglang"),
+    )
+}
+
+
+def engine_era(engine: str | None, version: str | None) -> Era:
+    """The era of an engine and release (no release: the newest)."""
+    generation = engine_generation(engine, version)
+    release = parse_version(version)
+    if generation == "sglang":
+        return ERAS["sglang" if on_or_after(release, SGLANG_OVERLAP_FROM) else "sglang-sync"]
+    if generation == "vllm-v0":
+        return ERAS["vllm-v0"]
+    return ERAS["vllm-v1-async" if on_or_after(release, ASYNC_SCHEDULING_FROM) else "vllm-v1"]
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    base_s: float = 0.0
+    per_seq_s: float = 0.0
+    overlapped: bool = False
+    gpu_factor: float = 1.0  # the era's kernels against the measured tables'
+    source: str = "none"
+
+    def cpu(self, sequences: int, decision: bool = True) -> float:
+        return (self.base_s + self.per_seq_s * sequences) if decision else 0.0
+
+    def step(self, gpu_s: float, sequences: int, decision: bool = True) -> float:
+        gpu, cpu = gpu_s * self.gpu_factor, self.cpu(sequences, decision)
+        return max(gpu, cpu) if self.overlapped else gpu + cpu

@@ -1,0 +1,162 @@
+"""A step's time from its operators (shapes.py), each timed by a source (sources.py), plus the
+engine's own time per step (overhead.py).
+
+    GPU time = tokens(T) + head(S) + sum over attention kinds of decode(D, mean context)
+               + sum over prefill chunks and attention kinds of prefill(new, before)
+
+- tokens(T): every token-major operator at the step's T tokens: the GEMMs of every layer, the
+  routed experts, the TP all-reduces, the elementwise traffic and the embedding. A vLLM V1
+  step of at most 512 tokens runs a CUDA graph captured at the next capture size (1, 2, 4,
+  then every 8: vLLM's cudagraph_capture_sizes), so it pays for the padded size.
+- head(S): the LM head and the sampler over the S sequences that sample; the sampler reads
+  each row of logits at the bytes per logit of the release's top-k / top-p path
+  (kvplan.plan.engine_releases.SAMPLER_BYTES_PER_LOGIT).
+- decode: the D decodes of the step at their mean context (a window's reads are capped at
+  the mean, a named simplification); prefill: each chunk at its own (new, before).
+
+Each curve is tabulated once per engine on a grid (exact up to 16, then geometric) and read by
+linear interpolation, in log space for the two-dimensional attention grids, so a step costs a
+few array lookups whatever the source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from kvplan.core.scheduler import StepPlan
+from kvplan.plan.operators.attention import AttentionOp
+from kvplan.plan.operators.shapes import ModelOps
+from kvplan.plan.roofline import Roofline
+from kvplan.sim.ops.overhead import EngineOverhead
+from kvplan.sim.ops.sources import Sources
+from kvplan.sim.runner import SimulatedRunner
+from kvplan.sim.step_model import StepCosts
+
+CAPTURE_LIMIT = 512  # vLLM's largest default CUDA graph capture size
+
+
+def capture_size(tokens: int) -> int:
+    """The CUDA graph a step of `tokens` tokens replays: 1, 2, 4, then multiples of 8."""
+    if tokens <= 2:
+        return tokens
+    if tokens <= 4:
+        return 4
+    return -(-tokens // 8) * 8
+
+
+def grid(top: int, points: int = 40) -> np.ndarray:
+    """1 .. 16 exactly, then geometric up to `top` (inclusive)."""
+    top = max(1, top)
+    exact = np.arange(1, min(top, 16) + 1)
+    if top <= 16:
+        return exact.astype(float)
+    geometric = np.geomspace(16, top, points)
+    return np.unique(np.concatenate([exact, np.round(geometric)])).astype(float)
+
+
+class Grid2D:
+    """f(a, b) tabulated on two grids, read by bilinear interpolation in log space."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, f: Callable[[int, int], float]) -> None:
+        self.log_a, self.log_b = np.log(a), np.log(b)
+        self.values = np.array([[f(int(x), int(y)) for y in b] for x in a])
+
+    def __call__(self, a: float, b: float) -> float:
+        la, lb = math.log(max(a, 1.0)), math.log(max(b, 1.0))
+        i = int(np.clip(np.searchsorted(self.log_a, la) - 1, 0, len(self.log_a) - 2))
+        j = int(np.clip(np.searchsorted(self.log_b, lb) - 1, 0, len(self.log_b) - 2))
+        ta = (la - self.log_a[i]) / (self.log_a[i + 1] - self.log_a[i])
+        tb = (lb - self.log_b[j]) / (self.log_b[j + 1] - self.log_b[j])
+        v = self.values
+        low = v[i, j] + (v[i, j + 1] - v[i, j]) * tb
+        high = v[i + 1, j] + (v[i + 1, j + 1] - v[i + 1, j]) * tb
+        return float(low + (high - low) * ta)
+
+
+def _prefill(op: AttentionOp, sources: Sources, new: int, before_plus_one: int) -> float:
+    return sources.prefill_attention(op, new, before_plus_one - 1)
+
+
+class OperatorStepRunner(SimulatedRunner):
+    """The operator step model behind `--step-model fitted` (the same StepPlan interface)."""
+
+    def __init__(
+        self,
+        roofline: Roofline,
+        ops: ModelOps,
+        sources: Sources,
+        overhead: EngineOverhead,
+        max_tokens: int,
+        max_seqs: int,
+        max_model_len: int,
+        sampler_bytes_per_logit: float,
+        graphs: bool,
+    ) -> None:
+        super().__init__(roofline, None)
+        self.ops, self.sources, self.overhead, self.graphs = ops, sources, overhead, graphs
+        self.token_grid = grid(max(max_tokens, CAPTURE_LIMIT))
+        self.token_curve = np.array([self._token_ops(int(t)) for t in self.token_grid])
+        self.seq_grid = grid(max_seqs)
+        # the logits are gathered whole before sampling: the sampler reads the full vocabulary
+        logits = ops.vocab_per_gpu * ops.tp * sampler_bytes_per_logit
+        self.head_curve = np.array(
+            [sources.gemm(ops.lm_head, int(s)) + sources.memory(s * logits) for s in self.seq_grid]
+        )
+        contexts = grid(max_model_len, 24)
+        self.decode = [
+            Grid2D(self.seq_grid, contexts, partial(sources.decode_attention, op))
+            for op in ops.attention
+        ]
+        # the second axis is the tokens before the chunk plus one (a first chunk has none)
+        self.prefill = [
+            Grid2D(
+                grid(max_tokens, 16), grid(max_model_len + 1, 16), partial(_prefill, op, sources)
+            )
+            for op in ops.attention
+        ]
+
+    def _token_ops(self, tokens: int) -> float:
+        ops, sources = self.ops, self.sources
+        seconds = sum(sources.gemm(g, tokens) * g.per_step for g in ops.gemms)
+        if ops.experts is not None:
+            seconds += sources.experts(ops.experts, tokens) * ops.experts.per_step
+        if ops.all_reduces_per_step:
+            seconds += sources.all_reduce(ops.hidden, ops.tp, tokens) * ops.all_reduces_per_step
+        seconds += sum(
+            sources.memory(tokens * e.bytes_per_token) * e.per_step for e in ops.elementwise
+        )
+        return seconds + sources.memory(tokens * ops.embedding_bytes_per_token)
+
+    def gpu_time(self, plan: StepPlan) -> float:
+        tokens = plan.num_tokens
+        if self.graphs and tokens <= CAPTURE_LIMIT:
+            tokens = capture_size(tokens)
+        seconds = float(np.interp(tokens, self.token_grid, self.token_curve))
+        if plan.samples:
+            seconds += float(np.interp(plan.samples, self.seq_grid, self.head_curve))
+        if plan.decodes:
+            context = plan.decode_pairs / plan.decodes
+            seconds += sum(decode(plan.decodes, context) for decode in self.decode)
+        for new, before in plan.prefill_chunks:
+            seconds += sum(prefill(new, before + 1) for prefill in self.prefill)
+        return seconds
+
+    def costs(self, plan: StepPlan) -> StepCosts:
+        """The step as a calibration replay records it: its GPU time and what the engine's
+        overhead reads (kvplan.sim.ops.fit re-times it under other overheads)."""
+        return StepCosts(0.0, 0.0, 0.0, 0.0, len(plan.scheduled), 0.0,
+                         1.0 if plan.decision else 0.0, 0.0, self.gpu_time(plan))  # fmt: skip
+
+    def step_time_from(self, costs: StepCosts) -> float:
+        return self.overhead.step(costs.gpu_s, costs.sequences, bool(costs.decisions))
+
+    def step_time(self, plan: StepPlan) -> float:
+        seconds = self.overhead.step(self.gpu_time(plan), len(plan.scheduled), plan.decision)
+        swapped = plan.swapped_in_slots + plan.swapped_out_slots
+        if swapped:
+            seconds += swapped * self.slot_bytes / self.host_link
+        return seconds + plan.transfer_s
