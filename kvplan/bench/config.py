@@ -73,6 +73,9 @@ class BenchConfig:
     # "roofline" = the bare roofline at datasheet peak, a lower bound; else a `kvplan calibrate`
     # file. Recorded only when set.
     step_model: str | None = None
+    # A table `kvplan profile` measured (kvplan.plan.operators.profile_table): the operator
+    # step model times what it covers from it. Simulated mode only; recorded only when set.
+    perf_table: str | None = None
     # The simulated `vllm bench serve` client (opt-in): a closed loop with at most
     # max_concurrency requests in flight, and/or vLLM-named figures (vllm_*) in the metrics.
     max_concurrency: int | None = None
@@ -87,6 +90,7 @@ class BenchConfig:
             raise SettingError(
                 "{step_model} and {calibration} time simulated steps; drop them with {mode} real"
             )
+        check_perf_table_mode(self.perf_table, self.mode)
         if (self.max_concurrency is not None or self.vllm_figures) and (
             self.mode != "simulated" or self.cluster.pods > 1
         ):
@@ -120,6 +124,15 @@ class BenchConfig:
         return cls(**top, **{group: GROUPS[group](**values) for group, values in groups.items()})
 
 
+def check_perf_table_mode(perf_table: str | None, mode: str) -> None:
+    """A perf table times simulated steps; a real run measures its own."""
+    if perf_table is not None and mode != "simulated":
+        raise SettingError(
+            "{perf_table} times simulated steps from measured operators; drop it with "
+            "{mode} real (a real run measures its own steps)"
+        )
+
+
 GROUPS: dict[str, type] = {
     "sizing": SizingConfig,
     "cluster": ClusterConfig,
@@ -145,9 +158,10 @@ FLAT_NAMES: dict[str, str | None] = {
     "step_model": None,
     "max_concurrency": None,
     "vllm_figures": None,
+    "perf_table": None,
 }
 # Settings recorded only when set (added after results files existed; None = the old behaviour).
-OPTIONAL_NAMES = frozenset({"step_model", "max_concurrency", "vllm_figures"})
+OPTIONAL_NAMES = frozenset({"step_model", "max_concurrency", "vllm_figures", "perf_table"})
 # A sweep file's spelling of bench's --calibration FILE: the file's factors time the steps.
 # It is read into step_model, where a run made with the flag records its file too.
 CALIBRATION = "calibration"

@@ -41,6 +41,7 @@ def engine_factory(config: BenchConfig) -> EngineFactory:
         config.tiers,
         config.kv_budget,
         step_model=config.step_model,
+        perf_table=config.perf_table,
     )
 
 

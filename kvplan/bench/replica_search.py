@@ -33,6 +33,7 @@ from kvplan.bench.trials import sent_at, settled_run
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
 from kvplan.core.engine_factory import DoesNotFit, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
+from kvplan.plan.operators.profile_table import perf_table_setting
 from kvplan.sim.disagg import Phase
 from kvplan.sim.step_models import calibration_file_of, step_model_setting
 from kvplan.spec.kv_format import parse_kv_format
@@ -80,6 +81,7 @@ class Demand:
     engine: str | None = None
     engine_version: str | None = None
     step_model: str | None = None  # fitted, roofline or a calibration file (sim.step_models)
+    perf_table: str | None = None  # a `kvplan profile` table (plan.operators.profile_table)
     max_model_len: int | None = None  # None: bench's default for the workload (model_len.py)
     seed: int = 0
     trace_rps: float | None = None  # a trace's own request rate (trace_rate), which trials rescale
@@ -105,6 +107,7 @@ class Demand:
             )
         calibration = calibration_file_of(self.step_model)  # a misspelled name or a foreign
         step_model_setting(None if calibration else self.step_model, calibration)  # file: refused
+        perf_table_setting(self.perf_table)  # an unreadable or foreign table: refused
 
     def config(
         self,
@@ -132,6 +135,7 @@ class Demand:
             cluster=cluster,
             seed=self.seed,
             step_model=self.step_model,
+            perf_table=self.perf_table,
             max_concurrency=max_concurrency,
         )
 

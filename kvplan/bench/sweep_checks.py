@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvplan.bench.config import CALIBRATION
+from kvplan.bench.config import CALIBRATION, check_perf_table_mode
 from kvplan.bench.setting_use import check_sweep_budgets
+from kvplan.plan.operators.profile_table import perf_table_setting
 from kvplan.sim.step_models import step_model_setting
 from kvplan.spec.numbers import MAX_SWEEP_POINTS, check_grid_size, check_number, rule_for
 from kvplan.spec.setting_error import SettingError
@@ -72,6 +73,7 @@ def check_sweep_data(data: dict[str, Any], path: str, known: set[str]) -> None:
     for gpu, price in (data.get("prices") or {}).items():
         _positive(price, f"{where}: prices.{gpu}")
     _check_step_models(data, where)
+    _check_perf_tables(data, where)
     # a KV budget needs an eviction policy among the optimizations, as bench's flag does
     check_sweep_budgets(data.get("fixed") or {}, data.get("axes") or {}, where)
 
@@ -92,6 +94,24 @@ def _check_step_models(data: dict[str, Any], where: str) -> None:
         for calibration in values(CALIBRATION):
             step_model_setting(next(iter(step_models), None), calibration)
     except ValueError as err:  # a SettingError, or the file's own refusal naming it
+        named = err.named(_sweep_spelling) if isinstance(err, SettingError) else str(err)
+        raise ValueError(f"{where}: {named}") from None
+
+
+def _check_perf_tables(data: dict[str, Any], where: str) -> None:
+    """perf_table as bench's --perf-table takes it: each file read now, once, and refused with
+    mode = "real" (kvplan.plan.operators.profile_table, kvplan.bench.config)."""
+    fixed, axes = data.get("fixed") or {}, data.get("axes") or {}
+
+    def values(name: str) -> list[Any]:
+        return [fixed[name]] if name in fixed else list(axes.get(name, []))
+
+    try:
+        tables = [perf_table_setting(value) for value in values("perf_table")]  # listed once each
+        for mode in values("mode"):
+            for table in tables:
+                check_perf_table_mode(table, str(mode))
+    except ValueError as err:  # a SettingError naming perf_table (and mode)
         named = err.named(_sweep_spelling) if isinstance(err, SettingError) else str(err)
         raise ValueError(f"{where}: {named}") from None
 

@@ -24,6 +24,7 @@ COMMANDS = {
     "bench": ("kvplan.cli.bench", "bench"),
     "plan": ("kvplan.cli.plan", "plan"),
     "calibrate": ("kvplan.cli.calibrate", "calibrate"),
+    "profile": ("kvplan.cli.profile", "profile"),
     "report": ("kvplan.cli.report", "report"),
     "sweep": ("kvplan.cli.sweep", "sweep"),
 }

@@ -88,6 +88,10 @@ def bench(
     engine.check()
     names = kv.names()
     optimizations = parse_optimizations(names)  # a bad or repeated name before any work
+    from kvplan.bench.config import check_perf_table_mode
+
+    perf_table = None if engine.perf_table is None else str(engine.perf_table)
+    check_perf_table_mode(perf_table, real.mode)  # before torch is imported
     if real.mode == "real":  # before torch is imported: one line naming the extra, not a traceback
         require_extra("real", "kvplan bench --mode real")
     if real.quality_text is not None:

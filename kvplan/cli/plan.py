@@ -31,7 +31,7 @@ from kvplan.cli.common import (
     flag_of,
     progress_bars,
 )
-from kvplan.cli.panels.engine import CalibrationOpt, StepModelOpt
+from kvplan.cli.panels.engine import CalibrationOpt, PerfTableOpt, StepModelOpt
 from kvplan.cli.plan_table import render_plan
 from kvplan.plan.plan_inputs import DEFAULT_PLAN_TPS, valid_tps
 from kvplan.spec.comma_list import comma_list
@@ -186,6 +186,7 @@ def plan(
     engine_version: EngineVersionOpt = None,
     step_model: StepModelOpt = None,
     calibration: CalibrationOpt = None,
+    perf_table: PerfTableOpt = None,
     max_model_len: Annotated[
         Optional[int],
         typer.Option(metavar="TOKENS", rich_help_panel=WORKLOAD, help=MAX_MODEL_LEN_HELP),
@@ -307,6 +308,7 @@ def plan(
         engine=engine,
         engine_version=engine_version,
         step_model=step_model_setting(step_model, calibration),
+        perf_table=None if perf_table is None else str(perf_table),
         max_model_len=max_model_len,
         seed=seed,
     )

@@ -5,6 +5,7 @@ in with step_model, the calibrated StepModelRunner)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kvplan.core.engine import Engine
@@ -26,6 +27,8 @@ from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.pool_sizing import max_model_len_for, whole_blocks
 from kvplan.plan.roofline import Roofline
 from kvplan.sim.factor_table import UNSEEN_FAMILY, factor_key, held_out_band
+from kvplan.sim.ops.build import operator_runner
+from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.step_model import (
     StepModelParams,
@@ -100,7 +103,10 @@ class SimulatedEngineFactory:
     # factors of the GPU family and engine; "roofline": the bare roofline at datasheet peak (a
     # lower bound); any other text is a `kvplan calibrate` file; StepModelParams: these factors
     # (fits replay runs with trial ones).
-    step_model: str | StepModelParams | None = None
+    step_model: str | StepModelParams | EngineOverhead | None = None
+    # A table `kvplan profile` measured (kvplan.sim.ops.profile_source): the operators it
+    # covers are timed from it before any other source.
+    perf_table: str | None = None
 
     def check(self, optimization: Optimization) -> None:
         size_engine(self.sizing, self.scheduler, optimization)
@@ -134,7 +140,18 @@ class SimulatedEngineFactory:
             rules=scheduler.engine_rules,
         )
         runner = SimulatedRunner(roofline)  # "roofline": datasheet peak, a lower bound
-        if isinstance(self.step_model, StepModelParams):
+        if isinstance(self.step_model, EngineOverhead):  # the operator step model
+            runner = operator_runner(
+                roofline,
+                config.generation,
+                self.step_model,
+                scheduler.max_num_batched_tokens or 8192,
+                scheduler.max_num_seqs or 256,
+                sizing.max_model_len,
+                graphs=config.generation != "vllm-v0",
+                perf_table=Path(self.perf_table) if self.perf_table else None,
+            )
+        elif isinstance(self.step_model, StepModelParams):
             runner = StepModelRunner(roofline, self.step_model)
         elif self.step_model != ROOFLINE:
             calibration = None if self.step_model in (None, FITTED) else self.step_model

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from kvplan.cli.common import ENGINE, BlockSizeOpt, EngineOpt, EngineVersionOpt, UtilOpt
-from kvplan.cli.panels.defaults import RUN, SIZING
+from kvplan.cli.panels.defaults import RUN, SIZING, as_path
 from kvplan.core.scheduler_config import SchedulerConfig
 
 SCHEDULER = RUN.scheduler  # batch limits left to the engine
@@ -31,6 +31,16 @@ CalibrationOpt = Annotated[
         rich_help_panel=ENGINE,
         metavar="FILE",
         help="Time steps with the step model fitted by `kvplan calibrate` (this file).",
+    ),
+]
+
+PerfTableOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        rich_help_panel=ENGINE,
+        metavar="FILE",
+        help="Time the operators it covers from this table, measured by `kvplan profile` "
+        "(simulated mode).",
     ),
 ]
 
@@ -106,10 +116,15 @@ class EngineOptions:
     ] = SIZING.swap_space_gib
     step_model: StepModelOpt = RUN.step_model
     calibration: CalibrationOpt = None
+    perf_table: PerfTableOpt = as_path(RUN.perf_table)
 
     def check(self) -> None:
-        """--step-model and --calibration as a sweep's keys are checked (the file read now)."""
+        """--step-model, --calibration and --perf-table as a sweep's keys are checked (the
+        files read now)."""
         self._step_model()
+        from kvplan.plan.operators.profile_table import perf_table_setting
+
+        perf_table_setting(self.perf_table)
 
     def _step_model(self) -> str | None:
         # loaded here: the light commands' help registers this panel without the simulator
@@ -134,4 +149,5 @@ class EngineOptions:
             "swap_space_gib": self.swap_space_gib,
             "scheduler": scheduler,
             "step_model": self._step_model(),
+            "perf_table": None if self.perf_table is None else str(self.perf_table),
         }

@@ -1,0 +1,225 @@
+"""The operators `kvplan profile` times, built on the device in the measured dtype, each timed by
+op_timer.Timer over its points:
+
+- a GEMM: F.linear of M x k activations by one n x k weight (what vLLM's unquantized linear
+  layers call, on CUDA and as its CPU backend's fallback);
+- a routed-expert layer: a grouped GEMM as a loop over the experts the tokens touch, each a
+  gate-and-up GEMM, SiLU-and-multiply and a down GEMM over its share of the T x top-k rows.
+  Uniform routing touches E (1 - (1 - k / E)^T) of the E experts (the chance that no one of
+  T tokens picks a given expert is (1 - k / E)^T), the rows split evenly among them;
+- decode and prefill attention: kvplan's own paged kernels (kvplan.kernels: Triton on CUDA,
+  the vectorized torch path on CPU) over a paged KV cache in the KV format, the sliding
+  window or chunk of the attention kind as its variant;
+- memory: a copy of bytes / 2 into bytes / 2 (every elementwise operator of a step is one
+  pass reading and writing its tensors).
+
+A decode point whose KV would exceed the device's memory cap (`kv_cap_bytes`) is measured at
+the largest batch that fits and scaled by batch, as a decode's reads are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from kvplan.kernels.paged_attention import paged_attention
+from kvplan.kernels.paged_prefill import paged_prefill
+from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format
+from kvplan.kernels.variant import AttentionVariant
+from kvplan.plan.operators.profile_table import AttentionShape, ExpertsShape
+from kvplan.real.op_timer import Timer
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+Tick = Callable[[], None]
+Call = Callable[[], object]
+
+
+def touched_experts(experts: int, topk: int, tokens: int) -> int:
+    """Distinct experts uniform routing of `tokens` tokens to top-k of E touches, rounded."""
+    expected = experts * (1.0 - (1.0 - topk / experts) ** tokens)
+    return max(1, min(experts, round(expected)))
+
+
+def variant_of(shape: AttentionShape) -> AttentionVariant:
+    if shape.kind == "SlidingAttention" and shape.window:
+        return AttentionVariant(sliding_window=shape.window)
+    if shape.kind == "ChunkedAttention" and shape.window:
+        return AttentionVariant(chunk_size=shape.window)
+    return AttentionVariant()
+
+
+@dataclass(frozen=True)
+class Workbench:
+    timer: Timer
+    device: str  # cpu or cuda
+    dtype: str  # bf16, fp16 or fp32
+    backend: str  # attention: triton or torch
+    block_size: int
+    kv_cap_bytes: int
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+    @property
+    def element_bytes(self) -> int:
+        return torch.finfo(self.torch_dtype).bits // 8
+
+    def _uniform(self, *shape: int) -> torch.Tensor:
+        # small values: no overflow, no denormals (which slow a CPU down), no NaN
+        tensor = torch.empty(shape, dtype=self.torch_dtype, device=self.device)
+        return tensor.uniform_(-0.05, 0.05)
+
+    def gemm(self, n: int, k: int, ms: Sequence[int], tick: Tick) -> list[float]:
+        copies = self.timer.copies(n * k * self.element_bytes)
+        weights = [self._uniform(n, k) for _ in range(copies)]
+        seconds = []
+        for m in ms:
+            x = self._uniform(m, k)
+            seconds.append(self.timer.seconds([partial(F.linear, x, w) for w in weights]))
+            tick()
+        return seconds
+
+    def experts(self, shape: ExpertsShape, tokens: Sequence[int], tick: Tick) -> list[float]:
+        e, h, inter = shape.experts, shape.hidden, shape.inter
+        copies = self.timer.copies(e * 3 * h * inter * self.element_bytes, most=4)
+        layers = [
+            (self._uniform(e, 2 * inter, h), self._uniform(e, h, inter)) for _ in range(copies)
+        ]
+        x = self._uniform(max(tokens) * shape.topk, h)
+        seconds = []
+        for count in tokens:
+            touched = touched_experts(e, shape.topk, count)
+            rows = count * shape.topk
+            split = [rows // touched + (1 if i < rows % touched else 0) for i in range(touched)]
+            calls = [partial(_expert_layer, x, up, down, split) for up, down in layers]
+            seconds.append(self.timer.seconds(calls))
+            tick()
+        return seconds
+
+    def decode(
+        self, shape: AttentionShape, batches: Sequence[int], contexts: Sequence[int], tick: Tick
+    ) -> list[list[float]]:
+        fmt = get_format(shape.kv_format, torch.bfloat16)
+        per_token = (
+            2 * shape.kv_heads_per_gpu * fmt.packed_dim(shape.head_dim) * fmt.storage.itemsize
+        )
+        rows = []
+        for batch in batches:
+            row = []
+            for context in contexts:
+                fits = max(1, min(batch, self.kv_cap_bytes // max(1, per_token * context)))
+                calls = self._decode_calls(shape, fits, context, per_token)
+                row.append(self.timer.seconds(calls) * batch / fits)
+                tick()
+            rows.append(row)
+        return rows
+
+    def _decode_calls(
+        self, shape: AttentionShape, batch: int, context: int, per_token: int
+    ) -> list[Call]:
+        heads = int(shape.heads_per_gpu)
+        blocks = math.ceil(context / self.block_size)
+        tables = torch.arange(batch * blocks, device=self.device, dtype=torch.int32)
+        tables = tables.view(batch, blocks)
+        lens = torch.full((batch,), context, dtype=torch.int32, device=self.device)
+        query = self._uniform(batch, heads, shape.head_dim)
+        calls: list[Call] = []
+        for _ in range(self.timer.copies(per_token * context * batch, most=16)):
+            cache = self._cache(shape, batch * blocks)
+            calls.append(
+                partial(
+                    paged_attention,
+                    query,
+                    cache.key_cache,
+                    cache.value_cache,
+                    tables,
+                    lens,
+                    shape.head_dim**-0.5,
+                    cache.fmt,
+                    cache.k_scale,
+                    cache.v_scale,
+                    variant=variant_of(shape),
+                    backend=self.backend,
+                    max_seq_len=context,
+                    plan_cache={},
+                )  # fmt: skip
+            )
+        return calls
+
+    def prefill(
+        self, shape: AttentionShape, news: Sequence[int], befores: Sequence[int], tick: Tick
+    ) -> list[list[float]]:
+        fmt = get_format(shape.kv_format, torch.bfloat16)
+        per_token = (
+            2 * shape.kv_heads_per_gpu * fmt.packed_dim(shape.head_dim) * fmt.storage.itemsize
+        )
+        rows = []
+        for new in news:
+            row = []
+            query = self._uniform(new, int(shape.heads_per_gpu), shape.head_dim)
+            starts = torch.tensor([0, new], dtype=torch.int32, device=self.device)
+            for before in befores:
+                total = before + new
+                blocks = math.ceil(total / self.block_size)
+                tables = torch.arange(blocks, device=self.device, dtype=torch.int32).view(1, -1)
+                lens = torch.tensor([total], dtype=torch.int32, device=self.device)
+                calls: list[Call] = []
+                for _ in range(self.timer.copies(per_token * total, most=16)):
+                    cache = self._cache(shape, blocks)
+                    calls.append(
+                        partial(
+                            paged_prefill,
+                            query,
+                            cache.key_cache,
+                            cache.value_cache,
+                            tables,
+                            starts,
+                            lens,
+                            shape.head_dim**-0.5,
+                            cache.fmt,
+                            cache.k_scale,
+                            cache.v_scale,
+                            variant=variant_of(shape),
+                            backend=self.backend,
+                            max_query_len=new,
+                            plan_cache={},
+                        )  # fmt: skip
+                    )
+                row.append(self.timer.seconds(calls))
+                tick()
+            rows.append(row)
+        return rows
+
+    def _cache(self, shape: AttentionShape, blocks: int) -> PagedKVCache:
+        return allocate_kv_cache(shape.kv_format, blocks, self.block_size,
+                                 shape.kv_heads_per_gpu, shape.head_dim,
+                                 dtype=torch.bfloat16, device=self.device)  # fmt: skip
+
+    def memory(self, sizes: Sequence[int], tick: Tick) -> list[float]:
+        seconds = []
+        for nbytes in sizes:
+            half = max(1, nbytes // 2)
+            pairs = [
+                (torch.empty(half, dtype=torch.uint8, device=self.device).fill_(1),
+                 torch.empty(half, dtype=torch.uint8, device=self.device))
+                for _ in range(self.timer.copies(nbytes))
+            ]  # fmt: skip
+            seconds.append(self.timer.seconds([partial(dst.copy_, src) for src, dst in pairs]))
+            tick()
+        return seconds
+
+
+def _expert_layer(
+    x: torch.Tensor, up: torch.Tensor, down: torch.Tensor, split: Sequence[int]
+) -> None:
+    start = 0
+    for expert, rows in enumerate(split):
+        gate, value = F.linear(x[start : start + rows], up[expert]).chunk(2, dim=-1)
+        F.linear(F.silu(gate) * value, down[expert])
+        start += rows
