@@ -3,13 +3,23 @@
 Standalone script for the vLLM venv (not a pytest module; nothing in kvplan imports it):
 
     /work/vllm-venv/bin/python tests/vllm_driver.py SCENARIO.json TRACE.jsonl \
-        [--engine stub|real] [--log STARTUP.log]
+        [--engine stub|real] [--log STARTUP.log] [--timing]
 
 Both engines run vLLM's own LLMEngine -> EngineCore -> Scheduler in this process;
 ``--engine stub`` replaces only the executor (no model, any block size), ``--engine real``
-runs a tiny random Llama on the CPU backend (block size a multiple of 32). Each engine
-step that scheduled something becomes one JSON line of TRACE; stdout gets a one-line
-summary. Any failure exits 1 with one line on stderr.
+runs the model on the CPU backend (block size a multiple of 32): a tiny random Llama
+written from the scenario's "model" sizes, or, when the scenario gives "model_config" (an HF
+config.json as a dict) instead, that model with vLLM's dummy (random) weights, so no weight
+file is written. Each engine step that scheduled something becomes one JSON line of TRACE;
+with --timing the line also holds the step's wall-clock seconds around LLMEngine.step()
+("step_s"), the process's CPU seconds in it ("cpu_s": all threads; cpu_s / step_s near 1
+shows one thread ran) and the end of the step from the requests' arrival ("t_s"). stdout
+gets a one-line summary. Any failure exits 1 with one line on stderr.
+
+One thread: OMP_NUM_THREADS=1 before torch is imported and torch.set_num_threads(1) before
+the engine is built. vLLM's CPU thread binding (VLLM_CPU_OMP_THREADS_BIND,
+VLLM_CPU_NUM_OF_RESERVED_CPU) belongs to its multiprocess executor only; this driver runs
+the in-process "uni" executor, which leaves the process's thread settings as they are.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from typing import Any, Callable
 T_START = time.perf_counter()  # wall times include importing torch and vLLM
 
 import torch
+import vllm
 import vllm.logger as vllm_logger
 from transformers import LlamaConfig, LlamaForCausalLM
 from vllm import SamplingParams
@@ -55,9 +66,17 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 
 INT_KEYS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
 SCEN_KEYS = {*INT_KEYS, "max_model_len", "enable_prefix_caching", "model", "requests"}
+# A scenario names its model by "model" (the tiny Llama's sizes) or by "model_config" (an HF
+# config.json as a dict, run with vLLM's dummy weights) with "seed"; one of the two.
+CONFIG_KEYS = {"model_config", "seed"}
 # Optional: VLLM_CPU_KVCACHE_SPACE (whole GiB) for --engine real, num_gpu_blocks then null,
 # so that vLLM sizes the pool from that memory as a CPU server does.
 SPACE_KEY = "kv_cache_space_gib"
+# Optional: the share of the machine's memory vLLM's CPU worker requests (its
+# --gpu-memory-utilization, default 0.92), which must be free when the engine starts; the
+# pool is fixed by num_gpu_blocks either way, so a lower share only lets a run start beside
+# other processes' memory.
+MEMORY_KEY = "gpu_memory_utilization"
 MODEL_KEYS = {"hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"}
 MODEL_KEYS |= {"vocab_size", "seed"}
 REQ_KEYS = {"id", "prompt_token_ids", "max_tokens"}
@@ -104,22 +123,38 @@ def load_scenario(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise DriverError(f"cannot read scenario {path}: {e}") from e
     need(isinstance(scen, dict), "scenario must be a JSON object")
-    missing = sorted(SCEN_KEYS - scen.keys())
-    unknown = sorted(scen.keys() - SCEN_KEYS - {SPACE_KEY})
+    given_config = "model_config" in scen
+    required = (SCEN_KEYS - {"model"}) | CONFIG_KEYS if given_config else SCEN_KEYS
+    missing = sorted(required - scen.keys())
+    unknown = sorted(scen.keys() - required - {SPACE_KEY, MEMORY_KEY})
     need(not missing and not unknown, f"scenario keys: missing {missing}, unknown {unknown}")
     space = scen.get(SPACE_KEY)
     need(space is None or is_int(space), f"scenario.{SPACE_KEY} must be a positive integer")
+    share = scen.get(MEMORY_KEY, 0.5)
+    ok = isinstance(share, float | int) and not isinstance(share, bool) and 0 < share <= 1
+    need(ok, f"scenario.{MEMORY_KEY} must be a number in (0, 1]")
     for k in (*INT_KEYS, "max_model_len"):
         if k == "num_gpu_blocks" and space is not None:
             need(scen[k] is None, f"num_gpu_blocks must be null with {SPACE_KEY}")
             continue
         need(is_int(scen[k]), f"scenario.{k} must be a positive integer")
     need(isinstance(scen["enable_prefix_caching"], bool), "enable_prefix_caching: true/false")
-    m = scen["model"]
-    need(isinstance(m, dict) and m.keys() == MODEL_KEYS, f"model keys must be {sorted(MODEL_KEYS)}")
-    for k, v in m.items():
-        need(is_int(v, 0 if k == "seed" else 1), f"model.{k} must be a positive integer")
-    need(m["num_heads"] % m["num_kv_heads"] == 0, "model.num_heads % num_kv_heads != 0")
+    if given_config:
+        cfg = scen["model_config"]
+        need(isinstance(cfg, dict), "model_config must be an HF config.json object")
+        need(is_int(cfg.get("vocab_size")), "model_config.vocab_size must be a positive integer")
+        arch = cfg.get("architectures")
+        need(isinstance(arch, list) and len(arch) == 1, "model_config.architectures: one name")
+        need(is_int(scen["seed"], 0), "seed must be an integer >= 0")
+        vocab = cfg["vocab_size"]
+    else:
+        m = scen["model"]
+        keys = sorted(MODEL_KEYS)
+        need(isinstance(m, dict) and m.keys() == MODEL_KEYS, f"model keys must be {keys}")
+        for k, v in m.items():
+            need(is_int(v, 0 if k == "seed" else 1), f"model.{k} must be a positive integer")
+        need(m["num_heads"] % m["num_kv_heads"] == 0, "model.num_heads % num_kv_heads != 0")
+        vocab = m["vocab_size"]
     reqs = scen["requests"]
     need(isinstance(reqs, list) and len(reqs) > 0, "requests must be a non-empty list")
     ids: set[int] = set()
@@ -129,7 +164,7 @@ def load_scenario(path: str) -> dict[str, Any]:
         ids.add(r["id"])
         toks = r["prompt_token_ids"]
         ok = isinstance(toks, list) and len(toks) > 0
-        ok = ok and all(is_int(t, 0) and t < m["vocab_size"] for t in toks)
+        ok = ok and all(is_int(t, 0) and t < vocab for t in toks)
         need(ok, f"requests[{i}].prompt_token_ids: non-empty list of ints in [0, vocab_size)")
         need(is_int(r["max_tokens"]), f"requests[{i}].max_tokens must be a positive integer")
     return scen
@@ -146,6 +181,23 @@ def write_tiny_model(m: dict[str, int], max_model_len: int, folder: str) -> None
     net = LlamaForCausalLM(cfg).to(getattr(torch, DTYPE))  # stored as the CPU prefers
     net.config.dtype = DTYPE
     net.save_pretrained(folder)
+
+
+def write_config_only(cfg: dict[str, Any], folder: str) -> None:
+    """The given HF config as the folder's config.json and nothing else: --engine real loads
+    it with load_format="dummy" (vLLM's random weights), the stub reads only the config."""
+    Path(folder, "config.json").write_text(json.dumps(cfg))
+
+
+def model_seed(scen: dict[str, Any]) -> int:
+    return scen["seed"] if "model_config" in scen else scen["model"]["seed"]
+
+
+def model_dtype(scen: dict[str, Any]) -> str:
+    """The given config's own dtype (so its weights are what kvplan reads from the same
+    config), else "auto": the tiny model is stored as the CPU platform prefers."""
+    cfg = scen.get("model_config", {})
+    return str(cfg.get("torch_dtype") or cfg.get("dtype") or "auto")
 
 
 class StubExecutor(Executor):
@@ -239,6 +291,7 @@ class StepRecorder:
         self.seen: set[str] = set()  # scheduled at least once
         self.preempted_since: set[str] = set()  # preempted, not yet scheduled again
         self.totals: Counter[str] = Counter()
+        self.line: dict[str, Any] | None = None  # the current step's, until write()
         self.begin_step(None)
         s, kvm, pool = self.s, self.kvm, self.pool
         self.orig = (s.schedule, s._preempt_request, s.update_from_output)
@@ -300,7 +353,7 @@ class StepRecorder:
             self.preempted_since.discard(rid)
             scheduled.append([ext_id(rid), n, kind])
         self.step += 1
-        line = {
+        self.line = {
             "step": self.step,
             "scheduled": scheduled,
             "preempted": self.preempted,
@@ -312,6 +365,15 @@ class StepRecorder:
             "running": len(self.s.running),
             "waiting": self.s.get_request_counts()[1],
         }
+
+    def write(self, timing: dict[str, float] | None) -> None:
+        """The line of the engine step that just ended, if it scheduled anything: written
+        after LLMEngine.step() returns, so that its timing covers the whole step."""
+        if self.line is None:
+            return
+        line, self.line = self.line, None
+        if timing is not None:
+            line |= {k: round(v, 6) for k, v in timing.items()}
         self.out.write(json.dumps(line) + "\n")
 
 
@@ -324,8 +386,12 @@ def build_engine(scen: dict[str, Any], engine: str, model_dir: str, log_cfg: Any
         space is None or engine == "real",
         f"{SPACE_KEY} needs --engine real (the stub has no memory)",
     )
-    kw = {k: scen[k] for k in ENGINE_KEYS} | {"seed": scen["model"]["seed"]}
-    kw |= {"num_gpu_blocks_override": scen["num_gpu_blocks"], "dtype": "auto"}
+    kw = {k: scen[k] for k in ENGINE_KEYS} | {"seed": model_seed(scen)}
+    kw |= {"num_gpu_blocks_override": scen["num_gpu_blocks"], "dtype": model_dtype(scen)}
+    if "model_config" in scen:  # random weights made in memory: the folder holds no weights
+        kw["load_format"] = "dummy"
+    if MEMORY_KEY in scen:
+        kw[MEMORY_KEY] = scen[MEMORY_KEY]
     kw |= {"enable_prefix_caching": scen["enable_prefix_caching"], "enforce_eager": True}
     kw |= {"skip_tokenizer_init": True, "async_scheduling": False, "logging_config": log_cfg}
     kw["distributed_executor_backend"] = "uni" if engine == "real" else StubExecutor
@@ -354,6 +420,20 @@ def build_engine(scen: dict[str, Any], engine: str, model_dir: str, log_cfg: Any
     return llm
 
 
+def thread_cpu_ticks() -> dict[str, int]:
+    """Each OS thread's CPU time so far (utime + stime, clock ticks), by thread id: which
+    threads worked during the run, the one-thread check beside torch's own setting."""
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is fields[0]
+        ticks[tid] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
 def start_log(log_path: str | None) -> tuple[Any, logging.Handler | None]:
     """Configure vLLM's logging with the engine's config (the engine re-runs dictConfig,
     dropping our handler, only if its config differs), then tee it to log_path."""
@@ -368,11 +448,16 @@ def start_log(log_path: str | None) -> tuple[Any, logging.Handler | None]:
     return log_cfg, handler
 
 
-def run(scen: dict[str, Any], engine: str, trace_path: str, log_path: str | None) -> str:
+def run(
+    scen: dict[str, Any], engine: str, trace_path: str, log_path: str | None, timing: bool
+) -> str:
     torch.set_num_threads(1)  # before vLLM's CPU worker disables set_num_threads
     log_cfg, handler = start_log(log_path)
-    with tempfile.TemporaryDirectory(prefix="kvplan-tiny-llama-") as model_dir:
-        write_tiny_model(scen["model"], scen["max_model_len"], model_dir)
+    with tempfile.TemporaryDirectory(prefix="kvplan-driver-model-") as model_dir:
+        if "model_config" in scen:
+            write_config_only(scen["model_config"], model_dir)
+        else:
+            write_tiny_model(scen["model"], scen["max_model_len"], model_dir)
         try:
             llm = build_engine(scen, engine, model_dir, log_cfg)
         finally:
@@ -386,9 +471,21 @@ def run(scen: dict[str, Any], engine: str, trace_path: str, log_path: str | None
             for r in scen["requests"]:  # all arrive at t = 0, in list order
                 params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True, temperature=0)
                 llm.add_request(str(r["id"]), {"prompt_token_ids": r["prompt_token_ids"]}, params)
+            # t = 0 once every request is in, as kvplan's clock starts at their arrival
+            t0, c0, ticks0 = time.perf_counter(), time.process_time(), thread_cpu_ticks()
             while llm.has_unfinished_requests():
-                for o in llm.step():
+                w, c = time.perf_counter(), time.process_time()
+                outputs = llm.step()
+                now, cpu = time.perf_counter(), time.process_time()
+                step = {"step_s": now - w, "cpu_s": cpu - c, "t_s": now - t0}
+                rec.write(step if timing else None)
+                for o in outputs:
                     produced[ext_id(o.request_id)] = len(o.outputs[0].token_ids)
+            run_s, run_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+            ticks = thread_cpu_ticks()
+    # OS threads (idle ones included) and how many of them used CPU while the steps ran
+    worked = sorted((t - ticks0.get(tid, 0) for tid, t in ticks.items()), reverse=True)
+    busiest = worked[0] / sum(worked) if sum(worked) else float("nan")  # nan: under a tick
     for r in scen["requests"]:  # ignore_eos: each must stop at exactly max_tokens
         got = produced.get(r["id"])
         need(got == r["max_tokens"], f"request {r['id']}: {got} tokens, not {r['max_tokens']}")
@@ -398,7 +495,11 @@ def run(scen: dict[str, Any], engine: str, trace_path: str, log_path: str | None
         f"preemptions={t['preemptions']} cached_blocks_evicted={t['evicted']} "
         f"prefix_fresh={t['n_fresh']}q/{t['q_fresh']}tok/{t['hit_fresh']}hit "
         f"prefix_readmit={t['n_readmit']}q/{t['q_readmit']}tok/{t['hit_readmit']}hit "
-        f"startup_s={t_ready - T_START:.1f} wall_s={time.perf_counter() - T_START:.1f}"
+        f"startup_s={t_ready - T_START:.1f} wall_s={time.perf_counter() - T_START:.1f} "
+        f"run_s={run_s:.3f} cpu_per_wall={run_cpu_s / max(run_s, 1e-9):.3f} "
+        f"torch_threads={torch.get_num_threads()} os_threads={len(ticks)} "
+        f"working_threads={sum(1 for w in worked if w > 0)} busiest_thread_share={busiest:.3f} "
+        f"vllm={vllm.__version__}"
     )
 
 
@@ -408,20 +509,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("trace", nargs="?")
     ap.add_argument("--engine", choices=("stub", "real"), default="stub")
     ap.add_argument("--log", help="write vLLM's start-up log lines to this file")
+    ap.add_argument("--timing", action="store_true", help="add step_s, cpu_s, t_s to each line")
     # one process for many runs: vLLM's import is most of a small run's time
-    ap.add_argument("--batch", help='a JSON list of {"scenario", "trace", "engine", "log"}')
+    ap.add_argument(
+        "--batch", help='a JSON list of {"scenario", "trace", "engine", "log", "timing"}'
+    )
     args = ap.parse_args(argv)
     runs = (
         json.loads(Path(args.batch).read_text())
         if args.batch
         else [{"scenario": args.scenario, "trace": args.trace, "engine": args.engine,
-               "log": args.log}]
+               "log": args.log, "timing": args.timing}]
     )  # fmt: skip
     try:
         for job in runs:
             need(bool(job.get("scenario") and job.get("trace")), "give SCENARIO and TRACE")
             scen = load_scenario(job["scenario"])
-            print(run(scen, job.get("engine", "stub"), job["trace"], job.get("log")), flush=True)
+            engine, timing = job.get("engine", "stub"), bool(job.get("timing"))
+            print(run(scen, engine, job["trace"], job.get("log"), timing), flush=True)
             gc.collect()  # the finished engine's pool before the next one is built
     except DriverError as e:
         print(f"vllm_driver: error: {e}", file=sys.stderr, flush=True)
