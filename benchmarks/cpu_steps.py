@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,7 +172,7 @@ def run_kvplan(spec: dict[str, Any], model: Path, folder: Path) -> list[dict[str
     args += ["--max-model-len", spec["max_model_len"], "--optimizations", "prefix"]
     args += ["--step-trace", trace, "--out", folder / "kvplan-results.jsonl"]
     done = subprocess.run(
-        [sys.executable, "-m", "kvplan", *map(str, args)],
+        [str(vllm_python()), "-m", "kvplan", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -186,11 +185,14 @@ def run_kvplan(spec: dict[str, Any], model: Path, folder: Path) -> list[dict[str
 
 def run_profile(model: Path, out: Path, max_tokens: int, max_seqs: int, max_context: int) -> Path:
     """`kvplan profile` of the model on this CPU, one thread, on a grid reaching the
-    scenario's largest step, batch and context (a smaller grid than the defaults: faster)."""
+    scenario's largest step, batch and context (a smaller grid than the defaults: faster).
+    It runs in vLLM's own environment, where kvplan is installed beside vLLM (`pip install
+    --no-deps -e .`), so the routed experts are timed through the kernel vLLM serves them with
+    (kvplan.real.expert_kernels) rather than a loop of torch GEMMs."""
     args = ["profile", model, "--device", "cpu", "--threads", 1, "--max-tokens", max_tokens]
     args += ["--max-seqs", max_seqs, "--max-context", max_context, "--output", out]
     done = subprocess.run(
-        [sys.executable, "-m", "kvplan", *map(str, args)],
+        [str(vllm_python()), "-m", "kvplan", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -171,7 +171,7 @@ def profile(
     write_table(table, path)
     console.print(_summary(table, planned.device.name, dtype))
     for note in table.notes:
-        console.print(f"[dim]note: {escape(note)}; the next source times it[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
     shown = escape(str(path))
     error_console.print(
         f"[dim]perf table: {shown}; use it with kvplan bench --perf-table {shown} "

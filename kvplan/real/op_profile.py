@@ -61,6 +61,7 @@ from kvplan.real.op_workloads import Tick, Workbench
 from kvplan.spec.setting_error import SettingError
 
 MEASURED_KINDS = ("FullAttention", "SlidingAttention", "ChunkedAttention")
+NOT_MEASURED = "not measured (the next source times it)"
 MEASURED_FORMAT = "bf16"  # GEMMs and experts in 16-bit weights: torch runs them as they are
 BLOCK_SIZE = {"cuda": 16, "cpu": 128}  # vLLM's default KV block, on GPUs and its CPU backend
 FLUSH_BYTES = {"cuda": 256 * 2**20, "cpu": 64 * 2**20}  # twice a large last-level cache
@@ -178,7 +179,7 @@ def plan_profile(
     gemms.setdefault(head, ("lm_head", grid.tokens(grid.max_seqs)))
     for shape, (name, ms) in gemms.items():
         if shape.format != MEASURED_FORMAT:
-            notes.append(f"gemm {name} ({shape.format} weights): not measured")
+            notes.append(f"gemm {name} ({shape.format} weights): {NOT_MEASURED}")
             continue
         found.append(Measurement("gemm", shape, f"gemm {name} {shape.n}x{shape.k}", len(ms),
                                  _curve(ms, _gemm_run(bench, shape, ms))))  # fmt: skip
@@ -210,9 +211,10 @@ def _experts(
     bench: Workbench, shape: ExpertsShape, grid: ProfileGrid, notes: list[str]
 ) -> list[Measurement]:
     if shape.format != MEASURED_FORMAT:
-        notes.append(f"experts ({shape.format} weights): not measured")
+        notes.append(f"experts ({shape.format} weights): {NOT_MEASURED}")
         return []
     tokens = grid.tokens()
+    notes.append(f"experts: {bench.expert_kernel(shape.hidden).name}")
     label = f"experts {shape.experts} x {shape.hidden}x{shape.inter}, top {shape.topk}"
     return [Measurement("experts", shape, label, len(tokens),
                         _curve(tokens, lambda tick: bench.experts(shape, tokens, tick)))]  # fmt: skip
@@ -223,7 +225,7 @@ def _attention(
 ) -> list[Measurement]:
     why = _unmeasured(shape)
     if why:
-        notes.append(f"{shape.kind} ({shape.kv_format} KV): not measured, {why}")
+        notes.append(f"{shape.kind} ({shape.kv_format} KV): {NOT_MEASURED}, {why}")
         return []
     batches, contexts, news, befores = grid.batches(), grid.contexts(), grid.news(), grid.befores()
     label = f"{shape.kind} {shape.heads_per_gpu:g}/{shape.kv_heads_per_gpu} heads"
@@ -269,7 +271,7 @@ def _all_reduce(
     visible = torch.cuda.device_count() if device == "cuda" else 0
     if visible < ops.tp:
         notes.append(
-            f"all-reduce at tp {ops.tp}: not measured, it needs {ops.tp} CUDA devices and "
+            f"all-reduce at tp {ops.tp}: {NOT_MEASURED}, it needs {ops.tp} CUDA devices and "
             f"{visible} are visible"
         )
         return []

@@ -3,10 +3,8 @@ op_timer.Timer over its points:
 
 - a GEMM: F.linear of M x k activations by one n x k weight (what vLLM's unquantized linear
   layers call, on CUDA and as its CPU backend's fallback);
-- a routed-expert layer: a grouped GEMM as a loop over the experts the tokens touch, each a
-  gate-and-up GEMM, SiLU-and-multiply and a down GEMM over its share of the T x top-k rows.
-  Uniform routing touches E (1 - (1 - k / E)^T) of the E experts (the chance that no one of
-  T tokens picks a given expert is (1 - k / E)^T), the rows split evenly among them;
+- a routed-expert layer: the serving engine's grouped GEMM where it imports, else a loop over
+  the experts the tokens touch (expert_kernels.py);
 - decode and prefill attention: kvplan's own paged kernels (kvplan.kernels: Triton on CUDA,
   the vectorized torch path on CPU) over a paged KV cache in the KV format, the sliding
   window or chunk of the attention kind as its variant;
@@ -32,17 +30,12 @@ from kvplan.kernels.paged_prefill import paged_prefill
 from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format
 from kvplan.kernels.variant import AttentionVariant
 from kvplan.plan.operators.profile_table import AttentionShape, ExpertsShape
+from kvplan.real.expert_kernels import ExpertKernel, expert_kernel
 from kvplan.real.op_timer import Timer
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 Tick = Callable[[], None]
 Call = Callable[[], object]
-
-
-def touched_experts(experts: int, topk: int, tokens: int) -> int:
-    """Distinct experts uniform routing of `tokens` tokens to top-k of E touches, rounded."""
-    expected = experts * (1.0 - (1.0 - topk / experts) ** tokens)
-    return max(1, min(experts, round(expected)))
 
 
 def variant_of(shape: AttentionShape) -> AttentionVariant:
@@ -87,20 +80,23 @@ class Workbench:
 
     def experts(self, shape: ExpertsShape, tokens: Sequence[int], tick: Tick) -> list[float]:
         e, h, inter = shape.experts, shape.hidden, shape.inter
+        kernel = self.expert_kernel(h)
         copies = self.timer.copies(e * 3 * h * inter * self.element_bytes, most=4)
         layers = [
-            (self._uniform(e, 2 * inter, h), self._uniform(e, h, inter)) for _ in range(copies)
+            kernel.prepare(self._uniform(e, 2 * inter, h), self._uniform(e, h, inter))
+            for _ in range(copies)
         ]
         x = self._uniform(max(tokens) * shape.topk, h)
         seconds = []
         for count in tokens:
-            touched = touched_experts(e, shape.topk, count)
-            rows = count * shape.topk
-            split = [rows // touched + (1 if i < rows % touched else 0) for i in range(touched)]
-            calls = [partial(_expert_layer, x, up, down, split) for up, down in layers]
-            seconds.append(self.timer.seconds(calls))
+            seconds.append(
+                self.timer.seconds([kernel.call(w, x, count, shape.topk) for w in layers])
+            )
             tick()
         return seconds
+
+    def expert_kernel(self, hidden: int) -> ExpertKernel:
+        return expert_kernel(self.device, self.torch_dtype, hidden)
 
     def decode(
         self, shape: AttentionShape, batches: Sequence[int], contexts: Sequence[int], tick: Tick
@@ -213,13 +209,3 @@ class Workbench:
             seconds.append(self.timer.seconds([partial(dst.copy_, src) for src, dst in pairs]))
             tick()
         return seconds
-
-
-def _expert_layer(
-    x: torch.Tensor, up: torch.Tensor, down: torch.Tensor, split: Sequence[int]
-) -> None:
-    start = 0
-    for expert, rows in enumerate(split):
-        gate, value = F.linear(x[start : start + rows], up[expert]).chunk(2, dim=-1)
-        F.linear(F.silu(gate) * value, down[expert])
-        start += rows

@@ -62,6 +62,16 @@ class Experts:
     tp: int
     fmt: WeightFormat
 
+    def touched(self, tokens: int) -> float:
+        """The distinct experts uniform routing of `tokens` tokens touches: E (1 - (1 - k / E)^T)
+        of the E experts (the chance that no one of T tokens picks a given expert is
+        (1 - k / E)^T)."""
+        return expected_touched(self.experts, self.topk, tokens)
+
+
+def expected_touched(experts: int, topk: int, tokens: int) -> float:
+    return experts * (1.0 - (1.0 - topk / experts) ** tokens) if tokens else 0.0
+
 
 @dataclass(frozen=True)
 class Elementwise:

@@ -72,11 +72,10 @@ class RooflineSource:
         )
 
     def experts(self, experts: Experts, tokens: int) -> float:
-        """A grouped GEMM over the experts the tokens route to: uniform routing touches
-        E (1 - (1 - k / E)^tokens) of the E experts, each read once, each computing its share
-        of the tokens x top-k rows."""
-        e, k = experts.experts, experts.topk
-        touched = e * (1.0 - (1.0 - k / e) ** tokens) if tokens else 0.0
+        """A grouped GEMM over the experts the tokens route to (Experts.touched), each read
+        once, each computing its share of the tokens x top-k rows."""
+        k = experts.topk
+        touched = experts.touched(tokens)
         params = 3 * experts.hidden * experts.inter
         nbytes = touched * params * experts.fmt.bytes_per_weight
         nbytes += tokens * k * (3 * experts.hidden + 3 * experts.inter) * ACTIVATION_BYTES
