@@ -123,17 +123,18 @@ def fit_overheads(
             if progress:
                 progress(run.run_id)
             replays[run.run_id] = record(run)
-    fitted = _fit_all(runs, replays, "fit")
+    fitted = fit_recorded(runs, replays)
     again = {
         r.run_id: record(r, fitted) if replays[r.run_id].timing_dependent else replays[r.run_id]
         for r in runs
     }
-    return _fit_all(runs, again, "fit")
+    return fit_recorded(runs, again)
 
 
-def _fit_all(
-    runs: list[MeasuredRun], replays: dict[str, Replay], source: str
+def fit_recorded(
+    runs: list[MeasuredRun], replays: dict[str, Replay], source: str = "fit"
 ) -> dict[str, EngineOverhead]:
+    """Each era's overheads fitted on its runs' recordings as they are (one round)."""
     by_era: dict[str, list[Replay]] = defaultdict(list)
     for run in runs:
         by_era[era_of(run).fitted_as].append(replays[run.run_id])
