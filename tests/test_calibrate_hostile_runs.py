@@ -189,7 +189,7 @@ def test_a_fit_writes_its_file_whole_and_leaves_a_users_tmp_file_alone(ws: Path)
     assert result.exit_code == 0, result.output
     assert (ws / "cal.json.tmp").read_text() == "the user's own file\n"
     assert sorted(p.name for p in ws.iterdir()) == ["cal.json", "cal.json.tmp", "run.json"]
-    assert json.loads((ws / "cal.json").read_text())["format"] == "kvplan-step-model-calibration/1"
+    assert json.loads((ws / "cal.json").read_text())["format"] == "kvplan-step-model-calibration/2"
     assert "note: --input-len 256 and --output-len 64 applied to all 1 run(s)" in " ".join(
         result.stdout.split()
     )

@@ -13,49 +13,65 @@ from calibration_helpers import VLLM_RESULT, small_run
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
-from kvplan.sim.calibration import Replay, load_calibration, simulate
-from kvplan.sim.factor_fit import fit
+from kvplan.sim.calibration import Replay, simulate
+from kvplan.sim.calibration_file import read_calibration
 from kvplan.sim.measured import MeasuredRun
-from kvplan.sim.step_model import DATASHEET, FACTOR_NAMES, StepModelParams
+from kvplan.sim.ops.fit import fit_overheads, overhead_for
+from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.vllm_results import read_result
 from kvplan.spec.resolve import load_gpu
 
 runner = CliRunner()
 
 
-def test_replay_reproduces_the_simulation_and_other_factors():
-    run = small_run()
-    truth = StepModelParams(0.6, 0.3, 0.5, 0.003, 2e-5)
-    replay = Replay.record(run, DATASHEET)
-    predicted, _ = simulate(run, truth)
-    replayed = replay.predict({n: getattr(truth, n) for n in FACTOR_NAMES})
+TRUTH = EngineOverhead(base_s=0.003, per_seq_s=2e-4)
+FACTORS = {"base_s": TRUTH.base_s, "per_seq_s": TRUTH.per_seq_s}
+# a release whose engine adds its CPU time to the GPU's (vLLM V1 before async scheduling), as
+# TRUTH does
+SYNC = "0.11.0"
+
+
+def test_replay_reproduces_the_simulation_at_other_overheads():
+    run = small_run(engine_version=SYNC)
+    replay = Replay.record(run, EngineOverhead())
+    predicted, _ = simulate(run, TRUTH)
+    replayed = replay.predict(FACTORS)
     for key in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms"):
         # a concurrency cap makes the schedule timing-independent: the replay is exact
         assert replayed[key] == pytest.approx(predicted[key], rel=1e-9)
 
 
-def test_fit_recovers_runs_simulated_with_known_factors():
-    truth = StepModelParams(0.6, 0.3, 0.5, 0.003, 2e-5)
+def test_a_faster_replay_never_starts_a_step_before_its_arrivals():
+    """Open loop at a finite rate, recorded at a large overhead and replayed at none: the step
+    that admits a request starts no earlier than its send, so no TTFT comes out negative; at
+    the recorded overhead the replay is the simulation itself."""
+    run = small_run(max_concurrency=None, request_rate=4.0, num_prompts=30, engine_version=SYNC)
+    slow = EngineOverhead(base_s=0.02, per_seq_s=1e-3)
+    replay = Replay.record(run, slow)
+    fast = replay.predict({"base_s": 0.0, "per_seq_s": 0.0})
+    assert fast["mean_ttft_ms"] > 0 and fast["median_ttft_ms"] > 0
+    again = replay.predict({"base_s": slow.base_s, "per_seq_s": slow.per_seq_s})
+    simulated, _ = simulate(run, slow)
+    for key in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms"):
+        assert again[key] == pytest.approx(simulated[key], rel=1e-9)
+
+
+def test_fit_recovers_runs_simulated_with_a_known_overhead():
     runs = []
     for concurrency, length in ((4, 128), (16, 512), (32, 1024)):
-        run = small_run(run_id=f"c{concurrency}", max_concurrency=concurrency, input_len=length)
-        predicted, _ = simulate(run, truth)
-        runs.append(
-            MeasuredRun(
-                **{
-                    **run.__dict__,
-                    "measured": {
-                        k: predicted[k]
-                        for k in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
-                    },
-                }
-            )
-        )
-    params = fit(runs, "synthetic")
+        run = small_run(run_id=f"c{concurrency}", max_concurrency=concurrency, input_len=length,
+                        engine_version=SYNC)  # fmt: skip
+        predicted, _ = simulate(run, TRUTH)
+        measured = {k: predicted[k] for k in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")}
+        runs.append(MeasuredRun(**{**run.__dict__, "measured": measured}))
+    fitted = fit_overheads(runs)
+    (overhead,) = fitted.values()
+    assert overhead.base_s == pytest.approx(TRUTH.base_s, rel=0.05)
+    assert overhead.per_seq_s == pytest.approx(TRUTH.per_seq_s, rel=0.05)
     for run in runs:
-        predicted, _ = simulate(run, params)
+        predicted, _ = simulate(run, overhead_for(fitted, run))
         for key, value in run.measured.items():
-            assert predicted[key] == pytest.approx(value, rel=0.03)
+            assert predicted[key] == pytest.approx(value, rel=0.01)
 
 
 def test_reads_vllm_json_and_printed_block(tmp_path):
@@ -96,8 +112,8 @@ def test_calibrate_cli_writes_a_file_bench_uses(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "output_throughput" in result.output and "%" in result.output
-    params = load_calibration(cal)
-    assert params.source.startswith("calibration cal.json")
+    overhead = read_calibration(cal).overhead
+    assert overhead.source.startswith("calibration cal.json: fit on")
     out = tmp_path / "bench.jsonl"
     result = runner.invoke(
         app,
@@ -353,7 +369,7 @@ def test_fidelity_records_draw_the_report_chart(tmp_path):
             "simulated",
             f"R{i}:output_throughput",
             {"record": f"R{i}", "metric": "output_throughput", "engine": "vllm"},
-            {"measured": 100.0 * i, "datasheet": 250.0 * i, "loso": 110.0 * i},
+            {"measured": 100.0 * i, "zero_overhead": 250.0 * i, "held_out_model": 110.0 * i},
         )
         for i in range(1, 4)
     ]

@@ -1,5 +1,5 @@
 """A calibration file is checked whole when `kvplan bench --calibration` loads it: every
-factor finite and in its range (a NaN or infinite per-step overhead made every simulated step
+figure of its engine overhead finite and in its range (a NaN or infinite per-step overhead made every simulated step
 last forever), the held-out errors numbers, the file small and JSON. A refusal is one line
 naming the file and the key, exit 2, and the results file bench would have written is left
 as it was."""
@@ -15,53 +15,39 @@ from hardening_helpers import fails_cleanly
 
 from kvplan.sim.calibration_file import CALIBRATION_FORMAT, read_calibration
 
-PARAMS = {
-    "bandwidth_factor": 0.6,
-    "attention_bandwidth_factor": 0.3,
-    "flops_factor": 0.5,
-    "overhead_s": 0.002,
-    "overhead_per_seq_s": 1e-5,
-    "moe_flops_factor": 0.7,
-}
+OVERHEAD = {"base_s": 0.002, "per_seq_s": 1e-5, "gpu_factor": 1.0}
 GOOD: dict[str, Any] = {
     "format": CALIBRATION_FORMAT,
     "gpu": "h100-80gb",
     "engine": "vllm",
-    "params": PARAMS,
+    "overhead": OVERHEAD,
     "source": "fitted on 2 run(s)",
     "held_out": {"mean_tpot_ms_error": 0.05, "mean_tpot_ms_runs": 2},
 }
 FILES: dict[str, tuple[dict[str, Any] | str, list[str]]] = {
     "NaN overhead": (
-        {"params": {**PARAMS, "overhead_s": float("nan")}},
-        ["params overhead_s", "got nan"],
+        {"overhead": {**OVERHEAD, "base_s": float("nan")}},
+        ["overhead base_s", "got nan"],
     ),
     "infinite overhead": (
-        {"params": {**PARAMS, "overhead_per_seq_s": float("inf")}},
-        ["params overhead_per_seq_s", "got inf"],
-    ),
-    "NaN factor": (
-        {"params": {**PARAMS, "bandwidth_factor": float("nan")}},
-        ["params bandwidth_factor must be a finite number > 0 and <= 2, got nan"],
+        {"overhead": {**OVERHEAD, "per_seq_s": float("inf")}},
+        ["overhead per_seq_s", "got inf"],
     ),
     "negative factor": (
-        {"params": {**PARAMS, "flops_factor": -1}},
-        ["params flops_factor", "got -1"],
+        {"overhead": {**OVERHEAD, "gpu_factor": -1}},
+        ["overhead gpu_factor", "got -1"],
     ),
-    "a word for a factor": ({"params": {**PARAMS, "flops_factor": "fast"}}, ["got 'fast'"]),
-    "a factor of 5": (
-        {"params": {**PARAMS, "moe_flops_factor": 5}},
-        ["params moe_flops_factor", "got 5"],
-    ),
+    "a word for a factor": ({"overhead": {**OVERHEAD, "gpu_factor": "fast"}}, ["got 'fast'"]),
     "a 5 s step overhead": (
-        {"params": {**PARAMS, "overhead_s": 5}},
-        ["params overhead_s", "<= 1, got 5"],
+        {"overhead": {**OVERHEAD, "base_s": 5}},
+        ["overhead base_s", "<= 1, got 5"],
     ),
-    "a missing factor": (
-        {"params": {"bandwidth_factor": 0.5}},
-        ["misses factor 'attention_bandwidth_factor'"],
+    "a missing figure": ({"overhead": {"base_s": 0.5}}, ["misses overhead 'per_seq_s'"]),
+    "overhead a list": ({"overhead": [0.5]}, ["no overhead table"]),
+    "the older step model's file": (
+        {"format": "kvplan-step-model-calibration/1"},
+        ["older step model", "rewrite it with `kvplan calibrate`"],
     ),
-    "params a list": ({"params": [0.5]}, ["no params table"]),
     "a NaN held-out error": (
         {"held_out": {"mean_tpot_ms_error": float("nan")}},
         ["held_out mean_tpot_ms_error", "got nan"],
@@ -73,9 +59,9 @@ FILES: dict[str, tuple[dict[str, Any] | str, list[str]]] = {
     ),
     "a table for the source": ({"source": {"a": 1}}, ["source must be text, got dict"]),
     "another format": ({"format": "something-else/1"}, ["is not a kvplan calibration file"]),
-    "not JSON": ("overhead_s = 0.002\n", ["cannot be read as JSON"]),
+    "not JSON": ("base_s = 0.002\n", ["cannot be read as JSON"]),
     "5,000 digits": (
-        '{"format": "' + CALIBRATION_FORMAT + '", "params": ' + "9" * 5000 + "}",
+        '{"format": "' + CALIBRATION_FORMAT + '", "overhead": ' + "9" * 5000 + "}",
         ["cannot be read as JSON"],
     ),
 }
@@ -112,5 +98,7 @@ def test_dev_zero_is_refused_before_it_is_read_whole(tmp_path: Path) -> None:
 
 def test_a_written_file_reads_back_with_its_factors_and_band(tmp_path: Path) -> None:
     read = read_calibration(_write(tmp_path, {}))
-    assert read.factors == PARAMS and read.source == "fitted on 2 run(s)"
+    assert read.source == "fitted on 2 run(s)"
+    overhead = read.overhead
+    assert (overhead.base_s, overhead.per_seq_s, overhead.gpu_factor) == (0.002, 1e-5, 1.0)
     assert read.held_out == {"mean_tpot_ms_error": 0.05, "mean_tpot_ms_runs": 2}

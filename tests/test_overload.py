@@ -195,26 +195,28 @@ def test_the_table_says_who_is_overloaded_and_what_each_sustains() -> None:
 
 
 def test_the_table_says_in_words_which_model_timed_the_steps() -> None:
-    band = {"gpu_family": "ada", "unvalidated": True, "output_throughput_error": 0.4686}
-    fitted = _record("paged", step_model="default for GPU family 'ada'", time_error_band=band)
+    band = {"gpu_family": "ada", "kind": "dense", "unvalidated": True,
+            "output_throughput_error": 0.4686}  # fmt: skip
+    fitted = _record("paged", step_model="operators by gemm: roofline", time_error_band=band)
     assert timing_line(fitted) == (
-        "times: modeled by the step model fitted on published vLLM and SGLang runs of other GPU "
-        "families, unvalidated on ada: ±47% output tok/s on families the fit never saw; not "
-        "measured"
+        "times: modeled as the sum of each step's operators (operators by gemm: roofline); "
+        "held-out error ±47% output tok/s for dense models on other GPU families, unvalidated "
+        "on ada; not measured"
     )
-    held_out = {"gpu_family": "hopper", "output_throughput_error": 0.12}
-    covered = _record("paged", step_model="default", time_error_band=held_out)
+    held_out = {"gpu_family": "hopper", "kind": "moe", "mean_tpot_ms_error": 0.12}
+    covered = _record("paged", step_model="operators by gemm: x", time_error_band=held_out)
     assert timing_line(covered) == (
-        "times: modeled by the step model fitted on published vLLM and SGLang runs of hopper "
-        "GPUs (held-out error ±12% output tok/s); not measured"
+        "times: modeled as the sum of each step's operators (operators by gemm: x); held-out "
+        "error ±12% TPOT for moe models on hopper GPUs; not measured"
     )
     assert timing_line(_record("paged")) == (
         "times: modeled by the bare GPU roofline at datasheet peak (--step-model roofline), a "
         "lower bound no server reaches; not measured"
     )
-    mine = _record("paged", step_model="calibration mine.toml (3 runs)")
+    mine = _record("paged", step_model="operators by gemm: x (calibration mine.json: fit)")
     assert timing_line(mine) == (
-        "times: modeled by the step model of your calibration mine.toml (3 runs); not measured"
+        "times: modeled as the sum of each step's operators (operators by gemm: x (calibration "
+        "mine.json: fit)); not measured"
     )
     assert table_caption([fitted])[-1] == timing_line(fitted)
 
@@ -253,7 +255,7 @@ def test_the_bench_table_opens_with_the_load(
         assert f"served {metrics['served_requests_per_s']:.3g} req/s of" in text
     else:
         assert "served by every optimization" in text
-    assert "times: modeled by the step model fitted on published vLLM" in text
+    assert "times: modeled as the sum of each step's operators" in text
 
 
 def test_a_cluster_reports_the_load_over_all_its_pods(tmp_path: Path) -> None:

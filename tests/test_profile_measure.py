@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("torch")
 
 from kvplan.plan.operators.profile_table import AttentionShape, ExpertsShape  # noqa: E402
+from kvplan.real.expert_kernels import touched_experts  # noqa: E402
 from kvplan.real.op_profile import ProfileGrid, _unmeasured, geometric  # noqa: E402
 from kvplan.real.op_timer import Timer  # noqa: E402
-from kvplan.real.expert_kernels import touched_experts  # noqa: E402
 from kvplan.real.op_workloads import Workbench  # noqa: E402
 from kvplan.spec.setting_error import SettingError  # noqa: E402
 

@@ -102,19 +102,15 @@ def timing_line(record: ResultRecord) -> str:
             "times: modeled by the bare GPU roofline at datasheet peak (--step-model "
             "roofline), a lower bound no server reaches; not measured"
         )
-    if source.startswith("calibration"):
-        return f"times: modeled by the step model of your {source}; not measured"
     band = metrics.get("time_error_band") or {}
-    family = band.get("gpu_family", "this GPU's family")
-    error = band.get("output_throughput_error")
-    if band.get("unvalidated"):
-        said = f": ±{100 * error:.0f}% output tok/s on families the fit never saw" if error else ""
-        return (
-            "times: modeled by the step model fitted on published vLLM and SGLang runs of "
-            f"other GPU families, unvalidated on {family}{said}; not measured"
-        )
-    said = f" (held-out error ±{100 * error:.0f}% output tok/s)" if error else ""
-    return (
-        "times: modeled by the step model fitted on published vLLM and SGLang runs of "
-        f"{family} GPUs{said}; not measured"
-    )
+    error = band.get("output_throughput_error") or band.get("mean_tpot_ms_error")
+    which = "output tok/s" if band.get("output_throughput_error") else "TPOT"
+    said = ""
+    if error:
+        kind = f"{band['kind']} models" if band.get("kind") else "runs"
+        family = band.get("gpu_family", "this GPU family")
+        group = f"{kind} on {family} GPUs"
+        if band.get("unvalidated"):
+            group = f"{kind} on other GPU families, unvalidated on {family}"
+        said = f"; held-out error ±{100 * error:.0f}% {which} for {group}"
+    return f"times: modeled as the sum of each step's operators ({source}){said}; not measured"

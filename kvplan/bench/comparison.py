@@ -306,11 +306,11 @@ def _scheduling_note(record: ResultRecord) -> str:
 def _time_note(record: ResultRecord) -> str:
     if (record.mode or "simulated") == "real":
         return "times are measured wall-clock"
-    source = record.metrics.get("step_model")  # set when the calibrated step model timed the run
+    source = record.metrics.get("step_model")  # set when the operator step model timed the run
     if not source:
         return "times are modeled from the GPU roofline at datasheet peak (a lower bound), not measured"
     band = record.metrics.get("time_error_band")
-    return f"times are modeled by the step model ({source}), not measured" + (
+    return f"times are modeled as the sum of each step's operators ({source}), not measured" + (
         f"; {band_text(band)}" if band else ""
     )
 
@@ -326,7 +326,7 @@ BAND_FIGURES = (
 def band_text(band: dict) -> str:
     """A modeled run's error band in words: the held-out median error of each time figure."""
     where = (
-        f"{band.get('gpu_family')} under {band.get('engine')}"
+        f"{band.get('kind', '')} models on {band.get('gpu_family')} under {band.get('engine')}"
         if band.get("gpu_family")
         else "its runs"
     )
@@ -339,7 +339,7 @@ def band_text(band: dict) -> str:
         if not parts:
             return f"unvalidated: no measured run on {where}"
         return (
-            f"unvalidated: no measured run on {where}; on GPU families the fit never saw "
+            f"unvalidated: no measured run on {where}; on the kind's other GPU families "
             f"({band.get('basis')}): " + ", ".join(parts)
         )
     return f"held-out error on {where} ({band.get('basis')}): " + ", ".join(parts)

@@ -125,9 +125,11 @@ def calibrate(
         "max_num_batched_tokens": max_num_batched_tokens,
         "engine_version": engine_version,
     }
-    with console.status("fitting the step model, then once more per run left out..."):
+    with console.status("fitting the engine overhead, then once more per run left out..."):
         result = calibrate_results(results, settings, out)
-    console.print(_error_table(f"fit error per run ({escape(result.params.source)})", result.rows))
+    console.print(
+        _error_table(f"fit error per run ({escape(result.overhead.source)})", result.rows)
+    )
     if result.held_out_rows:
         console.print(
             _error_table(
@@ -151,13 +153,7 @@ def calibrate(
         )
     for note in result.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
-    params = result.params
-    console.print(
-        f"bandwidth x{params.bandwidth_factor:.3f}, attention bandwidth x{params.attention_bandwidth_factor:.3f}, "
-        f"FLOP/s x{params.flops_factor:.3f}, overhead {1000 * params.overhead_s:.3f} ms/step "
-        f"+ {1e6 * params.overhead_per_seq_s:.2f} us/sequence, MoE expert GEMMs x{params.moe_flops_factor:.3f} "
-        "of the dense FLOP/s"
-    )
+    console.print(f"engine time per step: {escape(result.overhead.describe())}")
     shown = escape(str(out))
     error_console.print(
         f"[dim]calibration: {shown}; use it with kvplan bench --calibration {shown} "

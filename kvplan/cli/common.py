@@ -158,6 +158,17 @@ KvDtypeOpt = Annotated[
         help="KV format: fp16, bf16, fp32, fp8\\[-e4m3|-e5m2], int8, int4, int4-g64 ...",
     ),
 ]
+WeightDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--weight-dtype",
+        rich_help_panel=HARDWARE,
+        metavar="DTYPE",
+        help="Weight format of the linear layers (bf16, fp8, fp8-meta = Meta's FP8 recipe with "
+        "attention in BF16, int4, nvfp4 ...); embeddings stay 16-bit. Default: the checkpoint's "
+        "own, layer by layer.",
+    ),
+]
 BlockSizeOpt = Annotated[
     int,
     typer.Option(

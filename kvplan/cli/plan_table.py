@@ -111,7 +111,8 @@ def render_plan(data: dict, figures: list[str]) -> None:
         band = winner.get("time_error_band") or {}
         if band.get("output_throughput_error") is not None:
             console.print(
-                f"[dim]modeled times: held-out error on {band.get('gpu_family')} under {band.get('engine')} "
+                f"[dim]modeled times: held-out error for {band.get('kind', '')} models on "
+                f"{band.get('gpu_family')} under {band.get('engine')} "
                 f"±{100 * band['output_throughput_error']:.0f}% on tok/s"
                 + (" (unvalidated GPU family)" if band.get("unvalidated") else "")
                 + "[/]"

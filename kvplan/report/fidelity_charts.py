@@ -1,6 +1,7 @@
-"""The serving-fidelity chart: simulated against measured vLLM / SGLang runs, the datasheet
-roofline beside the step model held out (benchmarks/serving_fidelity.py writes the records).
-Registered when charts.py imports this module."""
+"""The serving-fidelity chart: simulated against measured vLLM / SGLang runs, the operators
+alone (no engine overhead) beside the operator step model held out (leave one model out);
+benchmarks/serving_fidelity.py writes the records. Registered when charts.py imports this
+module."""
 
 from __future__ import annotations
 
@@ -29,14 +30,12 @@ FIDELITY_METRICS = (
 
 @chart(
     "serving_fidelity",
-    "Simulated vs measured vLLM / SGLang runs: datasheet roofline and the step model "
-    "held out (leave one sweep out, fitted from scratch)",
+    "Simulated vs measured vLLM / SGLang runs: the operators alone and the operator step "
+    "model held out (leave one model out, fitted from scratch)",
     has_fidelity,
 )
 def serving_fidelity(data: ReportData) -> Figure:
     frame = data.fidelity
-    # files written before the held-out protocols name the leave-one-sweep-out column "loso"
-    held = "held_out_sweep" if "held_out_sweep" in frame else "loso"
     shown = [
         (m, figure_name) for m, figure_name in FIDELITY_METRICS if (frame["metric"] == m).any()
     ]
@@ -44,12 +43,16 @@ def serving_fidelity(data: ReportData) -> Figure:
     for ax, (metric, figure_name) in zip(axes[0], shown):
         rows = frame[frame["metric"] == metric]
         for predicted, color, name in (
-            ("datasheet", "#adb5bd", "datasheet"),
-            (held, "#1c7ed6", "step model, held out"),
+            ("zero_overhead", "#adb5bd", "operators, no engine overhead"),
+            ("held_out_model", "#1c7ed6", "step model, model held out"),
         ):
             ax.scatter(rows["measured"], rows[predicted], s=12, color=color, label=name)
-        low = float(min(rows["measured"].min(), rows[["datasheet", held]].min().min()))
-        high = float(max(rows["measured"].max(), rows[["datasheet", held]].max().max()))
+        low = float(
+            min(rows["measured"].min(), rows[["zero_overhead", "held_out_model"]].min().min())
+        )
+        high = float(
+            max(rows["measured"].max(), rows[["zero_overhead", "held_out_model"]].max().max())
+        )
         ax.plot([low, high], [low, high], color="black", linewidth=1)
         labelled_log(ax, "xy")
         ax.set_xlabel(f"measured {figure_name}")

@@ -23,7 +23,7 @@ from typing import Any
 from kvplan.core.engine import Engine
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
-from kvplan.sim.step_model import COST_FIELDS
+from kvplan.sim.ops.step import COST_FIELDS
 from kvplan.spec.setting_error import SettingError
 from kvplan.workload.request import Request
 

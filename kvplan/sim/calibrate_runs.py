@@ -1,22 +1,22 @@
-"""`kvplan calibrate`: fit the step model to a user's own measured runs, say how well it
-predicts each of them when that run is left out of the fit, and write the calibration file
-`kvplan bench --calibration` reads (with that held-out error, which bench prints as the band
-of its modeled time figures)."""
+"""`kvplan calibrate`: fit the operator step model's engine overhead (kvplan/sim/ops/fit.py)
+to a user's own measured runs, say how well it predicts each of them when that run is left
+out of the fit, and write the calibration file `kvplan bench --calibration` reads (with that
+held-out error, which bench prints as the band of its modeled time figures)."""
 
 from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from kvplan.sim.calibration import compared, simulate
-from kvplan.sim.calibration_file import FACTOR_NAMES, FittedOn, write_calibration
-from kvplan.sim.factor_fit import fit
+from kvplan.sim.calibration_file import FittedOn, write_calibration
 from kvplan.sim.measured import MeasuredRun
+from kvplan.sim.ops.fit import era_of, fit_overheads, overhead_for
+from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.run_checks import check_settings
-from kvplan.sim.step_model import StepModelParams
 from kvplan.spec.resolve import load_gpu
 from kvplan.spec.setting_error import SettingError
 
@@ -32,7 +32,7 @@ HELD_OUT_FIGURES = (
 
 @dataclass(frozen=True)
 class CalibrationResult:
-    params: StepModelParams
+    overhead: EngineOverhead
     rows: list[
         dict[str, Any]
     ]  # per input run and figure: measured, predicted, error (the fit's own runs)
@@ -93,18 +93,25 @@ def calibrate_results(
     label = (
         f"{len(runs)} run(s) of {runs[0].model} on {runs[0].tp} x {runs[0].gpu} ({runs[0].engine})"
     )
-    params = fit(runs, label, progress=progress)
-    rows = [row for run in runs for row in _errors(run.run_id, run, simulate(run, params)[0])]
+    fitted = fit_overheads(runs, progress=progress)
+    overhead = _with_source(fitted[era_of(runs[0]).fitted_as], label)
+    rows = [row for run in runs for row in _errors(run.run_id, run, _predict(fitted, run))]
     held_rows: list[dict[str, Any]] = []
     if len(runs) >= 2:
         for index, run in enumerate(runs):
-            others = runs[:index] + runs[index + 1 :]
-            without = fit(others, f"{len(others)} run(s) without {run.run_id}")
-            held_rows += _errors(run.run_id, run, simulate(run, without)[0])
+            without = fit_overheads(runs[:index] + runs[index + 1 :])
+            held_rows += _errors(run.run_id, run, _predict(without, run))
     held = held_out_summary(held_rows) if held_rows else None
-    factors = {name: getattr(params, name) for name in FACTOR_NAMES}
-    write_calibration(out, factors, params.source, fitted_on(runs[0]), rows, held)
-    return CalibrationResult(params, rows, held_rows, held, lengths_note(settings, len(runs)))
+    write_calibration(out, overhead, overhead.source, fitted_on(runs[0]), rows, held)
+    return CalibrationResult(overhead, rows, held_rows, held, lengths_note(settings, len(runs)))
+
+
+def _with_source(overhead: EngineOverhead, label: str) -> EngineOverhead:
+    return replace(overhead, source=f"fit on {label}")
+
+
+def _predict(fitted: dict[str, EngineOverhead], run: MeasuredRun) -> dict[str, float]:
+    return simulate(run, overhead_for(fitted, run))[0]
 
 
 def fitted_on(run: MeasuredRun) -> FittedOn:

@@ -1,45 +1,36 @@
-"""Replay measured benchmark runs in the simulator, for the fit of the step model's factors
-(factor_fit.py) and the fidelity checks.
+"""Replay measured benchmark runs in the simulator, for the fit of the engine overheads
+(kvplan/sim/ops/fit.py) and the fidelity checks.
 
 simulate(): one MeasuredRun through a paged engine (vLLM's defaults: block size 16,
-chunked prefill, recompute preemption) with the calibrated step model, driven by the
-simulated `vllm bench` client; returns the predicted figures.
+chunked prefill, recompute preemption) with the operator step model at some engine overhead,
+driven by the simulated `vllm bench` client; returns the predicted figures.
 
 Fitting without re-simulating: with rate inf, a concurrency cap or an offline batch, which
 sequences run in which step does not depend on how long steps take, only on token budgets
-and pool size. So one simulation records each step's raw costs (bytes, FLOPs, sequences,
-all-reduce) and each request's first and last step; any factors then give step times
-t_i(theta) and, by a cumulative sum (with the idle gaps of open-loop runs kept as release
-times), every request's TTFT, TPOT and the run's throughput in microseconds. For
-finite-rate open-loop runs batching does depend on timing, so the fit is repeated from a
-fresh simulation at the fitted factors (factor_fit.fit does two rounds).
+and pool size. So one simulation records each step's GPU time, sequences and decision, and
+each request's first and last step; any overheads then give step times t_i(theta) and, by a
+cumulative sum (with the idle gaps of open-loop runs kept as release times), every request's
+TTFT, TPOT and the run's throughput in microseconds. For finite-rate open-loop runs batching
+does depend on timing, so the fit is repeated from a fresh simulation at the first round's
+overheads (fit.fit_overheads does two rounds).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import Optimization, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.engine_releases import range_ratio_below
-from kvplan.plan.roofline import Roofline
+from kvplan.plan.engine_releases import engine_generation, range_ratio_below
 from kvplan.sim.bench_client import ClientRun, run_client
-from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.sim.measured import MeasuredRun, batch_defaults
-from kvplan.sim.step_model import (
-    COST_FIELDS,
-    FACTOR_NAMES,
-    StepCosts,
-    load_calibration,  # noqa: F401 (load_calibration re-exported)
-    step_seconds,
-)
-from kvplan.spec import parse_kv_format
+from kvplan.sim.ops.overhead import EngineOverhead, Era, engine_era
+from kvplan.sim.ops.step import COST_FIELDS, StepCosts
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 from kvplan.workload.vllm_bench import BenchLoad, bench_requests
@@ -82,7 +73,7 @@ def _requests(run: MeasuredRun) -> list[Request]:
     return bench_requests(load, prompt_scale, output_scale)
 
 
-def build_engine(run: MeasuredRun, params: Any, requests: list[Request]) -> Engine:
+def build_engine(run: MeasuredRun, overhead: EngineOverhead, requests: list[Request]) -> Engine:
     """A paged engine sized as the run's server sized its pool (model, GPU, TP, the engine and
     version's memory profile and default utilization unless the run states one), with that
     engine's batch limits, built by the same factory as `kvplan bench`'s simulated engines.
@@ -125,7 +116,7 @@ def build_engine(run: MeasuredRun, params: Any, requests: list[Request]) -> Engi
             scheduler_steps=run.num_scheduler_steps if v0 else 1,
         )
     try:
-        engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=params).build(
+        engine, _ = SimulatedEngineFactory(sizing, scheduler, step_model=overhead).build(
             Optimization("paged")
         )
     except ValueError as err:
@@ -134,11 +125,12 @@ def build_engine(run: MeasuredRun, params: Any, requests: list[Request]) -> Engi
 
 
 def simulate(
-    run: MeasuredRun, params: Any, record: bool = False
+    run: MeasuredRun, overhead: EngineOverhead, record: bool = False
 ) -> tuple[dict[str, float], ClientRun]:
-    """Predicted figures (the keys of MeasuredRun.measured) for the run under `params`."""
+    """Predicted figures (the keys of MeasuredRun.measured) for the run with the operator step
+    model at this engine overhead."""
     requests = _requests(run)
-    engine = build_engine(run, params, requests)
+    engine = build_engine(run, overhead, requests)
     offline = run.benchmark in ("throughput", "latency")
     client = run_client(
         engine,
@@ -184,10 +176,8 @@ def latency_figures(ttft_s: np.ndarray, tpot_s: np.ndarray) -> dict[str, float]:
 @dataclass(frozen=True)
 class Replay:
     run: MeasuredRun
-    peak_bandwidth: float
-    peak_flops: float
-    costs: StepCosts  # every step's raw costs, one array per field; all_reduce_s also holds
-    #                   the swap/transfer seconds, which no factor scales
+    costs: StepCosts  # every step's GPU time, sequences and decision, one array per field
+    extra_s: np.ndarray  # each step's swap and transfer seconds, which no overhead scales
     recorded_dt: np.ndarray  # each step's seconds in the recorded simulation
     release: np.ndarray
     scheduled: np.ndarray
@@ -198,31 +188,19 @@ class Replay:
     outputs: np.ndarray
 
     @classmethod
-    def record(cls, run: MeasuredRun, params: Any) -> Replay:
-        _, client = simulate(run, params, record=True)
-        width = len(
-            COST_FIELDS
-        )  # each row: the StepCosts fields, then the unscaled extra seconds and the release
+    def record(cls, run: MeasuredRun, overhead: EngineOverhead) -> Replay:
+        _, client = simulate(run, overhead, record=True)
+        width = len(COST_FIELDS)  # each row: the StepCosts fields, the extra seconds, the release
         rows = np.asarray(client.step_costs, dtype=float).reshape(-1, width + 2)
         ids = sorted(client.first_step)
-        runner_roof = load_gpu(run.gpu)
-        model = load_model(run.model)
-        roof = Roofline(
-            model, runner_roof, run.tp, parse_kv_format(run.kv_dtype, model), run.weight_dtype
-        )
         lengths = {s.request.request_id: s.request.output_len for s in client.finished}
-        columns = dict(zip(COST_FIELDS, rows[:, :width].T))
-        columns["all_reduce_s"] = (
-            columns["all_reduce_s"] + rows[:, width]
-        )  # swaps and transfers: no factor scales them
-        costs = StepCosts(**columns)
-        recorded_dt = cls.recorded_times(costs, roof, params)
+        costs = StepCosts(*rows[:, :width].T)
+        extra = rows[:, width]
         return cls(
             run,
-            roof.bandwidth,
-            roof.peak_flops,
             costs,
-            recorded_dt,
+            extra,
+            overhead.steps(*costs) + extra,
             rows[:, width + 1],
             np.array([client.scheduled_s[i] for i in ids]),
             np.array([client.send_step[i] for i in ids], dtype=np.int64),
@@ -232,11 +210,9 @@ class Replay:
             np.array([lengths[i] for i in ids], dtype=float),
         )
 
-    @staticmethod
-    def recorded_times(costs: StepCosts, roof: Roofline, params: Any) -> np.ndarray:
-        """Every step's seconds in the recorded simulation (its step model's own formula)."""
-        factors = {n: getattr(params, n) for n in FACTOR_NAMES}
-        return _step_times(costs, roof.bandwidth, roof.peak_flops, factors)
+    @property
+    def era(self) -> Era:
+        return engine_era(self.run.engine, self.run.engine_version)
 
     @property
     def timing_dependent(self) -> bool:
@@ -248,7 +224,8 @@ class Replay:
         )
 
     def step_times(self, factors: dict[str, float]) -> np.ndarray:
-        return _step_times(self.costs, self.peak_bandwidth, self.peak_flops, factors)
+        """Every step's seconds under the run's era at these overheads (EngineOverhead.of)."""
+        return EngineOverhead.of(factors, self.era).steps(*self.costs) + self.extra_s
 
     def _ends(self, dt: np.ndarray) -> np.ndarray:
         """Each step's end on one clock: steps run back to back, none before its release."""
@@ -302,22 +279,6 @@ class Replay:
             self.scheduled + wait + cum[self.last] - admitted_at,
             tpot,
         )
-
-
-def _step_times(
-    costs: StepCosts, peak_bandwidth: float, peak_flops: float, factors: dict[str, float]
-) -> np.ndarray:
-    """Every step's seconds under `factors` (step_seconds over the recorded cost arrays)."""
-    flops_rate = peak_flops * factors["flops_factor"]
-    return step_seconds(
-        costs,
-        peak_bandwidth * factors["bandwidth_factor"],
-        peak_bandwidth * factors["attention_bandwidth_factor"],
-        flops_rate,
-        factors["overhead_s"],
-        factors["overhead_per_seq_s"],
-        flops_rate * factors["moe_flops_factor"],
-    )
 
 
 def compared(run: MeasuredRun) -> list[str]:

@@ -1,12 +1,13 @@
-"""The calibration file: `kvplan calibrate` writes it, `kvplan bench --calibration` reads it,
-and the one check every set of step-model factors passes (a file's, a fit's, the shipped
-table's).
+"""The calibration file: `kvplan calibrate` writes it, `kvplan bench --calibration` reads it.
+It holds the engine overhead (kvplan/sim/ops/overhead.py) fitted on a user's own runs, the one
+fitted part of the operator step model; a file of the older factor step model (format /1) is
+refused with the command that rewrites it.
 
 The file says what it was fitted on (`fitted_on`: model, GPU and its family, engine and
 release, resolved names as the fit read them), so a run on another one can be warned
 (kvplan/sim/step_models.py); files written before it existed load without it.
 
-Each factor keeps its rule in kvplan/spec/numbers.py: a finite number in a sane range (a NaN
+Each figure keeps its rule in kvplan/spec/numbers.py: a finite number in a sane range (a NaN
 or infinite per-step overhead would make every simulated step last forever). A file is read
 up to MAX_FILE_BYTES and checked whole on load, before any run uses it; a refusal names the
 file and the key. The file is written in one piece (kvplan/results/atomic.py) as strict JSON.
@@ -21,20 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.results.atomic import strict_json, write_text
+from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.spec.capped_read import read_capped
 from kvplan.spec.numbers import check_number
 
-CALIBRATION_FORMAT = "kvplan-step-model-calibration/1"
-FACTOR_NAMES = (
-    "bandwidth_factor",
-    "attention_bandwidth_factor",
-    "flops_factor",
-    "overhead_s",
-    "overhead_per_seq_s",
-    "moe_flops_factor",
-)
-# Files written before the MoE factor existed were fitted without it: 1.0 is what they meant.
-DEFAULT_FACTORS = {"moe_flops_factor": 1.0}
+CALIBRATION_FORMAT = "kvplan-step-model-calibration/2"
+OLDER_FORMATS = ("kvplan-step-model-calibration/1",)  # the factor step model's
+OVERHEAD_NAMES = ("base_s", "per_seq_s", "gpu_factor")
+DEFAULT_OVERHEAD = {"gpu_factor": 1.0}
 MAX_FILE_BYTES = 16 * 2**20  # a calibration file holds a few factors and a row per run figure
 SOURCE_CHARS = 200  # the fit's description, carried into every result the file times
 REWRITE = "rewrite it with `kvplan calibrate`"
@@ -42,11 +37,11 @@ FITTED_ON_KEYS = ("model", "gpu", "gpu_family", "engine", "engine_version")
 NAME_CHARS = 200  # a model id or a path; longer is not one kvplan wrote
 
 
-def check_factors(values: Mapping[str, Any], where: str = "step model factor") -> dict[str, float]:
-    """Every factor in FACTOR_NAMES by its rule, refused after `where` (ValueError)."""
+def check_overhead(values: Mapping[str, Any], where: str = "overhead") -> dict[str, float]:
+    """Every figure in OVERHEAD_NAMES by its rule, refused after `where` (ValueError)."""
     return {
         name: float(check_number(name, values[name], label=f"{where} {name}"))
-        for name in FACTOR_NAMES
+        for name in OVERHEAD_NAMES
     }
 
 
@@ -73,7 +68,7 @@ class FittedOn:
 
 @dataclass(frozen=True)
 class CalibrationFile:
-    factors: dict[str, float]
+    overhead: EngineOverhead
     source: str  # what the fit was made on, as the file says
     held_out: dict[str, float] | None  # per figure: median held-out error and its runs
     fitted_on: FittedOn | None = None  # None: a file written before kvplan recorded it
@@ -147,19 +142,21 @@ def read_calibration(path: str | Path) -> CalibrationFile:
     """The checked content of a calibration file (ValueError naming the file and the key)."""
     path = Path(path)
     data = _load(path)
+    if isinstance(data, dict) and data.get("format") in OLDER_FORMATS:
+        raise _refused(path, "it holds the factors of kvplan's older step model")
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise ValueError(
             f"'{path}' is not a kvplan calibration file; write one with `kvplan calibrate`"
         )
-    params = data.get("params")
-    if not isinstance(params, dict):
-        raise _refused(path, "no params table")
-    values = {**DEFAULT_FACTORS, **params}
-    missing = [name for name in FACTOR_NAMES if name not in values]
+    table = data.get("overhead")
+    if not isinstance(table, dict):
+        raise _refused(path, "no overhead table")
+    values = {**DEFAULT_OVERHEAD, **table}
+    missing = [name for name in OVERHEAD_NAMES if name not in values]
     if missing:
-        raise _refused(path, f"misses factor '{missing[0]}'")
+        raise _refused(path, f"misses overhead '{missing[0]}'")
     try:
-        factors = check_factors(values, "params")
+        checked = check_overhead(values)
     except ValueError as err:
         raise _refused(path, str(err)) from None
     source = data.get("source", "")
@@ -167,8 +164,15 @@ def read_calibration(path: str | Path) -> CalibrationFile:
         raise _refused(path, f"source must be text, got {type(source).__name__}")
     if len(source) > SOURCE_CHARS:
         source = source[: SOURCE_CHARS - 1] + "…"
+    overhead = EngineOverhead(
+        checked["base_s"],
+        checked["per_seq_s"],
+        False,
+        checked["gpu_factor"],
+        f"calibration {path.name}: {source}",
+    )
     return CalibrationFile(
-        factors,
+        overhead,
         source,
         _held_out(path, data.get("held_out")),
         _fitted_on(path, data.get("fitted_on")),
@@ -188,7 +192,7 @@ def calibration_band(path: str | Path) -> dict[str, Any] | None:
 
 def write_calibration(
     path: Path,
-    factors: Mapping[str, float],
+    overhead: EngineOverhead,
     source: str,
     fitted_on: FittedOn,
     rows: list[dict[str, Any]],
@@ -202,7 +206,7 @@ def write_calibration(
         "gpu": fitted_on.gpu,
         "engine": fitted_on.engine,
         "fitted_on": fitted_on.as_dict(),
-        "params": {name: factors[name] for name in FACTOR_NAMES},
+        "overhead": {name: getattr(overhead, name) for name in OVERHEAD_NAMES},
         "source": source,
         "fit_errors": rows,
     }

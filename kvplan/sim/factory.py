@@ -1,6 +1,7 @@
 """Simulated engines for `kvplan bench`: the KV pool sized from the capacity plan of the
-target GPU, the allocator of the optimization, and the roofline step-time runner (or, opted
-in with step_model, the calibrated StepModelRunner)."""
+target GPU, the allocator of the optimization, and the step-time runner: the operator step
+model (kvplan.sim.ops) at the engine overhead of the shipped fit, of a `kvplan calibrate`
+file or given; or, asked for by name, the bare roofline at datasheet peak."""
 
 from __future__ import annotations
 
@@ -26,16 +27,12 @@ from kvplan.plan.capacity import PlanInputs, plan
 from kvplan.plan.engine_releases import parse_version
 from kvplan.plan.pool_sizing import max_model_len_for, whole_blocks
 from kvplan.plan.roofline import Roofline
-from kvplan.sim.factor_table import UNSEEN_FAMILY, factor_key, held_out_band
+from kvplan.sim.calibration_file import calibration_band, read_calibration
 from kvplan.sim.ops.build import operator_runner
-from kvplan.sim.ops.overhead import EngineOverhead
+from kvplan.sim.ops.overhead import EngineOverhead, engine_era
+from kvplan.sim.ops.shipped import shipped_fit, step_kind
+from kvplan.sim.ops.step import OperatorStepRunner
 from kvplan.sim.runner import SimulatedRunner
-from kvplan.sim.step_model import (
-    StepModelParams,
-    StepModelRunner,
-    calibration_band,
-    step_model_params,
-)
 from kvplan.sim.step_models import FITTED, ROOFLINE
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
@@ -99,11 +96,11 @@ class SimulatedEngineFactory:
     # entropy-budget's per-layer split (e.g. a real run's probe); None: every layer the budget
     layer_budgets: tuple[int, ...] | None = None
     mode: str = "simulated"
-    # As kvplan.sim.step_models checks it. None or "fitted": the step model with the shipped
-    # factors of the GPU family and engine; "roofline": the bare roofline at datasheet peak (a
-    # lower bound); any other text is a `kvplan calibrate` file; StepModelParams: these factors
-    # (fits replay runs with trial ones).
-    step_model: str | StepModelParams | EngineOverhead | None = None
+    # As kvplan.sim.step_models checks it. None or "fitted": the operator step model at the
+    # shipped engine overhead of the run's engine release; "roofline": the bare roofline at
+    # datasheet peak (a lower bound); any other text is a `kvplan calibrate` file (its fitted
+    # overhead); an EngineOverhead: that one (fits replay runs with trial ones).
+    step_model: str | EngineOverhead | None = None
     # A table `kvplan profile` measured (kvplan.sim.ops.profile_source): the operators it
     # covers are timed from it before any other source.
     perf_table: str | None = None
@@ -139,42 +136,43 @@ class SimulatedEngineFactory:
             copy_s_per_slot=2 * sizing.slot_bytes / roofline.bandwidth,
             rules=scheduler.engine_rules,
         )
-        runner = SimulatedRunner(roofline)  # "roofline": datasheet peak, a lower bound
-        if isinstance(self.step_model, EngineOverhead):  # the operator step model
+        runner: SimulatedRunner = SimulatedRunner(roofline)  # datasheet peak, a lower bound
+        if self.step_model != ROOFLINE:
             runner = operator_runner(
                 roofline,
                 config.generation,
-                self.step_model,
+                self.engine_overhead(),
                 scheduler.max_num_batched_tokens or 8192,
                 scheduler.max_num_seqs or 256,
                 sizing.max_model_len,
                 graphs=config.generation != "vllm-v0",
                 perf_table=Path(self.perf_table) if self.perf_table else None,
             )
-        elif isinstance(self.step_model, StepModelParams):
-            runner = StepModelRunner(roofline, self.step_model)
-        elif self.step_model != ROOFLINE:
-            calibration = None if self.step_model in (None, FITTED) else self.step_model
-            engine = config.engine or "vllm"
-            key = factor_key(
-                roofline.gpu.family, config.weight_dtype, engine, config.engine_version or ""
-            )
-            runner = StepModelRunner(
-                roofline, step_model_params(calibration, key, config.generation)
-            )
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing
+
+    def engine_overhead(self) -> EngineOverhead:
+        """The engine's own time per step: given, a calibration file's (overlapped as this
+        run's release is), or the shipped fit for the run's engine release."""
+        config = self.sizing
+        if isinstance(self.step_model, EngineOverhead):
+            return self.step_model
+        if self.step_model in (None, FITTED):
+            return shipped_fit().overhead(config.engine, config.engine_version)
+        era = engine_era(config.engine, config.engine_version)
+        fitted = read_calibration(str(self.step_model)).overhead
+        return replace(fitted, overlapped=era.overlapped)
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
         metrics: dict[str, Any] = {}
-        runner = getattr(
-            engine.runner, "runner", engine.runner
-        )  # under the bench client's StepObserver
-        if isinstance(runner, StepModelRunner):  # which step-model factors timed this run
-            metrics["step_model"] = runner.params.source
+        # under the bench client's StepObserver
+        runner = getattr(engine.runner, "runner", engine.runner)
+        if isinstance(runner, OperatorStepRunner):  # what timed this run, and how well
+            metrics["step_model"] = runner.describe()
             if self.step_model in (None, FITTED):
-                metrics["time_error_band"] = time_error_band(
-                    runner.roofline.gpu.family, self.sizing.generation
-                )
+                model = runner.roofline.model
+                band = shipped_fit().band(step_kind(model), runner.roofline.gpu.family)
+                if band is not None:
+                    metrics["time_error_band"] = {"engine": self.sizing.generation, **band}
             elif isinstance(self.step_model, str):
                 band = calibration_band(self.step_model)
                 if band is not None:
@@ -187,20 +185,3 @@ class SimulatedEngineFactory:
         if budget is not None and budget.spec.layer_budgets:
             metrics["layer_budgets"] = list(budget.spec.layer_budgets)
         return metrics
-
-
-def time_error_band(gpu_family: str, generation: str) -> dict[str, Any]:
-    """How far the shipped factors' time figures were from measured runs they were not fitted
-    on, for this GPU family and engine generation (kvplan.sim.held_out): each figure's median
-    absolute error and its runs. A family no measured run covers is `unvalidated` and gets the
-    errors the fit made on GPU families it was not fitted on, where the table has them."""
-    band = held_out_band(gpu_family, generation)
-    base = {"basis": "leave one sweep out", "gpu_family": gpu_family, "engine": generation}
-    if band is not None:
-        return {**base, **band}
-    unseen = held_out_band(
-        UNSEEN_FAMILY, generation
-    )  # how the fit did on a GPU family it never saw
-    if unseen is not None:
-        return {**base, "unvalidated": True, "basis": "leave one GPU family out", **unseen}
-    return {**base, "unvalidated": True}

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.plan.engine_releases import batch_defaults as batch_defaults_for
-from kvplan.plan.engine_releases import parse_version
+from kvplan.plan.engine_releases import engine_generation, parse_version
 from kvplan.plan.log_setup import weight_dtype_hint
 from kvplan.plan.versions import released_before
-from kvplan.sim.factor_table import engine_generation
 from kvplan.sim.run_checks import run_problem
 from kvplan.spec.resolve import load_gpu, load_model
 

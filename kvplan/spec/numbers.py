@@ -169,13 +169,10 @@ RULES: dict[str, NumberRule] = {
     "latency_ms": _float(0.0, 1e12, low_open=False),
     "num_scheduler_steps": _int(1, 1024),  # vLLM V0's multi-step scheduling
     "offered_rate": _float(0.0, 1e9),  # requests/s a run offered; inf (all at once) is read apart
-    # a calibration file's step-model factors (the fit searches well inside these)
-    "bandwidth_factor": _float(0.0, 2.0),
-    "attention_bandwidth_factor": _float(0.0, 2.0),
-    "flops_factor": _float(0.0, 2.0),
-    "moe_flops_factor": _float(0.0, 2.0),
-    "overhead_s": _float(0.0, 1.0, low_open=False),  # per step; real engines pay milliseconds
-    "overhead_per_seq_s": _float(0.0, 0.1, low_open=False),
+    # a calibration file's engine overhead (the fit searches well inside these)
+    "base_s": _float(0.0, 1.0, low_open=False),  # per step; real engines pay milliseconds
+    "per_seq_s": _float(0.0, 0.1, low_open=False),
+    "gpu_factor": _float(0.0, 10.0),
     "fit_error": _float(0.0, 1e6, low_open=False),  # a held-out median error, as a fraction
     "fit_runs": _int(1, 10**6),
 }

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from kvplan.bench.optimizations import DEFAULT_OPTIMIZATIONS, names_help, optimization_names
-from kvplan.cli.common import KV_PANEL, KvDtypeOpt
+from kvplan.cli.common import KV_PANEL, KvDtypeOpt, WeightDtypeOpt
 from kvplan.cli.panels.defaults import RUN, SIZING
 
 DEFAULT_LIST = ",".join(DEFAULT_OPTIMIZATIONS)
@@ -18,6 +18,7 @@ DEFAULT_LIST = ",".join(DEFAULT_OPTIMIZATIONS)
 @dataclass(frozen=True)
 class KvOptions:
     kv_dtype: KvDtypeOpt = SIZING.kv_dtype
+    weight_dtype: WeightDtypeOpt = SIZING.weight_dtype
     # show_default=False: the default list is one word that a narrow help column would cut;
     # the help spells it out
     optimizations: Annotated[
@@ -46,4 +47,8 @@ class KvOptions:
         return optimization_names(self.optimizations)
 
     def settings(self) -> dict[str, Any]:
-        return {"kv_dtype": self.kv_dtype, "kv_budget": self.kv_budget}
+        return {
+            "kv_dtype": self.kv_dtype,
+            "weight_dtype": self.weight_dtype,
+            "kv_budget": self.kv_budget,
+        }

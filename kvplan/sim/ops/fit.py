@@ -18,16 +18,13 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.calibration import Replay, log_errors
-from kvplan.sim.factor_fit import nelder_mead
 from kvplan.sim.measured import MeasuredRun
+from kvplan.sim.minimize import nelder_mead
 from kvplan.sim.ops.overhead import ERAS, EngineOverhead, Era, engine_era
-from kvplan.sim.step_model import StepCosts
 
 BOUNDS = {"base_s": (1e-5, 0.05), "per_seq_s": (1e-8, 1e-3), "gpu_factor": (0.5, 4.0)}
 START = {"base_s": 2e-3, "per_seq_s": 2e-5, "gpu_factor": 1.3}
@@ -35,38 +32,6 @@ START = {"base_s": 2e-3, "per_seq_s": 2e-5, "gpu_factor": 1.3}
 
 def era_of(run: MeasuredRun) -> Era:
     return engine_era(run.engine, run.engine_version)
-
-
-def step_times(costs: StepCosts, overhead: EngineOverhead) -> np.ndarray:
-    """Every recorded step's seconds under `overhead` (EngineOverhead.step over the arrays);
-    the swap and transfer seconds the recording kept in all_reduce_s add unscaled."""
-    gpu = np.asarray(costs.gpu_s) * overhead.gpu_factor
-    cpu = (overhead.base_s + overhead.per_seq_s * np.asarray(costs.sequences)) * np.asarray(
-        costs.decisions
-    )
-    joined = np.maximum(gpu, cpu) if overhead.overlapped else gpu + cpu
-    return joined + np.asarray(costs.all_reduce_s)
-
-
-class OperatorReplay(Replay):
-    """A replay whose factors are an era's overheads: {base_s, per_seq_s, gpu_factor}."""
-
-    @staticmethod
-    def recorded_times(costs: StepCosts, roof: Roofline, params: Any) -> np.ndarray:
-        return step_times(costs, params)
-
-    def step_times(self, factors: dict[str, float]) -> np.ndarray:
-        return step_times(self.costs, overhead_of(factors, era_of(self.run)))
-
-
-def overhead_of(factors: dict[str, float], era: Era, source: str = "fit") -> EngineOverhead:
-    return EngineOverhead(
-        factors["base_s"],
-        factors["per_seq_s"],
-        era.overlapped,
-        factors.get("gpu_factor", 1.0),
-        source,
-    )
 
 
 def _names(era: Era) -> tuple[str, ...]:
@@ -106,8 +71,8 @@ ZERO = {"base_s": 0.0, "per_seq_s": 0.0, "gpu_factor": 1.0}
 
 def record(run: MeasuredRun, overheads: dict[str, EngineOverhead] | None = None) -> Replay:
     era = era_of(run)
-    overhead = (overheads or {}).get(era.fitted_as) or overhead_of(ZERO, era, "none")
-    return OperatorReplay.record(run, replace(overhead, overlapped=era.overlapped))
+    overhead = (overheads or {}).get(era.fitted_as) or EngineOverhead.of(ZERO, era, "none")
+    return Replay.record(run, replace(overhead, overlapped=era.overlapped))
 
 
 def fit_overheads(
@@ -139,7 +104,7 @@ def fit_recorded(
     for run in runs:
         by_era[era_of(run).fitted_as].append(replays[run.run_id])
     return {
-        key: overhead_of(fit_era(mine, ERAS[key]), ERAS[key], f"{source} on {len(mine)} runs")
+        key: EngineOverhead.of(fit_era(mine, ERAS[key]), ERAS[key], f"{source} on {len(mine)} runs")
         for key, mine in by_era.items()
     }
 
@@ -148,5 +113,5 @@ def overhead_for(overheads: dict[str, EngineOverhead], run: MeasuredRun) -> Engi
     """The overhead a run is timed with: its era's fit (overlapped as the era is), none when
     no run of the era was fitted."""
     era = era_of(run)
-    fitted = overheads.get(era.fitted_as) or overhead_of(ZERO, era, "none")
+    fitted = overheads.get(era.fitted_as) or EngineOverhead.of(ZERO, era, "none")
     return replace(fitted, overlapped=era.overlapped)

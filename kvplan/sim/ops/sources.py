@@ -107,16 +107,16 @@ class RooflineSource:
 
 @dataclass
 class Sources:
-    """Sources asked in order; `used` records which one timed each kind of operator."""
+    """Sources asked in order; `used` records which ones timed each kind of operator."""
 
     chain: tuple[OperatorSource, ...]
-    used: dict[str, str] = field(default_factory=dict)
+    used: dict[str, dict[str, None]] = field(default_factory=dict)  # kind -> names, in order
 
     def _ask(self, kind: str, method: str, *args: object) -> float:
         for source in self.chain:
             seconds = getattr(source, method)(*args)
             if seconds is not None:
-                self.used.setdefault(kind, source.name)
+                self.used.setdefault(kind, {})[source.name] = None
                 return float(seconds)
         raise ValueError(f"no source times {kind}")  # the roofline always answers
 
@@ -139,5 +139,6 @@ class Sources:
         return self._ask("elementwise", "memory", nbytes)
 
     def describe(self) -> str:
-        """'gemm: aiconfigurator h100_sxm vllm 0.24.0; decode attention: roofline; ...'"""
-        return "; ".join(f"{kind}: {name}" for kind, name in self.used.items())
+        """'gemm: aiconfigurator h100_sxm vllm 0.24.0; moe: aiconfigurator ... + roofline; ...'
+        (a kind timed by several sources took the later ones for shapes the first lacks)."""
+        return "; ".join(f"{kind}: {' + '.join(names)}" for kind, names in self.used.items())

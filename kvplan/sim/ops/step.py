@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,9 +35,21 @@ from kvplan.plan.roofline import Roofline
 from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.ops.sources import Sources
 from kvplan.sim.runner import SimulatedRunner
-from kvplan.sim.step_model import StepCosts
 
 CAPTURE_LIMIT = 512  # vLLM's largest default CUDA graph capture size
+
+
+class StepCosts(NamedTuple):
+    """What a replay keeps of one step (kvplan.sim.calibration): its GPU time and what the
+    engine's overhead reads, so other overheads re-time it without simulating again. A named
+    tuple: the simulator builds one per step."""
+
+    gpu_s: float
+    sequences: int
+    decisions: float  # 1 on a step the scheduler decided, 0 inside a V0 multi-step run
+
+
+COST_FIELDS = StepCosts._fields  # the order a recorded step's row keeps them in
 
 
 def capture_size(tokens: int) -> int:
@@ -119,6 +132,10 @@ class OperatorStepRunner(SimulatedRunner):
             for op in ops.attention
         ]
 
+    def describe(self) -> str:
+        """Which sources timed the operators, and the engine overhead, in words."""
+        return f"operators by {self.sources.describe()}; engine time per step {self.overhead.describe()}"
+
     def _token_ops(self, tokens: int) -> float:
         ops, sources = self.ops, self.sources
         seconds = sum(sources.gemm(g, tokens) * g.per_step for g in ops.gemms)
@@ -148,8 +165,7 @@ class OperatorStepRunner(SimulatedRunner):
     def costs(self, plan: StepPlan) -> StepCosts:
         """The step as a calibration replay records it: its GPU time and what the engine's
         overhead reads (kvplan.sim.ops.fit re-times it under other overheads)."""
-        return StepCosts(0.0, 0.0, 0.0, 0.0, len(plan.scheduled), 0.0,
-                         1.0 if plan.decision else 0.0, 0.0, self.gpu_time(plan))  # fmt: skip
+        return StepCosts(self.gpu_time(plan), len(plan.scheduled), 1.0 if plan.decision else 0.0)
 
     def step_time_from(self, costs: StepCosts) -> float:
         return self.overhead.step(costs.gpu_s, costs.sequences, bool(costs.decisions))
