@@ -319,7 +319,7 @@ def test_every_log_axis_of_the_report_carries_several_plain_labels(
     # the serving-fidelity chart, on its own records' frame
     fidelity = pd.DataFrame(
         {"metric": ["output_throughput"] * 3, "measured": [120.0, 900.0, 4000.0],
-         "datasheet": [150.0, 700.0, 5000.0], "held_out_sweep": [110.0, 950.0, 3800.0]}
+         "zero_overhead": [150.0, 700.0, 5000.0], "held_out_model": [110.0, 950.0, 3800.0]}
     )  # fmt: skip
     data = ReportData(["f.jsonl"], pd.DataFrame(), pd.DataFrame(), fidelity=fidelity)
     figure = drawn(data, "serving_fidelity")
