@@ -5,6 +5,8 @@ expected distinct experts of uniform routing)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -119,10 +121,12 @@ def test_a_decode_step_is_the_sum_of_its_operators() -> None:
     """On the grid's exact points a decode step is the token-major operators at its padded
     size, the LM head and sampler at its samples, and attention at its batch and context."""
     runner = _runner()
-    plan = _decode_plan(3, 1024)
+    context = round(math.exp(runner.decode.log_b[10]))  # a point of the context grid
+    plan = _decode_plan(3, context)
     tokens = runner._token_ops(4)  # 3 tokens replay the graph captured for 4
     head = runner.head_curve[2]  # 3 sequences sample
-    attention = sum(d(3, 1024) for d in runner.decode)
+    ops, sources = runner.ops, runner.sources
+    attention = sum(sources.decode_attention(op, 3, context) for op in ops.attention)
     assert runner.gpu_time(plan) == pytest.approx(tokens + head + attention, rel=1e-9)
     assert runner.step_time(plan) == pytest.approx(runner.gpu_time(plan), rel=1e-12)
     charged = _runner(overhead=EngineOverhead(base_s=0.01, per_seq_s=1e-3)).step_time(plan)

@@ -21,6 +21,7 @@ few array lookups whatever the source.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from functools import partial
@@ -75,23 +76,47 @@ class Grid2D:
     """f(a, b) tabulated on two grids, read by bilinear interpolation in log space."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, f: Callable[[int, int], float]) -> None:
-        self.log_a, self.log_b = np.log(a), np.log(b)
-        self.values = np.array([[f(int(x), int(y)) for y in b] for x in a])
+        # plain floats and bisect: a step reads a few points, and numpy's per-call overhead
+        # would dominate a simulation of hundreds of thousands of steps
+        self.log_a = [math.log(x) for x in a]
+        self.log_b = [math.log(y) for y in b]
+        self.values = [[float(f(int(x), int(y))) for y in b] for x in a]
 
     def __call__(self, a: float, b: float) -> float:
         la, lb = math.log(max(a, 1.0)), math.log(max(b, 1.0))
-        i = int(np.clip(np.searchsorted(self.log_a, la) - 1, 0, len(self.log_a) - 2))
-        j = int(np.clip(np.searchsorted(self.log_b, lb) - 1, 0, len(self.log_b) - 2))
-        ta = (la - self.log_a[i]) / (self.log_a[i + 1] - self.log_a[i])
-        tb = (lb - self.log_b[j]) / (self.log_b[j + 1] - self.log_b[j])
-        v = self.values
-        low = v[i, j] + (v[i, j + 1] - v[i, j]) * tb
-        high = v[i + 1, j] + (v[i + 1, j + 1] - v[i + 1, j]) * tb
-        return float(low + (high - low) * ta)
+        log_a, log_b = self.log_a, self.log_b
+        i = min(max(bisect.bisect_left(log_a, la) - 1, 0), len(log_a) - 2)
+        j = min(max(bisect.bisect_left(log_b, lb) - 1, 0), len(log_b) - 2)
+        ta = (la - log_a[i]) / (log_a[i + 1] - log_a[i])
+        tb = (lb - log_b[j]) / (log_b[j + 1] - log_b[j])
+        row, above = self.values[i], self.values[i + 1]
+        low = row[j] + (row[j + 1] - row[j]) * tb
+        high = above[j] + (above[j + 1] - above[j]) * tb
+        return low + (high - low) * ta
 
 
-def _prefill(op: AttentionOp, sources: Sources, new: int, before_plus_one: int) -> float:
-    return sources.prefill_attention(op, new, before_plus_one - 1)
+class Curve:
+    """f(x) tabulated on a grid, read by linear interpolation, each integer x once."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = x, y
+        self.read: dict[int, float] = {}
+
+    def __call__(self, x: int) -> float:
+        value = self.read.get(x)
+        if value is None:
+            value = self.read[x] = float(np.interp(x, self.x, self.y))
+        return value
+
+
+def _decode(ops: tuple[AttentionOp, ...], sources: Sources, batch: int, context: int) -> float:
+    return sum(sources.decode_attention(op, batch, context) for op in ops)
+
+
+def _prefill(
+    ops: tuple[AttentionOp, ...], sources: Sources, new: int, before_plus_one: int
+) -> float:
+    return sum(sources.prefill_attention(op, new, before_plus_one - 1) for op in ops)
 
 
 class OperatorStepRunner(SimulatedRunner):
@@ -113,24 +138,23 @@ class OperatorStepRunner(SimulatedRunner):
         self.ops, self.sources, self.overhead, self.graphs = ops, sources, overhead, graphs
         self.token_grid = grid(max(max_tokens, CAPTURE_LIMIT))
         self.token_curve = np.array([self._token_ops(int(t)) for t in self.token_grid])
+        self.tokens = Curve(self.token_grid, self.token_curve)
         self.seq_grid = grid(max_seqs)
         # the logits are gathered whole before sampling: the sampler reads the full vocabulary
         logits = ops.vocab_per_gpu * ops.tp * sampler_bytes_per_logit
         self.head_curve = np.array(
             [sources.gemm(ops.lm_head, int(s)) + sources.memory(s * logits) for s in self.seq_grid]
         )
+        self.head = Curve(self.seq_grid, self.head_curve)
         contexts = grid(max_model_len, 24)
-        self.decode = [
-            Grid2D(self.seq_grid, contexts, partial(sources.decode_attention, op))
-            for op in ops.attention
-        ]
+        # every attention group's operator summed on one grid: one lookup a step
+        self.decode = Grid2D(self.seq_grid, contexts, partial(_decode, ops.attention, sources))
         # the second axis is the tokens before the chunk plus one (a first chunk has none)
-        self.prefill = [
-            Grid2D(
-                grid(max_tokens, 16), grid(max_model_len + 1, 16), partial(_prefill, op, sources)
-            )
-            for op in ops.attention
-        ]
+        self.prefill = Grid2D(
+            grid(max_tokens, 16),
+            grid(max_model_len + 1, 16),
+            partial(_prefill, ops.attention, sources),
+        )
 
     def describe(self) -> str:
         """Which sources timed the operators, and the engine overhead, in words."""
@@ -152,14 +176,13 @@ class OperatorStepRunner(SimulatedRunner):
         tokens = plan.num_tokens
         if self.graphs and tokens <= CAPTURE_LIMIT:
             tokens = capture_size(tokens)
-        seconds = float(np.interp(tokens, self.token_grid, self.token_curve))
+        seconds = self.tokens(tokens)
         if plan.samples:
-            seconds += float(np.interp(plan.samples, self.seq_grid, self.head_curve))
+            seconds += self.head(plan.samples)
         if plan.decodes:
-            context = plan.decode_pairs / plan.decodes
-            seconds += sum(decode(plan.decodes, context) for decode in self.decode)
+            seconds += self.decode(plan.decodes, plan.decode_pairs / plan.decodes)
         for new, before in plan.prefill_chunks:
-            seconds += sum(prefill(new, before + 1) for prefill in self.prefill)
+            seconds += self.prefill(new, before + 1)
         return seconds
 
     def costs(self, plan: StepPlan) -> StepCosts:
