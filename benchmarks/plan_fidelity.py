@@ -13,9 +13,9 @@ exact share (the same grid point) is printed beside it, because on a three-point
 step of slack is most of the grid.
 
 Predictions are read from `benchmarks/serving_fidelity.jsonl`, which
-`benchmarks/serving_fidelity.py` writes: the shipped table (in-sample), and the three
-held-out protocols (the sweep, the model or the GPU family left out of the fit, each fold
-fitted from scratch), plus the datasheet roofline. Target: at least 70% within one step.
+`benchmarks/serving_fidelity.py` writes: the operator step model at the shipped overheads
+(in-sample), the same with the run's model left out of the overheads' fit (from scratch),
+and the operators alone with no engine overhead. Target: at least 70% within one step.
 
 Run: python benchmarks/plan_fidelity.py   (seconds; needs ../shared/data/serving)
 """
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "serving" / "serving_benchmarks.jsonl"
 PREDICTIONS = ROOT / "benchmarks" / "serving_fidelity.jsonl"
 FIGURES = ("mean_tpot_ms", "median_tpot_ms", "median_ttft_ms", "latency_avg_s")
-COLUMNS = ("in_sample", "held_out_sweep", "held_out_model", "held_out_GPU_family", "datasheet")
+COLUMNS = ("in_sample", "held_out_model", "zero_overhead")
 TARGET = 0.70
 
 
