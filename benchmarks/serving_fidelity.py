@@ -46,7 +46,6 @@ from kvplan.sim.ops.aic_runs import aic_runs
 from kvplan.sim.ops.fit import fit_overheads, fit_recorded, overhead_for, record
 from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.ops.shipped import ANY_FAMILY, BAND_FIGURES, FILE_FORMAT, step_kind
-from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.resolve import load_gpu, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,7 +226,7 @@ def write_toml(fitted: dict[str, EngineOverhead], table, runs: int, source: dict
     for (kind, family), values in sorted(table.items()):
         lines += ["[[bands]]", f'kind = "{kind}"', f'gpu_family = "{family}"']
         lines += [f"{k} = {v:g}" for k, v in values.items()] + [""]
-    (profiles_dir() / "step_overheads.toml").write_text("\n".join(lines))
+    (ROOT / "profiles" / "step_overheads.toml").write_text("\n".join(lines))
 
 
 def write_records(zero: list[Error], in_sample: list[Error], held: list[Error]) -> None:

@@ -378,3 +378,30 @@ def test_fidelity_records_draw_the_report_chart(tmp_path):
     report = write_report([path], tmp_path / "report")
     assert (tmp_path / "report" / "serving_fidelity.png").is_file()
     assert "Simulated vs measured" in report.index.read_text()
+
+
+def test_the_fit_reads_only_the_runs_measured_tables_timed_where_there_are_any():
+    """An H100 run (aiconfigurator's tables time its operators) and an L4 run (the roofline
+    does, no table covers the L4) measured at different overheads: the fit takes the H100's
+    and says so; the L4 run alone is fitted on itself."""
+    from kvplan.sim.ops import aic_source
+
+    if not aic_source.available():
+        pytest.skip("aiconfigurator-core is not installed (kvplan[perf])")
+    table = small_run(run_id="h100", engine_version=SYNC)
+    roofline = small_run(run_id="l4", gpu="l4", engine_version=SYNC)
+    other = EngineOverhead(base_s=0.02, per_seq_s=1e-3)
+    runs = []
+    for run, truth in ((table, TRUTH), (roofline, other)):
+        predicted, _ = simulate(run, truth)
+        measured = {k: predicted[k] for k in ("output_throughput", "mean_tpot_ms")}
+        runs.append(MeasuredRun(**{**run.__dict__, "measured": measured}))
+    (both,) = fit_overheads(runs).values()
+    assert both.source == "fit on 1 table-timed runs"
+    # the H100 run alone: its figures reproduced, nothing of the L4's 20 ms a step
+    predicted, _ = simulate(runs[0], overhead_for({"vllm-v1": both}, runs[0]))
+    for key, value in runs[0].measured.items():
+        assert predicted[key] == pytest.approx(value, rel=0.01)
+    assert both.base_s < 0.01
+    (alone,) = fit_overheads(runs[1:]).values()
+    assert alone.source == "fit on 1 runs"

@@ -225,3 +225,39 @@ def test_the_shipped_fit_reads_and_covers_the_current_engines() -> None:
     assert fit.band("dense", "hopper") is not None
     with pytest.raises(ValueError, match="format must be"):
         parse_shipped({"format": "other"})
+
+
+class _Table:
+    """A measured source that knows one GEMM shape and nothing else."""
+
+    name = "a table"
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def gemm(self, gemm, m):  # type: ignore[no-untyped-def]
+        return 1e-5 if gemm.n == self.n else None
+
+    def __getattr__(self, _name: str):  # every other operator: not in the table
+        return lambda *args: None
+
+
+def test_a_run_is_table_timed_only_when_no_operator_fell_to_the_roofline() -> None:
+    """The overheads are fitted on runs whose operators measured tables timed (the roofline's
+    error on a kernel no table holds must not be read as engine time); memory passes do not
+    count, as aiconfigurator too computes them from bandwidth."""
+    from kvplan.sim.ops.sources import Sources
+
+    spec = load_model("llama-3.1-8b")
+    ops = model_ops(spec, 1, parse_kv_format("auto", spec))
+    roofline = RooflineSource(load_gpu("h100-80gb"))
+    down = next(g for g in ops.gemms if g.name == "down")
+    sources = Sources((_Table(down.n), roofline))
+    sources.gemm(down, 8)
+    sources.memory(1e6)
+    assert sources.measured()
+    assert sources.describe() == "gemm: a table; elementwise: roofline"
+    qkv = next(g for g in ops.gemms if g.name == "qkv")
+    sources.gemm(qkv, 8)  # a shape the table lacks
+    assert not sources.measured()
+    assert sources.describe() == "gemm: a table + roofline; elementwise: roofline"

@@ -82,6 +82,9 @@ class ClientRun:
     last_step: dict[int, int] = field(default_factory=dict)
     admit_step: dict[int, int] = field(default_factory=dict)  # first step that scheduled it
     step_costs: list[tuple[float, ...]] = field(default_factory=list)
+    # whether measured tables timed the run's operators (kvplan.sim.ops.sources.measured);
+    # False for a runner without operators
+    table_timed: bool = False
 
 
 def run_client(
@@ -163,5 +166,7 @@ def run_client(
     run.duration_s = engine.now
     run.step_costs = observer.cost_rows
     run.admit_step = observer.admitted
+    sources = getattr(observer.runner, "sources", None)
+    run.table_timed = bool(sources is not None and sources.measured())
     engine.runner = observer.runner
     return run

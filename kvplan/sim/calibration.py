@@ -186,6 +186,7 @@ class Replay:
     first: np.ndarray
     last: np.ndarray
     outputs: np.ndarray
+    table_timed: bool  # measured tables timed every operator (not the roofline)
 
     @classmethod
     def record(cls, run: MeasuredRun, overhead: EngineOverhead) -> Replay:
@@ -208,6 +209,7 @@ class Replay:
             np.array([client.first_step[i] for i in ids], dtype=np.int64),
             np.array([client.last_step.get(i, client.first_step[i]) for i in ids], dtype=np.int64),
             np.array([lengths[i] for i in ids], dtype=float),
+            client.table_timed,
         )
 
     @property

@@ -99,14 +99,19 @@ def fit_overheads(
 def fit_recorded(
     runs: list[MeasuredRun], replays: dict[str, Replay], source: str = "fit"
 ) -> dict[str, EngineOverhead]:
-    """Each era's overheads fitted on its runs' recordings as they are (one round)."""
+    """Each era's overheads fitted on its runs' recordings as they are (one round): on the runs
+    whose operators measured tables timed where the era has any, so the overhead measures the
+    engine and not the roofline's error on a kernel no table holds; else on all of them."""
     by_era: dict[str, list[Replay]] = defaultdict(list)
     for run in runs:
         by_era[era_of(run).fitted_as].append(replays[run.run_id])
-    return {
-        key: EngineOverhead.of(fit_era(mine, ERAS[key]), ERAS[key], f"{source} on {len(mine)} runs")
-        for key, mine in by_era.items()
-    }
+    fitted = {}
+    for key, mine in by_era.items():
+        measured = [replay for replay in mine if replay.table_timed]
+        used, what = (measured, "table-timed runs") if measured else (mine, "runs")
+        label = f"{source} on {len(used)} {what}"
+        fitted[key] = EngineOverhead.of(fit_era(used, ERAS[key]), ERAS[key], label)
+    return fitted
 
 
 def overhead_for(overheads: dict[str, EngineOverhead], run: MeasuredRun) -> EngineOverhead:

@@ -27,6 +27,7 @@ GEMM_EFFICIENCY = 0.79
 ATTENTION_EFFICIENCY = 0.55
 KERNEL_FLOOR_S = 3e-6
 ACTIVATION_BYTES = 2.0  # bf16 activations, whatever the weights' format
+ELEMENTWISE = "elementwise"
 
 
 class OperatorSource(Protocol):
@@ -110,13 +111,14 @@ class Sources:
     """Sources asked in order; `used` records which ones timed each kind of operator."""
 
     chain: tuple[OperatorSource, ...]
-    used: dict[str, dict[str, None]] = field(default_factory=dict)  # kind -> names, in order
+    # kind -> the sources that timed it, by name, in the order first used
+    used: dict[str, dict[str, OperatorSource]] = field(default_factory=dict)
 
     def _ask(self, kind: str, method: str, *args: object) -> float:
         for source in self.chain:
             seconds = getattr(source, method)(*args)
             if seconds is not None:
-                self.used.setdefault(kind, {})[source.name] = None
+                self.used.setdefault(kind, {})[source.name] = source
                 return float(seconds)
         raise ValueError(f"no source times {kind}")  # the roofline always answers
 
@@ -136,7 +138,18 @@ class Sources:
         return self._ask("all-reduce", "all_reduce", hidden, tp, tokens)
 
     def memory(self, nbytes: float) -> float:
-        return self._ask("elementwise", "memory", nbytes)
+        return self._ask(ELEMENTWISE, "memory", nbytes)
+
+    def measured(self) -> bool:
+        """Whether a measured table (a profile, aiconfigurator's) timed every operator whose
+        time a table can hold: the GEMMs, experts, attention and all-reduces. Elementwise
+        passes are memory traffic, which aiconfigurator too computes from bandwidth."""
+        return all(
+            not isinstance(source, RooflineSource)
+            for kind, sources in self.used.items()
+            if kind != ELEMENTWISE
+            for source in sources.values()
+        )
 
     def describe(self) -> str:
         """'gemm: aiconfigurator h100_sxm vllm 0.24.0; moe: aiconfigurator ... + roofline; ...'
