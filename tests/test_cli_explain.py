@@ -120,3 +120,28 @@ def test_every_shipped_log_explains(shared_data: Path) -> None:
     for line in (shared_data / "serving" / "vllm_startup_logs.jsonl").read_text().splitlines():
         record = explain(json.loads(line)["quote"])
         assert record["schema"] == "kvplan.explain/1"
+
+
+def test_a_log_that_names_only_its_world_size_is_read_as_that_tp() -> None:
+    """vLLM's parallel_state prints 'rank R in world size W is assigned as DP rank, PP rank,
+    TP rank' on every rank; with no TP printed and no PP or DP, the world is the TP degree,
+    said as read from the log rather than assumed, and the weights split over it."""
+    ranks = "".join(
+        f"INFO 01-13 11:35:20 [parallel_state.py:2350] rank {r} in world size 2 is assigned as "
+        f"DP rank 0, PP rank 0, TP rank {r}, EP rank N/A\n"
+        for r in range(2)
+    )
+    args = ["explain", "-", "--json", "--model", "llama-3.1-8b", "--gpu", "a100-40gb"]
+    alone = json.loads(runner.invoke(app, args, input=FIXTURE.read_text()).stdout)
+    result = runner.invoke(app, args, input=ranks + FIXTURE.read_text())
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["inputs"]["world_size"] == 2
+    assert record["derived"] == {"tensor_parallel_size": "2, from 'world size 2'"}
+    assert "tensor_parallel_size" not in record["assumed"]
+    assert alone["assumed"]["tensor_parallel_size"] == 1
+    # Llama-3.1-8B's 16-bit weights over two GPUs: half of the one-GPU figure, less the
+    # replicated parts
+    assert record["prediction"]["weights_gib"] < 0.6 * alone["prediction"]["weights_gib"]
+    shown = runner.invoke(app, args[:2] + args[3:], input=ranks + FIXTURE.read_text())
+    assert "2, from 'world size 2'" in shown.stdout

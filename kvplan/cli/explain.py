@@ -75,6 +75,8 @@ def render(record: dict) -> None:
     for key, value in record["inputs"].items():
         if value is not None:
             inputs.add_row(key, fmt_cell(value))
+    for key, value in record.get("derived", {}).items():
+        inputs.add_row(key, escape(str(value)))
     for key, value in record["assumed"].items():
         inputs.add_row(key, f"{fmt_cell(value)} [dim](not in the log; assumed)[/]")
     console.print(inputs)

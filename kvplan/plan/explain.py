@@ -357,6 +357,7 @@ def explain(
         "gpu": log.gpu_name,
         "gpu_profile": setup.gpu.name if setup.gpu else None,
         "tensor_parallel_size": log.tensor_parallel_size,
+        "world_size": log.world_size,
         "pipeline_parallel_size": log.pipeline_parallel_size,
         "data_parallel_size": log.data_parallel_size,
         "gpu_memory_utilization": log.gpu_memory_utilization,
@@ -376,6 +377,10 @@ def explain(
         "block_size": setup.block_size,
         "kv_cache_dtype": setup.kv_dtype,
     }
+    # a setting the log implies without printing it, with what it was read from
+    derived = {}
+    if log.tensor_parallel_size is None and log.tp_from_world:
+        derived["tensor_parallel_size"] = f"{setup.tp}, from 'world size {log.world_size}'"
     changes = what_ifs(log, setup, memory["kv"], per_token)
     return {
         "schema": SCHEMA,
@@ -383,7 +388,8 @@ def explain(
         "engine_generation": log.engine_generation,
         "version": log.version,
         "inputs": inputs,
-        "assumed": {k: v for k, v in assumed.items() if inputs.get(k) is None},
+        "derived": derived,
+        "assumed": {k: v for k, v in assumed.items() if inputs.get(k) is None and k not in derived},
         "memory_gib": memory,
         "kv": kv,
         "prediction": prediction(log, setup),

@@ -143,7 +143,7 @@ def server_setup(
         sampler_path=log.sampler_path,
     )
     max_len = log.max_model_len or (model.max_position_embeddings if model else None)
-    tp = log.tensor_parallel_size or 1
+    tp = log.tensor_parallel_size or log.tp_from_world or 1
     kv_dtype = log.kv_cache_dtype or "auto"
     return ServerSetup(
         model,
@@ -151,7 +151,7 @@ def server_setup(
         note,
         gpu,
         engine,
-        log.tensor_parallel_size or 1,
+        tp,
         log.pipeline_parallel_size or 1,
         log.gpu_memory_utilization
         or default_utilization(engine, release, _memory_gib(gpu, log), tp),

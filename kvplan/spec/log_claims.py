@@ -51,6 +51,7 @@ FIELD_RULES: dict[str, str] = {
     "blocks_before_override": "token_count",
     "num_gpu_blocks_override": "token_count",
     "tensor_parallel_size": "tp",
+    "world_size": "tp",  # GPUs in the world: the same range as a TP degree
     "pipeline_parallel_size": "pp",
     "data_parallel_size": "dp",
     "gpu_memory_utilization": "gpu_memory_utilization",

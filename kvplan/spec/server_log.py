@@ -94,6 +94,7 @@ class ServerLog:
     model: str | None = None
     gpu_name: str | None = None
     tensor_parallel_size: int | None = None
+    world_size: int | None = None  # GPUs the server's ranks span (TP x PP x DP)
     pipeline_parallel_size: int | None = None
     data_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
@@ -146,6 +147,15 @@ class ServerLog:
     values: dict[str, tuple] = field(
         default_factory=dict, compare=False
     )  # every distinct value seen
+
+    @property
+    def tp_from_world(self) -> int | None:
+        """The TP degree a log that names only its world size implies: the world over its
+        pipeline and data-parallel ranks, where that divides."""
+        if self.world_size is None:
+            return None
+        others = (self.pipeline_parallel_size or 1) * (self.data_parallel_size or 1)
+        return self.world_size // others if self.world_size % others == 0 else None
 
     def recovered(self) -> dict[str, object]:
         """The fields the log showed, without `values`."""

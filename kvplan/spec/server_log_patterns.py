@@ -139,6 +139,13 @@ INT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"tensor_parallel_size\s*=\s*" + NUM,
         r"'tensor_parallel_size':\s*" + NUM,
         r"(?:--tensor-parallel-size|--tp-size|--tp|-tp)[= ]\s*" + NUM,
+        r"\bTP\s*=\s*" + NUM,  # a deployment summary's "TP=4"
+    ),
+    # every rank's "rank R in world size W is assigned as DP rank, PP rank, TP rank" line
+    # (vLLM's parallel_state), the one place a log of a TP run may say how many GPUs it holds
+    "world_size": (
+        r"in world size\s+" + NUM,
+        r"\bworld_size\s*=\s*" + NUM,
     ),
     "pipeline_parallel_size": (
         r"pipeline_parallel_size\s*=\s*" + NUM,
