@@ -77,7 +77,7 @@ def test_bench_warns_once_naming_both_setups(
     assert result.exit_code == 0, result.output
     assert _warnings(result) == [
         f"warning: --calibration file '{calibration}' was fitted on {FITTED}; this run is "
-        "llama-3.1-8b / l4 / vllm: its factors may not transfer"
+        "llama-3.1-8b / l4 / vllm: its overhead may not transfer"
     ]
     # the same model and GPU under other names (an HF id, the name nvidia-smi prints): no warning
     same = ["--model", "Qwen/Qwen3-14B", "--gpu", "NVIDIA H100 80GB HBM3"]
@@ -97,7 +97,7 @@ def test_plan_warns_for_each_gpu_the_file_was_not_fitted_on(calibration: Path) -
     assert result.exit_code == 0, result.output
     assert _warnings(result) == [
         f"warning: --calibration file '{calibration}' was fitted on {FITTED}; this run is "
-        "qwen3-14b / l4 / vllm: its factors may not transfer"
+        "qwen3-14b / l4 / vllm: its overhead may not transfer"
     ]
 
 
@@ -111,7 +111,7 @@ def test_a_sweep_warns_in_its_own_words(calibration: Path, tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert _warnings(result) == [
         f"warning: calibration file '{calibration}' was fitted on {FITTED}; this run is "
-        "qwen3-14b / l4 / vllm 0.11.0: its factors may not transfer"
+        "qwen3-14b / l4 / vllm 0.11.0: its overhead may not transfer"
     ]
 
 

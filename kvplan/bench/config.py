@@ -68,8 +68,8 @@ class BenchConfig:
     mode: str = "simulated"
     seed: int = 0
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
-    # Step timing: None (or "fitted") = the step model with the shipped factors of the GPU
-    # family and engine (held out within their error band where measured runs cover them);
+    # Step timing: None (or "fitted") = the operator step model with the shipped engine
+    # overhead of the run's release (kvplan.sim.ops, printed with its held-out band);
     # "roofline" = the bare roofline at datasheet peak, a lower bound; else a `kvplan calibrate`
     # file. Recorded only when set.
     step_model: str | None = None
@@ -162,7 +162,8 @@ FLAT_NAMES: dict[str, str | None] = {
 }
 # Settings recorded only when set (added after results files existed; None = the old behaviour).
 OPTIONAL_NAMES = frozenset({"step_model", "max_concurrency", "vllm_figures", "perf_table"})
-# A sweep file's spelling of bench's --calibration FILE: the file's factors time the steps.
+# A sweep file's spelling of bench's --calibration FILE: the file's engine overhead times the
+# steps.
 # It is read into step_model, where a run made with the flag records its file too.
 CALIBRATION = "calibration"
 

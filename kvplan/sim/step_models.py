@@ -64,9 +64,9 @@ def calibration_mismatch(
     engine_version: str | None = None,
 ) -> SettingError | None:
     """A warning when a calibration file was fitted on another model, GPU or engine than this
-    run's: factors fitted on one model's batches and one GPU's kernels may not transfer. Names
+    run's: an engine overhead fitted on one model's batches and one GPU may not transfer. Names
     are compared resolved (an alias or HF id of the same model matches); the engine differs
-    by name, by generation (vLLM V0 / V1: the overheads the factors replace), or by minor
+    by name, by generation (vLLM V0 / V1: engines of different overheads), or by minor
     release where both name one. None for a match, and for a file that does not say (older ones)."""
     fitted = read_calibration(calibration).fitted_on
     if fitted is None:
@@ -85,7 +85,7 @@ def calibration_mismatch(
     ):
         return None
     return SettingError(
-        "{calibration} file '{path}' was fitted on {fitted}; this run is {run}: its factors "
+        "{calibration} file '{path}' was fitted on {fitted}; this run is {run}: its overhead "
         "may not transfer",
         path=str(calibration),
         fitted=fitted.describe(),
@@ -105,7 +105,7 @@ def _engines_differ(fitted: FittedOn, run: FittedOn) -> bool:
     if fitted.engine.strip().lower() != run.engine:
         return True
     if fitted.engine_version and run.engine_version:
-        # a patch release fixes bugs; the scheduler and kernels the factors absorb change with
+        # a patch release fixes bugs; the scheduler and kernels the overhead absorbs change with
         # the minor release (0.10 -> 0.11), so only that is a different engine
         fitted_release = parse_version(fitted.engine_version)
         run_release = parse_version(run.engine_version)

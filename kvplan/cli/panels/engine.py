@@ -20,9 +20,10 @@ StepModelOpt = Annotated[
     typer.Option(
         rich_help_panel=ENGINE,
         metavar="NAME",
-        help="How steps are timed: fitted (the default: the step model with the shipped "
-        "factors of the GPU family and engine, printed with their held-out error) or "
-        "roofline (datasheet peak, a lower bound).",
+        help="How steps are timed: fitted (the default: the sum of each step's operators "
+        "from measured tables or the roofline, plus the engine overhead fitted for its "
+        "release, printed with its held-out error) or roofline (datasheet peak, a lower "
+        "bound).",
     ),
 ]
 CalibrationOpt = Annotated[
