@@ -377,10 +377,7 @@ def explain(
         "block_size": setup.block_size,
         "kv_cache_dtype": setup.kv_dtype,
     }
-    # a setting the log implies without printing it, with what it was read from
-    derived = {}
-    if log.tensor_parallel_size is None and log.tp_from_world:
-        derived["tensor_parallel_size"] = f"{setup.tp}, from 'world size {log.world_size}'"
+    derived = setup.derived
     changes = what_ifs(log, setup, memory["kv"], per_token)
     return {
         "schema": SCHEMA,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kvplan.plan.engine_releases import default_utilization, parse_version, version_on
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
@@ -101,6 +101,8 @@ class ServerSetup:
     expert_split: int = (
         1  # data-parallel ranks the experts are spread over (--enable-expert-parallel)
     )
+    # settings the log implies without printing them, with what each was read from
+    derived: dict[str, str] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -164,7 +166,15 @@ def server_setup(
         log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None,
         logged.failure,
         (log.data_parallel_size or 1) if log.expert_parallel else 1,
+        derived_settings(log),
     )
+
+
+def derived_settings(log: ServerLog) -> dict[str, str]:
+    """The settings a log implies without printing them, each with what it was read from."""
+    if log.tensor_parallel_size is None and log.tp_from_world:
+        return {"tensor_parallel_size": f"{log.tp_from_world}, from 'world size {log.world_size}'"}
+    return {}
 
 
 def _memory_gib(gpu: GpuSpec | None, log: ServerLog) -> float | None:
