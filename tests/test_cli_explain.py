@@ -145,3 +145,27 @@ def test_a_log_that_names_only_its_world_size_is_read_as_that_tp() -> None:
     assert record["prediction"]["weights_gib"] < 0.6 * alone["prediction"]["weights_gib"]
     shown = runner.invoke(app, args[:2] + args[3:], input=ranks + FIXTURE.read_text())
     assert "2, from 'world size 2'" in shown.stdout
+
+
+def test_a_name_the_user_gives_that_the_log_contradicts_is_a_warning_naming_both() -> None:
+    """--model and --gpu fill in what a log does not show; where the log shows another one,
+    the run sizes what the user named and says, in one line each, what the log said."""
+    from kvplan.samples import sample_path
+
+    text = "GPU 0: NVIDIA A100-SXM4-80GB\n" + sample_path("vllm-startup-log").read_text()
+    args = ["explain", "-", "--model", "llama-3.1-8b", "--gpu", "h100"]
+    result = runner.invoke(app, args, input=text)
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: --model llama-3.1-8b (llama-3.1-8b) contradicts the log's model "
+        "'Qwen2-7B-Instruct' (qwen2-7b-instruct); sizing llama-3.1-8b as given"
+    ) in " ".join(result.stderr.split())
+    assert "--gpu h100 (h100-80gb) contradicts the log's GPU 'NVIDIA A100-SXM4-80GB'" in (
+        " ".join(result.stderr.split())
+    )
+    record = json.loads(runner.invoke(app, [*args, "--json"], input=text).stdout)
+    assert len(record["warnings"]) == 2 and record["inputs"]["gpu_profile"] == "h100-80gb"
+    agreeing = json.loads(
+        runner.invoke(app, ["explain", "-", "--json", "--gpu", "a100-80gb"], input=text).stdout
+    )
+    assert agreeing["warnings"] == []

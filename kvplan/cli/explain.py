@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvplan.cli.common import JsonOpt, cli_errors, console, fmt_cell
+from kvplan.cli.common import JsonOpt, cli_errors, console, error_console, fmt_cell
 from kvplan.cli.cpu_tables import render_cpu_explain
 from kvplan.cli.fit_table import fitted_table
 from kvplan.plan.explain import explain as explain_log
@@ -52,6 +52,8 @@ def explain(
     """Where a server's memory went, what its KV figures imply, and what-ifs in its own flags."""
     text = read_log(log, sys.stdin.buffer if log == "-" else None)
     record = explain_log(text, model=model, gpu=gpu, source=log_name(log))
+    for warning in record.get("warnings", []):
+        error_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if as_json:
         print(json.dumps(record, indent=2))
         return

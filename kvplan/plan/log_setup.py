@@ -103,6 +103,8 @@ class ServerSetup:
     )
     # settings the log implies without printing them, with what each was read from
     derived: dict[str, str] = field(default_factory=dict)
+    # a name the user gave that the log contradicts, in words naming both
+    conflicts: tuple[str, ...] = ()
 
     @property
     def known(self) -> bool:
@@ -167,7 +169,33 @@ def server_setup(
         logged.failure,
         (log.data_parallel_size or 1) if log.expert_parallel else 1,
         derived_settings(log),
+        given_against_logged(log, model, gpu, model_name, gpu_name),
     )
+
+
+def given_against_logged(
+    log: ServerLog,
+    model: ModelSpec | None,
+    gpu: GpuSpec | None,
+    model_name: str | None,
+    gpu_name: str | None,
+) -> tuple[str, ...]:
+    """What the user named that the log contradicts: a --model or --gpu that resolves to
+    another profile than the one the log shows. The user's name is used, and said so."""
+    conflicts = []
+    logged_model = resolve_model(log.model).spec if model_name is not None else None
+    if model is not None and logged_model is not None and logged_model.name != model.name:
+        conflicts.append(
+            f"--model {model_name} ({model.name}) contradicts the log's model "
+            f"'{log.model}' ({logged_model.name}); sizing {model.name} as given"
+        )
+    logged_gpu = resolve_gpu(log.gpu_name) if gpu_name is not None else None
+    if gpu is not None and logged_gpu is not None and logged_gpu.name != gpu.name:
+        conflicts.append(
+            f"--gpu {gpu_name} ({gpu.name}) contradicts the log's GPU '{log.gpu_name}' "
+            f"({logged_gpu.name}); sizing {gpu.name} as given"
+        )
+    return tuple(conflicts)
 
 
 def derived_settings(log: ServerLog) -> dict[str, str]:
