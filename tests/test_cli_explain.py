@@ -169,3 +169,26 @@ def test_a_name_the_user_gives_that_the_log_contradicts_is_a_warning_naming_both
         runner.invoke(app, ["explain", "-", "--json", "--gpu", "a100-80gb"], input=text).stdout
     )
     assert agreeing["warnings"] == []
+
+
+def test_a_log_of_two_servers_is_refused_and_disagreeing_kv_lines_are_warned() -> None:
+    """Never averaged: a log whose KV lines disagree is explained with the first and says so;
+    one holding both a vLLM and an SGLang server's KV figures is refused in one line."""
+    from kvplan.samples import sample_path
+
+    text = sample_path("vllm-startup-log").read_text()
+    extra = "INFO 01-01 00:00:00 [kv_cache_utils.py:1] GPU KV cache size: 999,999 tokens\n"
+    result = runner.invoke(app, ["explain", "-", "--json"], input=text + extra)
+    assert result.exit_code == 0, result.output
+    (warning,) = json.loads(result.stdout)["warnings"]
+    assert warning == (
+        "the log prints 2 different gpu_kv_cache_tokens (93,872, 999,999): two servers, or "
+        "ranks that differ; explaining the first (93,872)"
+    )
+    sglang = "[2025-01-01 00:00:01] KV Cache is allocated. #tokens: 12345, K size: 1.0 GB\n"
+    mixed = runner.invoke(app, ["explain", "-"], input=text + sglang)
+    assert mixed.exit_code == 2
+    assert mixed.output.strip().splitlines() == [
+        "error: the log holds the KV figures of both a vLLM and an SGLang server; give kvplan "
+        "explain one server's log"
+    ]

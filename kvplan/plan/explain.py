@@ -386,7 +386,7 @@ def explain(
         "version": log.version,
         "inputs": inputs,
         "derived": derived,
-        "warnings": list(setup.conflicts),
+        "warnings": [*setup.conflicts, *log.disagreements()],
         "assumed": {k: v for k, v in assumed.items() if inputs.get(k) is None and k not in derived},
         "memory_gib": memory,
         "kv": kv,

@@ -157,6 +157,20 @@ class ServerLog:
         others = (self.pipeline_parallel_size or 1) * (self.data_parallel_size or 1)
         return self.world_size // others if self.world_size % others == 0 else None
 
+    def disagreements(self) -> list[str]:
+        """The KV figures the log prints with more than one value (two servers in one log, or
+        ranks that differ), in words: the explanation uses the first, and says so."""
+        said = []
+        for name in DISAGREEING_FIELDS:
+            seen = self.values.get(name, ())
+            if len(seen) > 1:
+                shown = ", ".join(f"{value:,}" for value in seen[:4])
+                said.append(
+                    f"the log prints {len(seen)} different {name} ({shown}): two servers, or "
+                    f"ranks that differ; explaining the first ({getattr(self, name):,})"
+                )
+        return said
+
     def recovered(self) -> dict[str, object]:
         """The fields the log showed, without `values`."""
         return {
@@ -164,6 +178,15 @@ class ServerLog:
             for f in fields(self)
             if f.name != "values" and getattr(self, f.name) is not None
         }
+
+
+# KV figures every rank of one server prints alike
+DISAGREEING_FIELDS = ("gpu_kv_cache_tokens", "num_gpu_blocks", "sglang_max_total_num_tokens")
+# a server's own KV figures, by engine: a log with both is two servers
+ENGINE_KV_FIELDS = {
+    "vLLM": ("gpu_kv_cache_tokens", "num_gpu_blocks"),
+    "SGLang": ("sglang_max_total_num_tokens", "sglang_kv_tokens_allocated"),
+}
 
 
 def lines_looked_for() -> str:
@@ -348,6 +371,12 @@ def parse_server_log(
     if not any(name in found_values for name in _USEFUL):
         raise ValueError(
             f"no vLLM or SGLang memory figures found; kvplan explain looks for {lines_looked_for()}"
+        )
+    engines = [e for e, names in ENGINE_KV_FIELDS.items() if any(n in found_values for n in names)]
+    if len(engines) > 1:
+        raise ValueError(
+            "the log holds the KV figures of both a vLLM and an SGLang server; give kvplan "
+            "explain one server's log"
         )
     is_sglang = any(marker in text for marker in SGLANG_MARKERS) and not any(
         name in found_values
