@@ -63,7 +63,7 @@ def test_kvplan_schedules_the_runs_as_vllm(runs: dict[str, proof.ModelRun], name
 @pytest.mark.parametrize("name", proof.MODELS)
 def test_vllm_ran_one_thread(runs: dict[str, proof.ModelRun], name: str) -> None:
     """One thread did the run's work: torch's setting, and the threads' own CPU times. Idle
-    threads wake for ticks (measured 0.2-2.1% of a short run's CPU); what this guards is that
+    threads wake for ticks (2.1% of a short MoE run's CPU once); what this guards is that
     no second thread did the operators' work, which would halve the steps' times, so the
     other threads' share is held at most 5%, a fifth of the step target, as the run's CPU per
     wall second is."""
