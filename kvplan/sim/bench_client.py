@@ -23,7 +23,7 @@ from typing import Any
 from kvplan.core.engine import Engine
 from kvplan.core.scheduler import StepPlan
 from kvplan.core.sequence import Sequence
-from kvplan.sim.ops.step import COST_FIELDS
+from kvplan.sim.ops.step import COST_FIELDS, OperatorStepRunner
 from kvplan.spec.setting_error import SettingError
 from kvplan.workload.request import Request
 
@@ -35,7 +35,8 @@ class StepObserver:
         self.runner = runner
         self.mode = runner.mode
         self.token_times = token_times
-        self.record_costs = costs and hasattr(runner, "costs")
+        # only the operator step model's steps can be re-timed under other overheads
+        self.record_costs = costs and isinstance(runner, OperatorStepRunner)
         self.emitters: list[Sequence] = []
         self.steps = 0
         # The earliest the next step may start: an idle engine's clock jump or the latest send it admits.
@@ -51,11 +52,7 @@ class StepObserver:
             for seq, _ in plan.scheduled:
                 self.admitted.setdefault(seq.request.request_id, self.steps)
             c = self.runner.costs(plan)
-            extra = (
-                dt - self.runner.step_time_from(c)
-                if hasattr(self.runner, "step_time_from")
-                else 0.0
-            )
+            extra = dt - self.runner.step_time_from(c)  # swaps and transfers
             release = -math.inf if self.release is None else self.release
             self.cost_rows.append((*(getattr(c, name) for name in COST_FIELDS), extra, release))
             self.release = None
@@ -166,7 +163,7 @@ def run_client(
     run.duration_s = engine.now
     run.step_costs = observer.cost_rows
     run.admit_step = observer.admitted
-    sources = getattr(observer.runner, "sources", None)
-    run.table_timed = bool(sources is not None and sources.measured())
+    runner = observer.runner
+    run.table_timed = isinstance(runner, OperatorStepRunner) and runner.sources.measured()
     engine.runner = observer.runner
     return run

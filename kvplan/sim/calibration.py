@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -212,7 +213,7 @@ class Replay:
             client.table_timed,
         )
 
-    @property
+    @cached_property
     def era(self) -> Era:
         return engine_era(self.run.engine, self.run.engine_version)
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 
 from kvplan.sim.calibration import Replay, log_errors
 from kvplan.sim.measured import MeasuredRun
 from kvplan.sim.minimize import nelder_mead
-from kvplan.sim.ops.overhead import ERAS, EngineOverhead, Era, engine_era
+from kvplan.sim.ops.overhead import ERAS, EngineOverhead, Era, engine_era, for_era
 
 BOUNDS = {"base_s": (1e-5, 0.05), "per_seq_s": (1e-8, 1e-3), "gpu_factor": (0.5, 4.0)}
 START = {"base_s": 2e-3, "per_seq_s": 2e-5, "gpu_factor": 1.3}
@@ -66,13 +65,8 @@ def fit_era(replays: list[Replay], era: Era) -> dict[str, float]:
     return _factors(nelder_mead(loss, best, iterations=120, step=0.2), names)
 
 
-ZERO = {"base_s": 0.0, "per_seq_s": 0.0, "gpu_factor": 1.0}
-
-
 def record(run: MeasuredRun, overheads: dict[str, EngineOverhead] | None = None) -> Replay:
-    era = era_of(run)
-    overhead = (overheads or {}).get(era.fitted_as) or EngineOverhead.of(ZERO, era, "none")
-    return Replay.record(run, replace(overhead, overlapped=era.overlapped))
+    return Replay.record(run, overhead_for(overheads or {}, run))
 
 
 def fit_overheads(
@@ -117,6 +111,4 @@ def fit_recorded(
 def overhead_for(overheads: dict[str, EngineOverhead], run: MeasuredRun) -> EngineOverhead:
     """The overhead a run is timed with: its era's fit (overlapped as the era is), none when
     no run of the era was fitted."""
-    era = era_of(run)
-    fitted = overheads.get(era.fitted_as) or EngineOverhead.of(ZERO, era, "none")
-    return replace(fitted, overlapped=era.overlapped)
+    return for_era(overheads, era_of(run))

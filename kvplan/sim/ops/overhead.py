@@ -24,7 +24,7 @@ V1's CPU time, overlapped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -102,3 +102,12 @@ class EngineOverhead:
         """The overhead of `era` at fitted factors {base_s, per_seq_s[, gpu_factor]}."""
         return cls(factors["base_s"], factors["per_seq_s"], era.overlapped,
                    factors.get("gpu_factor", 1.0), source)  # fmt: skip
+
+
+def for_era(overheads: dict[str, EngineOverhead], era: Era) -> EngineOverhead:
+    """The overhead a run of `era` is timed with: the fit of the era it borrows from,
+    overlapped as `era` is; none, so named, where nothing was fitted."""
+    fitted = overheads.get(era.fitted_as)
+    if fitted is None:
+        return EngineOverhead(overlapped=era.overlapped, source=f"none fitted for {era.key}")
+    return replace(fitted, overlapped=era.overlapped)

@@ -12,12 +12,12 @@ its kind on every family, marked unvalidated; where no kind either, none.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from kvplan.sim.ops.overhead import ERAS, EngineOverhead, engine_era
+from kvplan.sim.ops.overhead import ERAS, EngineOverhead, engine_era, for_era
 from kvplan.spec.model import ModelSpec
 
 FILE_FORMAT = "kvplan-step-overheads/1"
@@ -55,11 +55,7 @@ class ShippedFit:
     def overhead(self, engine: str | None, version: str | None) -> EngineOverhead:
         """The overhead a run on this engine release is timed with (overlapped as its era is);
         an era with no fit runs none, so named."""
-        era = engine_era(engine, version)
-        fitted = self.overheads.get(era.fitted_as)
-        if fitted is None:
-            return EngineOverhead(overlapped=era.overlapped, source=f"none fitted for {era.key}")
-        return replace(fitted, overlapped=era.overlapped)
+        return for_era(self.overheads, engine_era(engine, version))
 
     def band(self, kind: str, gpu_family: str) -> dict[str, Any] | None:
         """The time_error_band of a run of this kind on this GPU family (None: none tested)."""
