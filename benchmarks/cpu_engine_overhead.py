@@ -35,6 +35,7 @@ from typing import Any
 from cpu_steps import (
     CLOCKS,
     DRIVER,
+    MODELS,
     decode_points,
     fit_overhead,
     overhead_scenario,
@@ -47,7 +48,6 @@ from rich.console import Console
 from rich.table import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cpu_engine_overhead.json"
-MODELS = ("dense", "moe")
 
 
 def overhead_jobs(

@@ -37,6 +37,7 @@ from typing import Any
 from cpu_engine_overhead import overhead_jobs
 from cpu_steps import (
     CLOCKS,
+    MODELS,
     PROOF_MODELS,
     OverheadFit,
     Score,
@@ -58,7 +59,6 @@ from rich.console import Console
 from rich.table import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "cpu_step_proof.json"
-MODELS = ("dense", "moe")
 STEP_TARGET = 0.25  # median |error| per step
 RUN_TARGET = 0.20  # whole run
 

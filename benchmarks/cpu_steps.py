@@ -21,6 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "vllm_driver.py"
 PROOF_MODELS = ROOT / "tests" / "data" / "step_proof"  # <name>/config.json (HF format)
+MODELS = ("dense", "moe")  # the proof models, by their folder under PROOF_MODELS
 VLLM_RELEASE = "0.32.0"
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32 only
 # the fields of a step both engines decide (tests/conformance_helpers.py compares the same)

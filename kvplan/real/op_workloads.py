@@ -46,6 +46,12 @@ def variant_of(shape: AttentionShape) -> AttentionVariant:
     return AttentionVariant()
 
 
+def kv_bytes_per_token(shape: AttentionShape) -> int:
+    """The paged cache's bytes per token for one layer's K and V in the shape's KV format."""
+    fmt = get_format(shape.kv_format, torch.bfloat16)
+    return 2 * shape.kv_heads_per_gpu * fmt.packed_dim(shape.head_dim) * fmt.storage.itemsize
+
+
 @dataclass(frozen=True)
 class Workbench:
     timer: Timer
@@ -101,10 +107,7 @@ class Workbench:
     def decode(
         self, shape: AttentionShape, batches: Sequence[int], contexts: Sequence[int], tick: Tick
     ) -> list[list[float]]:
-        fmt = get_format(shape.kv_format, torch.bfloat16)
-        per_token = (
-            2 * shape.kv_heads_per_gpu * fmt.packed_dim(shape.head_dim) * fmt.storage.itemsize
-        )
+        per_token = kv_bytes_per_token(shape)
         rows = []
         for batch in batches:
             row = []
@@ -151,10 +154,7 @@ class Workbench:
     def prefill(
         self, shape: AttentionShape, news: Sequence[int], befores: Sequence[int], tick: Tick
     ) -> list[list[float]]:
-        fmt = get_format(shape.kv_format, torch.bfloat16)
-        per_token = (
-            2 * shape.kv_heads_per_gpu * fmt.packed_dim(shape.head_dim) * fmt.storage.itemsize
-        )
+        per_token = kv_bytes_per_token(shape)
         rows = []
         for new in news:
             row = []
