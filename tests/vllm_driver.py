@@ -44,9 +44,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 T_START = time.perf_counter()  # wall times include importing torch and vLLM
 
@@ -58,116 +57,25 @@ from vllm import SamplingParams
 from vllm.config.logging import LoggingConfig
 from vllm.engine.arg_utils import EngineArgs
 from vllm.logging_utils import NewLineFormatter
-from vllm.v1.attention.backends.utils import record_kv_cache_layout
 from vllm.v1.engine.llm_engine import LLMEngine
-from vllm.v1.executor.abstract import Executor
-from vllm.v1.kv_cache_interface import FullAttentionSpec
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+from vllm_scenario import (  # the scenario file's format, read without vLLM
+    MEMORY_KEY,
+    SPACE_KEY,
+    DriverError,
+    ext_id,
+    load_scenario,
+    model_dtype,
+    model_seed,
+    need,
+)
+from vllm_stub_executor import StubExecutor
 
-INT_KEYS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
-SCEN_KEYS = {*INT_KEYS, "max_model_len", "enable_prefix_caching", "model", "requests"}
-# A scenario names its model by "model" (the tiny Llama's sizes) or by "model_config" (an HF
-# config.json as a dict, run with vLLM's dummy weights) with "seed"; one of the two.
-CONFIG_KEYS = {"model_config", "seed"}
-# Optional: VLLM_CPU_KVCACHE_SPACE (whole GiB) for --engine real, num_gpu_blocks then null,
-# so that vLLM sizes the pool from that memory as a CPU server does.
-SPACE_KEY = "kv_cache_space_gib"
-# Optional: the share of the machine's memory vLLM's CPU worker requests (its
-# --gpu-memory-utilization, default 0.92), which must be free when the engine starts; the
-# pool is fixed by num_gpu_blocks either way, so a lower share only lets a run start beside
-# other processes' memory.
-MEMORY_KEY = "gpu_memory_utilization"
-MODEL_KEYS = {"hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"}
-MODEL_KEYS |= {"vocab_size", "seed"}
-REQ_KEYS = {"id", "prompt_token_ids", "max_tokens"}
-LAYER_NAME = "model.layers.{}.self_attn.attn"  # the names vLLM's Llama registers
 DTYPE = "bfloat16"  # vLLM's CPU platform lists bf16 first, so dtype "auto" picks it
 HF_NAMES = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "head_dim": "head_dim"}
 HF_NAMES |= {"num_hidden_layers": "num_layers", "num_attention_heads": "num_heads"}
 HF_NAMES |= {"num_key_value_heads": "num_kv_heads"}
 # scenario keys passed to EngineArgs unchanged
 ENGINE_KEYS = ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
-
-
-class DriverError(Exception):
-    """A malformed scenario or an unexpected engine state: reported in one line."""
-
-
-def need(ok: bool, msg: str) -> None:
-    if not ok:
-        raise DriverError(msg)
-
-
-def is_int(v: Any, low: int = 1) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def ext_id(request_id: str) -> int:
-    """Scenario id of an engine request id: LLMEngine appends "-<8 random chars>"."""
-    return int(request_id.rsplit("-", 1)[0])
-
-
-def done(value: Any, non_block: bool) -> Any:
-    if not non_block:
-        return value
-    fut: Future = Future()
-    fut.set_result(value)
-    return fut
-
-
-def load_scenario(path: str) -> dict[str, Any]:
-    """Parse and check the scenario, so that a typo fails here rather than inside vLLM."""
-    try:
-        with open(path) as f:
-            scen = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DriverError(f"cannot read scenario {path}: {e}") from e
-    need(isinstance(scen, dict), "scenario must be a JSON object")
-    given_config = "model_config" in scen
-    required = (SCEN_KEYS - {"model"}) | CONFIG_KEYS if given_config else SCEN_KEYS
-    missing = sorted(required - scen.keys())
-    unknown = sorted(scen.keys() - required - {SPACE_KEY, MEMORY_KEY})
-    need(not missing and not unknown, f"scenario keys: missing {missing}, unknown {unknown}")
-    space = scen.get(SPACE_KEY)
-    need(space is None or is_int(space), f"scenario.{SPACE_KEY} must be a positive integer")
-    share = scen.get(MEMORY_KEY, 0.5)
-    ok = isinstance(share, float | int) and not isinstance(share, bool) and 0 < share <= 1
-    need(ok, f"scenario.{MEMORY_KEY} must be a number in (0, 1]")
-    for k in (*INT_KEYS, "max_model_len"):
-        if k == "num_gpu_blocks" and space is not None:
-            need(scen[k] is None, f"num_gpu_blocks must be null with {SPACE_KEY}")
-            continue
-        need(is_int(scen[k]), f"scenario.{k} must be a positive integer")
-    need(isinstance(scen["enable_prefix_caching"], bool), "enable_prefix_caching: true/false")
-    if given_config:
-        cfg = scen["model_config"]
-        need(isinstance(cfg, dict), "model_config must be an HF config.json object")
-        need(is_int(cfg.get("vocab_size")), "model_config.vocab_size must be a positive integer")
-        arch = cfg.get("architectures")
-        need(isinstance(arch, list) and len(arch) == 1, "model_config.architectures: one name")
-        need(is_int(scen["seed"], 0), "seed must be an integer >= 0")
-        vocab = cfg["vocab_size"]
-    else:
-        m = scen["model"]
-        keys = sorted(MODEL_KEYS)
-        need(isinstance(m, dict) and m.keys() == MODEL_KEYS, f"model keys must be {keys}")
-        for k, v in m.items():
-            need(is_int(v, 0 if k == "seed" else 1), f"model.{k} must be a positive integer")
-        need(m["num_heads"] % m["num_kv_heads"] == 0, "model.num_heads % num_kv_heads != 0")
-        vocab = m["vocab_size"]
-    reqs = scen["requests"]
-    need(isinstance(reqs, list) and len(reqs) > 0, "requests must be a non-empty list")
-    ids: set[int] = set()
-    for i, r in enumerate(reqs):
-        need(isinstance(r, dict) and r.keys() == REQ_KEYS, f"requests[{i}] keys must be {REQ_KEYS}")
-        need(is_int(r["id"], 0) and r["id"] not in ids, f"requests[{i}].id: unique int >= 0")
-        ids.add(r["id"])
-        toks = r["prompt_token_ids"]
-        ok = isinstance(toks, list) and len(toks) > 0
-        ok = ok and all(is_int(t, 0) and t < vocab for t in toks)
-        need(ok, f"requests[{i}].prompt_token_ids: non-empty list of ints in [0, vocab_size)")
-        need(is_int(r["max_tokens"]), f"requests[{i}].max_tokens must be a positive integer")
-    return scen
 
 
 def write_tiny_model(m: dict[str, int], max_model_len: int, folder: str) -> None:
@@ -187,98 +95,6 @@ def write_config_only(cfg: dict[str, Any], folder: str) -> None:
     """The given HF config as the folder's config.json and nothing else: --engine real loads
     it with load_format="dummy" (vLLM's random weights), the stub reads only the config."""
     Path(folder, "config.json").write_text(json.dumps(cfg))
-
-
-def model_seed(scen: dict[str, Any]) -> int:
-    return scen["seed"] if "model_config" in scen else scen["model"]["seed"]
-
-
-def model_dtype(scen: dict[str, Any]) -> str:
-    """The given config's own dtype (so its weights are what kvplan reads from the same
-    config), else "auto": the tiny model is stored as the CPU platform prefers."""
-    cfg = scen.get("model_config", {})
-    return str(cfg.get("torch_dtype") or cfg.get("dtype") or "auto")
-
-
-class StubExecutor(Executor):
-    """--engine stub: EngineCore's executor without a worker or model. Like the runner, it
-    samples one token per scheduled request whose input is complete after the step
-    (computed + scheduled >= its tokens) and none for a partial prefill chunk."""
-
-    def _init_executor(self) -> None:
-        # Token count per request (prompt + outputs), kept like the runner's cached
-        # request state: it survives preemption and goes when the request finishes.
-        self.num_tokens: dict[str, int] = {}
-        self.pending: ModelRunnerOutput | None = None
-        self.vocab = self.model_config.get_vocab_size()
-
-    def get_kv_cache_specs(self) -> list[dict[str, Any]]:
-        mc = self.model_config
-        spec = FullAttentionSpec(
-            block_size=self.cache_config.block_size,
-            num_kv_heads=mc.get_total_num_kv_heads(),
-            head_size=mc.get_head_size(),
-            dtype=mc.dtype,
-        )
-        n = mc.get_num_layers(self.parallel_config)
-        return [{LAYER_NAME.format(i): spec for i in range(n)}]
-
-    def determine_available_memory(self) -> list[int]:
-        return [64 << 30]  # ample; num_gpu_blocks_override sets the pool size
-
-    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
-        return [["LBHNC"]]  # what the CPU_ATTN backend reports
-
-    def set_kv_cache_layout(self, layout_name: str) -> None:
-        record_kv_cache_layout(self.cache_config, layout_name)  # as the worker does
-
-    def collective_rpc(self, method: str | Callable, *_: Any, **kw: Any) -> Any:
-        # The other worker RPCs a text-generation LLMEngine makes; any RPC not
-        # modelled here fails loudly rather than let the stub drift from vLLM.
-        name = method if isinstance(method, str) else getattr(method, "__name__", "?")
-        results = {"get_supported_tasks": ("generate",), "initialize_from_config": None}
-        results |= {"reset_mm_cache": None, "reset_encoder_cache": None, "shutdown": None}
-        need(name in results, f"stub executor: unsupported RPC {name!r}")
-        return done([results[name]], kw.get("non_block", False))
-
-    def compile_or_warm_up_model(self) -> None:
-        return None  # nothing to compile; compilation_time stays 0
-
-    def check_health(self) -> None:
-        return None
-
-    def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
-        """As the runner with async scheduling off: EMPTY_MODEL_RUNNER_OUTPUT for an
-        empty step, else None; EngineCore.step() then calls sample_tokens()."""
-        so = scheduler_output
-        for rid in so.finished_req_ids:
-            self.num_tokens.pop(rid, None)
-        computed: dict[str, int] = {}
-        for nr in so.scheduled_new_reqs:
-            toks = nr.prefill_token_ids or nr.prompt_token_ids  # V2 runner: all tokens
-            self.num_tokens[nr.req_id] = max(len(toks), self.num_tokens.get(nr.req_id, 0))
-            computed[nr.req_id] = nr.num_computed_tokens
-        cached = so.scheduled_cached_reqs  # running and resumed requests
-        computed.update(zip(cached.req_ids, cached.num_computed_tokens))
-        if so.total_num_scheduled_tokens == 0:
-            return done(EMPTY_MODEL_RUNNER_OUTPUT, non_block)
-        req_ids = list(so.num_scheduled_tokens)
-        sampled: list[list[int]] = []
-        for rid in req_ids:
-            n = self.num_tokens[rid]
-            if computed[rid] + so.num_scheduled_tokens[rid] >= n:
-                sampled.append([1 + (ext_id(rid) * 7919 + n) % (self.vocab - 1)])
-                self.num_tokens[rid] = n + 1
-            else:  # a partial prefill chunk: the runner discards its sample
-                sampled.append([])
-        index = {rid: i for i, rid in enumerate(req_ids)}
-        self.pending = ModelRunnerOutput(req_ids, index, sampled_token_ids=sampled)
-        return done(None, non_block)
-
-    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
-        out, self.pending = self.pending, None
-        need(out is not None, "stub executor: sample_tokens without execute_model")
-        return done(out, non_block)
 
 
 class StepRecorder:
