@@ -70,13 +70,22 @@ def render(record: dict) -> None:
     console.print(
         f"[bold]{escape(engine)}[/] startup log"
         + (f", version {escape(record['version'])}" if record["version"] else "")
+        + (
+            f" [dim](from '{escape(record['sources']['version'])}')[/]"
+            if "version" in record.get("sources", {})
+            else ""
+        )
     )
     inputs = Table(title="Inputs recovered", show_header=False, title_justify="left")
     inputs.add_column(style="cyan", no_wrap=True)
     inputs.add_column(overflow="fold")  # a long model path folds, never ends in "…"
+    sources = record.get("sources", {})
     for key, value in record["inputs"].items():
         if value is not None:
-            inputs.add_row(key, fmt_cell(value))
+            source = sources.get(key)
+            shown = source if source == "non-default args" else f"'{source}'"
+            said = f" [dim](from {escape(shown)})[/]" if source else ""
+            inputs.add_row(key, fmt_cell(value) + said)
     for key, value in record.get("derived", {}).items():
         inputs.add_row(key, escape(str(value)))
     for key, value in record["assumed"].items():
@@ -120,6 +129,19 @@ def render(record: dict) -> None:
                 else ""
             )
             + "[/]"
+        )
+
+    capacity = record.get("capacity")
+    if capacity:
+        unit = capacity["unit"]
+        basis = (
+            f"the engine's KV arithmetic on the {record['memory_gib']['kv']} GiB of KV memory it logged"
+            if capacity["basis"] == "logged KV memory"
+            else "kvplan's memory model"
+        )
+        console.print(
+            f"[bold]KV capacity from what the log shows:[/] {fmt_cell(capacity['kvplan'])} {unit} "
+            f"({basis}), {capacity['error_pct']:+.1f}% vs the {fmt_cell(capacity['logged'])} it printed"
         )
 
     kv = record["kv"]

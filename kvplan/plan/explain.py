@@ -8,22 +8,20 @@ memory model's prediction) sit next to them, never in their place. The JSON sche
 
 from __future__ import annotations
 
-import math
-
 from kvplan.plan.cpu_log import explain_cpu
-from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup, stage_layers_share
-from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS, GIB
-from kvplan.plan.pool_sizing import model_max_len
-from kvplan.spec import parse_kv_format
+from kvplan.plan.log_capacity import (
+    bytes_per_token,
+    capacity_from_log,
+    logged_kv_tokens,
+    round_or_none,
+)
+from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup
+from kvplan.plan.memory_model import GIB, engine_description
+from kvplan.plan.what_ifs import total_bytes, utilization_flag, what_ifs
 from kvplan.spec.resolve import load_gpu
 from kvplan.spec.server_log import ServerLog, parse_server_log
 
 SCHEMA = "kvplan.explain/1"
-PRINT_PRECISION_GIB = 0.005  # logs print GiB with two decimals
-
-
-def _round(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def memory_breakdown(log: ServerLog, setup: ServerSetup) -> dict[str, float | None]:
@@ -58,171 +56,21 @@ def memory_breakdown(log: ServerLog, setup: ServerSetup) -> dict[str, float | No
     )
     return {
         "total": total,
-        "usable": _round(usable),
+        "usable": round_or_none(usable),
         "weights": weights,
         "weights_plus_non_torch": log.non_kv_gib,
-        "activation_peak": _round(activation),
+        "activation_peak": round_or_none(activation),
         "non_torch": non_torch,
         "cuda_graph": log.cuda_graph_gib,
         "kv": kv,
-        "unaccounted": _round(unaccounted),
+        "unaccounted": round_or_none(unaccounted),
     }
-
-
-def logged_kv_tokens(log: ServerLog, setup: ServerSetup) -> int | None:
-    if log.gpu_kv_cache_tokens is not None:
-        return log.gpu_kv_cache_tokens
-    if log.num_gpu_blocks is not None:
-        return log.num_gpu_blocks * setup.block_size
-    if log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens:
-        return log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens
-    if log.max_tokens_in_kv_from_error is not None:
-        return log.max_tokens_in_kv_from_error
-    return None
-
-
-def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) -> dict:
-    """The log's implied KV bytes per token per GPU next to kvplan's, with the verdict."""
-    tokens = logged_kv_tokens(log, setup)
-    implied = kv_gib * GIB / tokens if kv_gib and tokens else None
-    result = {
-        "tokens": tokens,
-        "blocks": log.num_gpu_blocks,
-        "implied_bytes_per_token_per_gpu": _round(implied, 1),
-        "kvplan_bytes_per_token_per_gpu": None,
-        "kvplan_bytes_per_token": None,
-        "agrees": None,
-        "note": "",
-    }
-    model = setup.model
-    if model is None:
-        result["note"] = (
-            "model not matched to a kvplan profile; pass --model PROFILE to compare bytes per token"
-        )
-        return result
-    fmt = parse_kv_format(setup.kv_dtype, model)
-    per_gpu = model.kv_bytes_per_token(fmt, setup.tp) * stage_layers_share(model, setup.pp)
-    result.update(
-        kvplan_bytes_per_token_per_gpu=round(per_gpu, 1),
-        kvplan_bytes_per_token=round(model.kv_bytes_per_token(fmt), 1),
-    )
-    if model.has_windows or model.state_bytes_per_seq():
-        result["note"] = (
-            "hybrid/windowed model: newer vLLM derives the tokens figure from concurrency x "
-            "max_model_len, so KV memory / tokens is not a per-token cost"
-        )
-        return result
-    if kv_gib is not None and kv_gib <= 0:
-        result["note"] = (
-            f"no memory was left for the KV cache ({kv_gib} GiB): the server stopped at startup; "
-            "the what-ifs show what frees memory"
-        )
-        return result
-    if implied is None or kv_gib is None or tokens is None:
-        result["note"] = "the log does not print both KV memory and a token count"
-        return result
-    step = 1 if setup.engine == "sglang" else setup.block_size
-    # SGLang prints K and V separately (each rounded), so their sum carries twice the rounding
-    precision = PRINT_PRECISION_GIB * (2 if log.sglang_k_size_gb is not None else 1)
-    low = math.floor((kv_gib - precision) * GIB / (per_gpu * step)) * step
-    high = math.floor((kv_gib + precision) * GIB / (per_gpu * step)) * step
-    result["agrees"] = low <= tokens <= high
-    result["note"] = (
-        f"equal within block rounding ({low:,}-{high:,} tokens fit {kv_gib} GiB at kvplan's size)"
-        if result["agrees"]
-        else f"kvplan's size gives {low:,}-{high:,} tokens for {kv_gib} GiB"
-    )
-    return result
-
-
-def _tokens(kv_bytes: float, per_token: float, step: int) -> int:
-    return max(0, math.floor(kv_bytes / (per_token * step)) * step) if per_token else 0
-
-
-def what_ifs(
-    log: ServerLog, setup: ServerSetup, kv_gib: float | None, per_token: float | None
-) -> list[dict]:
-    """Changes in the server's own flags and what they would give (per GPU memory held fixed)."""
-    if kv_gib is None or not per_token:
-        return []
-    sglang = setup.engine == "sglang"
-    step = 1 if sglang else setup.block_size
-    kv = kv_gib * GIB
-    length = setup.max_model_len
-    out: list[dict] = []
-
-    def add(change: str, tokens: int, note: str) -> None:
-        out.append(
-            {
-                "change": change,
-                "kv_cache_tokens": tokens,
-                "max_concurrency": round(tokens / length, 2) if length else None,
-                "note": note,
-            }
-        )
-
-    fmt = parse_kv_format(setup.kv_dtype, setup.model) if setup.model else None
-    no_cache = kv <= 0  # the server stopped: only more memory helps, not a smaller KV entry
-    if (fmt is None or fmt.bits > 8) and not no_cache:
-        fp8_per_token = per_token * 8 / (fmt.bits if fmt else 16)
-        add(
-            "--kv-cache-dtype fp8" + ("_e4m3" if sglang else ""),
-            _tokens(kv, fp8_per_token, step),
-            "same KV memory, 1 byte per element (per-tensor scales)",
-        )
-    total = _total_bytes(log, setup)
-    if total and setup.utilization < 0.95:
-        flag = _utilization_flag(setup)
-        extra = total * (0.95 - setup.utilization)
-        add(
-            f"{flag} 0.95",
-            _tokens(kv + extra, per_token, step),
-            f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and fragmentation",
-        )
-    if not sglang and not no_cache:
-        out += _longest_request(
-            log, setup, logged_kv_tokens(log, setup) or _tokens(kv, per_token, step)
-        )
-    if setup.model is not None:
-        tp = setup.tp * 2
-        fmt = fmt or parse_kv_format("auto", setup.model)
-        weights = (
-            log.weights_gib * GIB
-            if log.weights_gib is not None
-            else predict_capacity(setup).memory.weight_bytes
-            if setup.known
-            else None
-        )
-        if weights is not None and setup.model.num_heads % tp == 0:
-            kv_tp = kv + weights / 2
-            per_token_tp = setup.model.kv_bytes_per_token(fmt, tp) * stage_layers_share(
-                setup.model, setup.pp
-            )
-            flag = "--tp" if sglang else "--tensor-parallel-size"
-            add(
-                f"{flag} {tp}",
-                _tokens(kv_tp, per_token_tp, step),
-                f"weights per GPU halve (+{weights / 2 / GIB:.2f} GiB for KV); KV heads split across {tp} GPUs; "
-                "activation peak assumed unchanged",
-            )
-    return out
-
-
-def _total_bytes(log: ServerLog, setup: ServerSetup) -> float | None:
-    """The GPU's memory: as the log printed it, else its profile's; None without either."""
-    if log.total_gpu_memory_gib:
-        return log.total_gpu_memory_gib * GIB
-    return setup.gpu.usable_memory_bytes if setup.gpu else None
-
-
-def _utilization_flag(setup: ServerSetup) -> str:
-    return "--mem-fraction-static" if setup.engine == "sglang" else "--gpu-memory-utilization"
 
 
 def not_computed(log: ServerLog, setup: ServerSetup, what_ifs_shown: bool) -> str | None:
     """What the explanation leaves out for want of the model or the GPU, why, and the option
     that supplies it, in one line; None when nothing is left out."""
-    no_memory = _total_bytes(log, setup) is None
+    no_memory = total_bytes(log, setup) is None
     if setup.model is not None and not no_memory:
         return None
     what, why, supply = ["kvplan's model of where the memory went"], [], []
@@ -239,54 +87,12 @@ def not_computed(log: ServerLog, setup: ServerSetup, what_ifs_shown: bool) -> st
         )
         supply.append("--gpu NAME (kvplan profiles gpus lists them)")
     if what_ifs_shown and no_memory and setup.utilization < 0.95:
-        what.append(f"the {_utilization_flag(setup)} 0.95 what-if")
+        what.append(f"the {utilization_flag(setup)} 0.95 what-if")
     if what_ifs_shown and setup.model is None:
         flag = "--tp" if setup.engine == "sglang" else "--tensor-parallel-size"
         what.append(f"the {flag} {setup.tp * 2} what-if")
     listed = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
     return f"not computed: {listed}, as {' and '.join(why)}; pass {' and '.join(supply)}"
-
-
-def _longest_request(log: ServerLog, setup: ServerSetup, fits: int) -> list[dict]:
-    """The --max-model-len at which one request fills the KV cache, capped at the longest the
-    model serves (vLLM refuses a length past the one it derives from the model's config), or,
-    for a model kvplan cannot size, at the length the server already runs; no row where the
-    server already runs at that cap."""
-    derived = model_max_len(setup.model) if setup.model is not None else None
-    known = derived is not None
-    longest = derived if derived is not None else log.max_model_len
-    if longest is not None and fits > longest:
-        if setup.max_model_len == longest:
-            return []
-        cap = (
-            "the model's maximum (its config's length with RoPE scaling, as vLLM derives it)"
-            if known
-            else "the server's own max_model_len (kvplan does not know the model's maximum; pass --model)"
-        )
-        note = f"{cap}; the KV cache holds {fits:,} tokens, {fits / longest:.2f} requests of this length"
-        return [
-            {
-                "change": f"--max-model-len {longest}",
-                "kv_cache_tokens": fits,
-                "max_concurrency": round(fits / longest, 2),
-                "note": note,
-            }
-        ]
-    note = "one request of this length fits the KV cache"
-    if setup.engine == "vllm-v0":
-        note += (
-            "; v0 profiles max_model_len tokens, so a shorter length also frees activation memory"
-        )
-    if log.max_tokens_in_kv_from_error is not None:
-        note += f" (the server's own estimate: {log.max_tokens_in_kv_from_error:,})"
-    return [
-        {
-            "change": f"--max-model-len {fits}",
-            "kv_cache_tokens": fits,
-            "max_concurrency": 1.0,
-            "note": note,
-        }
-    ]
 
 
 def prediction(log: ServerLog, setup: ServerSetup) -> dict | None:
@@ -298,7 +104,7 @@ def prediction(log: ServerLog, setup: ServerSetup) -> dict | None:
     logged = logged_kv_tokens(log, setup)
     return {
         "engine": setup.engine,
-        "engine_model": ENGINE_DESCRIPTIONS[setup.engine],
+        "engine_model": engine_description(setup.engine, setup.settings.version),
         "total_gib": round(memory.total_bytes / GIB, 2),
         "usable_gib": round(memory.usable_bytes / GIB, 2),
         "weights_gib": round(memory.weight_bytes / GIB, 2),
@@ -367,6 +173,9 @@ def explain(
         "max_num_batched_tokens": log.max_num_batched_tokens,
         "max_num_seqs": log.max_num_seqs,
         "enforce_eager": log.enforce_eager,
+        "enable_prefix_caching": log.enable_prefix_caching,
+        "num_speculative_tokens": log.num_speculative_tokens,
+        "speculative_method": log.speculative_method,
         "quantization": log.quantization,
         "dtype": log.dtype,
     }
@@ -379,18 +188,30 @@ def explain(
     }
     derived = setup.derived
     changes = what_ifs(log, setup, memory["kv"], per_token)
+    capacity = capacity_from_log(log, setup)
     return {
         "schema": SCHEMA,
         "engine": log.engine,
         "engine_generation": log.engine_generation,
         "version": log.version,
         "inputs": inputs,
+        "sources": {key: log.sources[key] for key in (*inputs, "version") if key in log.sources},
         "derived": derived,
         "warnings": [*setup.conflicts, *log.disagreements()],
         "assumed": {k: v for k, v in assumed.items() if inputs.get(k) is None and k not in derived},
         "memory_gib": memory,
         "kv": kv,
         "prediction": prediction(log, setup),
+        "capacity": None
+        if capacity is None
+        else {
+            "unit": capacity.logged.unit,
+            "logged": capacity.logged.value,
+            "kvplan": capacity.predicted,
+            "kv_cache_tokens": capacity.kv_cache_tokens,
+            "basis": capacity.basis,
+            "error_pct": round(capacity.error_pct, 2),
+        },
         "what_ifs": changes,
         "not_computed": not_computed(log, setup, bool(changes)),
         "max_concurrency": log.max_concurrency,

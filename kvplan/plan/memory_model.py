@@ -50,6 +50,7 @@ from kvplan.plan.engine_releases import (
     on_or_after,
     v1_sampler_path,
 )
+from kvplan.plan.versions import Version
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.setting_error import SettingError
@@ -62,6 +63,27 @@ ENGINE_DESCRIPTIONS = {
     "vllm-v0": "vLLM V0 engine (<= 0.10; profiling of worker.py, graphs outside the budget)",
     "sglang": "SGLang (mem_fraction_static of total memory, minus weights)",
 }
+
+
+def engine_description(engine: str, version: Version | None) -> str:
+    """The memory rules a log's release gets, in words: ENGINE_DESCRIPTIONS' for the newest."""
+    if version is None:
+        return ENGINE_DESCRIPTIONS[engine]
+    release = "v" + ".".join(map(str, version))
+    if engine == "vllm-v1":
+        graphs = (
+            "CUDA-graph memory profiled into the budget"
+            if on_or_after(version, CUDA_GRAPHS_IN_BUDGET)
+            else "CUDA graphs captured outside the budget"
+        )
+        return f"vLLM V1 engine, {release} rules ({graphs})"
+    if engine == "vllm-v0":
+        return (
+            f"vLLM V0 engine, {release} rules (profiling of worker.py, graphs outside the budget)"
+        )
+    return f"SGLang {release} (mem_fraction_static of total memory, minus weights)"
+
+
 ACTIVATION_BYTES = 2  # bf16/fp16 activations
 
 

@@ -59,9 +59,18 @@ FIELD_RULES: dict[str, str] = {
     "block_size": "block_size",
     "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens",
+    "num_speculative_tokens": "num_speculative_tokens",
 }
-TEXT_FIELDS = ("model", "kv_cache_dtype", "quantization", "dtype", "version", "gpu_name")
-SWITCH_FIELDS = ("enforce_eager",)
+TEXT_FIELDS = (
+    "model",
+    "kv_cache_dtype",
+    "quantization",
+    "dtype",
+    "version",
+    "gpu_name",
+    "speculative_method",
+)
+SWITCH_FIELDS = ("enforce_eager", "enable_prefix_caching")
 # Memory one GPU shows, bounded by the total the log gives for that GPU. Two-decimal printing
 # and GiB-labelled-GB figures leave a little slack.
 PER_GPU_MEMORY = tuple(
@@ -88,6 +97,7 @@ class Claim:
     offset: int  # where the figure starts in the log as read (hard wraps undone)
     line: str
     column: int = 0  # where the figure starts in the line, to centre the quote on it
+    said: str = ""  # the words that hold the figure, to show where a setting was read
 
 
 class LogClaimError(ValueError):

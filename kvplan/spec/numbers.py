@@ -112,6 +112,9 @@ RULES: dict[str, NumberRule] = {
     "num_requests": _int(1, 10**8),
     "max_num_seqs": _int(1, 2**20),
     "max_num_batched_tokens": _int(1, TOKENS_MAX),
+    "num_speculative_tokens": _int(
+        0, 1024
+    ),  # a drafter's tokens per step (vLLM --speculative-config)
     "swap_space_gib": _float(0.0, GIB_MAX, low_open=False),
     "samples": _int(1, 1024),
     "input_len": _int(1, TOKENS_MAX),  # vLLM-bench random dataset

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvplan.spec.capped_read import read_capped
-from kvplan.spec.log_claims import Claim, checked_claims
+from kvplan.spec.log_claims import Claim, checked_claims, printable
 from kvplan.spec.server_log_patterns import (
     CPU_KV_SOURCES,
     CPU_MARKERS,
-    ENFORCE_EAGER,
     EXPERT_PARALLEL,
     FLOAT_PATTERNS,
     INT_PATTERNS,
@@ -32,6 +31,7 @@ from kvplan.spec.server_log_patterns import (
     RANK_ZERO,
     SAMPLER_LINES,
     SGLANG_MARKERS,
+    SWITCH_PATTERNS,
     TEXT_PATTERNS,
     V0_MARKERS,
     V1_MARKERS,
@@ -50,6 +50,7 @@ _HARD_WRAP = re.compile(
 )
 _LONG_LINE = re.compile(rf"^([^\n]{{{MAX_LINE_CHARS}}})[^\n]+", flags=re.MULTILINE)
 MAX_LOG_BYTES = 4 * 2**20  # a startup log, debug output included, is well under a megabyte
+SAID_CHARS = 60  # a setting's source quoted beside it in explain's table
 MAX_CLAIMS_PER_PATTERN = 1024  # one figure per rank of the largest deployments, and more
 # Settings vLLM's `non-default args: {...}` line prints that a ServerLog keeps.
 ARG_FIELDS = (
@@ -65,6 +66,7 @@ ARG_FIELDS = (
     "dtype",
     "quantization",
     "enforce_eager",
+    "enable_prefix_caching",
 )
 
 _USEFUL = (
@@ -106,6 +108,9 @@ class ServerLog:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    num_speculative_tokens: int | None = None  # a drafter's tokens per step (MTP, EAGLE, ...)
+    speculative_method: str | None = None  # "mtp", "eagle", ... as the log names the drafter
     expert_parallel: bool | None = (
         None  # --enable-expert-parallel: experts split over DP x TP ranks
     )
@@ -147,6 +152,8 @@ class ServerLog:
     values: dict[str, tuple] = field(
         default_factory=dict, compare=False
     )  # every distinct value seen
+    # each field's source in the log's own words ("tensor_parallel_size=4")
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def tp_from_world(self) -> int | None:
@@ -176,7 +183,7 @@ class ServerLog:
         return {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name != "values" and getattr(self, f.name) is not None
+            if f.name not in ("values", "sources") and getattr(self, f.name) is not None
         }
 
 
@@ -241,11 +248,11 @@ class _Lines:
     def __init__(self, text: str) -> None:
         self.text = text
 
-    def claim(self, name: str, raw: Any, offset: int) -> Claim:
+    def claim(self, name: str, raw: Any, offset: int, said: str = "") -> Claim:
         start = self.text.rfind("\n", 0, offset) + 1
         end = self.text.find("\n", offset)
         line = self.text[start : len(self.text) if end == -1 else end]
-        return Claim(name, raw, offset, line, offset - start)
+        return Claim(name, raw, offset, line, offset - start, said)
 
     def number(self, offset: int) -> int:
         return self.text.count("\n", 0, offset) + 1
@@ -286,7 +293,7 @@ def _find(
         first = len(claims)
         for match in found:
             raw = match.group(1).strip().rstrip(",") if text_field else match.group(1).rstrip(",")
-            claims.append(lines.claim(name, raw, match.start(1)))
+            claims.append(lines.claim(name, raw, match.start(1), _said(match.group(0))))
         if chosen is None and len(claims) > first:
             chosen = first
             if name == "available_kv_gib":
@@ -299,6 +306,12 @@ def _find(
                     first,
                 )
     return claims, chosen
+
+
+def _said(matched: str) -> str:
+    """What a pattern matched, on one line and short enough to quote beside the setting."""
+    text = " ".join(matched.split()).rstrip(",;")
+    return printable(text if len(text) <= SAID_CHARS else text[: SAID_CHARS - 1] + "…")
 
 
 def _generation(text: str) -> str | None:
@@ -344,18 +357,20 @@ def parse_server_log(
     for key in ARG_FIELDS:
         if args.get(key) is not None:
             chosen[key] = len(claims)
-            claims.append(lines.claim(key, args[key], at))
+            claims.append(lines.claim(key, args[key], at, "non-default args"))
     checked = checked_claims(source, claims, lines.number, gpu_memory)
     found_values: dict[str, Any] = {name: checked[index] for name, index in chosen.items()}
+    sources = {name: claims[index].said for name, index in chosen.items() if claims[index].said}
     values = {name: tuple(dict.fromkeys(checked[i] for i in seen[name])) for name in seen}
-    if "enforce_eager" not in found_values:
-        for pattern in ENFORCE_EAGER:
+    for name, patterns in SWITCH_PATTERNS.items():
+        if name in found_values:
+            continue
+        for pattern in patterns:
             match = re.search(pattern, text)
             if match:
                 flag = match.group(1)
-                found_values["enforce_eager"] = (
-                    flag is None if pattern.startswith("--") else flag == "True"
-                )
+                found_values[name] = flag is None if pattern.startswith("--") else flag == "True"
+                sources[name] = _said(match.group(0))
                 break
     for path, pattern in SAMPLER_LINES:
         if re.search(pattern, text):
@@ -385,4 +400,4 @@ def parse_server_log(
     found_values["engine"] = "sglang" if is_sglang else "vllm"
     if not is_sglang:
         found_values["engine_generation"] = _generation(text)
-    return ServerLog(**found_values, values=values)
+    return ServerLog(**found_values, values=values, sources=sources)

@@ -160,6 +160,7 @@ INT_PATTERNS: dict[str, tuple[str, ...]] = {
     "max_model_len": (
         r"max_seq_len\s*=\s*" + NUM,
         r"'max_model_len':\s*" + NUM,
+        r"max_model_len\s*=\s*" + NUM,  # the Namespace line's (None there is not a figure)
         r"(?:--max-model-len|--context-length)[= ]\s*" + NUM,
         r"models?'?s max seq len \(" + NUM + r"\)",
         r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request",
@@ -173,6 +174,14 @@ INT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"'max_num_seqs':\s*" + NUM,
         r"--max-num-seqs[= ]\s*" + NUM,
         r"max_num_seqs\s*=\s*" + NUM,
+    ),
+    # a drafter's tokens per step: `speculative_config`'s, as the arguments dict or the engine
+    # config line prints it, or SGLang's flag
+    "num_speculative_tokens": (
+        r"'num_speculative_tokens':\s*" + NUM,
+        r"num_speculative_tokens\s*=\s*" + NUM,
+        r"\"num_speculative_tokens\":\s*" + NUM,
+        r"--speculative-num-draft-tokens[= ]\s*" + NUM,
     ),
     "max_num_batched_tokens": (
         r"'max_num_batched_tokens':\s*" + NUM,
@@ -189,10 +198,12 @@ TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"--model(?:-path)?[= ]\s*\"?([^\s\"\\]+)",
         r"vllm/vllm-openai:\S{1,128}\s+([\w.-]+/[\w.-]+)",  # the image's tag, then the model
         _word("MODEL") + r":\s*(\S+)",
+        # vLLM's older `args: Namespace(..., model='...', ...)` line
+        _word("model") + r"='([^']+)'",
     ),
     "kv_cache_dtype": (
         r"'kv_cache_dtype':\s*'([^']+)'",
-        r"kv_cache_dtype\s*=\s*([\w]+)",
+        r"kv_cache_dtype\s*=\s*'?(\w+)",
         r"--kv-cache-dtype[= ]([\w]+)",
     ),
     "quantization": (
@@ -204,6 +215,12 @@ TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
         r"'dtype':\s*'([^']+)'",
         _word("dtype") + r"\s*=\s*torch\.(\w+)",
         r"--dtype[= ]\"?(\w+)",
+    ),
+    # the drafter of speculative decoding: `speculative_config`'s method, or SGLang's flag
+    "speculative_method": (
+        r"'method':\s*'([\w-]+)'",
+        r"\"method\":\s*\"([\w-]+)\"",
+        r"--speculative-algorithm[= ]([\w-]+)",
     ),
     "version": (
         r"vLLM API server version\s+(\S+)",
@@ -231,11 +248,19 @@ EXPERT_PARALLEL = (
     r"'enable_expert_parallel':\s*True",
     r"enable_expert_parallel\s*=\s*True",
 )
-ENFORCE_EAGER = (
-    r"enforce_eager\s*=\s*(True|False)",
-    r"'enforce_eager':\s*(True|False)",
-    r"--(no-)?enforce-eager",
-)
+# switches: the engine config's `name=True`, the arguments dict's, or the flag (`--no-` is off)
+SWITCH_PATTERNS: dict[str, tuple[str, ...]] = {
+    "enforce_eager": (
+        r"enforce_eager\s*=\s*(True|False)",
+        r"'enforce_eager':\s*(True|False)",
+        r"--(no-)?enforce-eager",
+    ),
+    "enable_prefix_caching": (
+        r"enable_prefix_caching\s*=\s*(True|False)",
+        r"'enable_prefix_caching':\s*(True|False)",
+        r"--(no-)?enable-prefix-caching",
+    ),
+}
 # How a CPU worker sized its KV memory: VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes, or
 # its auto rule (v1/worker/cpu_worker.py determine_available_memory)
 CPU_KV_SOURCES = (("explicit", "Explicitly set ("), ("auto", "Auto set ("))
