@@ -51,6 +51,10 @@ from kvplan.plan.versions import Version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
+# vLLM's CacheConfig.mamba_cache_mode: with prefix caching on, a model whose recurrent layers
+# support it caches a state at every block ("all"; vLLM's SupportsMambaPrefixCaching models,
+# the Mamba-2 families), any other only the state at each step's last block boundary ("align")
+MAMBA_CACHE_MODES_SINCE = (0, 15, 0)
 TOKENS_FROM_CONCURRENCY_SINCE = (0, 20)  # after v0.19.0 (issue #40691 shows the old formula there)
 HYBRID_ALLOCATOR_SINCE = (0, 9, 2)  # before it, windowed layers were sized at full length
 
@@ -220,10 +224,8 @@ def vllm_kv_cache(
         raise ValueError(f"mamba_cache_mode must be none, align or all, got {mamba_cache_mode!r}")
     state_block_size = min(g.block_size for g in groups)
     state_blocks = (
-        cdiv(max_model_len, state_block_size)
-        if mode == "all"
-        else (2 if mode == "align" else 1) + num_speculative_tokens
-    )
+        cdiv(max_model_len, state_block_size) if mode == "all" else (2 if mode == "align" else 1)
+    ) + num_speculative_tokens
     from_concurrency = version is None or version >= TOKENS_FROM_CONCURRENCY_SINCE
     batches = in_flight_batches(version) if concurrent_batches is None else concurrent_batches
     in_flight = max_num_batched_tokens * batches
@@ -235,3 +237,20 @@ def vllm_kv_cache(
         state_blocks,
         from_concurrency,
     )
+
+
+def prefix_caching_mamba_mode(
+    model: ModelSpec, version: Version | None, prefix_caching: bool
+) -> str:
+    """The mamba_cache_mode vLLM sets for a hybrid model (its model-config hook): "none" without
+    prefix caching, state layers or a release that has the modes (before 0.15 kvplan counts one
+    state block per request, a named simplification), else "all" where every recurrent layer
+    is Mamba-2 and "align" otherwise (Gated DeltaNet: Qwen3-Next, Qwen3.5)."""
+    states = [g for g in model.groups if g.kind == "state"]
+    if (
+        not prefix_caching
+        or not states
+        or (version is not None and version < MAMBA_CACHE_MODES_SINCE)
+    ):
+        return "none"
+    return "all" if all(g.mixer == "mamba2" for g in states) else "align"

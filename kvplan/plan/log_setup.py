@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from kvplan.plan.engine_releases import default_utilization, parse_version, version_on
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
-from kvplan.plan.hybrid_kv import vllm_kv_cache
+from kvplan.plan.hybrid_kv import prefix_caching_mamba_mode, vllm_kv_cache
 from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
@@ -105,6 +105,9 @@ class ServerSetup:
     derived: dict[str, str] = field(default_factory=dict)
     # a name the user gave that the log contradicts, in words naming both
     conflicts: tuple[str, ...] = ()
+    prefix_caching: bool = False  # as the log shows it; off where it does not say
+    speculative_tokens: int = 0  # a drafter's tokens per step
+    draft_layers: int = 0  # full-attention layers the drafter caches beside the model's (MTP)
 
     @property
     def known(self) -> bool:
@@ -170,7 +173,17 @@ def server_setup(
         (log.data_parallel_size or 1) if log.expert_parallel else 1,
         derived_settings(log),
         given_against_logged(log, model, gpu, model_name, gpu_name),
+        bool(log.enable_prefix_caching),
+        log.num_speculative_tokens or 0,
+        model.mtp_layers if model is not None and _drafts_with_own_layers(log) else 0,
     )
+
+
+def _drafts_with_own_layers(log: ServerLog) -> bool:
+    """Whether the drafter is the model's own MTP head (vLLM's "mtp" and its per-model
+    "*_mtp" methods, SGLang's NEXTN), whose layers the model's config counts."""
+    method = (log.speculative_method or "").lower()
+    return bool(log.num_speculative_tokens) and ("mtp" in method or method == "nextn")
 
 
 def given_against_logged(
@@ -281,6 +294,11 @@ def predict_capacity(
             setup.block_size,
             max_num_batched_tokens=memory.batched_tokens,
             vllm_version=setup.settings.version,
+            mamba_cache_mode=prefix_caching_mamba_mode(
+                model, setup.settings.version, setup.prefix_caching
+            ),
+            num_speculative_tokens=setup.speculative_tokens,
+            draft_layers=setup.draft_layers,
         )
         blocks, tokens, concurrency = (
             cache.num_blocks,

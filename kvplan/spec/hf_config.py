@@ -28,7 +28,7 @@ from kvplan.spec.max_len import derived_max_len
 from kvplan.spec.model import AttentionKind
 from kvplan.spec.params import count_params
 from kvplan.spec.quant_storage import CheckpointQuant
-from kvplan.spec.state_layers import state_bytes_per_layer
+from kvplan.spec.state_layers import recurrent_mixer, state_bytes_per_layer
 from kvplan.spec.vision import encoder_tokens_per_image, vision_params
 
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -136,7 +136,12 @@ def attention_groups(
             count = sum(1 for k, _ in layers if k == "state")
             if count:
                 groups.append(
-                    AttentionGroup("state", count, state_bytes_per_layer=state_bytes_per_layer(cfg))
+                    AttentionGroup(
+                        "state",
+                        count,
+                        state_bytes_per_layer=state_bytes_per_layer(cfg),
+                        mixer=recurrent_mixer(cfg),
+                    )
                 )
             continue
         # one group per KV head count: DeciLM layers may each have their own
@@ -247,4 +252,7 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
         cross_groups=cross,
         encoder_tokens_per_image=encoder_tokens_per_image(outer) if cross else 0,
         derived_max_model_len=derived_max_len(cfg),
+        mtp_layers=int(
+            cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0
+        ),
     )

@@ -44,6 +44,8 @@ class AttentionGroup:
     window: int | None = None
     latent_dim: int = 0
     state_bytes_per_layer: int = 0
+    # state: its recurrent mixer, "mamba2" or "gated-deltanet" (state_layers.py)
+    mixer: str = ""
     rope_dim: int = 0  # mla: the RoPE part of the latent (qk_rope_head_dim)
     sparse: bool = False  # mla read by DeepSeek sparse attention (an indexer picks the keys)
     # mla: the per-head dimensions of the uncompressed keys' no-RoPE part and of the values
@@ -236,6 +238,10 @@ class ModelSpec:
     # The longest max_model_len vLLM accepts (spec/max_len.py: the length keys with RoPE
     # scaling); 0 where the config names no length
     derived_max_model_len: int = 0
+    # Layers of the model's own multi-token-prediction head (mtp_num_hidden_layers, or
+    # num_nextn_predict_layers), which vLLM runs as the drafter of --speculative-config's MTP
+    # methods, their KV cached beside the model's
+    mtp_layers: int = 0
 
     @property
     def expert_weight_bits(self) -> float | None:

@@ -29,6 +29,11 @@ def is_mamba2(cfg: dict[str, Any]) -> bool:
     return bool(cfg.get("mamba_num_heads")) and not cfg.get("linear_num_value_heads")
 
 
+def recurrent_mixer(cfg: dict[str, Any]) -> str:
+    """Which of the two mixers a config's state layers are."""
+    return "mamba2" if is_mamba2(cfg) else "gated-deltanet"
+
+
 def _model_dtype_bytes(cfg: dict[str, Any]) -> int:
     return int(dtype_bytes(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16")))
 
