@@ -26,7 +26,8 @@ def test_every_profile_file_exists_is_json_and_parses() -> None:
 
 
 def test_every_json_in_the_folder_is_indexed() -> None:
-    indexed = {p.file for p in model_profiles().values()}
+    profiles = model_profiles().values()
+    indexed = {p.file for p in profiles} | {p.quant_file for p in profiles if p.quant_file}
     on_disk = {p.name for p in (profiles_dir() / "models").glob("*.json")}
     assert on_disk == indexed, (sorted(on_disk - indexed), sorted(indexed - on_disk))
 
@@ -34,7 +35,9 @@ def test_every_json_in_the_folder_is_indexed() -> None:
 def test_hf_repos_and_files_are_unique() -> None:
     profiles = list(model_profiles().values())
     repos = [p.hf_repo for p in profiles]
-    files = [p.file for p in profiles]
+    # one config may serve a base model and its ModelOpt export, told apart by the export's
+    # quantization sidecar
+    files = [(p.file, p.quant_file) for p in profiles]
     assert len(repos) == len(set(repos)), sorted(r for r in repos if repos.count(r) > 1)
     assert len(files) == len(set(files)), sorted(f for f in files if files.count(f) > 1)
 

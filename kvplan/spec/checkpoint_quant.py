@@ -340,7 +340,12 @@ def checkpoint_quant(cfg: dict[str, Any], num_layers: int) -> CheckpointQuant | 
     if not isinstance(q, dict) or not q:
         return None
     method = str(q.get("quant_method", "")).lower().replace("_", "-")
-    if not method and isinstance(q.get("quantization"), dict):
+    producer = q.get("producer")
+    # ModelOpt's own block names no quant_method: vLLM knows it by its producer
+    if not method and (
+        isinstance(q.get("quantization"), dict)
+        or (isinstance(producer, dict) and producer.get("name") == "modelopt")
+    ):
         method = "modelopt"
     has_vision = isinstance(cfg.get("vision_config"), dict)
     entries = as_list(q.get("modules_to_not_convert"))

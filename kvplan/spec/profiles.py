@@ -24,6 +24,9 @@ def profiles_dir() -> Path:
         return Path(__file__).resolve().parents[2] / "profiles"
 
 
+MODELOPT_SIDECAR = "hf_quant_config.json"
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     name: str
@@ -35,10 +38,19 @@ class ModelProfile:
     published_params_b: float | None = None
     published_active_b: float | None = None
     published_params_source: str | None = None
+    quant_file: str | None = None  # a ModelOpt export's hf_quant_config.json, kept beside it
 
     @property
     def path(self) -> Path:
         return profiles_dir() / "models" / self.file
+
+    @property
+    def quant_path(self) -> Path | None:
+        return profiles_dir() / "models" / self.quant_file if self.quant_file else None
+
+    def config(self) -> dict[str, Any]:
+        """The profile's config.json, with its quantization sidecar where it has one."""
+        return read_config(self.path, self.quant_path)
 
 
 @cache
@@ -83,13 +95,7 @@ def lookup(name: str, entries: dict[str, Any], kind: str, hint: str) -> Any:
     raise ValueError(f"unknown {kind} '{name}'{suggestion}; {hint}")
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    """A config.json file, or a model directory holding one."""
-    file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
-        raise ValueError(
-            f"no config.json at '{path}'; pass a Hugging Face config.json or a model directory"
-        )
+def _json_object(file: Path) -> dict[str, Any]:
     try:
         config = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -103,4 +109,23 @@ def read_config(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(config, dict):
         raise ValueError(f"malformed config '{file}': expected a JSON object")
+    return config
+
+
+def read_config(path: Path, quant_sidecar: Path | None = None) -> dict[str, Any]:
+    """A config.json file, or a model directory holding one. A ModelOpt export keeps its
+    quantization in hf_quant_config.json beside config.json; where config.json has no
+    quantization_config, that file is read as one, as vLLM reads it (ModelConfig's quant
+    config lookup). `quant_sidecar` names it for a catalog file that is not a config.json."""
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(
+            f"no config.json at '{path}'; pass a Hugging Face config.json or a model directory"
+        )
+    config = _json_object(file)
+    sidecar = quant_sidecar or (
+        file.with_name(MODELOPT_SIDECAR) if file.name == "config.json" else None
+    )
+    if "quantization_config" not in config and sidecar is not None and sidecar.is_file():
+        config["quantization_config"] = {"quant_method": "modelopt", **_json_object(sidecar)}
     return config

@@ -283,7 +283,7 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     query = parse_query(text)
     profile = exact_profile(query)
     if profile is not None:
-        spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
+        spec = model_spec_from_config(profile.config(), profile.name, profile.hf_repo)
         return ResolvedModel(spec, "profile")
     tried.append("it is not a shipped profile name, HF id or alias")
     found = _cached(query)
@@ -313,7 +313,7 @@ def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     matched = catalog_match(query)
     if matched is not None:
         profile, note, hint = matched
-        spec = model_spec_from_config(read_config(profile.path), profile.name, profile.hf_repo)
+        spec = model_spec_from_config(profile.config(), profile.name, profile.hf_repo)
         if (
             hint is not None
         ):  # the name is all there is to read the format from: every command sizes it so
