@@ -41,7 +41,7 @@ from kvplan.spec.hf_hub import (
 from kvplan.spec.profiles import ModelProfile, gpu_profiles, lookup, model_profiles, read_config
 
 # Fine-tuning keeps every shape: these suffixes name a training recipe, not an architecture.
-TUNING_SUFFIXES = ("instruct", "chat", "it", "hf", "base", "sft", "dpo", "rl")
+TUNING_SUFFIXES = ("instruct", "chat", "it", "hf", "base", "sft", "dpo", "rl", "thinking")
 # Quantization keeps the shapes and changes the weight format: suffix -> kvplan weight dtype.
 QUANT_SUFFIXES: tuple[tuple[str, str], ...] = (
     (r"quantized[.-]w8a8", "int8"),
