@@ -128,3 +128,25 @@ def _catalog_file(name: str) -> Path:
     from kvplan.spec.profiles import model_profiles
 
     return model_profiles()[name].path
+
+
+def test_all_mode_aligns_the_block_to_the_scan_chunk() -> None:
+    """vLLM's hybrid block size: the smallest multiple of 16 tokens whose attention page holds
+    a Mamba-2 state, or in "all" mode of lcm(chunk_size, 16) (Nemotron-3-Nano: 128)."""
+    from kvplan.plan.hybrid_kv import state_block_alignment, vllm_kv_cache
+    from kvplan.spec import parse_kv_format
+
+    model = load_model("nemotron-3-nano-30b-a3b")
+    assert (model.state_chunk_size, state_block_alignment(model, "all")) == (128, 128)
+    assert state_block_alignment(model, "align") == 16
+    fmt = parse_kv_format("auto", model)
+
+    def block(mode: str) -> int:
+        alignment = state_block_alignment(model, mode)
+        cache = vllm_kv_cache(
+            model, fmt, 1, 2**34, 32768, mamba_cache_mode=mode, mamba_alignment=alignment
+        )
+        return cache.block_size
+
+    assert block("none") == 2096  # 16 x 131
+    assert block("all") == 2176  # 128 x 17: the first multiple of 128 at or above 2,096

@@ -42,6 +42,7 @@ its prefill is done (sliding layers keep their window, not window + a prefill ch
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvplan import cdiv
@@ -254,3 +255,15 @@ def prefix_caching_mamba_mode(
     ):
         return "none"
     return "all" if all(g.mixer == "mamba2" for g in states) else "align"
+
+
+KERNEL_BLOCK_ALIGNMENT = 16  # tokens: the attention kernels' block multiple
+
+
+def state_block_alignment(model: ModelSpec, mode: str) -> int:
+    """The multiple the attention block is raised to for a hybrid model: the kernels' 16
+    tokens, or in "all" mode lcm(the recurrent scan's chunk, 16), so that a block boundary is a
+    chunk boundary (vLLM's hybrid block-size alignment)."""
+    if mode == "all" and model.state_chunk_size:
+        return math.lcm(model.state_chunk_size, KERNEL_BLOCK_ALIGNMENT)
+    return KERNEL_BLOCK_ALIGNMENT

@@ -13,7 +13,11 @@ from dataclasses import dataclass, field, replace
 
 from kvplan.plan.engine_releases import default_utilization, parse_version, version_on
 from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
-from kvplan.plan.hybrid_kv import prefix_caching_mamba_mode, vllm_kv_cache
+from kvplan.plan.hybrid_kv import (
+    prefix_caching_mamba_mode,
+    state_block_alignment,
+    vllm_kv_cache,
+)
 from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
 from kvplan.plan.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
@@ -284,6 +288,7 @@ def predict_capacity(
     per_token = model.kv_bytes_per_token(fmt, setup.tp) * share
     max_len = setup.max_model_len or model.max_position_embeddings or 4096
     if setup.engine == "vllm-v1" and setup.pp == 1:
+        mode = prefix_caching_mamba_mode(model, setup.settings.version, setup.prefix_caching)
         # V1 sizes by KV cache groups and prints tokens from them (kvplan/plan/hybrid_kv.py).
         cache = vllm_kv_cache(
             model,
@@ -294,9 +299,8 @@ def predict_capacity(
             setup.block_size,
             max_num_batched_tokens=memory.batched_tokens,
             vllm_version=setup.settings.version,
-            mamba_cache_mode=prefix_caching_mamba_mode(
-                model, setup.settings.version, setup.prefix_caching
-            ),
+            mamba_cache_mode=mode,
+            mamba_alignment=state_block_alignment(model, mode),
             num_speculative_tokens=setup.speculative_tokens,
             draft_layers=setup.draft_layers,
         )

@@ -255,4 +255,7 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
         mtp_layers=int(
             cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0
         ),
+        state_chunk_size=int(cfg.get("mamba_chunk_size") or cfg.get("chunk_size") or 0)
+        if any(g.kind == "state" for g in groups)
+        else 0,
     )

@@ -242,6 +242,9 @@ class ModelSpec:
     # num_nextn_predict_layers), which vLLM runs as the drafter of --speculative-config's MTP
     # methods, their KV cached beside the model's
     mtp_layers: int = 0
+    # The recurrent layers' scan chunk (chunk_size / mamba_chunk_size): vLLM aligns the block
+    # size to it when it caches a state at every block (prefix caching's "all" mode)
+    state_chunk_size: int = 0
 
     @property
     def expert_weight_bits(self) -> float | None:
