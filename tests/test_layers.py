@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,10 @@ LAYER_RANK = {
 }
 PURE_LAYERS = ("results", "samples", "spec", "plan", "workload", "core", "sim")
 HEAVY = ("torch", "triton", "transformers", "pandas", "matplotlib")
-MAX_LINES = 400
+# A module past SOFT_MAX_LINES is worth a look for a second noun (a warning in the test report,
+# not a failure: a module is split by concept, never by count); past HARD_MAX_LINES it has one.
+SOFT_MAX_LINES = 400
+HARD_MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
@@ -187,10 +191,13 @@ def test_simulated_bench_loads_no_heavy_modules() -> None:
     assert proc.stdout.strip() == ""
 
 
-def test_no_file_over_400_lines() -> None:
-    long = [
-        f"{path.relative_to(ROOT)}: {path.read_text().count(chr(10))} lines"
-        for path in MODULES.values()
-        if path.read_text().count("\n") > MAX_LINES
-    ]
-    assert not long, "split these by concern:\n" + "\n".join(long)
+def test_no_module_holds_two_nouns_by_its_size() -> None:
+    sizes = {str(path.relative_to(ROOT)): path.read_text().count("\n") for path in MODULES.values()}
+    long = [f"{name}: {lines} lines" for name, lines in sizes.items() if lines > SOFT_MAX_LINES]
+    if long:
+        warnings.warn(
+            "modules past the soft size, worth a look for a second noun:\n" + "\n".join(long),
+            stacklevel=1,
+        )
+    too_long = [f"{name}: {lines} lines" for name, lines in sizes.items() if lines > HARD_MAX_LINES]
+    assert not too_long, "split these by concept:\n" + "\n".join(too_long)

@@ -150,3 +150,20 @@ def test_all_mode_aligns_the_block_to_the_scan_chunk() -> None:
 
     assert block("none") == 2096  # 16 x 131
     assert block("all") == 2176  # 128 x 17: the first multiple of 128 at or above 2,096
+
+
+def test_kimi_delta_attention_is_refused_not_misread() -> None:
+    """A kimi_linear config's KDA layers keep a state kvplan has no shape for: one line, not
+    an all-MLA model with the state missing."""
+    from kvplan.spec.hf_config import model_spec_from_config
+
+    config = {
+        "model_type": "kimi_linear",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "vocab_size": 128,
+        "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4]},
+    }
+    with pytest.raises(ValueError, match="Kimi Delta Attention"):
+        model_spec_from_config(config, "tiny-kimi-linear", "test")

@@ -109,7 +109,9 @@ class ServerSetup:
     derived: dict[str, str] = field(default_factory=dict)
     # a name the user gave that the log contradicts, in words naming both
     conflicts: tuple[str, ...] = ()
-    prefix_caching: bool = False  # as the log shows it; off where it does not say
+    # as the log shows it; off where it does not say, which is vLLM's default for the models
+    # it changes (hybrid ones: ModelConfig.is_prefix_caching_supported, "still experimental")
+    prefix_caching: bool = False
     speculative_tokens: int = 0  # a drafter's tokens per step
     draft_layers: int = 0  # full-attention layers the drafter caches beside the model's (MTP)
 

@@ -155,6 +155,8 @@ FIELD_RULES: dict[str, FieldRule] = {
         "first_k_dense_replace",
         "max_window_layers",
         "num_kv_shared_layers",
+        "mtp_num_hidden_layers",
+        "num_nextn_predict_layers",
         low=0,
         high=COUNT_MAX,
     ),
@@ -170,6 +172,8 @@ FIELD_RULES: dict[str, FieldRule] = {
         "attention_chunk_size",
         "index_topk",
         "sliding_window_size",
+        "chunk_size",
+        "mamba_chunk_size",
         high=LENGTH_MAX,
     ),
     # DeepSeek: every n-th layer past first_k_dense_replace; MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer

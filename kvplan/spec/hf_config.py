@@ -200,6 +200,14 @@ def model_spec_from_config(cfg: dict[str, Any], name: str, source: str) -> Model
             f"config of '{name}': DeepSeek-V4's compressed sparse attention (compress_ratios) "
             "is not modeled by kvplan yet"
         )
+    linear = text_config(cfg).get("linear_attn_config")
+    if isinstance(linear, dict) and linear.get("kda_layers"):
+        # Kimi Delta Attention layers keep a recurrent state kvplan has no shape for; read as
+        # a plain config every layer would look like MLA, and the state would be missed.
+        raise ValueError(
+            f"config of '{name}': Kimi Delta Attention layers (linear_attn_config.kda_layers) "
+            "are not modeled by kvplan yet"
+        )
     # The config class's defaults for what the file leaves out (Gemma-3's text_config has no
     # num_attention_heads), then checks of every field's type, range and consistency.
     cfg_text = with_family_defaults(text_config(cfg))
