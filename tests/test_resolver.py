@@ -185,10 +185,40 @@ def test_the_hub_is_asked_only_when_reachable_and_fills_the_cache(
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     resolved = resolve_model("acme/New-Model")
     assert resolved.via == "hub" and resolved.spec.num_layers == 7
-    assert calls == [("acme/New-Model", "config.json", None, "hf_secret")]
+    # an unquantized config.json: the ModelOpt sidecar is asked for too, as vLLM asks for it
+    assert calls == [
+        ("acme/New-Model", "config.json", None, "hf_secret"),
+        ("acme/New-Model", "hf_quant_config.json", None, "hf_secret"),
+    ]
     _resolve.cache_clear()
     again = resolve_model("acme/New-Model")  # now in the cache: no second download
-    assert again.via == "hf-cache" and len(calls) == 1
+    assert again.via == "hf-cache" and len(calls) == 2
+
+
+def test_a_hub_modelopt_export_is_sized_from_its_sidecar(
+    isolated_hub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    def fake_download(repo, filename, revision=None, token=None, cache_dir=None):
+        folder = Path(cache_dir) / ("models--" + repo.replace("/", "--"))
+        snapshot = folder / "snapshots" / "abc123"
+        if not snapshot.exists():
+            fake_snapshot(Path(cache_dir), repo, llama_config(num_hidden_layers=7))
+        if filename == "hf_quant_config.json":
+            sidecar = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}
+            (snapshot / filename).write_text(json.dumps(sidecar))
+        return str(snapshot / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(
+        huggingface_hub,
+        "get_safetensors_metadata",
+        lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no safetensors")),
+    )
+    monkeypatch.setattr(hf_hub, "hub_unreachable", lambda endpoint: None)
+    resolved = resolve_model("acme/New-Model-NVFP4")
+    assert resolved.via == "hub" and resolved.spec.weight_dtype == "nvfp4"
 
 
 def test_offline_mode_never_calls_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvplan.spec.profiles import MODELOPT_SIDECAR, read_config
+
 # Bytes per element of the safetensors dtypes (the format's own dtype names).
 SAFETENSORS_DTYPE_BYTES = {
     "F64": 8,
@@ -190,20 +192,31 @@ def hub_config(repo: str, revision: str | None) -> tuple[dict[str, Any], Path]:
         raise RuntimeError(
             "huggingface_hub is not installed (pip install huggingface_hub)"
         ) from err
-    try:
-        path = Path(
+
+    def download(name: str) -> Path:
+        return Path(
             hf_hub_download(
                 repo,
-                "config.json",
+                name,
                 revision=revision,
                 token=os.environ.get("HF_TOKEN") or None,
                 cache_dir=hub_cache_dir(),
             )
         )
+
+    try:
+        path = download("config.json")
     except Exception as err:  # the Hub's errors are many classes; each one means "not from the Hub"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RuntimeError(f"{type(err).__name__}: {reason[:160]}") from None
-    return json.loads(path.read_text()), path.parent
+    config = json.loads(path.read_text())
+    if "quantization_config" not in config:
+        # a ModelOpt export keeps its quantization beside config.json; most repos have none
+        try:
+            download(MODELOPT_SIDECAR)
+        except Exception:  # absent (the usual case) or unreachable: the config stands alone
+            pass
+    return read_config(path), path.parent
 
 
 def hub_checkpoint(repo: str, revision: str | None) -> CheckpointFiles | None:
