@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
@@ -62,11 +65,23 @@ def cli_errors(*outputs_param: str) -> Callable[[F], F]:
                     )
                     error_console.print(f"[bold red]error:[/] {how}; {detail}", soft_wrap=True)
                     raise typer.Exit(143 if isinstance(err, Terminated) else 130) from None
+                if debugging():
+                    traceback.print_exception(err, file=sys.stderr)
                 fail(error_message(err))
 
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+# exit codes (docs/reference.md): 2 bad input, 3 a plan with no candidate that meets the SLO,
+# 130 / 143 interrupted
+BAD_INPUT, NO_DEPLOYMENT = 2, 3
+
+
+def debugging() -> bool:
+    """KVPLAN_DEBUG=1: the traceback behind a one-line error is printed above it."""
+    return os.environ.get("KVPLAN_DEBUG", "").strip() not in ("", "0")
 
 
 def error_message(err: BaseException) -> str:
@@ -106,7 +121,7 @@ def flag_of(setting: str) -> str:
 def fail(message: str) -> None:
     """Print `error: message` (user text escaped: brackets survive, markup never runs) and exit 2."""
     error_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-    raise typer.Exit(2) from None
+    raise typer.Exit(BAD_INPUT) from None
 
 
 # Help panels: options grouped by what they set, in every command's --help.

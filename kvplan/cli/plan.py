@@ -20,6 +20,7 @@ from kvplan.cli.common import (
     ENGINE,
     HARDWARE,
     KV_PANEL,
+    NO_DEPLOYMENT,
     OUTPUT,
     WORKLOAD,
     EngineOpt,
@@ -351,10 +352,13 @@ def plan(
         write_jsonl(out / "plan.jsonl", plan_records(result))
     if json_out:
         print(json.dumps(data, indent=2))
-        return
-    render_plan(data, list(dict.fromkeys(target.metric for target in targets.targets)))
-    if out:
-        error_console.print(
-            f"[dim]plan: {escape(str(out / 'plan.json'))}; kvplan report "
-            f"{escape(str(out / 'plan.jsonl'))} draws cost against capacity[/]"
-        )
+    else:
+        render_plan(data, list(dict.fromkeys(target.metric for target in targets.targets)))
+        if out:
+            error_console.print(
+                f"[dim]plan: {escape(str(out / 'plan.json'))}; kvplan report "
+                f"{escape(str(out / 'plan.jsonl'))} draws cost against capacity[/]"
+            )
+    if data["winner"] is None:
+        # a search that found no deployment is an answer, not bad input: its own exit code
+        raise typer.Exit(NO_DEPLOYMENT)
