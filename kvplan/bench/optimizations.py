@@ -10,6 +10,7 @@ from kvplan.core.kv import ALLOCATORS
 from kvplan.core.policies.registry import policy_names
 from kvplan.spec import parse_kv_format
 from kvplan.spec.comma_list import comma_list
+from kvplan.spec.kv_format import KV_FORMAT_NAMES
 from kvplan.spec.setting_error import SettingError
 
 if TYPE_CHECKING:  # the engine's setup loads when a name is parsed, not for the names' help text
@@ -22,23 +23,8 @@ DEFAULT_OPTIMIZATIONS = (
     "paged",
     "prefix",
 )
-KV_FORMAT_PARTS = (
-    "fp32",
-    "fp16",
-    "bf16",
-    "fp8",
-    "fp8-e4m3",
-    "fp8-e5m2",
-    "int8",
-    "int4",
-    "int8-tensor",
-)
-KV_FORMAT_PREFIXES = (
-    "int4-g",
-    "int8-g",
-    "int2-g",
-    "kivi-int",
-)  # group-wise and KIVI formats, e.g. int4-g64
+# the KV formats an optimization may name: the KV-format parser's own list, less the run's "auto"
+KV_FORMAT_PARTS = tuple(name for name in KV_FORMAT_NAMES if name != "auto")
 OFFLOAD_PARTS = {"offload-cpu": ("cpu",), "offload-disk": ("cpu", "disk")}
 FULL = (
     "full"  # the unoptimized cache: no eviction, the run's KV format (the quality table's baseline)
@@ -49,9 +35,21 @@ def names_help() -> str:
     """Every valid optimization name, grouped, for `kvplan bench --help` (brackets escaped for rich)."""
     return (
         f"allocators: {', '.join(ALLOCATORS)}; prefix; offload: {', '.join(OFFLOAD_PARTS)}; "
-        f"KV formats: {', '.join(KV_FORMAT_PARTS)}, int4-g64, int2-g32, kivi-int4 ...; "
+        f"KV formats: {', '.join(KV_FORMAT_PARTS)}; "
         f"eviction (with --kv-budget): {', '.join(policy_names())}"
     )
+
+
+def _names_kv_format(part: str) -> bool:
+    """Whether a part is a KV format: the one KV-format parser decides (every name --kv-dtype
+    takes, int2 and float16 included), except "auto", which is the run's own format."""
+    if part == "auto":
+        return False
+    try:
+        parse_kv_format(part)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_optimization(text: str) -> Optimization:
@@ -77,8 +75,7 @@ def parse_optimization(text: str) -> Optimization:
                     f"'{text}' names two allocators; compose one allocator with other parts"
                 )
             allocator = part
-        elif part in KV_FORMAT_PARTS or part.startswith(KV_FORMAT_PREFIXES):
-            parse_kv_format(part)
+        elif _names_kv_format(part):
             kv_dtype = part
         else:
             known = ", ".join(
@@ -88,7 +85,6 @@ def parse_optimization(text: str) -> Optimization:
                     *OFFLOAD_PARTS,
                     *policy_names(),
                     *KV_FORMAT_PARTS,
-                    "int4-gN",
                     FULL,
                 )
             )
