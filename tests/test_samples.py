@@ -176,9 +176,12 @@ def test_sharegpt_stats_workload_reads_the_shipped_excerpt(tmp_path: Path) -> No
 
 
 def test_readme_examples_read_no_shared_folder() -> None:
-    """A fresh clone has no ../shared: the README's commands take the shipped samples."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = readme.split("```")[1::2]  # the fenced code blocks
+    """A fresh clone has no ../shared: the README's and the docs' commands take the shipped
+    samples."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    blocks = [
+        block for page in pages for block in page.read_text().split("```")[1::2]
+    ]  # the fenced code blocks
     assert not [line for block in blocks for line in block.splitlines() if "../shared" in line]
 
 
@@ -220,13 +223,26 @@ def test_serving_samples_copy_their_dataset_records(shared_data: Path) -> None:
 
 
 def test_the_readme_counts_the_catalog_it_ships() -> None:
-    """The README's profile counts are the catalog's, not a figure from an older release."""
+    """The README's and the docs' profile counts are the catalog's, not a figure from an
+    older release."""
     import re
 
     from kvplan.spec.profiles import model_profiles
 
-    readme = (ROOT / "README.md").read_text()
+    readme = "\n".join(
+        page.read_text() for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    )
     shipped = len(model_profiles())
     said = [int(n) for n in re.findall(r"(\d+) ship as profiles", readme)]
-    said += [int(n) for n in re.findall(r"holds (\d+) verbatim Hugging Face", readme)]
+    said += [int(n) for n in re.findall(r"holds (\d+) Hugging Face", readme)]
     assert said and all(count == shipped for count in said), (said, shipped)
+
+
+def test_the_readme_and_contributing_links_point_at_files() -> None:
+    """The README and CONTRIBUTING.md are read on GitHub, outside the docs site's link check:
+    every relative link names a file the repository holds."""
+    import re
+
+    for page in (ROOT / "README.md", ROOT / "CONTRIBUTING.md"):
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
