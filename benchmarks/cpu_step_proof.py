@@ -114,16 +114,16 @@ def predict_step_seconds(
     if perf_table is None:
         raise NotImplementedError("no kvplan profile table to time the operators with")
     from kvplan.core.scheduler import StepPlan
-    from kvplan.plan.engine_releases import SAMPLER_BYTES_PER_LOGIT
-    from kvplan.plan.operators.shapes import model_ops
-    from kvplan.plan.roofline import Roofline
+    from kvplan.engines.engine_releases import SAMPLER_BYTES_PER_LOGIT
     from kvplan.sim.ops.build import SAMPLER_PATH
     from kvplan.sim.ops.overhead import EngineOverhead
     from kvplan.sim.ops.profile_source import ProfileSource
     from kvplan.sim.ops.sources import Sources
     from kvplan.sim.ops.step import OperatorStepRunner
+    from kvplan.sizing.operators.shapes import model_ops
     from kvplan.spec import parse_kv_format
     from kvplan.spec.resolve import load_gpu, load_model
+    from kvplan.spec.roofline import Roofline
 
     model = load_model(str(model_config))
     kv_format = parse_kv_format("auto", model)  # the model's bf16, as vLLM's "auto" cache

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from kvplan.plan.capacity import PlanInputs, plan
-from kvplan.plan.capacity_sweep import parse_axis, sweep
+from kvplan.sizing.capacity import PlanInputs, plan
+from kvplan.sizing.capacity_sweep import parse_axis, sweep
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
 

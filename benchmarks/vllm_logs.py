@@ -24,24 +24,24 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from kvplan.plan.log_capacity import (
-    capacity_from_log,
-    in_unit,
-    logged_capacity,
-    logged_kv_bytes,
-)
-from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup
-from kvplan.plan.memory_model import (
+from kvplan.engines.memory_model import (
     GIB,
     MemoryFit,
     activation_elements_per_token,
     dequantized_weight_bytes,
     load_memory_fit,
 )
-from kvplan.plan.roofline import Roofline
+from kvplan.logs.log_capacity import (
+    capacity_from_log,
+    in_unit,
+    logged_capacity,
+    logged_kv_bytes,
+)
+from kvplan.logs.log_setup import ServerSetup, predict_capacity, server_setup
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.resolve import resolve_model
+from kvplan.spec.roofline import Roofline
 from kvplan.spec.server_log import ServerLog, parse_server_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ LOGS = ROOT.parent / "shared" / "data" / "serving" / "vllm_startup_logs.jsonl"
 FIXTURE = ROOT / "tests" / "data" / "vllm_issue_12330.log"
 # Physical bytes per logit element in v0's sampler pass (not fitted): v0 sorts fp32 logits
 # for top-k/top-p (values 4 + int64 indices 8) and keeps fp32 logits, probs and logprobs
-# (4 + 4 + 4). V1's bytes per top-k/top-p path are kvplan/plan/engine_releases.py's.
+# (4 + 4 + 4). V1's bytes per top-k/top-p path are kvplan/engines/engine_releases.py's.
 SAMPLER_V0 = 24.0
 # The #12330 fixture is kvplan's own explain test input (a bug report's log, activation peak
 # 9.37 GiB for an 8B model), scored beside the dataset but never a calibration source.
@@ -247,7 +247,7 @@ def _error(predicted: float, logged: float) -> float:
 
 def write_fit(new: MemoryFit, results: list[dict]) -> None:
     lines = [
-        "# vLLM / SGLang startup memory model: fitted mechanism parameters (kvplan/plan/memory_model.py).",
+        "# vLLM / SGLang startup memory model: fitted mechanism parameters (kvplan/engines/memory_model.py).",
         "# Written by `python benchmarks/vllm_logs.py --fit` from ../shared/data/serving/vllm_startup_logs.jsonl",
         "# and tests/data/vllm_issue_12330.log. Each parameter is the median of the logs that print its",
         "# component; sampler bytes per logit are physical counts, not fitted (see the benchmark).",

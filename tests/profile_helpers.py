@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvplan.plan.operators.profile_table import (
+from kvplan.samples import sample_path
+from kvplan.sizing.operators.profile_table import (
     AllReduceShape,
     AttentionShape,
     Curve,
@@ -15,9 +16,8 @@ from kvplan.plan.operators.profile_table import (
     PerfTable,
     Surface,
 )
-from kvplan.plan.operators.profile_writer import write_table
-from kvplan.plan.operators.shapes import model_ops
-from kvplan.samples import sample_path
+from kvplan.sizing.operators.profile_writer import write_table
+from kvplan.sizing.operators.shapes import model_ops
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_model
 

@@ -234,7 +234,7 @@ def test_batch_defaults_follow_vllm(gpu, version, kind, max_model_len, expected)
     ],
 )
 def test_released_before_follows_pep440(text, before):
-    from kvplan.plan.versions import released_before
+    from kvplan.engines.versions import released_before
 
     assert released_before(text, (0, 6, 4)) is before
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from kvplan.plan.capacity import PlanInputs, plan, smallest_tp_for_weights
-from kvplan.plan.roofline import Roofline
+from kvplan.sizing.capacity import PlanInputs, plan, smallest_tp_for_weights
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 
 GIB = 2**30
 MIB = 2**20

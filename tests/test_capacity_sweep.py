@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from kvplan.plan.capacity import PlanInputs, plan
-from kvplan.plan.capacity_sweep import parse_axis, rows, sweep
+from kvplan.sizing.capacity import PlanInputs, plan
+from kvplan.sizing.capacity_sweep import parse_axis, rows, sweep
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
 

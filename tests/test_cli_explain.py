@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
-from kvplan.plan.explain import explain
+from kvplan.logs.explain import explain
 
 runner = CliRunner()
 FIXTURE = Path(__file__).parent / "data" / "vllm_issue_12330.log"

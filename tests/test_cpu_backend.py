@@ -21,7 +21,7 @@ from ci_helpers import require_in_ci
 from conformance_helpers import MODEL, VLLM_PYTHON, run_vllm
 from hardening_helpers import fails_cleanly, invoke
 
-from kvplan.plan.explain import explain
+from kvplan.logs.explain import explain
 from kvplan.spec.server_log import parse_server_log
 
 GIB = 2**30

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.plan.engine_releases import (
+from kvplan.engines.engine_releases import (
     default_utilization,
     in_flight_batches,
     uses_v2_runner,
     v1_sampler_path,
 )
-from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu, mxfp4_expert_bytes_per_gpu
-from kvplan.plan.memory_model import (
+from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu, mxfp4_expert_bytes_per_gpu
+from kvplan.engines.memory_model import (
     ACTIVATION_BYTES,
     EngineSettings,
     activation_elements_per_token,
@@ -184,14 +184,14 @@ def test_bitsandbytes_dequantizes_its_widest_matrix_for_prefill() -> None:
 def test_v1_batch_defaults_by_release(
     version, memory: float, gpu: str, offline: bool, expected
 ) -> None:
-    from kvplan.plan.engine_releases import batch_defaults
+    from kvplan.engines.engine_releases import batch_defaults
 
     got = batch_defaults("vllm-v1", version, memory, gpu, 8192, offline)
     assert (got.max_num_seqs, got.max_num_batched_tokens, got.chunked_prefill) == (*expected, True)
 
 
 def test_v0_batch_defaults() -> None:
-    from kvplan.plan.engine_releases import BatchDefaults, batch_defaults
+    from kvplan.engines.engine_releases import BatchDefaults, batch_defaults
 
     assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 8192) == BatchDefaults(
         256, 8192, False
@@ -205,7 +205,7 @@ def test_v0_batch_defaults() -> None:
 
 
 def test_sglang_defaults_by_release_by_hand() -> None:
-    from kvplan.plan import sglang_defaults as sg
+    from kvplan.engines import sglang_defaults as sg
 
     # 0.3: by TP only; 0.4 lowers TP 8 to 0.81
     assert (
@@ -255,7 +255,7 @@ def test_random_range_ratio_by_client_release() -> None:
     [len x (1 - r), len x (1 + r)] (benchmarks/benchmark_dataset.py on both sides of 0.8.4)."""
     import numpy as np
 
-    from kvplan.plan.engine_releases import range_ratio_below
+    from kvplan.engines.engine_releases import range_ratio_below
     from kvplan.workload.vllm_bench import BenchLoad, random_lengths
 
     assert range_ratio_below("vllm", "0.6.4") and not range_ratio_below("vllm", "0.8.4")

@@ -22,10 +22,10 @@ from kvplan.core.kv import (
 from kvplan.core.metrics import SPLIT, StepMetrics
 from kvplan.core.scheduler import SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence, Status
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 from kvplan.workload.request import Request
 
 # --- c) the whole engine ----------------------------------------------------------------------

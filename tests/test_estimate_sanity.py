@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from hardening_helpers import fails_cleanly, invoke
 
-from kvplan.plan.capacity import PlanInputs, plan
-from kvplan.plan.roofline import Roofline
+from kvplan.sizing.capacity import PlanInputs, plan
 from kvplan.spec import parse_kv_format
 from kvplan.spec.max_len import derived_max_len
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 from kvplan.spec.setting_error import SettingError
 
 LLAMA_8B_MAX = 131_072  # max_position_embeddings; llama3 RoPE scaling is already in it

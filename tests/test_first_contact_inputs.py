@@ -179,7 +179,7 @@ def test_explain_uses_a_gpu_the_log_names(tmp_path: Path) -> None:
 def test_explain_names_the_what_if_it_drops_for_want_of_the_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kvplan.plan.explain import explain
+    from kvplan.logs.explain import explain
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     text = re.sub(r"Qwe\s*n2-7B-Instruct", "Unheard-Of-7B", LOG.read_text())

@@ -16,7 +16,7 @@ from hardening_helpers import assert_clean_failure, invoke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvplan.plan.capacity_sweep import parse_axis
+from kvplan.sizing.capacity_sweep import parse_axis
 from kvplan.spec import parse_kv_format
 from kvplan.spec.config_checks import FIELD_RULES
 from kvplan.spec.hf_config import model_spec_from_config

@@ -301,7 +301,7 @@ def test_real_mode_footprint_counts_kept_layers() -> None:
 
 
 def test_interrupt_is_one_line_and_keeps_results(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvplan.plan.capacity_sweep as capacity_sweep
+    import kvplan.sizing.capacity_sweep as capacity_sweep
     from kvplan.cli.interrupts import Terminated
 
     def stop(*_: Any, **__: Any) -> None:

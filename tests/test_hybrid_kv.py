@@ -1,4 +1,4 @@
-"""vLLM's hybrid KV cache manager arithmetic (kvplan/plan/hybrid_kv.py), figures worked by hand.
+"""vLLM's hybrid KV cache manager arithmetic (kvplan/engines/hybrid_kv.py), figures worked by hand.
 
 Every expected number below is derived in the comment next to it from the model's shapes, not
 from the module: page = block_size x bytes per token of one layer; num_blocks = available //
@@ -14,9 +14,9 @@ import math
 
 import pytest
 
-from kvplan.plan.hybrid_kv import vllm_kv_cache
-from kvplan.plan.kv_groups import kv_cache_groups, mamba_block_size
-from kvplan.plan.sglang_kv import sglang_kv_tokens
+from kvplan.engines.hybrid_kv import vllm_kv_cache
+from kvplan.engines.kv_groups import kv_cache_groups, mamba_block_size
+from kvplan.engines.sglang_kv import sglang_kv_tokens
 from kvplan.spec import AttentionGroup, ModelSpec, ParamCount, parse_kv_format
 from kvplan.spec.resolve import load_model
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.plan.explain import explain
-from kvplan.plan.hybrid_kv import prefix_caching_mamba_mode
+from kvplan.engines.hybrid_kv import prefix_caching_mamba_mode
+from kvplan.logs.explain import explain
 from kvplan.spec.model import AttentionGroup
 from kvplan.spec.resolve import load_gpu, load_model, resolve_model
 from kvplan.spec.server_log import parse_server_log
@@ -133,7 +133,7 @@ def _catalog_file(name: str) -> Path:
 def test_all_mode_aligns_the_block_to_the_scan_chunk() -> None:
     """vLLM's hybrid block size: the smallest multiple of 16 tokens whose attention page holds
     a Mamba-2 state, or in "all" mode of lcm(chunk_size, 16) (Nemotron-3-Nano: 128)."""
-    from kvplan.plan.hybrid_kv import state_block_alignment, vllm_kv_cache
+    from kvplan.engines.hybrid_kv import state_block_alignment, vllm_kv_cache
     from kvplan.spec import parse_kv_format
 
     model = load_model("nemotron-3-nano-30b-a3b")

@@ -7,14 +7,14 @@ import tomllib
 
 import pytest
 
-from kvplan.plan.capacity import PlanInputs, engine_memory, plan
-from kvplan.plan.memory_model import (
+from kvplan.engines.memory_model import (
     GIB,
     EngineSettings,
     activation_elements_per_token,
     load_memory_fit,
     predict_memory,
 )
+from kvplan.sizing.capacity import PlanInputs, engine_memory, plan
 from kvplan.spec import parse_kv_format
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.resolve import load_gpu, load_model
@@ -169,7 +169,7 @@ def test_meta_fp8_recipe_keeps_attention_and_edge_mlps_in_bf16_by_hand() -> None
 
 
 def test_checkpoint_names_pick_the_meta_recipe_only_for_metas_own_fp8() -> None:
-    from kvplan.plan.log_setup import weight_dtype_hint
+    from kvplan.logs.log_setup import weight_dtype_hint
 
     assert weight_dtype_hint("/models/Meta-Llama-3.1-405B-Instruct-FP8", None) == "fp8-meta"
     assert weight_dtype_hint("meta-llama/Llama-3.1-405B-Instruct-FP8", None) == "fp8-meta"
@@ -198,7 +198,7 @@ def test_v0_profiles_the_whole_max_model_len_before_long_context_chunked_prefill
 
 
 def test_release_from_version_text_or_log_date() -> None:
-    from kvplan.plan.engine_releases import parse_version, version_on
+    from kvplan.engines.engine_releases import parse_version, version_on
 
     assert parse_version("0.9.1.dev705+g01220ce89") == (0, 9, 1)
     assert parse_version("v0.6.4.post1") == (0, 6, 4)
@@ -253,7 +253,7 @@ def test_the_engines_kv_arithmetic_reproduces_dense_logs() -> None:
 
 
 def test_amds_fp8_kv_checkpoint_is_not_metas_recipe() -> None:
-    from kvplan.plan.log_setup import weight_dtype_hint
+    from kvplan.logs.log_setup import weight_dtype_hint
 
     assert weight_dtype_hint("amd/Llama-3.1-405B-Instruct-FP8-KV", "fp8") == "fp8"
     assert weight_dtype_hint("meta-llama/Llama-3.1-405B-FP8", "fp8") == "fp8-meta"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kvplan.core.scheduler import StepPlan
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 
 
 def test_deepseek_v3_pair_flops_by_hand() -> None:

@@ -13,9 +13,7 @@ import pytest
 from kvplan.core.engine import Engine
 from kvplan.core.kv.paged import PagedAllocator
 from kvplan.core.scheduler import SchedulerConfig, StepPlan
-from kvplan.plan.engine_releases import engine_generation
-from kvplan.plan.operators.shapes import expected_touched, model_ops
-from kvplan.plan.roofline import Roofline
+from kvplan.engines.engine_releases import engine_generation
 from kvplan.sim.ops.build import operator_runner
 from kvplan.sim.ops.overhead import EngineOverhead, engine_era
 from kvplan.sim.ops.shipped import Band, ShippedFit, parse_shipped, shipped_fit, step_kind
@@ -26,8 +24,10 @@ from kvplan.sim.ops.sources import (
     RooflineSource,
 )
 from kvplan.sim.ops.step import capture_size, grid
+from kvplan.sizing.operators.shapes import expected_touched, model_ops
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 from kvplan.workload.request import Request
 
 

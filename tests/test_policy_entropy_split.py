@@ -28,10 +28,10 @@ def test_unused_tail_slots_are_internal_fragmentation() -> None:
     from kvplan.core.engine import Engine
     from kvplan.core.kv import make_allocator
     from kvplan.core.scheduler import SchedulerConfig
-    from kvplan.plan.roofline import Roofline
     from kvplan.sim.runner import SimulatedRunner
     from kvplan.spec import parse_kv_format
     from kvplan.spec.resolve import load_gpu, load_model
+    from kvplan.spec.roofline import Roofline
     from kvplan.workload.request import Request
 
     roofline = Roofline(

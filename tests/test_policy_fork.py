@@ -16,10 +16,10 @@ from kvplan.core.kv import make_allocator
 from kvplan.core.metrics import pool_split
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 from kvplan.workload.request import Request
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from kvplan.core.engine_factory import Optimization, SizingConfig, eviction_policy
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.capacity import PlanInputs
-from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN, max_model_len_for, whole_blocks
+from kvplan.engines.pool_sizing import DEFAULT_MAX_MODEL_LEN, max_model_len_for, whole_blocks
 from kvplan.sim.factory import size_engine
+from kvplan.sizing.capacity import PlanInputs
 from kvplan.spec.resolve import load_gpu, load_model
 
 

@@ -18,10 +18,10 @@ from kvplan.core.hashing import (
 from kvplan.core.kv import hit_rate, make_allocator
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.core.sequence import Sequence
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 from kvplan.workload import load_trace, make_workload
 from kvplan.workload.request import Request
 

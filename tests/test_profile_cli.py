@@ -11,9 +11,9 @@ from profile_helpers import STORIES, write_model_table
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
-from kvplan.plan.operators.profile_table import AttentionShape, GemmShape, read_table
-from kvplan.plan.operators.shapes import model_ops
 from kvplan.results import read_jsonl
+from kvplan.sizing.operators.profile_table import AttentionShape, GemmShape, read_table
+from kvplan.sizing.operators.shapes import model_ops
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_model
 

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from kvplan.plan.operators.profile_table import AttentionShape, ExpertsShape  # noqa: E402
 from kvplan.real.expert_kernels import touched_experts  # noqa: E402
 from kvplan.real.op_profile import ProfileGrid, _unmeasured, geometric  # noqa: E402
 from kvplan.real.op_timer import Timer  # noqa: E402
 from kvplan.real.op_workloads import Workbench  # noqa: E402
+from kvplan.sizing.operators.profile_table import AttentionShape, ExpertsShape  # noqa: E402
 from kvplan.spec.setting_error import SettingError  # noqa: E402
 
 BENCH = Workbench(Timer("cpu", 1, 0.01, 2**20), "cpu", "fp32", "torch", 16, 2**20)

@@ -11,8 +11,11 @@ import pytest
 from profile_helpers import DEVICE, STORIES, write_model_table
 
 from kvplan.core.engine_factory import Optimization, SizingConfig
-from kvplan.plan.operators.attention import FullAttention, SlidingAttention
-from kvplan.plan.operators.profile_table import (
+from kvplan.sim.factory import SimulatedEngineFactory
+from kvplan.sim.ops.overhead import EngineOverhead
+from kvplan.sim.ops.profile_source import ProfileSource, across, along
+from kvplan.sizing.operators.attention import FullAttention, SlidingAttention
+from kvplan.sizing.operators.profile_table import (
     AllReduceShape,
     AttentionShape,
     Curve,
@@ -21,11 +24,8 @@ from kvplan.plan.operators.profile_table import (
     PerfTable,
     Surface,
 )
-from kvplan.plan.operators.profile_writer import write_table
-from kvplan.plan.operators.shapes import BF16, Experts, Gemm, WeightFormat
-from kvplan.sim.factory import SimulatedEngineFactory
-from kvplan.sim.ops.overhead import EngineOverhead
-from kvplan.sim.ops.profile_source import ProfileSource, across, along
+from kvplan.sizing.operators.profile_writer import write_table
+from kvplan.sizing.operators.shapes import BF16, Experts, Gemm, WeightFormat
 from kvplan.spec import parse_kv_format
 from kvplan.spec.model import AttentionGroup
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from profile_helpers import model_table, write_model_table
 
-from kvplan.plan.operators.profile_table import FORMAT, PerfTable, perf_table_setting, read_table
-from kvplan.plan.operators.profile_writer import table_dict, write_table
+from kvplan.sizing.operators.profile_table import FORMAT, PerfTable, perf_table_setting, read_table
+from kvplan.sizing.operators.profile_writer import table_dict, write_table
 from kvplan.spec.setting_error import SettingError
 
 

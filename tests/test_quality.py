@@ -103,8 +103,8 @@ def test_h2o_per_kv_head_reproduces_the_reference_figure(stories, monkeypatch) -
 
 
 def test_policy_memory_equals_the_estimator(stories, stories260k: Path) -> None:
-    from kvplan.plan.capacity import PlanInputs, plan
     from kvplan.quality.evaluate import evaluate
+    from kvplan.sizing.capacity import PlanInputs, plan
     from kvplan.spec import parse_kv_format
     from kvplan.spec.resolve import load_gpu, load_model
 
@@ -171,7 +171,7 @@ def test_snapkv_compresses_the_prompt_once_then_grows() -> None:
 @pytest.mark.slow  # 5-25 s on 2 cores; `pytest -m slow` runs it
 def test_budget_concurrency_matches_the_estimator() -> None:
     from kvplan.bench import BenchConfig, SizingConfig, run_matrix
-    from kvplan.plan.capacity import PlanInputs, plan
+    from kvplan.sizing.capacity import PlanInputs, plan
     from kvplan.spec import parse_kv_format
     from kvplan.spec.resolve import load_gpu, load_model
     from kvplan.workload import make_workload

@@ -237,9 +237,9 @@ def test_bad_vision_fields_raise_value_errors() -> None:
 def test_decode_reads_no_vision_weight() -> None:
     """The tower is in the memory a checkpoint takes, never in what a text decode step reads:
     Qwen2.5-VL-7B's 676,550,144 tower parameters in bf16 are 1,353,100,288 bytes."""
-    from kvplan.plan.roofline import Roofline
     from kvplan.spec import parse_kv_format
     from kvplan.spec.resolve import load_gpu, load_model
+    from kvplan.spec.roofline import Roofline
 
     roof = Roofline(
         load_model("qwen2.5-vl-7b-instruct"), load_gpu("h100"), 1, parse_kv_format("bf16")

@@ -18,10 +18,10 @@ from kvplan.core.kv import PrefixCache, make_allocator
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig, StepPlan
 from kvplan.core.sequence import Sequence
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 from kvplan.workload.request import Request
 
 A_PROMPT = tuple(range(1, 21))  # 20 tokens: 5 full blocks, hashes h0..h4

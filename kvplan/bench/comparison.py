@@ -289,9 +289,9 @@ def summarize_reasons(reasons: list[str]) -> list[str]:
 
 
 def _scheduling_note(record: ResultRecord) -> str:
-    from kvplan.plan.engine_releases import engine_generation
-    from kvplan.plan.scheduling_rules import KVPLAN_RULES, scheduling_note, scheduling_rules
-    from kvplan.plan.versions import parse_version
+    from kvplan.engines.engine_releases import engine_generation
+    from kvplan.engines.scheduling_rules import KVPLAN_RULES, scheduling_note, scheduling_rules
+    from kvplan.engines.versions import parse_version
 
     params = record.params
     if (record.mode or "simulated") == "real":

@@ -26,7 +26,7 @@ from kvplan.core.engine_factory import (
 )
 from kvplan.core.router_config import RouterConfig
 from kvplan.core.scheduler_config import SchedulerConfig
-from kvplan.plan.scheduling_rules import KVPLAN_RULES
+from kvplan.engines.scheduling_rules import KVPLAN_RULES
 from kvplan.spec.setting_error import SettingError
 
 MODES = ("simulated", "real")
@@ -73,7 +73,7 @@ class BenchConfig:
     # "roofline" = the bare roofline at datasheet peak, a lower bound; else a `kvplan calibrate`
     # file. Recorded only when set.
     step_model: str | None = None
-    # A table `kvplan profile` measured (kvplan.plan.operators.profile_table): the operator
+    # A table `kvplan profile` measured (kvplan.sizing.operators.profile_table): the operator
     # step model times what it covers from it. Simulated mode only; recorded only when set.
     perf_table: str | None = None
     # The simulated `vllm bench serve` client (opt-in): a closed loop with at most

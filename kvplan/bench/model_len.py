@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN, model_max_len
+from kvplan.engines.pool_sizing import DEFAULT_MAX_MODEL_LEN, model_max_len
 from kvplan.spec import ModelSpec
 from kvplan.spec.setting_error import SettingError
 

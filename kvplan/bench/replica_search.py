@@ -33,9 +33,9 @@ from kvplan.bench.trials import sent_at, settled_run
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
 from kvplan.core.engine_factory import DoesNotFit, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.operators.profile_table import perf_table_setting
 from kvplan.sim.disagg import Phase
 from kvplan.sim.step_models import calibration_file_of, step_model_setting
+from kvplan.sizing.operators.profile_table import perf_table_setting
 from kvplan.spec.kv_format import parse_kv_format
 from kvplan.spec.numbers import check_number
 from kvplan.spec.setting_error import SettingError

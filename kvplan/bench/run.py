@@ -18,7 +18,7 @@ from kvplan.bench.setting_use import check_samples_read
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.core.engine_factory import engine_scheduler
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.engine_releases import range_ratio_below
+from kvplan.engines.engine_releases import range_ratio_below
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import atomic_file, check_folder_target, restore_on_failure
 from kvplan.results.latest import (

@@ -12,8 +12,8 @@ from typing import Any
 
 from kvplan.bench.config import CALIBRATION, check_perf_table_mode
 from kvplan.bench.setting_use import check_sweep_budgets
-from kvplan.plan.operators.profile_table import perf_table_setting
 from kvplan.sim.step_models import step_model_setting
+from kvplan.sizing.operators.profile_table import perf_table_setting
 from kvplan.spec.numbers import MAX_SWEEP_POINTS, check_grid_size, check_number, rule_for
 from kvplan.spec.setting_error import SettingError
 
@@ -100,7 +100,7 @@ def _check_step_models(data: dict[str, Any], where: str) -> None:
 
 def _check_perf_tables(data: dict[str, Any], where: str) -> None:
     """perf_table as bench's --perf-table takes it: each file read now, once, and refused with
-    mode = "real" (kvplan.plan.operators.profile_table, kvplan.bench.config)."""
+    mode = "real" (kvplan.sizing.operators.profile_table, kvplan.bench.config)."""
     fixed, axes = data.get("fixed") or {}, data.get("axes") or {}
 
     def values(name: str) -> list[Any]:

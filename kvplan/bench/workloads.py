@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan.plan.pool_sizing import DEFAULT_MAX_MODEL_LEN, check_max_model_len
+from kvplan.engines.pool_sizing import DEFAULT_MAX_MODEL_LEN, check_max_model_len
 from kvplan.spec import ModelSpec
 from kvplan.spec.numbers import check_number
 from kvplan.spec.setting_error import SettingError

@@ -7,10 +7,10 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvplan.cli.common import console, escape, fmt_bytes, fmt_int
-from kvplan.plan.capacity import CapacityPlan, engine_memory, smallest_tp_for_weights
-from kvplan.plan.engine_releases import SAMPLER_PATH_NAMES
-from kvplan.plan.memory_model import ENGINE_DESCRIPTIONS
-from kvplan.plan.roofline import Roofline
+from kvplan.engines.engine_releases import SAMPLER_PATH_NAMES
+from kvplan.engines.memory_model import ENGINE_DESCRIPTIONS
+from kvplan.sizing.capacity import CapacityPlan, engine_memory, smallest_tp_for_weights
+from kvplan.spec.roofline import Roofline
 
 GIB = 2**30
 

@@ -1,5 +1,5 @@
 """The tables of vLLM's CPU backend: `kvplan estimate --device cpu` and `kvplan explain` on a CPU
-server's log (kvplan/plan/cpu_kv.py, kvplan/plan/cpu_log.py)."""
+server's log (kvplan/engines/cpu_kv.py, kvplan/logs/cpu_log.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvplan.cli.common import console, escape, fmt_bytes, fmt_cell, fmt_int
-from kvplan.plan.cpu_kv import GIB, RUNTIME_OVERHEAD_GIB, CpuKvPlan
+from kvplan.engines.cpu_kv import GIB, RUNTIME_OVERHEAD_GIB, CpuKvPlan
 
 _MEMORY_ROWS = (
     ("node_total", "node memory"),

@@ -29,9 +29,9 @@ from kvplan.cli.common import (
 from kvplan.cli.estimate_cpu import check_device, cpu_only, estimate_cpu, one_of, typed
 from kvplan.cli.fit_table import fitted_table
 from kvplan.cli.resolution import render_resolution, resolution_record
-from kvplan.plan.capacity import PlanInputs, check_can_fit_somehow, plan
-from kvplan.plan.engine_releases import engine_generation, parse_version
+from kvplan.engines.engine_releases import engine_generation, parse_version
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
+from kvplan.sizing.capacity import PlanInputs, check_can_fit_somehow, plan
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import check_numbers, parse_optional_count
 from kvplan.spec.resolve import load_gpu, resolve_model
@@ -285,7 +285,9 @@ def _run_sweep(
     table: bool = True,
 ) -> None:
     """Sweep (or a single point), writing CSV / result records; prints the table when asked."""
-    from kvplan.plan.capacity_sweep import (
+    from kvplan.results import write_jsonl
+    from kvplan.results.atomic import restore_on_failure
+    from kvplan.sizing.capacity_sweep import (
         COLUMNS,
         estimate_records,
         parse_axis,
@@ -293,8 +295,6 @@ def _run_sweep(
         sweep,
         write_csv,
     )
-    from kvplan.results import write_jsonl
-    from kvplan.results.atomic import restore_on_failure
 
     axes = dict(parse_axis(spec) for spec in specs)
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""`kvplan estimate MODEL --device cpu`: the KV cache vLLM's CPU backend sizes (kvplan/plan/cpu_kv.py).
+"""`kvplan estimate MODEL --device cpu`: the KV cache vLLM's CPU backend sizes (kvplan/engines/cpu_kv.py).
 
 The CPU shares estimate's settings: --kv-cache-space is --kv-cache-gib's (the KV memory,
 vLLM's kv_cache_memory_bytes, which VLLM_CPU_KVCACHE_SPACE sets) and --cpu-memory-gib
@@ -15,8 +15,8 @@ from typing import Any
 
 from kvplan.cli.cpu_tables import render_cpu_plan
 from kvplan.cli.resolution import render_resolution, resolution_record
-from kvplan.plan.cpu_kv import GIB, CpuInputs, plan_cpu
-from kvplan.plan.engine_releases import engine_generation, parse_version
+from kvplan.engines.cpu_kv import GIB, CpuInputs, plan_cpu
+from kvplan.engines.engine_releases import engine_generation, parse_version
 from kvplan.results.atomic import strict_json
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import resolve_model

@@ -13,7 +13,7 @@ from rich.table import Table
 from kvplan.cli.common import JsonOpt, cli_errors, console, error_console, fmt_cell
 from kvplan.cli.cpu_tables import render_cpu_explain
 from kvplan.cli.fit_table import fitted_table
-from kvplan.plan.explain import explain as explain_log
+from kvplan.logs.explain import explain as explain_log
 from kvplan.spec.server_log import log_name, read_log
 
 _MEMORY_ROWS = (

@@ -34,7 +34,7 @@ from kvplan.cli.common import (
 )
 from kvplan.cli.panels.engine import CalibrationOpt, PerfTableOpt, StepModelOpt
 from kvplan.cli.plan_table import render_plan
-from kvplan.plan.plan_inputs import DEFAULT_PLAN_TPS, valid_tps
+from kvplan.sizing.plan_inputs import DEFAULT_PLAN_TPS, valid_tps
 from kvplan.spec.comma_list import comma_list
 from kvplan.workload.bench_load import BenchLoad
 

@@ -136,11 +136,11 @@ def profile(
     kv_format = parse_kv_format(kv_dtype, spec)
     if "torch" in missing_modules("real"):
         raise MissingExtra("kvplan profile", "real", ["torch"])
-    from kvplan.plan.operators.profile_writer import write_table
-    from kvplan.plan.operators.shapes import model_ops
     from kvplan.real.model import resolve_device
     from kvplan.real.op_profile import ProfileGrid, plan_profile
     from kvplan.results.latest import DEFAULT_FOLDER, default_stem
+    from kvplan.sizing.operators.profile_writer import write_table
+    from kvplan.sizing.operators.shapes import model_ops
 
     where = resolve_device(device).split(":")[0]
     tokens, seqs, context = DEFAULTS[where]

@@ -3,7 +3,7 @@ real (kvplan.real) mode: the engine sizing settings, the offload-tier settings, 
 settings, one parsed optimization, the resulting sizing, the tier construction, the
 eviction policy an optimization runs, and the factory protocol the bench matrix calls.
 The pool's own arithmetic (max_model_len default, whole blocks) is the capacity plan's
-(kvplan.plan.capacity), so the estimator and both modes size it alike. Pure data; no torch."""
+(kvplan.sizing.capacity), so the estimator and both modes size it alike. Pure data; no torch."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvplan.core.tiers.cache import TIER_POLICIES
-from kvplan.plan import sglang_defaults
-from kvplan.plan.engine_releases import batch_defaults, engine_generation, parse_version
-from kvplan.plan.pool_sizing import max_model_len_for
-from kvplan.plan.scheduling_rules import SchedulingRules, scheduling_rules
+from kvplan.engines import sglang_defaults
+from kvplan.engines.engine_releases import batch_defaults, engine_generation, parse_version
+from kvplan.engines.pool_sizing import max_model_len_for
+from kvplan.engines.scheduling_rules import SchedulingRules, scheduling_rules
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
@@ -53,7 +53,7 @@ class SizingConfig:
     # none aside (BenchConfig records 0)
     swap_space_gib: float = 4.0
     # The serving engine and release being modeled ("vllm" or "sglang"; no version: the newest
-    # release's behaviour): whose startup profile sizes the pool (plan/memory_model.py, with
+    # release's behaviour): whose startup profile sizes the pool (engines/memory_model.py, with
     # the scheduler's own batch limits), whose batch limits a scheduler that sets none gets,
     # and whose step-model overheads time the steps.
     engine: str = "vllm"
@@ -78,7 +78,7 @@ class SizingConfig:
 
 def engine_rules(config: SizingConfig, scheduler: SchedulerConfig) -> SchedulingRules:
     """The rules a simulated engine schedules and pages by: the scheduler's own if set, else
-    its engine release's (kvplan.plan.scheduling_rules)."""
+    its engine release's (kvplan.engines.scheduling_rules)."""
     return scheduler.rules or scheduling_rules(
         config.generation, parse_version(config.engine_version)
     )
@@ -89,7 +89,7 @@ def engine_scheduler(
 ) -> SchedulerConfig:
     """The scheduler with the serving engine's own batch limits where it sets none (vLLM's
     defaults for the release, GPU and max_model_len; SGLang's chunked prefill size and, given
-    the pool, its max_running_requests: kvplan.plan.engine_releases, plan.sglang_defaults).
+    the pool, its max_running_requests: kvplan.engines.engine_releases, plan.sglang_defaults).
     SGLang's steps are scheduled as vLLM's, prefill chunks and decodes in one step: a named
     simplification (SGLang runs a prefill batch before the decodes unless --enable-mixed-chunk;
     on the shipped SGLang runs the mixed schedule predicted as well or better)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvplan.plan.scheduling_rules import KVPLAN_RULES, SchedulingRules
+from kvplan.engines.scheduling_rules import KVPLAN_RULES, SchedulingRules
 from kvplan.spec.setting_error import SettingError
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -14,7 +14,7 @@ PREEMPTION_MODES = ("recompute", "swap")
 @dataclass(frozen=True)
 class SchedulerConfig:
     # None: the serving engine's own default for its release and GPU (resolved by `resolved`
-    # before an engine is built; kvplan.plan.engine_releases.batch_defaults)
+    # before an engine is built; kvplan.engines.engine_releases.batch_defaults)
     max_num_seqs: int | None = 256
     max_num_batched_tokens: int | None = 8192
     chunked_prefill: bool = True
@@ -26,7 +26,7 @@ class SchedulerConfig:
     # vLLM V0 multi-step scheduling (--num-scheduler-steps N): one scheduling decision runs
     # N decode steps, so waiting requests are admitted only every N steps.
     scheduler_steps: int = 1
-    # How the engine release admits, orders and pages (kvplan.plan.scheduling_rules); None:
+    # How the engine release admits, orders and pages (kvplan.engines.scheduling_rules); None:
     # the serving engine's own for its release, resolved with the batch limits
     # (kvplan.core.engine_factory.engine_scheduler), else kvplan's own (real mode)
     rules: SchedulingRules | None = None

@@ -9,7 +9,7 @@ environment where vLLM's CPU build imports, the profile times that kernel (the t
 say so); anywhere else, the loop over the experts the tokens touch.
 
 Both route the same way: uniform routing of T tokens to top-k of E experts touches
-E (1 - (1 - k / E)^T) of them (kvplan.plan.operators.shapes.expected_touched), and the T x k
+E (1 - (1 - k / E)^T) of them (kvplan.sizing.operators.shapes.expected_touched), and the T x k
 rows split evenly among those.
 """
 
@@ -25,7 +25,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from kvplan.plan.operators.shapes import expected_touched
+from kvplan.sizing.operators.shapes import expected_touched
 
 # vLLM's CPU grouped GEMM needs its hidden and (zero-padded) intermediate widths in multiples
 # of its output tile (CPUUnquantizedExperts.output_alignment)

@@ -30,7 +30,7 @@ from kvplan.core.kv.base import Allocator
 from kvplan.core.kv.paged import PagedAllocator
 from kvplan.core.policies import PolicySpec
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.pool_sizing import max_model_len_for, whole_blocks
+from kvplan.engines.pool_sizing import max_model_len_for, whole_blocks
 from kvplan.real.eviction import RealEviction, check_real_policy
 from kvplan.real.kivi_pool import KiviServing, check_kivi_serving
 from kvplan.real.loaded import CPU_KV_GIB, kv_pool_bytes, load_model_for_bench

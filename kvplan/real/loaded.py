@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvplan.core.engine_factory import GIB, RealConfig, SizingConfig
-from kvplan.plan.engine_releases import default_utilization, parse_version
+from kvplan.engines.engine_releases import default_utilization, parse_version
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.spec import ModelSpec
 from kvplan.spec.hf_config import model_spec_from_config

@@ -1,6 +1,6 @@
 """`kvplan profile`: the operators one forward pass of a model runs at a tensor-parallel degree
-(kvplan.plan.operators.shapes.model_ops), measured on this machine's CPU or CUDA GPU into a
-`kvplan.perf-table/1` table (kvplan.plan.operators.profile_table) the simulator's step model
+(kvplan.sizing.operators.shapes.model_ops), measured on this machine's CPU or CUDA GPU into a
+`kvplan.perf-table/1` table (kvplan.sizing.operators.profile_table) the simulator's step model
 reads (`kvplan bench --perf-table FILE`).
 
 What is measured, each on its grid (ProfileGrid):
@@ -41,10 +41,13 @@ from typing import Any
 
 import torch
 
+from kvplan.engines.engine_releases import SAMPLER_BYTES_PER_LOGIT
 from kvplan.kernels import select_backend
 from kvplan.kernels.quant import get_format
-from kvplan.plan.engine_releases import SAMPLER_BYTES_PER_LOGIT
-from kvplan.plan.operators.profile_table import (
+from kvplan.quality.torch_threads import intra_op_threads
+from kvplan.real.op_timer import Timer
+from kvplan.real.op_workloads import Tick, Workbench
+from kvplan.sizing.operators.profile_table import (
     AllReduceShape,
     AttentionShape,
     Curve,
@@ -54,10 +57,7 @@ from kvplan.plan.operators.profile_table import (
     PerfTable,
     Surface,
 )
-from kvplan.plan.operators.shapes import ModelOps
-from kvplan.quality.torch_threads import intra_op_threads
-from kvplan.real.op_timer import Timer
-from kvplan.real.op_workloads import Tick, Workbench
+from kvplan.sizing.operators.shapes import ModelOps
 from kvplan.spec.setting_error import SettingError
 
 MEASURED_KINDS = ("FullAttention", "SlidingAttention", "ChunkedAttention")

@@ -29,9 +29,9 @@ from kvplan.kernels.paged_attention import paged_attention
 from kvplan.kernels.paged_prefill import paged_prefill
 from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format
 from kvplan.kernels.variant import AttentionVariant
-from kvplan.plan.operators.profile_table import AttentionShape, ExpertsShape
 from kvplan.real.expert_kernels import ExpertKernel, expert_kernel
 from kvplan.real.op_timer import Timer
+from kvplan.sizing.operators.profile_table import AttentionShape, ExpertsShape
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 Tick = Callable[[], None]

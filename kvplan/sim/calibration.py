@@ -26,7 +26,7 @@ import numpy as np
 from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import Optimization, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.engine_releases import engine_generation, range_ratio_below
+from kvplan.engines.engine_releases import engine_generation, range_ratio_below
 from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.sim.measured import MeasuredRun, batch_defaults

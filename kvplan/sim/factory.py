@@ -23,10 +23,8 @@ from kvplan.core.engine_factory import (
 )
 from kvplan.core.kv import make_allocator
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.plan.capacity import PlanInputs, plan
-from kvplan.plan.engine_releases import parse_version
-from kvplan.plan.pool_sizing import max_model_len_for, whole_blocks
-from kvplan.plan.roofline import Roofline
+from kvplan.engines.engine_releases import parse_version
+from kvplan.engines.pool_sizing import max_model_len_for, whole_blocks
 from kvplan.sim.calibration_file import calibration_band, read_calibration
 from kvplan.sim.ops.build import operator_runner
 from kvplan.sim.ops.overhead import EngineOverhead, engine_era
@@ -34,8 +32,10 @@ from kvplan.sim.ops.shipped import shipped_fit, step_kind
 from kvplan.sim.ops.step import OperatorStepRunner
 from kvplan.sim.runner import SimulatedRunner
 from kvplan.sim.step_models import FITTED, ROOFLINE
+from kvplan.sizing.capacity import PlanInputs, plan
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
+from kvplan.spec.roofline import Roofline
 
 
 def size_engine(

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvplan.plan.engine_releases import batch_defaults as batch_defaults_for
-from kvplan.plan.engine_releases import engine_generation, parse_version
-from kvplan.plan.log_setup import weight_dtype_hint
-from kvplan.plan.versions import released_before
+from kvplan.engines.engine_releases import batch_defaults as batch_defaults_for
+from kvplan.engines.engine_releases import engine_generation, parse_version
+from kvplan.engines.versions import released_before
+from kvplan.logs.log_setup import weight_dtype_hint
 from kvplan.sim.run_checks import run_problem
 from kvplan.spec.resolve import load_gpu, load_model
 
@@ -246,7 +246,7 @@ def batch_defaults(
 ) -> tuple[int, int, bool]:
     """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with: the run's
     own settings where it states them, else vLLM's defaults for its version and GPU
-    (kvplan.plan.engine_releases.batch_defaults: `vllm serve`'s for serving runs, the offline
+    (kvplan.engines.engine_releases.batch_defaults: `vllm serve`'s for serving runs, the offline
     LLM class's for `bench throughput` / `latency`). V0's offline scripts before 0.6.4 turned
     chunked prefill off unless asked (OFFLINE_SCRIPTS_USE_ENGINE_ARGS). SGLang runs take
     SGLang's own limits instead (calibration.build_engine, core.engine_factory.engine_scheduler)."""

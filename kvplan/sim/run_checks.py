@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvplan.plan.engine_releases import engine_generation
-from kvplan.plan.pool_sizing import model_max_len
-from kvplan.plan.versions import parse_version
+from kvplan.engines.engine_releases import engine_generation
+from kvplan.engines.pool_sizing import model_max_len
+from kvplan.engines.versions import parse_version
 from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import RULES, _show, check_number
 from kvplan.spec.resolve import load_model

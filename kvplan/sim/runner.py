@@ -9,7 +9,7 @@ measures wall-clock time instead; both take the same StepPlan.
 from __future__ import annotations
 
 from kvplan.core.scheduler import StepPlan
-from kvplan.plan.roofline import Roofline
+from kvplan.spec.roofline import Roofline
 
 
 class SimulatedRunner:

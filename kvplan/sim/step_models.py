@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvplan.plan.engine_releases import engine_generation, parse_version
+from kvplan.engines.engine_releases import engine_generation, parse_version
 from kvplan.sim.calibration_file import FittedOn, read_calibration
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError

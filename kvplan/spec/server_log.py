@@ -138,7 +138,7 @@ class ServerLog:
     sglang_v_size_gb: float | None = None
     sglang_kv_size_gb: float | None = None
     sglang_available_gpu_mem_gb: float | None = None
-    # vLLM's CPU backend: the node's memory, not a GPU's (kvplan/plan/cpu_log.py explains it)
+    # vLLM's CPU backend: the node's memory, not a GPU's (kvplan/logs/cpu_log.py explains it)
     device: str | None = None  # "cpu" for a CPU server; None for a GPU's
     cpu_kv_source: str | None = None  # "explicit" (VLLM_CPU_KVCACHE_SPACE) or "auto"
     cpu_kv_gib: float | None = None

@@ -238,7 +238,7 @@ TEXT_PATTERNS: dict[str, tuple[str, ...]] = {
     ),
 }
 # vLLM V1 names its top-k/top-p sampler at startup (vllm/v1/sample/ops/topk_topp_sampler.py):
-# what its profiling run's sampler pass holds depends on it (kvplan/plan/engine_releases.py).
+# what its profiling run's sampler pass holds depends on it (kvplan/engines/engine_releases.py).
 SAMPLER_LINES = (
     ("flashinfer", r"Using FlashInfer for top-p & top-k sampling"),
     ("sort", r"Falling back to the PyTorch-native implementation of top-p & top-k sampling"),

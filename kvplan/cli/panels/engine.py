@@ -123,7 +123,7 @@ class EngineOptions:
         """--step-model, --calibration and --perf-table as a sweep's keys are checked (the
         files read now)."""
         self._step_model()
-        from kvplan.plan.operators.profile_table import perf_table_setting
+        from kvplan.sizing.operators.profile_table import perf_table_setting
 
         perf_table_setting(self.perf_table)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvplan import lazy_attribute
-from kvplan.plan.scheduling_rules import KVPLAN_RULES, SchedulingRules
+from kvplan.engines.scheduling_rules import KVPLAN_RULES, SchedulingRules
 
 if TYPE_CHECKING:
     from kvplan.core.kv.base import Allocator

@@ -13,7 +13,7 @@ from kvplan.core.kv.prefix_cache import PrefixCache
 from kvplan.core.policies import PolicySpec
 from kvplan.core.sequence import Sequence
 from kvplan.core.tiers import TieredCache
-from kvplan.plan.scheduling_rules import KVPLAN_RULES, SchedulingRules
+from kvplan.engines.scheduling_rules import KVPLAN_RULES, SchedulingRules
 
 
 class PagedAllocator(Allocator):

@@ -24,7 +24,7 @@ import math
 import re
 from pathlib import Path
 
-from kvplan.plan.engine_releases import version_on
+from kvplan.engines.engine_releases import version_on
 from kvplan.sim.measured import MeasuredRun
 from kvplan.spec.profiles import gpu_profiles
 from kvplan.spec.resolve import load_model

@@ -16,13 +16,13 @@ import importlib.util
 from functools import cache
 from typing import Any
 
-from kvplan.plan.operators.attention import (
+from kvplan.sizing.operators.attention import (
     AttentionOp,
     FullAttention,
     MlaAttention,
     SlidingAttention,
 )
-from kvplan.plan.operators.shapes import Experts, Gemm
+from kvplan.sizing.operators.shapes import Experts, Gemm
 from kvplan.spec import GpuSpec
 
 PACKAGE = "aiconfigurator_core"

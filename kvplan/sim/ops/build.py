@@ -7,17 +7,17 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from kvplan.plan.engine_releases import SAMPLER_BYTES_PER_LOGIT
-from kvplan.plan.operators.shapes import model_ops
-from kvplan.plan.roofline import Roofline
+from kvplan.engines.engine_releases import SAMPLER_BYTES_PER_LOGIT
 from kvplan.sim.ops import aic_source
 from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.ops.sources import OperatorSource, RooflineSource, Sources
 from kvplan.sim.ops.step import OperatorStepRunner
+from kvplan.sizing.operators.shapes import model_ops
+from kvplan.spec.roofline import Roofline
 
 # A serving step samples greedily or at a temperature: it reads the bf16 logits, keeps an fp32
 # copy and takes its softmax, 10 bytes per logit (the V1 engine's FlashInfer path's figure,
-# kvplan.plan.engine_releases), whatever top-k / top-p path the release's profiling run takes.
+# kvplan.engines.engine_releases), whatever top-k / top-p path the release's profiling run takes.
 SAMPLER_PATH = "flashinfer"
 
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.plan.engine_releases import engine_generation, parse_version
-from kvplan.plan.scheduling_rules import ASYNC_SCHEDULING_FROM
-from kvplan.plan.versions import on_or_after
+from kvplan.engines.engine_releases import engine_generation, parse_version
+from kvplan.engines.scheduling_rules import ASYNC_SCHEDULING_FROM
+from kvplan.engines.versions import on_or_after
 
 SGLANG_OVERLAP_FROM = (0, 4, 0)
 

@@ -1,5 +1,5 @@
 """Operator times from a table measured on the device (`kvplan profile`, a `kvplan.perf-table/1`
-file: kvplan.plan.operators.profile_table), the first source the step model asks.
+file: kvplan.sizing.operators.profile_table), the first source the step model asks.
 
 A shape the table does not hold (another model's GEMM, a weight or KV format not measured, an
 attention kind not profiled, an all-reduce measured on no multi-GPU machine) is answered
@@ -28,8 +28,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvplan.plan.operators.attention import AttentionOp
-from kvplan.plan.operators.profile_table import (
+from kvplan.sizing.operators.attention import AttentionOp
+from kvplan.sizing.operators.profile_table import (
     AllReduceShape,
     AttentionShape,
     Curve,
@@ -39,7 +39,7 @@ from kvplan.plan.operators.profile_table import (
     Surface,
     read_table,
 )
-from kvplan.plan.operators.shapes import Experts, Gemm
+from kvplan.sizing.operators.shapes import Experts, Gemm
 
 
 def along(x: float, xs: Sequence[float], ys: Sequence[float], shift: float = 0.0) -> float:
@@ -75,7 +75,7 @@ class ProfileSource:
 
     @classmethod
     def read(cls, path: str | Path) -> ProfileSource:
-        """The file's table (refused as kvplan.plan.operators.profile_table words it)."""
+        """The file's table (refused as kvplan.sizing.operators.profile_table words it)."""
         path = Path(path)
         table = read_table(path)
         return cls(table, f"profile {table.device.name} ({path.name})")

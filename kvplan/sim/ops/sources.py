@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvplan.plan.operators.attention import AttentionOp
-from kvplan.plan.operators.shapes import Experts, Gemm
+from kvplan.sizing.operators.attention import AttentionOp
+from kvplan.sizing.operators.shapes import Experts, Gemm
 from kvplan.spec import GpuSpec
 
 MEMORY_EFFICIENCY = 0.8

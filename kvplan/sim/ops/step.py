@@ -10,7 +10,7 @@ engine's own time per step (overhead.py).
   then every 8: vLLM's cudagraph_capture_sizes), so it pays for the padded size.
 - head(S): the LM head and the sampler over the S sequences that sample; the sampler reads
   each row of logits at the bytes per logit of the release's top-k / top-p path
-  (kvplan.plan.engine_releases.SAMPLER_BYTES_PER_LOGIT).
+  (kvplan.engines.engine_releases.SAMPLER_BYTES_PER_LOGIT).
 - decode: the D decodes of the step at their mean context (a window's reads are capped at
   the mean, a named simplification); prefill: each chunk at its own (new, before).
 
@@ -30,12 +30,12 @@ from typing import NamedTuple
 import numpy as np
 
 from kvplan.core.scheduler import StepPlan
-from kvplan.plan.operators.attention import AttentionOp
-from kvplan.plan.operators.shapes import ModelOps
-from kvplan.plan.roofline import Roofline
 from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.ops.sources import Sources
 from kvplan.sim.runner import SimulatedRunner
+from kvplan.sizing.operators.attention import AttentionOp
+from kvplan.sizing.operators.shapes import ModelOps
+from kvplan.spec.roofline import Roofline
 
 CAPTURE_LIMIT = 512  # vLLM's largest default CUDA graph capture size
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kvplan.plan.operators.attention import AttentionOp
-from kvplan.plan.operators.shapes import Experts, Gemm
+from kvplan.sizing.operators.attention import AttentionOp
+from kvplan.sizing.operators.shapes import Experts, Gemm
 from kvplan.spec.capped_read import read_capped
 from kvplan.spec.setting_error import SettingError
 
@@ -76,7 +76,7 @@ class Surface:
 class GemmShape:
     n: int
     k: int
-    format: str  # kvplan.plan.operators.shapes.WeightFormat.label
+    format: str  # kvplan.sizing.operators.shapes.WeightFormat.label
 
     @classmethod
     def of(cls, gemm: Gemm) -> GemmShape:

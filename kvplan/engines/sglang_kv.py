@@ -1,5 +1,5 @@
 """SGLang's KV token pools for the same models vLLM's hybrid manager groups
-(kvplan/plan/hybrid_kv.py): one pool at full length, an SWA pool beside it for
+(kvplan/engines/hybrid_kv.py): one pool at full length, an SWA pool beside it for
 sliding-window models, Mamba state slots for linear-attention models.
 """
 

@@ -1,4 +1,4 @@
-"""`kvplan explain` on a startup log of vLLM's CPU backend (kvplan/plan/cpu_kv.py has its rules).
+"""`kvplan explain` on a startup log of vLLM's CPU backend (kvplan/engines/cpu_kv.py has its rules).
 
 A CPU worker prints its KV memory on its NUMA node ("Auto set" or "Explicitly set"), a
 num_gpu_blocks override where one is set, and "CPU KV cache size" / "Maximum concurrency".
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from kvplan import cdiv
-from kvplan.plan.cpu_kv import (
+from kvplan.engines.cpu_kv import (
     BLOCK_MULTIPLE,
     DEEPSEEK_V4_BLOCK_SIZE,
     GIB,
@@ -24,9 +24,9 @@ from kvplan.plan.cpu_kv import (
     cpu_kv_cache,
     uses_mla,
 )
-from kvplan.plan.engine_releases import parse_version
-from kvplan.plan.hybrid_kv import VllmKVCache
-from kvplan.plan.log_setup import ServerSetup, stage_layers_share
+from kvplan.engines.engine_releases import parse_version
+from kvplan.engines.hybrid_kv import VllmKVCache
+from kvplan.logs.log_setup import ServerSetup, stage_layers_share
 from kvplan.spec import parse_kv_format
 from kvplan.spec.server_log import ServerLog
 

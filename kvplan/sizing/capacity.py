@@ -2,10 +2,10 @@
 
 The figures follow how vLLM sizes its KV cache: usable memory = the driver's total x
 gpu_memory_utilization; KV pool = usable - weights - the reserve the engine's profiling
-run takes (activation peak, non-torch memory, CUDA graphs: plan/memory_model.py, per
+run takes (activation peak, non-torch memory, CUDA graphs: engines/memory_model.py, per
 engine version); blocks = pool // (block_size x bytes per token); "GPU KV cache size" =
 blocks x block_size tokens; "maximum concurrency" = KV cache tokens / max_model_len.
-The max_model_len default and the block count are the engines' too (plan/pool_sizing.py).
+The max_model_len default and the block count are the engines' too (engines/pool_sizing.py).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
-from kvplan.plan.hybrid_kv import vllm_kv_cache
-from kvplan.plan.memory_model import MemoryProfile, predict_memory
-from kvplan.plan.plan_inputs import GIB, MAX_TOKENS, PlanInputs, valid_tps
-from kvplan.plan.pool_sizing import model_max_len, whole_blocks
-from kvplan.plan.sglang_kv import sglang_kv_tokens
+from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
+from kvplan.engines.hybrid_kv import vllm_kv_cache
+from kvplan.engines.memory_model import MemoryProfile, predict_memory
+from kvplan.engines.pool_sizing import model_max_len, whole_blocks
+from kvplan.engines.sglang_kv import sglang_kv_tokens
+from kvplan.sizing.plan_inputs import GIB, MAX_TOKENS, PlanInputs, valid_tps
 from kvplan.spec import parse_kv_format
 
 

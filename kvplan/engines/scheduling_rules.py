@@ -3,7 +3,7 @@ V1 scheduler and KV cache manager that kvplan's engine (kvplan/core) reproduces,
 on from the vLLM release that introduced it.
 
 Each release below was read in vLLM's own released sources (the sdists on PyPI, compared on
-both sides of the change), as kvplan/plan/engine_releases.py reads its memory profile. A run
+both sides of the change), as kvplan/engines/engine_releases.py reads its memory profile. A run
 that names no release gets the newest behaviour. SGLang and vLLM V0 keep kvplan's own rules
 (`KVPLAN_RULES`: a 1% watermark at every admission, running requests in arrival order, blocks
 cached once their step is done, freed blocks queued at the back), as does real mode, which
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from kvplan.plan.versions import Version, on_or_after
+from kvplan.engines.versions import Version, on_or_after
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class SchedulingRules:
 KVPLAN_RULES = SchedulingRules()
 
 # (rule, first vLLM release with it, where vLLM's source does it). V1 ships from 0.6.4 (opt-in
-# until 0.8.0, when it became the default: kvplan.plan.engine_releases.engine_generation).
+# until 0.8.0, when it became the default: kvplan.engines.engine_releases.engine_generation).
 VLLM_V1_RELEASES: tuple[tuple[str, Version, str], ...] = (
     ("cache_on_allocate", (0, 6, 4), "KVCacheManager.allocate_slots caches the full blocks"),
     ("duplicate_cached_blocks", (0, 6, 4), "cached_block_hash_to_block: hash -> {id: block}"),

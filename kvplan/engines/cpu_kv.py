@@ -13,7 +13,7 @@
   memory on CPU), and KV = requested - the process's RSS after a warm-up forward ("Auto set
   (K/T) GiB ... with R GiB requested memory for the worker. C GiB memory was consumed by
   non-kv usages."); vLLM refuses a result <= 0.
-- Blocks and printed figures, as on a GPU (v1/core/kv_cache_utils.py; kvplan/plan/hybrid_kv.py):
+- Blocks and printed figures, as on a GPU (v1/core/kv_cache_utils.py; kvplan/engines/hybrid_kv.py):
   num_blocks = KV bytes // bytes per block, or num_gpu_blocks_override; "CPU KV cache size: N
   tokens" = int(concurrency x max_model_len) and concurrency = num_blocks / the blocks one
   max_model_len request needs, so N counts vLLM's null block too (75 blocks of 32 print 2,400
@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kvplan.plan.engine_releases import default_utilization
-from kvplan.plan.hybrid_kv import VllmKVCache, vllm_kv_cache
-from kvplan.plan.pool_sizing import check_max_model_len, max_model_len_for
-from kvplan.plan.versions import Version
+from kvplan.engines.engine_releases import default_utilization
+from kvplan.engines.hybrid_kv import VllmKVCache, vllm_kv_cache
+from kvplan.engines.pool_sizing import check_max_model_len, max_model_len_for
+from kvplan.engines.versions import Version
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.setting_error import SettingError
 
@@ -84,7 +84,7 @@ def cpu_kv_cache(
     version: Version | None = None,
     max_num_batched_tokens: int | None = None,
 ) -> VllmKVCache:
-    """vLLM's KV arithmetic for one CPU worker's KV memory (kvplan/plan/hybrid_kv.py), with
+    """vLLM's KV arithmetic for one CPU worker's KV memory (kvplan/engines/hybrid_kv.py), with
     the CPU backend's batch default and one batch in flight."""
     return vllm_kv_cache(
         model,

@@ -11,15 +11,15 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from kvplan.plan.engine_releases import default_utilization, parse_version, version_on
-from kvplan.plan.engine_weights import loaded_weight_bytes_per_gpu
-from kvplan.plan.hybrid_kv import (
+from kvplan.engines.engine_releases import default_utilization, parse_version, version_on
+from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
+from kvplan.engines.hybrid_kv import (
     prefix_caching_mamba_mode,
     state_block_alignment,
     vllm_kv_cache,
 )
-from kvplan.plan.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
-from kvplan.plan.sglang_kv import sglang_kv_tokens
+from kvplan.engines.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
+from kvplan.engines.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.profiles import gpu_profiles
 from kvplan.spec.resolve import load_gpu, parse_query, strip_suffixes
@@ -291,7 +291,7 @@ def predict_capacity(
     max_len = setup.max_model_len or model.max_position_embeddings or 4096
     if setup.engine == "vllm-v1" and setup.pp == 1:
         mode = prefix_caching_mamba_mode(model, setup.settings.version, setup.prefix_caching)
-        # V1 sizes by KV cache groups and prints tokens from them (kvplan/plan/hybrid_kv.py).
+        # V1 sizes by KV cache groups and prints tokens from them (kvplan/engines/hybrid_kv.py).
         cache = vllm_kv_cache(
             model,
             fmt,

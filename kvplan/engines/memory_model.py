@@ -20,7 +20,7 @@ v1 gpu_worker.py determine_available_memory):
   after the forward: V1 frees the forward's intermediates first and keeps only the hidden
   states, so its peak is the larger of the forward and hidden states + sampler; the sampler
   holds rows x vocab x the bytes its top-k/top-p path allocates (counted per path and release
-  in kvplan/plan/engine_releases.py). V0 is modeled additively with fitted bytes per logit
+  in kvplan/engines/engine_releases.py). V0 is modeled additively with fitted bytes per logit
   (its fit on the v0 logs; v0 keeps more of the forward alive while it samples).
 - Non-torch memory (CUDA context, kernels loaded by the profile) is a fitted constant. V1 takes
   its baseline after the distributed setup (gpu_worker.init_device), so NCCL's buffers are
@@ -31,7 +31,7 @@ v1 gpu_worker.py determine_available_memory):
   enforce_eager.
 - SGLang: KV = (total - memory in use before loading, the same non-torch model) x
   mem_fraction_static - weights (model_runner.profile_max_num_token); the rest is its
-  activation headroom. The fraction's default is the release's (plan/sglang_defaults.py).
+  activation headroom. The fraction's default is the release's (engines/sglang_defaults.py).
 
 The fitted figures live in profiles/memory_model.toml with the residual on every log they
 were fitted on (benchmarks/vllm_logs.py --fit rewrites it).
@@ -43,14 +43,14 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
-from kvplan.plan.engine_releases import (
+from kvplan.engines.engine_releases import (
     CUDA_GRAPHS_IN_BUDGET,
     SAMPLER_BYTES_PER_LOGIT,
     batch_defaults,
     on_or_after,
     v1_sampler_path,
 )
-from kvplan.plan.versions import Version
+from kvplan.engines.versions import Version
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.setting_error import SettingError

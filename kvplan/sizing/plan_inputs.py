@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvplan.plan.engine_releases import default_utilization
-from kvplan.plan.memory_model import DEFAULT_ENGINE, EngineSettings
-from kvplan.plan.pool_sizing import check_max_model_len, max_model_len_for
+from kvplan.engines.engine_releases import default_utilization
+from kvplan.engines.memory_model import DEFAULT_ENGINE, EngineSettings
+from kvplan.engines.pool_sizing import check_max_model_len, max_model_len_for
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 from kvplan.spec.setting_error import SettingError
 
@@ -38,7 +38,7 @@ class PlanInputs:
     respect_windows: bool = False  # size sliding-window layers at their window (ideal)
     gpu_memory_gib: float | None = None
     kv_budget: int | None = None  # tokens an eviction policy keeps per layer per sequence
-    engine: str = DEFAULT_ENGINE  # whose startup memory profile to model (plan/memory_model.py)
+    engine: str = DEFAULT_ENGINE  # whose startup memory profile to model (engines/memory_model.py)
     max_num_batched_tokens: int | None = None  # the engine's default if None
     max_num_seqs: int | None = None
     engine_version: tuple[int, int, int] | None = None  # the newest behaviour if None

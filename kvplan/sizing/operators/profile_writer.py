@@ -1,4 +1,4 @@
-"""Writing a `kvplan.perf-table/1` file (kvplan.plan.operators.profile_table): one line per field
+"""Writing a `kvplan.perf-table/1` file (kvplan.sizing.operators.profile_table): one line per field
 and per curve, so a diff of two profiles shows what changed, written whole or not at all, and
 never a table its reader would refuse."""
 
@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kvplan.plan.operators.profile_table import FORMAT, SECTIONS, PerfTable, Surface, read_dict
 from kvplan.results.atomic import atomic_file, strict_json
+from kvplan.sizing.operators.profile_table import FORMAT, SECTIONS, PerfTable, Surface, read_dict
 
 
 def table_dict(table: PerfTable) -> dict[str, Any]:

@@ -20,7 +20,7 @@ python/sglang/srt/server_args.py, model_executor/model_runner.py, managers/tp_wo
 
 from __future__ import annotations
 
-from kvplan.plan.versions import Version, on_or_after
+from kvplan.engines.versions import Version, on_or_after
 
 RESERVED_BY_TIER = (0, 5, 0)
 RESERVED_BY_PARTS = (0, 5, 4)

@@ -8,16 +8,16 @@ memory model's prediction) sit next to them, never in their place. The JSON sche
 
 from __future__ import annotations
 
-from kvplan.plan.cpu_log import explain_cpu
-from kvplan.plan.log_capacity import (
+from kvplan.engines.memory_model import GIB, engine_description
+from kvplan.logs.cpu_log import explain_cpu
+from kvplan.logs.log_capacity import (
     bytes_per_token,
     capacity_from_log,
     logged_kv_tokens,
     round_or_none,
 )
-from kvplan.plan.log_setup import ServerSetup, predict_capacity, server_setup
-from kvplan.plan.memory_model import GIB, engine_description
-from kvplan.plan.what_ifs import total_bytes, utilization_flag, what_ifs
+from kvplan.logs.log_setup import ServerSetup, predict_capacity, server_setup
+from kvplan.logs.what_ifs import total_bytes, utilization_flag, what_ifs
 from kvplan.spec.resolve import load_gpu
 from kvplan.spec.server_log import ServerLog, parse_server_log
 

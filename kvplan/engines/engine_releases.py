@@ -27,8 +27,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
-from kvplan.plan import sglang_defaults
-from kvplan.plan.versions import Version, on_or_after, parse_version
+from kvplan.engines import sglang_defaults
+from kvplan.engines.versions import Version, on_or_after, parse_version
 from kvplan.spec import ModelSpec
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.setting_error import SettingError
@@ -226,7 +226,7 @@ def default_utilization(
     engine: str, version: Version | None, memory_gib: float | None = None, tp: int = 1
 ) -> float:
     """gpu_memory_utilization (vLLM) or mem_fraction_static (SGLang: by release, card memory and
-    TP, kvplan/plan/sglang_defaults.py) when none is given."""
+    TP, kvplan/engines/sglang_defaults.py) when none is given."""
     if engine == "sglang":
         return sglang_defaults.mem_fraction_static(version, memory_gib, tp) if memory_gib else 0.88
     if engine == "vllm-v1" and on_or_after(version, UTILIZATION_092):

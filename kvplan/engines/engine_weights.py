@@ -21,8 +21,8 @@ size.
 from __future__ import annotations
 
 from kvplan import cdiv
-from kvplan.plan.roofline import Roofline
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
+from kvplan.spec.roofline import Roofline
 
 MXFP4_BLOCK = 32  # one E8M0 (1-byte) scale per 32 FP4 values
 

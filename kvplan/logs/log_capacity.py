@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.plan.log_setup import (
+from kvplan.engines.memory_model import GIB, MemoryFit
+from kvplan.logs.log_setup import (
     CapacityPrediction,
     ServerSetup,
     predict_capacity,
     stage_layers_share,
 )
-from kvplan.plan.memory_model import GIB, MemoryFit
 from kvplan.spec import parse_kv_format
 from kvplan.spec.server_log import ServerLog
 

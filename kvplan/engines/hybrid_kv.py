@@ -46,9 +46,9 @@ import math
 from dataclasses import dataclass
 
 from kvplan import cdiv
-from kvplan.plan.engine_releases import in_flight_batches, parse_version
-from kvplan.plan.kv_groups import KVCacheGroupSpec, kv_cache_groups
-from kvplan.plan.versions import Version
+from kvplan.engines.engine_releases import in_flight_batches, parse_version
+from kvplan.engines.kv_groups import KVCacheGroupSpec, kv_cache_groups
+from kvplan.engines.versions import Version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 

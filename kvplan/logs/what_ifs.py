@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from kvplan.plan.log_capacity import logged_kv_tokens
-from kvplan.plan.log_setup import ServerSetup, predict_capacity, stage_layers_share
-from kvplan.plan.memory_model import GIB
-from kvplan.plan.pool_sizing import model_max_len
+from kvplan.engines.memory_model import GIB
+from kvplan.engines.pool_sizing import model_max_len
+from kvplan.logs.log_capacity import logged_kv_tokens
+from kvplan.logs.log_setup import ServerSetup, predict_capacity, stage_layers_share
 from kvplan.spec import parse_kv_format
 from kvplan.spec.server_log import ServerLog
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kvplan.plan.operators.attention import AttentionOp, attention_ops
+from kvplan.sizing.operators.attention import AttentionOp, attention_ops
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.weight_quant import weight_quant
 

@@ -13,9 +13,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from kvplan.plan.capacity import PlanInputs, engine_memory
-from kvplan.plan.pool_sizing import check_max_model_len
+from kvplan.engines.pool_sizing import check_max_model_len
 from kvplan.results import ResultRecord
+from kvplan.sizing.capacity import PlanInputs, engine_memory
 from kvplan.spec import parse_kv_format
 from kvplan.spec.comma_list import comma_list
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
