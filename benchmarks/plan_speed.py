@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import time
 
+from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.deploy_plan import make_plan
 from kvplan.bench.executors import LocalExecutor
-from kvplan.bench.replica_search import Candidate, Demand
 from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
 

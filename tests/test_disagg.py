@@ -9,9 +9,9 @@ import pytest
 from engine_helpers import tiny_engine
 from hardening_helpers import invoke
 
+from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.deploy_plan import make_plan
 from kvplan.bench.disagg_plan import DisaggRow
-from kvplan.bench.replica_search import Candidate, Demand
 from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.sim.cluster import RouterConfig

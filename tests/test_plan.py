@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from hardening_helpers import invoke
 
+from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.deploy_plan import make_plan
-from kvplan.bench.replica_search import Candidate, Demand, fewest_replicas, probe
+from kvplan.bench.replica_search import fewest_replicas, probe
 from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from kvplan.bench.replica_search import Candidate, Demand, probe
+from kvplan.bench.demand import Candidate, Demand
+from kvplan.bench.replica_search import probe
 from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec, build_workload
 from kvplan.cli.app import app

@@ -20,13 +20,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.executors import Executor, LocalExecutor
 from kvplan.bench.plan_rows import Plan, PlanRow, router_for
 from kvplan.bench.prices import unit_price
 from kvplan.bench.replica_search import (
-    Candidate,
     CapacityResult,
-    Demand,
     check_workload,
     probe_item,
     search_bounds,

@@ -24,16 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.plan_rows import MAX_CLUSTER_REQUESTS, MAX_EXTRA_REPLICAS, PlanRow
 from kvplan.bench.prices import unit_price
-from kvplan.bench.replica_search import (
-    Candidate,
-    CapacityResult,
-    Demand,
-    fewest_replicas,
-    probe,
-    search_bounds,
-)
+from kvplan.bench.replica_search import CapacityResult, fewest_replicas, probe, search_bounds
 from kvplan.bench.slo import Slo
 from kvplan.bench.trials import settled_run
 from kvplan.bench.workloads import WorkloadSpec

@@ -13,12 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kvplan.bench.replica_search import (
-    CapacityResult,
-    Demand,
-    refine,
-    simulate_series,
-)
+from kvplan.bench.demand import Demand
+from kvplan.bench.replica_search import CapacityResult, refine, simulate_series
 from kvplan.bench.trials import settled_run
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 

@@ -13,7 +13,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvplan.engines.pool_sizing import DEFAULT_MAX_MODEL_LEN, check_max_model_len
+from kvplan.engines.pool_sizing import (
+    DEFAULT_MAX_MODEL_LEN,
+    check_max_model_len,
+    model_max_len,
+)
 from kvplan.spec import ModelSpec
 from kvplan.spec.numbers import check_number
 from kvplan.spec.setting_error import SettingError
@@ -199,12 +203,30 @@ class Workload:
     skipped_lines: int = 0  # malformed trace lines skipped (--skip-bad-lines)
 
 
+def default_max_model_len(model: ModelSpec, mode: str, spec: WorkloadSpec) -> int:
+    """4096 for synthetic workloads (or the model's maximum if lower): kvplan's generators cap
+    their lengths at it and contiguous-max reserves it whole, so the default run compares the
+    optimizations on chat-length requests, not 128K reservations. vLLM's own default, the
+    model's maximum (kvplan/spec/max_len.py), for traces (their requests are as long as they
+    are) and for a random stream whose requests are longer than 4096 (vLLM's random dataset
+    sends its lengths whatever the server takes). At most 4096 in real mode (this machine's
+    memory)."""
+    model_max = model.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    if mode == "real":
+        return min(model_max, DEFAULT_MAX_MODEL_LEN)
+    if spec.trace is not None:
+        return model.max_position_embeddings
+    longest = spec.longest_request
+    if longest is not None and longest > min(model_max, DEFAULT_MAX_MODEL_LEN):
+        return model_max_len(model) or DEFAULT_MAX_MODEL_LEN
+    return min(model_max, DEFAULT_MAX_MODEL_LEN)
+
+
 def build_workload(
     spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int, max_model_len: int | None = None
 ) -> Workload:
     """The requests of one run, and its resolved max_model_len."""
     # the generators (numpy) load when a workload is built, not for the defaults' help text
-    from kvplan.bench.model_len import default_max_model_len
     from kvplan.workload import load_trace, make_workload
     from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 

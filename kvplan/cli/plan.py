@@ -236,11 +236,11 @@ def plan(
     ] = None,
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas; with --disagg also prefill/decode pools) that serves --rate within --slo: the fewest replicas by branch and bound on kvplan's simulated engine, the best verified as a whole cluster."""
+    from kvplan.bench.demand import Candidate, Demand
     from kvplan.bench.deploy_plan import make_plan
     from kvplan.bench.executors import make_executor
     from kvplan.bench.plan_output import plan_json, plan_records
     from kvplan.bench.prices import load_prices
-    from kvplan.bench.replica_search import Candidate, Demand
     from kvplan.bench.setting_use import calibration_warnings
     from kvplan.bench.slo import parse_slo
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvplan.engines.engine_releases import engine_generation
 from kvplan.engines.pool_sizing import model_max_len
@@ -33,8 +33,20 @@ from kvplan.spec.numbers import RULES, _show, check_number
 from kvplan.spec.resolve import load_model
 from kvplan.spec.setting_error import SettingError
 
-if TYPE_CHECKING:  # the run's type only: measured.py reads runs through these checks
-    from kvplan.sim.measured import MeasuredRun
+
+class ReplayedRun(Protocol):
+    """What run_problem reads of a measured run (measured.py's MeasuredRun, which reads runs
+    through these checks), besides the settings RUN_RULES names, read by name."""
+
+    @property
+    def num_prompts(self) -> int: ...
+    @property
+    def output_len(self) -> int | None: ...
+    @property
+    def request_rate(self) -> float: ...
+    @property
+    def measured(self) -> dict[str, float]: ...
+
 
 # vLLM's result keys -> the numbers.RULES entry each keeps.
 RESULT_RULES: dict[str, str] = {
@@ -252,7 +264,7 @@ RUN_RULES = {
 REPLAY_TOKENS_MAX = 2**27
 
 
-def run_problem(run: MeasuredRun) -> str | None:
+def run_problem(run: ReplayedRun) -> str | None:
     """What makes a measured run unfit to replay (a user's file or a dataset record alike),
     or None: every setting by its rule, the offered rate positive or inf, every measured
     figure finite and positive."""

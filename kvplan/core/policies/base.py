@@ -21,12 +21,30 @@ so the CLI's help reads names and help lines without loading it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from kvplan import cdiv
 
-if TYPE_CHECKING:
-    from kvplan.core.policies.spec import PolicySpec
+
+class PolicySettings(Protocol):
+    """What a policy reads of its configuration (spec.py's PolicySpec, which looks policies up
+    in the registry): the budget and each policy's own knobs."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def budget(self) -> int | None: ...
+    @property
+    def window(self) -> int: ...
+    @property
+    def kernel(self) -> int: ...
+    @property
+    def block(self) -> int: ...
+    @property
+    def layer_budgets(self) -> tuple[int, ...] | None: ...
+    @property
+    def held_budget(self) -> int | None: ...
+
 
 SINKS = 4  # StreamingLLM's attention sinks; also every policy's smallest budget
 
@@ -57,35 +75,39 @@ class EvictionPolicy:
         """Every held slot keeps its own token (no moves, no sink copies): blocks may be shared."""
         return not self.compacts and not self.keeps_holes and self.sinks == 0
 
-    def check(self, spec: PolicySpec) -> None:
+    def check(self, spec: PolicySettings) -> None:
         """Settings this policy refuses beyond the common budget check."""
 
     # -- the memory model: counts per KV head and layer; `length`: tokens written ------------
 
-    def held_tokens(self, spec: PolicySpec, prompt_len: int, length: int) -> int:
+    def held_tokens(self, spec: PolicySettings, prompt_len: int, length: int) -> int:
         """Tokens each head holds once the step that wrote token `length` is done."""
         budget = spec.held_budget
         if budget is None or length <= budget:
             return length
         return self.held_over_budget(spec, prompt_len, length, budget)
 
-    def held_over_budget(self, spec: PolicySpec, prompt_len: int, length: int, budget: int) -> int:
+    def held_over_budget(
+        self, spec: PolicySettings, prompt_len: int, length: int, budget: int
+    ) -> int:
         return budget
 
-    def attended_tokens(self, spec: PolicySpec, prompt_len: int, length: int) -> int:
+    def attended_tokens(self, spec: PolicySettings, prompt_len: int, length: int) -> int:
         """Tokens the step writing token `length` attends to: strict budgets prune before
         attending, so what the sequence holds after the step."""
         return self.held_tokens(spec, prompt_len, length)
 
-    def peak_held_tokens(self, spec: PolicySpec, prompt_len: int, length: int) -> int:
+    def peak_held_tokens(self, spec: PolicySettings, prompt_len: int, length: int) -> int:
         """The most tokens held at any point while writing `length` tokens one by one."""
         return self.held_tokens(spec, prompt_len, length)
 
-    def used_tokens(self, spec: PolicySpec, prompt_len: int, length: int) -> float:
+    def used_tokens(self, spec: PolicySettings, prompt_len: int, length: int) -> float:
         """Token states the held slots carry, per slot of every layer."""
         return self.held_tokens(spec, prompt_len, length)
 
-    def held_blocks(self, spec: PolicySpec, prompt_len: int, length: int, block_size: int) -> int:
+    def held_blocks(
+        self, spec: PolicySettings, prompt_len: int, length: int, block_size: int
+    ) -> int:
         """Pool blocks the sequence holds after writing token `length`."""
         if length <= 0:
             return 0
@@ -95,13 +117,13 @@ class EvictionPolicy:
 
     # -- selection --------------------------------------------------------------------------
 
-    def keep(self, spec: PolicySpec, scores: Any, positions: Any, budget: int) -> Any:
+    def keep(self, spec: PolicySettings, scores: Any, positions: Any, budget: int) -> Any:
         """Kept indices, sorted: [heads, k] per head, or one list every head keeps. `scores`
         (attention received) and `positions` are [heads, n], each head's tokens in position
         order; `budget`: tokens each head may keep."""
         raise NotImplementedError(f"{self.name} selects once after the prompt, not per step")
 
-    def keep_after_prompt(self, spec: PolicySpec, votes: Any, window: int) -> Any:
+    def keep_after_prompt(self, spec: PolicySettings, votes: Any, window: int) -> Any:
         """Policies that select once the prompt is read: kept indices [heads, k] from the
         attention the last `window` prompt queries paid to each earlier token."""
         raise NotImplementedError(f"{self.name} selects per step")
@@ -119,7 +141,7 @@ class KeepAll(EvictionPolicy):
     def evicts(self) -> bool:
         return False
 
-    def held_tokens(self, spec: PolicySpec, prompt_len: int, length: int) -> int:
+    def held_tokens(self, spec: PolicySettings, prompt_len: int, length: int) -> int:
         return length
 
 
@@ -130,14 +152,16 @@ class WindowPolicy(EvictionPolicy):
     compacts = False
     scores_attention = False
 
-    def keep(self, spec: PolicySpec, scores: Any, positions: Any, budget: int) -> list[int]:
+    def keep(self, spec: PolicySettings, scores: Any, positions: Any, budget: int) -> list[int]:
         count = len(positions[0])
         if count <= budget:
             return list(range(count))
         sinks = min(self.sinks, budget)
         return list(range(sinks)) + list(range(count - (budget - sinks), count))
 
-    def held_blocks(self, spec: PolicySpec, prompt_len: int, length: int, block_size: int) -> int:
+    def held_blocks(
+        self, spec: PolicySettings, prompt_len: int, length: int, block_size: int
+    ) -> int:
         if length <= 0:
             return 0
         held = self.held_tokens(spec, prompt_len, length)
