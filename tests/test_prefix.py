@@ -242,3 +242,11 @@ def test_kv_aware_does_not_overload_a_hot_pod_like_prefix_hash() -> None:
     assert m["kv-aware"]["load_imbalance"] < 2.0
     assert m["kv-aware"]["ttft_s_p90"] < m["prefix-hash"]["ttft_s_p90"] / 10
     assert m["kv-aware"]["prefix_hit_rate"] >= m["prefix-hash"]["prefix_hit_rate"] - 0.01
+
+
+def test_every_router_the_command_line_names_is_a_class() -> None:
+    """Routers are found by type: one class per name core.router_config lists for the help."""
+    from kvplan.core.router_config import ROUTERS
+    from kvplan.sim.cluster import ROUTER_CLASSES
+
+    assert tuple(ROUTER_CLASSES) == ROUTERS

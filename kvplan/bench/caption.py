@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kvplan.bench.mode import Mode, record_mode
 from kvplan.results import ResultRecord
 from kvplan.workload.kinds import rate_unit
 
@@ -94,7 +95,7 @@ def _overloaded(name: str, metrics: dict[str, Any]) -> str:
 def timing_line(record: ResultRecord) -> str:
     """Which model produced the times, in words (the note under the table gives its error)."""
     metrics = record.metrics
-    if (record.mode or "simulated") == "real":
+    if record_mode(record.mode) is Mode.REAL:
         return f"times: measured wall-clock on {metrics.get('device', 'this machine')}"
     source = metrics.get("step_model")
     if not source:

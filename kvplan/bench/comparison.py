@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from kvplan.bench.mode import Mode, record_mode
 from kvplan.core.metric_registry import Feature, Metric, Shape, Unit, metric
 from kvplan.results import ResultRecord
 from kvplan.workload.kinds import rate_unit
@@ -200,7 +201,7 @@ def comparison(records: list[ResultRecord]) -> Comparison:
 
 def _title(record: ResultRecord) -> str:
     params, metrics = record.params, record.metrics
-    if (record.mode or "simulated") == "real":
+    if record_mode(record.mode) is Mode.REAL:
         where = f"real mode on {metrics.get('device', '?')}"
     else:
         where = f"{params['tp']} x {params['gpu']}"
@@ -242,7 +243,7 @@ def _unsplit_entropy(records: list[ResultRecord]) -> list[str]:
         r.optimization
         for r in records
         if _splits_layers(r.optimization)
-        and (r.mode or "simulated") != "real"
+        and record_mode(r.mode) is not Mode.REAL
         and "layer_budgets" not in r.metrics
     ]
     if not names:
@@ -294,7 +295,7 @@ def _scheduling_note(record: ResultRecord) -> str:
     from kvplan.engines.versions import parse_version
 
     params = record.params
-    if (record.mode or "simulated") == "real":
+    if record_mode(record.mode) is Mode.REAL:
         return "real mode schedules by kvplan's own rules (it serves on this machine)"
     generation = engine_generation(params.get("engine"), params.get("engine_version"))
     version = parse_version(params.get("engine_version"))
@@ -304,7 +305,7 @@ def _scheduling_note(record: ResultRecord) -> str:
 
 
 def _time_note(record: ResultRecord) -> str:
-    if (record.mode or "simulated") == "real":
+    if record_mode(record.mode) is Mode.REAL:
         return "times are measured wall-clock"
     source = record.metrics.get("step_model")  # set when the operator step model timed the run
     if not source:

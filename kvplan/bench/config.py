@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from kvplan.bench.mode import Mode, parse_mode
 from kvplan.core.engine_factory import (
     EngineSizing,
     Optimization,
@@ -29,7 +30,6 @@ from kvplan.core.scheduler_config import SchedulerConfig
 from kvplan.engines.scheduling_rules import KVPLAN_RULES
 from kvplan.spec.setting_error import SettingError
 
-MODES = ("simulated", "real")
 # The batch limits a run leaves to the serving engine's own defaults (resolved for its
 # release and GPU before an engine is built, bench/run.py)
 ENGINE_LIMITS = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)
@@ -65,7 +65,7 @@ class BenchConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     real: RealConfig = field(default_factory=RealConfig)
-    mode: str = "simulated"
+    mode: Mode = Mode.SIMULATED
     seed: int = 0
     kv_budget: int | None = None  # tokens per layer an eviction policy keeps
     # Step timing: None (or "fitted") = the operator step model with the shipped engine
@@ -82,17 +82,16 @@ class BenchConfig:
     vllm_figures: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise SettingError("{mode} must be simulated or real, got '{got}'", got=self.mode)
-        if self.mode == "real" and self.cluster.pods > 1:
+        object.__setattr__(self, "mode", parse_mode(self.mode))
+        if self.mode is Mode.REAL and self.cluster.pods > 1:
             raise SettingError("{pods} needs simulated mode; real mode runs one engine")
-        if self.step_model is not None and self.mode != "simulated":
+        if self.step_model is not None and self.mode is not Mode.SIMULATED:
             raise SettingError(
                 "{step_model} and {calibration} time simulated steps; drop them with {mode} real"
             )
         check_perf_table_mode(self.perf_table, self.mode)
         if (self.max_concurrency is not None or self.vllm_figures) and (
-            self.mode != "simulated" or self.cluster.pods > 1
+            self.mode is not Mode.SIMULATED or self.cluster.pods > 1
         ):
             raise SettingError(
                 "{max_concurrency} and {vllm_figures} need simulated mode with one pod"
@@ -124,9 +123,9 @@ class BenchConfig:
         return cls(**top, **{group: GROUPS[group](**values) for group, values in groups.items()})
 
 
-def check_perf_table_mode(perf_table: str | None, mode: str) -> None:
+def check_perf_table_mode(perf_table: str | None, mode: str | Mode) -> None:
     """A perf table times simulated steps; a real run measures its own."""
-    if perf_table is not None and mode != "simulated":
+    if perf_table is not None and parse_mode(mode) is not Mode.SIMULATED:
         raise SettingError(
             "{perf_table} times simulated steps from measured operators; drop it with "
             "{mode} real (a real run measures its own steps)"
@@ -212,7 +211,9 @@ def record_params(
     flat = flat_settings(config)
     scheduler = flat.pop("scheduler")
     # real mode serves on this machine by kvplan's own rules (kvplan.real.factory)
-    rules = KVPLAN_RULES if config.mode == "real" else engine_rules(config.sizing, config.scheduler)
+    rules = (
+        KVPLAN_RULES if config.mode is Mode.REAL else engine_rules(config.sizing, config.scheduler)
+    )
     scheduler["rules"] = rules.described()
     return {
         **flat,

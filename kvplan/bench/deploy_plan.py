@@ -26,6 +26,7 @@ from kvplan.bench.plan_rows import Plan, PlanRow, router_for
 from kvplan.bench.prices import unit_price
 from kvplan.bench.replica_search import (
     CapacityResult,
+    SearchStatus,
     check_workload,
     probe_item,
     search_bounds,
@@ -66,7 +67,7 @@ def make_plan(
     rows = [PlanRow(result) for result in sorted(probed, key=lambda r: order[r.candidate])]
     router = router_for(demand)
     pending = sorted(
-        (row for row in rows if row.capacity.status == "ok"),
+        (row for row in rows if row.capacity.status is SearchStatus.OK),
         key=lambda row: _guess_cost(row, prices, demand.rate),
     )
     note("", len(pending))
@@ -80,11 +81,12 @@ def make_plan(
         pending = [
             row
             for row in rows
-            if row.capacity.status == "cost" and (row.capacity.cost_floor or 0.0) < best - 1e-9
+            if row.capacity.status is SearchStatus.COST
+            and (row.capacity.cost_floor or 0.0) < best - 1e-9
         ]
         for row in pending:
             row.capacity = dataclasses.replace(
-                row.capacity, status="ok", reason="", cost_floor=None
+                row.capacity, status=SearchStatus.OK, reason="", cost_floor=None
             )
         note("", len(pending))
     runs += sum(row.capacity.simulations for row in rows)
@@ -222,7 +224,7 @@ def _verify_best(
             if max_gpus is not None and row.feasible and row.gpus > max_gpus:
                 row.capacity = dataclasses.replace(
                     row.capacity,
-                    status="gpus",
+                    status=SearchStatus.GPUS,
                     reason=(f"the cluster needs {row.gpus} GPUs, over --max-gpus {max_gpus}"),
                 )
 
@@ -234,10 +236,10 @@ def _rank(row: PlanRow) -> tuple:
 
 
 _VERDICTS = {
-    "memory": "does not fit",
-    "latency": "misses the SLO",
-    "gpus": "over --max-gpus",
-    "cluster": "cluster misses the SLO",
+    SearchStatus.MEMORY: "does not fit",
+    SearchStatus.LATENCY: "misses the SLO",
+    SearchStatus.GPUS: "over --max-gpus",
+    SearchStatus.CLUSTER: "cluster misses the SLO",
 }
 
 
@@ -245,7 +247,7 @@ def _explain_losers(rows: list[PlanRow], priced: bool) -> None:
     best = rows[0] if rows and rows[0].feasible else None
     for row in rows[1:] if best else rows:
         cap = row.capacity
-        if cap.status == "cost":
+        if cap.status is SearchStatus.COST:
             floor = f"${cap.cost_floor:,.2f}/h" if priced else f"{cap.cost_floor:g} GPUs"
             row.why_not, row.verdict = f"cost: {cap.reason} (at least {floor})", f"cost >= {floor}"
         elif not row.feasible:

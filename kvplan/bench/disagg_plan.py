@@ -27,14 +27,20 @@ from typing import Any, ClassVar
 from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.plan_rows import MAX_CLUSTER_REQUESTS, MAX_EXTRA_REPLICAS, PlanRow
 from kvplan.bench.prices import unit_price
-from kvplan.bench.replica_search import CapacityResult, fewest_replicas, probe, search_bounds
+from kvplan.bench.replica_search import (
+    CapacityResult,
+    SearchStatus,
+    fewest_replicas,
+    probe,
+    search_bounds,
+)
 from kvplan.bench.slo import Slo
 from kvplan.bench.trials import settled_run
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.sim.disagg import Phase
 from kvplan.spec.setting_error import SettingError
 
-_FURTHEST = ("cost", "gpus", "latency", "memory")
+_FURTHEST = (SearchStatus.COST, SearchStatus.GPUS, SearchStatus.LATENCY, SearchStatus.MEMORY)
 
 
 def pool_demands(demand: Demand) -> tuple[Demand, Demand]:
@@ -78,7 +84,7 @@ class DisaggRow(PlanRow):
         return (
             super().feasible
             and self.prefill is not None
-            and self.prefill.status == "ok"
+            and self.prefill.status is SearchStatus.OK
             and self.prefill_replicas > 0
         )
 
@@ -161,7 +167,7 @@ class DisaggRow(PlanRow):
         if not demand.slo.meets(metrics):
             self.capacity = dataclasses.replace(
                 self.capacity,
-                status="cluster",
+                status=SearchStatus.CLUSTER,
                 reason=(f"{x} prefill + {y} decode replicas miss the SLO at {demand.rate:g} req/s"),
             )
             return runs

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvplan.bench.config import BenchConfig, record_params, run_id
+from kvplan.bench.mode import Mode
 from kvplan.bench.optimizations import parse_optimization
 from kvplan.core.engine_factory import EngineFactory
 from kvplan.core.hashing import hashes_by_request, infinite_cache_hit_tokens, trace_block_bound
@@ -24,7 +25,7 @@ from kvplan.workload.request import Request
 
 def engine_factory(config: BenchConfig) -> EngineFactory:
     """The factory of the config's mode; real mode loads its model here (once per run)."""
-    if config.mode == "real":
+    if config.mode is Mode.REAL:
         from kvplan.real.factory import RealEngineFactory  # torch: only in real mode
 
         return RealEngineFactory(
@@ -66,7 +67,7 @@ def run_matrix(
     bounds: dict[str, float | None] = {}
     hashes: dict[int, list[int]] = {}
     if any(o.prefix_caching for o in parsed):
-        hashes = hashes_by_request(requests, block_size, stable=config.mode == "real")
+        hashes = hashes_by_request(requests, block_size, stable=config.mode is Mode.REAL)
         hits, queried = infinite_cache_hit_tokens(requests, block_size, hashes)
         bounds = {
             "prefix_hit_rate_upper_bound": hit_rate(hits, queried),
@@ -104,7 +105,9 @@ def _run_variants(
         name = f"{optimization.name}@{router}" if router else optimization.name
         report = (lambda n, name=name: progress(name, n)) if progress else None
         engines = []
-        if report is not None and config.mode == "real":  # real steps are slow: progress in tokens
+        if (
+            report is not None and config.mode is Mode.REAL
+        ):  # real steps are slow: progress in tokens
             report_tokens, report = report, None
         else:
             report_tokens = None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kvplan.bench.demand import Demand
-from kvplan.bench.replica_search import CapacityResult, refine, simulate_series
+from kvplan.bench.replica_search import CapacityResult, SearchStatus, refine, simulate_series
 from kvplan.bench.trials import settled_run
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
@@ -66,7 +66,7 @@ class PlanRow:
 
     @property
     def feasible(self) -> bool:
-        return self.capacity.status == "ok" and self.replicas > 0
+        return self.capacity.status is SearchStatus.OK and self.replicas > 0
 
     @property
     def layout(self) -> str:
@@ -128,7 +128,7 @@ class PlanRow:
         if metrics is None:
             self.capacity = dataclasses.replace(
                 self.capacity,
-                status="cluster",
+                status=SearchStatus.CLUSTER,
                 reason=(
                     f"a cluster of up to {self.replicas + MAX_EXTRA_REPLICAS} replicas misses the SLO "
                     f"at {demand.rate:g} req/s"

@@ -29,6 +29,7 @@ from typing import Any
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.optimizations import parse_optimization
+from kvplan.bench.search_status import SearchStatus
 from kvplan.bench.trials import sent_at, settled_run
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.core.engine_factory import DoesNotFit
@@ -43,7 +44,7 @@ UNBOUNDED_RATE = 1e9  # requests/s: with a closed loop of one, each request goes
 @dataclass
 class CapacityResult:
     candidate: Candidate
-    status: str  # ok; memory (does not fit); latency (misses with no queue); cost (cannot beat the best)
+    status: SearchStatus
     reason: str = ""
     replicas: int = 0  # fewest n for which one replica meets the SLO at rate / n (0 until searched)
     capacity_rps: float = 0.0  # highest per-replica rate seen to meet the SLO
@@ -58,7 +59,7 @@ class CapacityResult:
 
     @property
     def searched(self) -> bool:
-        return self.status == "ok" and self.replicas > 0
+        return self.status is SearchStatus.OK and self.replicas > 0
 
 
 def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
     """Does one replica fit, meet the SLO with no queue, and how fast does a burst drain?"""
     from kvplan.bench.run import unserved
 
-    result = CapacityResult(candidate, "ok")
+    result = CapacityResult(candidate, SearchStatus.OK)
     base = dataclasses.replace(demand.workload, num_requests=demand.num_requests)
     native = demand.trace_rps
 
@@ -133,15 +134,15 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
         )
     except DoesNotFit as err:  # the weights leave no room for a KV cache; any other refusal
         # is a setting (check_workload found those first), an error rather than a verdict
-        result.status, result.reason = "memory", str(err).splitlines()[0]
+        result.status, result.reason = SearchStatus.MEMORY, str(err).splitlines()[0]
         return result
     rejected = unserved(alone)
     if rejected:
-        result.status, result.reason = "memory", rejected
+        result.status, result.reason = SearchStatus.MEMORY, rejected
         return result
     missed = demand.slo.misses(alone)
     if missed:
-        result.status, result.metrics = "latency", alone
+        result.status, result.metrics = SearchStatus.LATENCY, alone
         result.reason = "misses the SLO with no queue: " + "; ".join(missed)
         return result
     result.e2e_alone_s = float(alone.get("e2e_s_p90") or 0.0)
@@ -197,7 +198,7 @@ def fewest_replicas(
     guess, then bisect on n. n is bounded by what could still beat the best plan (`by_cost`
     replicas, each costing `unit_cost`) and by --max-gpus (`by_gpus` replicas); a candidate that
     misses at its bound is pruned and says which bound it hit."""
-    if result.status != "ok":
+    if result.status is not SearchStatus.OK:
         return result
     limit = min(
         by_cost if by_cost is not None else MAX_REPLICAS,
@@ -221,7 +222,7 @@ def fewest_replicas(
             failing, n = n, min(2 * n, limit)
     if not meeting:
         if by_cost is not None and limit == by_cost:
-            result.status, result.cost_floor = "cost", (limit + 1) * unit_cost
+            result.status, result.cost_floor = SearchStatus.COST, (limit + 1) * unit_cost
             result.reason = (
                 f"one replica misses the SLO at rate / {limit}, and {limit + 1} replicas cost more "
                 "than the best plan"
@@ -229,13 +230,13 @@ def fewest_replicas(
                 else "one replica costs more than the best plan"
             )
         elif by_gpus is not None and limit == by_gpus:
-            result.status = "gpus"
+            result.status = SearchStatus.GPUS
             result.reason = (
                 f"one replica misses the SLO at rate / {limit}: more GPUs than --max-gpus"
             )
         else:
             result.status, result.reason = (
-                "latency",
+                SearchStatus.LATENCY,
                 f"one replica misses the SLO at rate / {limit}",
             )
         return result

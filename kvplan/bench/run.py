@@ -13,6 +13,7 @@ from typing import Any
 
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
+from kvplan.bench.mode import Mode
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.setting_use import check_samples_read
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
@@ -69,7 +70,7 @@ def configured(config: BenchConfig, built: Workload) -> BenchConfig:
     sizing = dataclasses.replace(config.sizing, max_model_len=built.max_model_len)
     scheduler = (
         engine_scheduler(sizing, config.scheduler)
-        if config.mode == "simulated"
+        if config.mode is Mode.SIMULATED
         else config.scheduler.resolved(*_PLAIN_LIMITS)
     )
     return dataclasses.replace(config, sizing=sizing, scheduler=scheduler, workload=built.info)
@@ -79,7 +80,7 @@ def default_out(config: BenchConfig) -> Path:
     """Reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run, never an old one; MODEL
     and GPU are the resolved profile names (`l40s`, not the "NVIDIA L40S" typed), as slugs."""
     name = load_model(config.sizing.model).name
-    gpu = load_gpu(config.sizing.gpu).name if config.mode == "simulated" else "real"
+    gpu = load_gpu(config.sizing.gpu).name if config.mode is Mode.SIMULATED else "real"
     return timestamped_path(DEFAULT_FOLDER, default_stem("bench", name, gpu))
 
 
@@ -160,7 +161,7 @@ def run_bench(
         factory.check(optimization)
     names = variant_names(config, optimizations)
     total = len(built.requests)
-    if config.mode == "real":  # say what it will cost first; the bars count tokens
+    if config.mode is Mode.REAL:  # say what it will cost first; the bars count tokens
         from kvplan.bench.real_cost import measure_cost
 
         cost = measure_cost(factory, config, built.requests, optimizations)

@@ -37,6 +37,7 @@ from typing import Any
 
 from kvplan.bench.config import CALIBRATION, FLAT_NAMES
 from kvplan.bench.executors import DEFAULT_EXECUTOR, EXECUTORS, make_executor
+from kvplan.bench.mode import Mode, record_mode
 from kvplan.bench.setting_use import Setup
 from kvplan.bench.sweep_checks import check_sweep_data
 from kvplan.bench.sweep_point import WORKLOAD_KEYS, run_point
@@ -74,7 +75,7 @@ class SweepSpec:
             given = point.get(CALIBRATION) or point.get("step_model")
             model, gpu, engine, version = (point.get(key, getattr(sizing, key)) for key in keys)
             texts = (isinstance(value, str) for value in (given, model, gpu))
-            if point.get("mode", "simulated") != "simulated" or not all(texts):
+            if record_mode(point.get("mode")) is not Mode.SIMULATED or not all(texts):
                 continue  # a real point refuses a calibration; a bad value fails its point
             engine, version = (v if isinstance(v, str) else None for v in (engine, version))
             setups.append((given, model, gpu, engine, version))
@@ -138,7 +139,7 @@ def run_sweep(
     # import error recorded for every point
     if executor == "ray":
         require_extra("ray", "the ray executor")
-    if any(point.get("mode") == "real" for point in points):
+    if any(record_mode(point.get("mode")) is Mode.REAL for point in points):
         require_extra("real", "a sweep point with mode = 'real'")
     runner = make_executor(
         executor, workers, address

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvplan.bench.mode import Mode, parse_mode
 from kvplan.engines.pool_sizing import (
     DEFAULT_MAX_MODEL_LEN,
     check_max_model_len,
@@ -203,7 +204,7 @@ class Workload:
     skipped_lines: int = 0  # malformed trace lines skipped (--skip-bad-lines)
 
 
-def default_max_model_len(model: ModelSpec, mode: str, spec: WorkloadSpec) -> int:
+def default_max_model_len(model: ModelSpec, mode: Mode, spec: WorkloadSpec) -> int:
     """4096 for synthetic workloads (or the model's maximum if lower): kvplan's generators cap
     their lengths at it and contiguous-max reserves it whole, so the default run compares the
     optimizations on chat-length requests, not 128K reservations. vLLM's own default, the
@@ -212,7 +213,7 @@ def default_max_model_len(model: ModelSpec, mode: str, spec: WorkloadSpec) -> in
     sends its lengths whatever the server takes). At most 4096 in real mode (this machine's
     memory)."""
     model_max = model.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
-    if mode == "real":
+    if mode is Mode.REAL:
         return min(model_max, DEFAULT_MAX_MODEL_LEN)
     if spec.trace is not None:
         return model.max_position_embeddings
@@ -223,9 +224,14 @@ def default_max_model_len(model: ModelSpec, mode: str, spec: WorkloadSpec) -> in
 
 
 def build_workload(
-    spec: WorkloadSpec, model: ModelSpec, mode: str, seed: int, max_model_len: int | None = None
+    spec: WorkloadSpec,
+    model: ModelSpec,
+    mode: str | Mode,
+    seed: int,
+    max_model_len: int | None = None,
 ) -> Workload:
     """The requests of one run, and its resolved max_model_len."""
+    mode = parse_mode(mode)
     # the generators (numpy) load when a workload is built, not for the defaults' help text
     from kvplan.workload import load_trace, make_workload
     from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS

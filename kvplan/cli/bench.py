@@ -89,13 +89,16 @@ def bench(
     names = kv.names()
     optimizations = parse_optimizations(names)  # a bad or repeated name before any work
     from kvplan.bench.config import check_perf_table_mode
+    from kvplan.bench.mode import Mode, parse_mode
 
     perf_table = None if engine.perf_table is None else str(engine.perf_table)
     check_perf_table_mode(perf_table, real.mode)  # before torch is imported
-    if real.mode == "real":  # before torch is imported: one line naming the extra, not a traceback
+    if (
+        parse_mode(real.mode) is Mode.REAL
+    ):  # before torch is imported: one line naming the extra, not a traceback
         require_extra("real", "kvplan bench --mode real")
     if real.quality_text is not None:
-        if real.mode != "real":
+        if parse_mode(real.mode) is not Mode.REAL:
             raise ValueError(
                 "--quality-text needs --mode real: quality is measured on a real model"
             )
@@ -125,10 +128,12 @@ def bench(
     spec = requests.spec()
     for warning in ignored_settings(config, optimizations):  # refuses what results would hide
         error_console.print(f"[yellow]warning:[/] {escape(warning.named(flag_of))}", soft_wrap=True)
-    if real.mode == "real" and real.model_path is None:
+    if parse_mode(real.mode) is Mode.REAL and real.model_path is None:
         _warn_real_footprint(hardware.model, real.layers, real.model_dtype, real.device)
     started = time.perf_counter()
-    track = functools.partial(_progress_bars, unit="tokens" if real.mode == "real" else "requests")
+    track = functools.partial(
+        _progress_bars, unit="tokens" if parse_mode(real.mode) is Mode.REAL else "requests"
+    )
 
     def show(records: list[ResultRecord]) -> None:
         # Drawn before the results are written (run_bench's before_write): a table that cannot
@@ -141,7 +146,7 @@ def bench(
             )
             return
         # a --model-path run names its checkpoint
-        if real.mode != "real" or real.model_path is None:
+        if parse_mode(real.mode) is not Mode.REAL or real.model_path is None:
             render_resolution(resolve_model(hardware.model))
         render_comparison(comparison(records), console, table_caption(records))
         if config.vllm_figures:  # lay beside a measured `vllm bench serve` run

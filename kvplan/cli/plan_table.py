@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
+from kvplan.bench.search_status import SearchStatus
 from kvplan.cli.common import console
 from kvplan.cli.fit_table import RULED, fitted_table
 
@@ -49,7 +50,7 @@ def render_plan(data: dict, figures: list[str]) -> None:
     ]
     rows = []
     for i, row in enumerate(data["candidates"], 1):
-        feasible = row["status"] == "ok"
+        feasible = row["status"] == SearchStatus.OK
         mark = (
             "" if row["verified"] else "*"
         )  # figures of one replica at its capacity, not the cluster
@@ -121,7 +122,7 @@ def render_plan(data: dict, figures: list[str]) -> None:
         from kvplan.sim.disagg import SIMPLIFICATIONS
 
         console.print("[dim]disaggregated rows, simplified: " + "; ".join(SIMPLIFICATIONS) + "[/]")
-    if any(row["status"] == "ok" and not row["verified"] for row in data["candidates"]):
+    if any(row["status"] == SearchStatus.OK and not row["verified"] for row in data["candidates"]):
         console.print(
             "[dim]* not verified as a cluster: one replica's p90s at its own capacity, "
             "not at the target rate[/]"

@@ -17,6 +17,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from kvplan.bench.mode import Mode
 from kvplan.core.metric_registry import metric
 from kvplan.report.data import ReportData
 from kvplan.report.log_axes import labelled_log
@@ -368,4 +369,4 @@ def ttft_dots(ax, bench, names: list[str]) -> None:
 
 
 def time_source(bench) -> str:
-    return "modeled" if (bench["mode"] == "simulated").all() else "measured"
+    return "modeled" if (bench["mode"] == Mode.SIMULATED).all() else "measured"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan.bench.mode import Mode
 from kvplan.core.metric_registry import metric
 from kvplan.report.data import THROUGHPUT, ReportData
 
@@ -51,7 +52,7 @@ def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
     if bench.empty or not needed <= set(bench.columns):
         return pd.DataFrame()
     rows = []
-    for _, row in bench[bench["mode"] == "simulated"].iterrows():
+    for _, row in bench[bench["mode"] == Mode.SIMULATED].iterrows():
         share = _share(row["kv_budget"], row["mean_sequence_tokens"])
         if share is None:
             continue

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan.bench.mode import Mode, record_mode
 from kvplan.report.alerts import ALL_TIERS, hit_rate
 from kvplan.report.data import THROUGHPUT, ReportData
 from kvplan.report.names import page_text, run_names
@@ -105,7 +106,7 @@ def _bench(
     base = _base(group)
     workload = params.get("workload", {})
     kind = workload.get("kind", "") if isinstance(workload, dict) else workload
-    mode = "measured" if base.get("mode") == "real" else "modeled"
+    mode = "measured" if record_mode(base.get("mode")) is Mode.REAL else "modeled"
     heading = (
         f"{params.get('model', '?')} on {params.get('gpu', '?')}: {int(params.get('num_requests') or 0):,} "
         f"requests ({kind}){f', {name}' if name else ''} (run {run_id})"

@@ -14,7 +14,13 @@ if TYPE_CHECKING:
     from kvplan.core.policies import PolicySpec
     from kvplan.core.tiers import TieredCache
 
-ALLOCATORS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
+# each contiguous allocator by the reservation rule it passes ContiguousAllocator
+CONTIGUOUS_RULES = {
+    "contiguous-max": "max",
+    "contiguous-pow2": "pow2",
+    "contiguous-oracle": "oracle",
+}
+ALLOCATORS = ("paged", *CONTIGUOUS_RULES)
 
 # The rest load on first use (kvplan.lazy_attribute): the allocator names alone are a CLI's help text.
 _HOMES = {
@@ -29,7 +35,7 @@ _HOMES = {
     "PrefixStats": "kvplan.core.kv.prefix_stats",
     "hit_rate": "kvplan.core.kv.prefix_stats",
 }
-__all__ = sorted([*_HOMES, "ALLOCATORS", "make_allocator"])
+__all__ = sorted([*_HOMES, "ALLOCATORS", "CONTIGUOUS_RULES", "make_allocator"])
 
 
 def __getattr__(name: str) -> Any:
@@ -68,6 +74,6 @@ def make_allocator(
         raise ValueError(
             f"prefix caching and eviction budgets need the paged allocator, not {kind}"
         )
-    if kind.startswith("contiguous-"):
-        return ContiguousAllocator(kind.removeprefix("contiguous-"), capacity_slots, max_model_len)
+    if kind in CONTIGUOUS_RULES:
+        return ContiguousAllocator(CONTIGUOUS_RULES[kind], capacity_slots, max_model_len)
     raise ValueError(f"unknown allocator '{kind}'; use one of: {', '.join(ALLOCATORS)}")
