@@ -24,8 +24,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from kvplan import GIB
 from kvplan.engines.memory_model import (
-    GIB,
     MemoryFit,
     activation_elements_per_token,
     dequantized_weight_bytes,

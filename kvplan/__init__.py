@@ -8,6 +8,9 @@ from importlib import import_module
 from typing import Any, overload
 
 __version__ = "0.1.0"
+# bytes in a GiB and a MiB: every layer reads memory in these units
+GIB = 2**30
+MIB = 2**20
 
 
 @overload

@@ -216,3 +216,15 @@ def test_no_module_holds_two_nouns_by_its_size() -> None:
         )
     too_long = [f"{name}: {lines} lines" for name, lines in sizes.items() if lines > HARD_MAX_LINES]
     assert not too_long, "split these by concept:\n" + "\n".join(too_long)
+
+
+def test_memory_units_are_declared_once() -> None:
+    """GIB and MIB live in kvplan/__init__.py; a module that declares its own is a second home."""
+    import re
+
+    again = [
+        str(path.relative_to(ROOT))
+        for module, path in MODULES.items()
+        if module != "kvplan" and re.search(r"^(GIB|MIB) = ", path.read_text(), flags=re.M)
+    ]
+    assert not again, again

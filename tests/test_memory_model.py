@@ -7,8 +7,8 @@ import tomllib
 
 import pytest
 
+from kvplan import GIB
 from kvplan.engines.memory_model import (
-    GIB,
     EngineSettings,
     activation_elements_per_token,
     load_memory_fit,

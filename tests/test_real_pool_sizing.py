@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.core.engine_factory import GIB, SizingConfig
+from kvplan import GIB
+from kvplan.core.engine_factory import SizingConfig
 from kvplan.real.loaded import CPU_KV_GIB, LoadedModel, cuda_kv_pool_bytes, kv_pool_bytes
 
 torch = pytest.importorskip("torch")

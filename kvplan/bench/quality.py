@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvplan import GIB
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.results import ResultRecord, make_record, write_jsonl
 from kvplan.results.latest import DEFAULT_FOLDER, default_stem
 from kvplan.spec.setting_error import SettingError
 
-GIB = 2**30
 DEFAULT_POOL_GIB = 0.25  # the KV pool max_concurrency is computed against, without --kv-cache-gib
 
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kvplan import GIB, MIB
 from kvplan.bench.optimizations import parse_optimization
 from kvplan.workload.request import Request
 
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     from kvplan.core.engine_factory import EngineFactory, EngineSizing, Optimization
     from kvplan.real.factory import RealEngineFactory
     from kvplan.real.step_cost import ModeledRunner, StepCost
-
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ class RunCost:
 
 
 def _size(value: float) -> str:
-    return f"{value / GIB:.2f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
+    return f"{value / GIB:.2f} GiB" if value >= GIB / 10 else f"{value / MIB:.1f} MiB"
 
 
 def _ms(seconds: float) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvplan import GIB
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
 from kvplan.bench.mode import Mode
@@ -113,7 +114,7 @@ def unserved(metrics: dict[str, Any]) -> str | None:
     budget = metrics.get("kv_budget_bytes_per_gpu")
     where = f"a KV pool of {pool:,} token slots" if pool is not None else "the KV pool"
     if budget is not None:
-        where += f" ({budget / 2**30:.2f} GiB per GPU)"
+        where += f" ({budget / GIB:.2f} GiB per GPU)"
     return (
         f"all {metrics['requests_rejected']:,} requests were rejected ({reasons}) with {where}; give the pool "
         "more memory (--gpu-memory-utilization, --kv-cache-gib, a larger --gpu or --tp) or shorten the requests "

@@ -6,13 +6,12 @@ from __future__ import annotations
 from rich.panel import Panel
 from rich.table import Table
 
+from kvplan import GIB
 from kvplan.cli.common import console, escape, fmt_bytes, fmt_int
 from kvplan.engines.engine_releases import SAMPLER_PATH_NAMES
 from kvplan.engines.memory_model import ENGINE_DESCRIPTIONS
 from kvplan.sizing.capacity import CapacityPlan, engine_memory, smallest_tp_for_weights
 from kvplan.spec.roofline import Roofline
-
-GIB = 2**30
 
 
 def render_plan(result: CapacityPlan) -> None:

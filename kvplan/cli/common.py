@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kvplan import GIB, MIB
 from kvplan.cli.interrupts import Terminated, sigterm_raises
 from kvplan.spec.setting_error import SettingError
 
@@ -243,7 +244,7 @@ def fmt_bytes(value: float) -> str:
         return "-"
     sign = "-" if value < 0 else ""
     value = abs(value)
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("TiB", 2**40), ("GiB", GIB), ("MiB", MIB), ("KiB", 2**10)):
         if value >= size:
             return f"{sign}{value / size:,.2f} {unit}"
     return f"{sign}{value:,.0f} B"

@@ -6,8 +6,9 @@ from __future__ import annotations
 from rich.panel import Panel
 from rich.table import Table
 
+from kvplan import GIB
 from kvplan.cli.common import console, escape, fmt_bytes, fmt_cell, fmt_int
-from kvplan.engines.cpu_kv import GIB, RUNTIME_OVERHEAD_GIB, CpuKvPlan
+from kvplan.engines.cpu_kv import RUNTIME_OVERHEAD_GIB, CpuKvPlan
 
 _MEMORY_ROWS = (
     ("node_total", "node memory"),

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Group
 
+from kvplan import GIB
 from kvplan.cli.capacity_tables import render_plan
 from kvplan.cli.common import (
     BlockSizeOpt,
@@ -36,7 +37,6 @@ from kvplan.spec import parse_kv_format
 from kvplan.spec.numbers import check_numbers, parse_optional_count
 from kvplan.spec.resolve import load_gpu, resolve_model
 
-GIB = 2**30
 SWEEP_TABLE_ROWS = 40
 SWEEP_SETTINGS = (
     "model",

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kvplan import GIB
 from kvplan.cli.cpu_tables import render_cpu_plan
 from kvplan.cli.resolution import render_resolution, resolution_record
-from kvplan.engines.cpu_kv import GIB, CpuInputs, plan_cpu
+from kvplan.engines.cpu_kv import CpuInputs, plan_cpu
 from kvplan.engines.engine_releases import engine_generation, parse_version
 from kvplan.results.atomic import strict_json
 from kvplan.spec import parse_kv_format

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kvplan import GIB
 from kvplan.core.tiers.cache import TIER_POLICIES
 from kvplan.engines import sglang_defaults
 from kvplan.engines.engine_releases import batch_defaults, engine_generation, parse_version
@@ -25,8 +26,6 @@ if TYPE_CHECKING:  # the CLI reads these settings' defaults, so this module load
     from kvplan.core.policies import PolicySpec
     from kvplan.core.scheduler import SchedulerConfig
     from kvplan.core.tiers import TieredCache
-
-GIB = 2**30
 
 
 class DoesNotFit(ValueError):

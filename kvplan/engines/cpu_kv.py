@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kvplan import GIB
 from kvplan.engines.engine_releases import default_utilization
 from kvplan.engines.hybrid_kv import VllmKVCache, vllm_kv_cache
 from kvplan.engines.pool_sizing import check_max_model_len, max_model_len_for
@@ -40,7 +41,6 @@ from kvplan.engines.versions import Version
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.setting_error import SettingError
 
-GIB = 2**30
 DEFAULT_BLOCK_SIZE = 128
 MLA_BLOCK_SIZE = 16
 DEEPSEEK_V4_BLOCK_SIZE = 256

@@ -43,6 +43,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
+from kvplan import GIB
 from kvplan.engines.engine_releases import (
     CUDA_GRAPHS_IN_BUDGET,
     SAMPLER_BYTES_PER_LOGIT,
@@ -55,7 +56,6 @@ from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.setting_error import SettingError
 
-GIB = 2**30
 ENGINES = ("vllm-v1", "vllm-v0", "sglang")
 DEFAULT_ENGINE = "vllm-v1"
 ENGINE_DESCRIPTIONS = {

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 
-from kvplan import cdiv
+from kvplan import GIB, cdiv
 from kvplan.engines.cpu_kv import (
     BLOCK_MULTIPLE,
     DEEPSEEK_V4_BLOCK_SIZE,
-    GIB,
     PRINT_PRECISION_GIB,
     RUNTIME_OVERHEAD_GIB,
     cpu_block_size,

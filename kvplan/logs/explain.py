@@ -8,7 +8,8 @@ memory model's prediction) sit next to them, never in their place. The JSON sche
 
 from __future__ import annotations
 
-from kvplan.engines.memory_model import GIB, engine_description
+from kvplan import GIB
+from kvplan.engines.memory_model import engine_description
 from kvplan.logs.cpu_log import explain_cpu
 from kvplan.logs.log_capacity import (
     bytes_per_token,

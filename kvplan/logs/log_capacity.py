@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.engines.memory_model import GIB, MemoryFit
+from kvplan import GIB
+from kvplan.engines.memory_model import MemoryFit
 from kvplan.logs.log_setup import (
     CapacityPrediction,
     ServerSetup,

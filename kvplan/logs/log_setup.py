@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from kvplan import GIB
 from kvplan.engines.engine_releases import default_utilization, parse_version, version_on
 from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.engines.hybrid_kv import (
@@ -174,7 +175,7 @@ def server_setup(
         log.block_size or 16,
         weight_dtype_hint(model_name or log.model, log.quantization),
         settings,
-        log.total_gpu_memory_gib * 2**30 if log.total_gpu_memory_gib else None,
+        log.total_gpu_memory_gib * GIB if log.total_gpu_memory_gib else None,
         logged.failure,
         (log.data_parallel_size or 1) if log.expert_parallel else 1,
         derived_settings(log),
@@ -226,7 +227,7 @@ def derived_settings(log: ServerLog) -> dict[str, str]:
 
 def _memory_gib(gpu: GpuSpec | None, log: ServerLog) -> float | None:
     if gpu is not None:
-        return gpu.usable_memory_bytes / 2**30
+        return gpu.usable_memory_bytes / GIB
     return log.total_gpu_memory_gib
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from kvplan.engines.memory_model import GIB
+from kvplan import GIB
 from kvplan.engines.pool_sizing import model_max_len
 from kvplan.logs.log_capacity import logged_kv_tokens
 from kvplan.logs.log_setup import ServerSetup, predict_capacity, stage_layers_share

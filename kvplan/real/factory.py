@@ -13,10 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvplan import cdiv
+from kvplan import GIB, cdiv
 from kvplan.core.engine import Engine, Runner
 from kvplan.core.engine_factory import (
-    GIB,
     EngineSizing,
     Optimization,
     RealConfig,

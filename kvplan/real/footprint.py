@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from kvplan import GIB
 from kvplan.spec import ModelSpec
 from kvplan.spec.setting_error import SettingError
 
-GIB = 2**30
 WARN_BYTES = 2 * GIB  # beyond this, building takes long enough to deserve a word
 SAVING = 0.75  # fewer layers are offered when they leave at most this share of the weights
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}

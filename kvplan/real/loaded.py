@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvplan.core.engine_factory import GIB, RealConfig, SizingConfig
+from kvplan import GIB
+from kvplan.core.engine_factory import RealConfig, SizingConfig
 from kvplan.engines.engine_releases import default_utilization, parse_version
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.spec import ModelSpec

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from kvplan import GIB, MIB
 from kvplan.engines.engine_releases import SAMPLER_BYTES_PER_LOGIT
 from kvplan.kernels import select_backend
 from kvplan.kernels.quant import get_format
@@ -64,8 +65,8 @@ MEASURED_KINDS = ("FullAttention", "SlidingAttention", "ChunkedAttention")
 NOT_MEASURED = "not measured (the next source times it)"
 MEASURED_FORMAT = "bf16"  # GEMMs and experts in 16-bit weights: torch runs them as they are
 BLOCK_SIZE = {"cuda": 16, "cpu": 128}  # vLLM's default KV block, on GPUs and its CPU backend
-FLUSH_BYTES = {"cuda": 256 * 2**20, "cpu": 64 * 2**20}  # twice a large last-level cache
-KV_CAP_BYTES = {"cuda": 8 * 2**30, "cpu": 2**30}  # KV of one decode point, per copy
+FLUSH_BYTES = {"cuda": 256 * MIB, "cpu": 64 * MIB}  # twice a large last-level cache
+KV_CAP_BYTES = {"cuda": 8 * GIB, "cpu": GIB}  # KV of one decode point, per copy
 MIN_BYTES = 2**10
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvplan import MIB
+
 REPEAT_S = 1e-3  # a repeat lasts at least this long: launches per repeat follow from the warm-up
 MAX_LAUNCHES = 1000
 
@@ -30,7 +32,7 @@ class Timer:
     device: str  # cpu or cuda
     repeats: int = 5
     budget_s: float = 0.5  # stop repeating a point once its repeats took this long
-    flush_bytes: int = 64 * 2**20  # inputs cycled per point: at least this many bytes
+    flush_bytes: int = 64 * MIB  # inputs cycled per point: at least this many bytes
 
     def copies(self, nbytes: float, most: int = 64) -> int:
         """Copies of an operator's inputs of `nbytes` so that together they exceed the cache."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from kvplan import GIB
 from kvplan.report.chart_registry import chart, has_estimate, new_figure
 from kvplan.report.data import ReportData
 from kvplan.report.log_axes import context_axis, labelled_log
 
-GIB = 2**30
 VERDICT_COLORS = {"fits": "#2b8a3e", "kv-does-not-fit": "#f59f00", "weights-do-not-fit": "#c92a2a"}
 
 

@@ -12,12 +12,11 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan import GIB, MIB
 from kvplan.bench.mode import Mode
 from kvplan.core.metric_registry import metric
 from kvplan.report.data import THROUGHPUT, ReportData
 
-GIB = 1024**3
-# The simulated side's registered metrics, under the labels the comparison table gives them
 # (the throughput the report compares runs by: the steady state's)
 USAGE, RUNNING, SPEED = (
     metric(name).column_label for name in ("kv_cache_usage_mean", "running_mean", THROUGHPUT)
@@ -80,7 +79,7 @@ def _simulated(bench: pd.DataFrame) -> pd.DataFrame:
                 "budget share": share,
                 "budget (sim)": int(row["kv_budget"]),
                 "KV GiB held": held / GIB,
-                "KV MiB / seq": held / running / 2**20 if running else None,
+                "KV MiB / seq": held / running / MIB if running else None,
                 USAGE: row.get("kv_cache_usage_mean"),
                 RUNNING: row.get("running_mean"),
                 SPEED: row.get(THROUGHPUT),

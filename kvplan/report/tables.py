@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvplan import GIB, MIB
 from kvplan.core.metric_registry import METRICS, Shape, Unit
 from kvplan.report.names import page_text
 
@@ -36,7 +37,7 @@ def number(value: float) -> str:
 
 
 def size(value: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 2**10)):
         if abs(value) >= scale:
             return f"{value / scale:,.2f}\u00a0{unit}"
     return f"{value:,.0f}\u00a0B"

@@ -23,6 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
+from kvplan import GIB
 from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import Optimization, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
@@ -36,7 +37,6 @@ from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.workload.request import Request
 from kvplan.workload.vllm_bench import BenchLoad, bench_requests
 
-GIB = 2**30
 VLLM_BLOCK_SIZE = 16
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvplan import MIB
 from kvplan.results.atomic import strict_json, write_text
 from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.spec.capped_read import read_capped
@@ -30,7 +31,7 @@ CALIBRATION_FORMAT = "kvplan-step-model-calibration/2"
 OLDER_FORMATS = ("kvplan-step-model-calibration/1",)  # the factor step model's
 OVERHEAD_NAMES = ("base_s", "per_seq_s", "gpu_factor")
 DEFAULT_OVERHEAD = {"gpu_factor": 1.0}
-MAX_FILE_BYTES = 16 * 2**20  # a calibration file holds a few factors and a row per run figure
+MAX_FILE_BYTES = 16 * MIB  # a calibration file holds a few factors and a row per run figure
 SOURCE_CHARS = 200  # the fit's description, carried into every result the file times
 REWRITE = "rewrite it with `kvplan calibrate`"
 FITTED_ON_KEYS = ("model", "gpu", "gpu_family", "engine", "engine_version")
@@ -87,7 +88,7 @@ def _load(path: Path) -> Any:
             "write one with `kvplan calibrate`"
         ) from None
     if len(data) > MAX_FILE_BYTES:
-        raise _refused(path, f"larger than {MAX_FILE_BYTES // 2**20} MiB, not one kvplan wrote")
+        raise _refused(path, f"larger than {MAX_FILE_BYTES // MIB} MiB, not one kvplan wrote")
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, 5,000-digit numbers

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvplan import GIB
 from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import (
-    GIB,
     DoesNotFit,
     EngineSizing,
     Optimization,

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kvplan import MIB
 from kvplan.sim.measured import MeasuredRun, measured_figures
 from kvplan.sim.run_checks import (
     check_lengths,
@@ -41,7 +42,7 @@ BLOCK_LABELS = {
 }
 
 
-MAX_RESULT_BYTES = 256 * 2**20  # a --save-result JSON; --save-detailed adds per-request lists
+MAX_RESULT_BYTES = 256 * MIB  # a --save-result JSON; --save-detailed adds per-request lists
 
 
 def _result_text(path: Path) -> str:
@@ -58,7 +59,7 @@ def _result_text(path: Path) -> str:
         raise ValueError(f"{path}: cannot read ({err.strerror or err})") from None
     if len(data) > MAX_RESULT_BYTES:
         raise ValueError(
-            f"{path}: larger than {MAX_RESULT_BYTES // 2**20} MiB, more than a vLLM result; "
+            f"{path}: larger than {MAX_RESULT_BYTES // MIB} MiB, more than a vLLM result; "
             "pass the file --save-result wrote (without --save-detailed)"
         )
     return data.decode("utf-8", errors="replace")

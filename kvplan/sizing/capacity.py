@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from kvplan import GIB
 from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.engines.hybrid_kv import vllm_kv_cache
 from kvplan.engines.memory_model import MemoryProfile, predict_memory
 from kvplan.engines.pool_sizing import model_max_len, whole_blocks
 from kvplan.engines.sglang_kv import sglang_kv_tokens
-from kvplan.sizing.plan_inputs import GIB, MAX_TOKENS, PlanInputs, valid_tps
+from kvplan.sizing.plan_inputs import MAX_TOKENS, PlanInputs, valid_tps
 from kvplan.spec import parse_kv_format
 
 

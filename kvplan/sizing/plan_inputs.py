@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvplan import GIB
 from kvplan.engines.engine_releases import default_utilization
 from kvplan.engines.memory_model import DEFAULT_ENGINE, EngineSettings
 from kvplan.engines.pool_sizing import check_max_model_len, max_model_len_for
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 from kvplan.spec.setting_error import SettingError
 
-GIB = 2**30
 MAX_TOKENS = 2**30  # beyond this a context or batch is a typo, not a plan
 DEFAULT_PLAN_TPS = 8  # `kvplan plan` considers the valid TP sizes up to one 8-GPU node
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvplan import GIB
+
 # Driver/datasheet share for HBM GPUs observed in real logs (A100-40GB 39.50/40 = 0.988,
 # H100 79.22/80 = 0.990). GDDR cards with ECC on lose more (L4: 22.49/24) and need their own
 # figure; GeForce cards without ECC report about 0.98 (RTX 3090 23.58/24; profiles/gpus.toml).
@@ -58,7 +60,7 @@ class GpuSpec:
         """Total memory as the CUDA driver exposes it; when unobserved, the datasheet figure x 0.99,
         or x 15/16 on a GDDR board with inline ECC."""
         share = GDDR_ECC_SHARE if self.gddr_ecc else DRIVER_SHARE_UNOBSERVED
-        return (self.driver_memory_gib or self.memory_gib * share) * 2**30
+        return (self.driver_memory_gib or self.memory_gib * share) * GIB
 
     @property
     def fp8_support(self) -> bool:

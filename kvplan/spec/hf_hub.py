@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvplan import MIB
 from kvplan.spec.profiles import MODELOPT_SIDECAR, read_config
 
 # Bytes per element of the safetensors dtypes (the format's own dtype names).
@@ -45,7 +46,7 @@ SAFETENSORS_DTYPE_BYTES = {
     "U64": 8,
     "BOOL": 1,
 }
-HEADER_LIMIT = 100 * 2**20
+HEADER_LIMIT = 100 * MIB
 HUB_CONNECT_TIMEOUT_S = 3.0  # a safetensors header is JSON; anything larger is not one
 
 

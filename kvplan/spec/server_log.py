@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from kvplan import MIB
 from kvplan.spec.capped_read import read_capped
 from kvplan.spec.log_claims import Claim, checked_claims, printable
 from kvplan.spec.server_log_patterns import (
@@ -49,7 +50,7 @@ _HARD_WRAP = re.compile(
     rf"\n(?<=[^\n]{{{_WRAP_WIDTH}}}\n)(?!$|{_LOG_LINE_START})", flags=re.MULTILINE
 )
 _LONG_LINE = re.compile(rf"^([^\n]{{{MAX_LINE_CHARS}}})[^\n]+", flags=re.MULTILINE)
-MAX_LOG_BYTES = 4 * 2**20  # a startup log, debug output included, is well under a megabyte
+MAX_LOG_BYTES = 4 * MIB  # a startup log, debug output included, is well under a megabyte
 SAID_CHARS = 60  # a setting's source quoted beside it in explain's table
 MAX_CLAIMS_PER_PATTERN = 1024  # one figure per rank of the largest deployments, and more
 # Settings vLLM's `non-default args: {...}` line prints that a ServerLog keeps.
@@ -228,7 +229,7 @@ def read_log(source: str, stdin: IO[bytes] | None = None) -> str:
     if len(data) > MAX_LOG_BYTES:
         shown = "LOG" if source == "-" else shlex.quote(source)
         raise ValueError(
-            f"{name} is larger than {MAX_LOG_BYTES // 2**20} MiB, and a startup log is far smaller; "
+            f"{name} is larger than {MAX_LOG_BYTES // MIB} MiB, and a startup log is far smaller; "
             f"pass the server's startup lines (e.g. head -n 5000 {shown} | kvplan explain -)"
         )
     return data.decode("utf-8", errors="replace")

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kvplan import MIB
 from kvplan.sizing.operators.attention import AttentionOp
 from kvplan.sizing.operators.shapes import Experts, Gemm
 from kvplan.spec.capped_read import read_capped
 from kvplan.spec.setting_error import SettingError
 
 FORMAT = "kvplan.perf-table/1"
-MAX_FILE_BYTES = 64 * 2**20  # far above any profile (a few hundred KiB); /dev/zero is refused
+MAX_FILE_BYTES = 64 * MIB  # far above any profile (a few hundred KiB); /dev/zero is refused
 DEVICE_KINDS = ("cpu", "cuda")
 DTYPES = ("bf16", "fp16", "fp32")
 NAME_CHARS = 200
@@ -194,7 +195,7 @@ def read_table(path: str | Path) -> PerfTable:
             why=reason,
         ) from None
     if len(raw) > MAX_FILE_BYTES:
-        raise _refusal(path, f"larger than {MAX_FILE_BYTES // 2**20} MiB, not one kvplan wrote")
+        raise _refusal(path, f"larger than {MAX_FILE_BYTES // MIB} MiB, not one kvplan wrote")
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, 5,000-digit numbers
