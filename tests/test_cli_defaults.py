@@ -1,7 +1,9 @@
 """Each default is declared once: `kvplan bench`'s options show the defaults of the config
 fields they set, read from those fields; a sweep point that leaves a setting out runs what
-bench runs with the option left out; and no module of the bench or sweep command writes a
-setting's default a second time (a literal there would drift from the config's)."""
+bench runs with the option left out; no module of the bench or sweep command writes a
+setting's default a second time (a literal there would drift from the config's); and no other
+command writes bench's default for a setting it shares (estimate, plan, calibrate, profile
+read it from the config; a default of their own, such as estimate's H100, is theirs)."""
 
 from __future__ import annotations
 
@@ -178,3 +180,19 @@ def test_the_scan_sees_a_second_declaration(tmp_path: Path) -> None:
         if name in SETTINGS and _literal(default)
     ]
     assert literal == ["block_size", "rate", "preemption"]
+
+
+def test_no_other_command_writes_a_shared_default_again() -> None:
+    import ast
+
+    others = [path for path in sorted(CLI.glob("*.py")) if path not in SCANNED]
+    again = [
+        f"{path.relative_to(CLI.parent.parent)}:{line}: {name}"
+        for path in others
+        for name, line, default in _declared_defaults(path)
+        if ALIASES.get(name, name) in SETTINGS
+        and _literal(default)
+        and not (isinstance(default, ast.Constant) and default.value is None)
+        and ast.literal_eval(default) == SETTINGS[ALIASES.get(name, name)]
+    ]
+    assert again == [], "read these from the config field instead: " + "; ".join(again)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from kvplan.bench.config import BenchConfig, ClusterConfig
 from kvplan.bench.optimizations import parse_optimization
+from kvplan.bench.search_status import TRIAL_REQUESTS
 from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
 from kvplan.core.engine_factory import SizingConfig
@@ -51,7 +52,7 @@ class Demand:
     slo: Slo
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)  # its rate is set per trial
     optimization: str = "prefix"  # vLLM V1 and SGLang cache prefixes by default
-    num_requests: int = 300  # per replica and trial
+    num_requests: int = TRIAL_REQUESTS  # per replica and trial
     engine: str | None = None
     engine_version: str | None = None
     step_model: str | None = None  # fitted, roofline or a calibration file (sim.step_models)

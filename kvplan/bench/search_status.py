@@ -1,4 +1,5 @@
-"""Where one candidate's search ended, light enough for the plan table's module: no engine."""
+"""The plan search's vocabulary, light enough for the command line's modules (no engine):
+where one candidate's search ended, and how many requests a trial sends."""
 
 from __future__ import annotations
 
@@ -14,3 +15,7 @@ class SearchStatus(StrEnum):
     COST = "cost"  # pruned: it cannot beat the best plan found
     GPUS = "gpus"  # needs more GPUs than --max-gpus
     CLUSTER = "cluster"  # its replicas meet the SLO alone, the cluster does not
+
+
+# requests per replica and trial (Demand.num_requests, `kvplan plan --num-requests`)
+TRIAL_REQUESTS = 300

@@ -19,6 +19,8 @@ from kvplan.cli.common import (
     error_console,
 )
 from kvplan.cli.fit_table import fitted_table
+from kvplan.cli.panels.defaults import SIZING
+from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME
 
 
 @cli_errors("out")
@@ -29,10 +31,10 @@ def calibrate(
             help="`vllm bench serve --save-result` JSON files, or text files holding vLLM's printed 'Serving Benchmark Result' block."
         ),
     ],
-    model: ModelOpt = "llama-3.1-8b",
+    model: ModelOpt = SIZING.model,
     gpu: GpuOpt = "h100",
-    tp: TpOpt = 1,
-    kv_dtype: KvDtypeOpt = "auto",
+    tp: TpOpt = SIZING.tp,
+    kv_dtype: KvDtypeOpt = SIZING.kv_dtype,
     weight_dtype: Annotated[
         Optional[str],
         typer.Option(
@@ -44,7 +46,7 @@ def calibrate(
         typer.Option(
             metavar="NAME", help="Engine that produced the results (recorded in the file)."
         ),
-    ] = "vllm",
+    ] = DEFAULT_ENGINE_NAME,
     dataset: Annotated[
         str, typer.Option(metavar="NAME", help="The benchmark's dataset: random or sharegpt.")
     ] = "random",

@@ -29,8 +29,10 @@ from kvplan.cli.common import (
 )
 from kvplan.cli.estimate_cpu import check_device, cpu_only, estimate_cpu, one_of, typed
 from kvplan.cli.fit_table import fitted_table
+from kvplan.cli.panels.defaults import SIZING
 from kvplan.cli.resolution import render_resolution, resolution_record
-from kvplan.engines.engine_releases import engine_generation, parse_version
+from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME, engine_generation, parse_version
+from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
 from kvplan.results.atomic import strict_json  # no NaN/Infinity in JSON output
 from kvplan.sizing.capacity import PlanInputs, check_can_fit_somehow, plan
 from kvplan.spec import parse_kv_format
@@ -71,8 +73,8 @@ def estimate(
         ),
     ],
     gpu: GpuOpt = "h100-80gb",
-    tp: TpOpt = 1,
-    kv_dtype: KvDtypeOpt = "auto",
+    tp: TpOpt = SIZING.tp,
+    kv_dtype: KvDtypeOpt = SIZING.kv_dtype,
     context: Annotated[
         Optional[str],
         typer.Option(
@@ -85,7 +87,7 @@ def estimate(
     batch: Annotated[
         int, typer.Option("--batch", "-b", metavar="N", help="Concurrent requests at --context.")
     ] = 1,
-    block_size: BlockSizeOpt = 16,
+    block_size: BlockSizeOpt = GPU_BLOCK_SIZE,
     gpu_memory_utilization: UtilOpt = None,
     allocation: Annotated[
         str,
@@ -107,7 +109,7 @@ def estimate(
             "--params-b", metavar="BILLIONS", help="Override the parameter count (billions)."
         ),
     ] = None,
-    engine: EngineOpt = "vllm",
+    engine: EngineOpt = DEFAULT_ENGINE_NAME,
     engine_version: EngineVersionOpt = None,
     max_num_batched_tokens: Annotated[
         Optional[int],

@@ -15,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kvplan.bench.search_status import TRIAL_REQUESTS
 from kvplan.bench.workloads import MAX_MODEL_LEN_HELP
 from kvplan.cli.common import (
     ENGINE,
@@ -32,8 +33,10 @@ from kvplan.cli.common import (
     flag_of,
     progress_bars,
 )
+from kvplan.cli.panels.defaults import RUN, SIZING
 from kvplan.cli.panels.engine import CalibrationOpt, PerfTableOpt, StepModelOpt
 from kvplan.cli.plan_table import render_plan
+from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME
 from kvplan.sizing.plan_inputs import DEFAULT_PLAN_TPS, valid_tps
 from kvplan.spec.comma_list import comma_list
 from kvplan.workload.bench_load import BenchLoad
@@ -146,7 +149,7 @@ def plan(
             rich_help_panel=KV_PANEL,
             help="KV formats to consider, e.g. auto,fp8.",
         ),
-    ] = "auto",
+    ] = SIZING.kv_dtype,
     max_num_seqs: Annotated[
         Optional[str],
         typer.Option(
@@ -183,7 +186,7 @@ def plan(
             help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's and SGLang's default.",
         ),
     ] = "prefix",
-    engine: EngineOpt = "vllm",
+    engine: EngineOpt = DEFAULT_ENGINE_NAME,
     engine_version: EngineVersionOpt = None,
     step_model: StepModelOpt = None,
     calibration: CalibrationOpt = None,
@@ -199,7 +202,7 @@ def plan(
             rich_help_panel=WORKLOAD,
             help="Requests per replica in each simulated trial.",
         ),
-    ] = 300,
+    ] = TRIAL_REQUESTS,
     executor: Annotated[
         str,
         typer.Option(
@@ -224,7 +227,7 @@ def plan(
             help="Ray cluster address (default: a local Ray instance).",
         ),
     ] = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = RUN.seed,
     json_out: JsonOpt = False,
     out: Annotated[
         Optional[Path],

@@ -21,6 +21,7 @@ from kvplan.cli.common import (
     escape,
     progress_bars,
 )
+from kvplan.cli.panels.defaults import SIZING
 from kvplan.cli.resolution import render_resolution
 
 GRID = "Grid"
@@ -43,7 +44,7 @@ def profile(
         str,
         typer.Option(rich_help_panel=HARDWARE, metavar="NAME", help="cpu, cuda or auto."),
     ] = "cpu",
-    tp: TpOpt = 1,
+    tp: TpOpt = SIZING.tp,
     weight_dtype: Annotated[
         Optional[str],
         typer.Option(
@@ -52,7 +53,7 @@ def profile(
             help="Weight dtype served (bf16, fp8, int4, ...); default: the checkpoint's. Only 16-bit weights are measured; the rest is left to the next source.",
         ),
     ] = None,
-    kv_dtype: KvDtypeOpt = "auto",
+    kv_dtype: KvDtypeOpt = SIZING.kv_dtype,
     dtype: Annotated[
         str,
         typer.Option(

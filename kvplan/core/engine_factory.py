@@ -14,8 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kvplan import GIB
 from kvplan.core.tiers.cache import TIER_POLICIES
 from kvplan.engines import sglang_defaults
-from kvplan.engines.engine_releases import batch_defaults, engine_generation, parse_version
-from kvplan.engines.pool_sizing import max_model_len_for
+from kvplan.engines.engine_releases import (
+    DEFAULT_ENGINE_NAME,
+    batch_defaults,
+    engine_generation,
+    parse_version,
+)
+from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE, max_model_len_for
 from kvplan.engines.scheduling_rules import SchedulingRules, scheduling_rules
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
@@ -43,7 +48,7 @@ class SizingConfig:
     gpu: str = "l4"  # `kvplan bench` and sweeps read their defaults here
     tp: int = 1
     kv_dtype: str = "auto"
-    block_size: int = 16
+    block_size: int = GPU_BLOCK_SIZE
     gpu_memory_utilization: float | None = None  # the engine's own default if None
     kv_cache_gib: float | None = None
     max_model_len: int | None = None
@@ -55,7 +60,7 @@ class SizingConfig:
     # release's behaviour): whose startup profile sizes the pool (engines/memory_model.py, with
     # the scheduler's own batch limits), whose batch limits a scheduler that sets none gets,
     # and whose step-model overheads time the steps.
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE_NAME
     engine_version: str | None = None
     # vLLM's --num-gpu-blocks-override: the pool's blocks whatever memory would give (vLLM's
     # null block among them), as a test or a reproduction of a known server sets it

@@ -152,12 +152,14 @@ def range_ratio_below(engine: str | None, version: str | None) -> bool:
 ENGINE_NAMES = ("vllm", "sglang")
 GENERATIONS = ("vllm-v0", "vllm-v1", "sglang")
 V1_DEFAULT_FROM = (0, 8, 0)  # vLLM 0.8 made the V1 engine the default
+# the engine every command models unless told otherwise (its generation by the release)
+DEFAULT_ENGINE_NAME = "vllm"
 
 
 def engine_generation(engine: str | None, version: str | None = None) -> str:
     """Which engine generation runs: 'vllm-v0' for vLLM before 0.8, 'vllm-v1' after (and when
     no version is given), 'sglang'. A generation name is accepted as the engine itself."""
-    name = (engine or "vllm").strip().lower()
+    name = (engine or DEFAULT_ENGINE_NAME).strip().lower()
     if name in GENERATIONS:
         return name
     if name not in ENGINE_NAMES:

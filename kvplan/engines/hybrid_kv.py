@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from kvplan import cdiv
 from kvplan.engines.engine_releases import in_flight_batches, parse_version
 from kvplan.engines.kv_groups import KVCacheGroupSpec, kv_cache_groups
+from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
 from kvplan.engines.versions import Version
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
@@ -173,7 +174,7 @@ def vllm_kv_cache(
     tp: int,
     available_bytes_per_gpu: float,
     max_model_len: int,
-    block_size: int = 16,
+    block_size: int = GPU_BLOCK_SIZE,
     hybrid_manager: bool = True,
     *,
     max_num_batched_tokens: int = 2048,

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from kvplan import cdiv
+from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
@@ -130,7 +131,11 @@ def _layer_types(
 
 
 def mamba_block_size(
-    model: ModelSpec, fmt: KVFormat, tp: int, block_size: int = 16, alignment: int = 16
+    model: ModelSpec,
+    fmt: KVFormat,
+    tp: int,
+    block_size: int = GPU_BLOCK_SIZE,
+    alignment: int = 16,
 ) -> int:
     """The attention block size vLLM uses for an attention + Mamba/linear-attention model.
 
@@ -158,7 +163,7 @@ def kv_cache_groups(
     model: ModelSpec,
     fmt: KVFormat,
     tp: int,
-    block_size: int = 16,
+    block_size: int = GPU_BLOCK_SIZE,
     *,
     hybrid_manager: bool = True,
     mamba_alignment: int = 16,

@@ -8,6 +8,9 @@ import math
 from kvplan.spec import ModelSpec
 from kvplan.spec.setting_error import SettingError
 
+# vLLM's default GPU KV block (tokens), kvplan's too: the estimator, the engines and a log that
+# prints none read it from here
+GPU_BLOCK_SIZE = 16
 DEFAULT_MAX_MODEL_LEN = 4096  # for a model whose config names no max_position_embeddings
 
 

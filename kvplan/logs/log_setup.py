@@ -20,6 +20,7 @@ from kvplan.engines.hybrid_kv import (
     vllm_kv_cache,
 )
 from kvplan.engines.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
+from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
 from kvplan.engines.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.profiles import gpu_profiles
@@ -172,7 +173,7 @@ def server_setup(
         log.gpu_memory_utilization is not None,
         max_len,
         kv_dtype,
-        log.block_size or 16,
+        log.block_size or GPU_BLOCK_SIZE,
         weight_dtype_hint(model_name or log.model, log.quantization),
         settings,
         log.total_gpu_memory_gib * GIB if log.total_gpu_memory_gib else None,

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME, engine_generation, parse_version
 from kvplan.engines.engine_releases import batch_defaults as batch_defaults_for
-from kvplan.engines.engine_releases import engine_generation, parse_version
 from kvplan.engines.versions import released_before
 from kvplan.logs.log_setup import weight_dtype_hint
 from kvplan.sim.run_checks import run_problem
@@ -60,7 +60,7 @@ class MeasuredRun:
     model: str
     gpu: str
     tp: int
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE_NAME
     dataset: str = "random"
     input_len: int | None = None
     output_len: int | None = None

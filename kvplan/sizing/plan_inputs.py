@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from kvplan import GIB
 from kvplan.engines.engine_releases import default_utilization
 from kvplan.engines.memory_model import DEFAULT_ENGINE, EngineSettings
-from kvplan.engines.pool_sizing import check_max_model_len, max_model_len_for
+from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE, check_max_model_len, max_model_len_for
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 from kvplan.spec.setting_error import SettingError
 
@@ -30,7 +30,7 @@ class PlanInputs:
     kv_format: KVFormat = field(default_factory=lambda: parse_kv_format("bf16"))
     context: int | None = None  # max_model_len; the model's max_position_embeddings if None
     batch: int = 1
-    block_size: int = 16
+    block_size: int = GPU_BLOCK_SIZE
     gpu_memory_utilization: float | None = None  # the engine version's default if None
     reserve_bytes: float | None = None
     kv_cache_bytes: float | None = None  # a fixed KV pool per GPU, as vLLM's kv_cache_memory_bytes
