@@ -31,7 +31,14 @@ from kvplan.sim.ops.overhead import EngineOverhead, engine_era
 from kvplan.sim.ops.shipped import shipped_fit, step_kind
 from kvplan.sim.ops.step import OperatorStepRunner
 from kvplan.sim.runner import SimulatedRunner
-from kvplan.sim.step_models import FITTED, ROOFLINE
+from kvplan.sim.step_models import (
+    CalibratedOverhead,
+    DatasheetRoofline,
+    GivenOverhead,
+    ShippedOverhead,
+    StepTiming,
+    step_timing,
+)
 from kvplan.sizing.capacity import PlanInputs, plan
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import load_gpu, load_model
@@ -105,6 +112,11 @@ class SimulatedEngineFactory:
     # covers are timed from it before any other source.
     perf_table: str | None = None
 
+    @property
+    def timing(self) -> StepTiming:
+        """How this factory's engines time their steps (the step_model setting, parsed)."""
+        return step_timing(self.step_model)
+
     def check(self, optimization: Optimization) -> None:
         size_engine(self.sizing, self.scheduler, optimization)
 
@@ -137,7 +149,7 @@ class SimulatedEngineFactory:
             rules=scheduler.engine_rules,
         )
         runner: SimulatedRunner = SimulatedRunner(roofline)  # datasheet peak, a lower bound
-        if self.step_model != ROOFLINE:
+        if not isinstance(self.timing, DatasheetRoofline):
             runner = operator_runner(
                 roofline,
                 config.generation,
@@ -154,13 +166,14 @@ class SimulatedEngineFactory:
         """The engine's own time per step: given, a calibration file's (overlapped as this
         run's release is), or the shipped fit for the run's engine release."""
         config = self.sizing
-        if isinstance(self.step_model, EngineOverhead):
-            return self.step_model
-        if self.step_model in (None, FITTED):
-            return shipped_fit().overhead(config.engine, config.engine_version)
-        era = engine_era(config.engine, config.engine_version)
-        fitted = read_calibration(str(self.step_model)).overhead
-        return replace(fitted, overlapped=era.overlapped)
+        timing = self.timing
+        if isinstance(timing, GivenOverhead):
+            return timing.overhead
+        if isinstance(timing, CalibratedOverhead):
+            era = engine_era(config.engine, config.engine_version)
+            fitted = read_calibration(timing.path).overhead
+            return replace(fitted, overlapped=era.overlapped)
+        return shipped_fit().overhead(config.engine, config.engine_version)
 
     def run_metrics(self, engine: Engine) -> dict[str, Any]:
         metrics: dict[str, Any] = {}
@@ -168,13 +181,14 @@ class SimulatedEngineFactory:
         runner = getattr(engine.runner, "runner", engine.runner)
         if isinstance(runner, OperatorStepRunner):  # what timed this run, and how well
             metrics["step_model"] = runner.describe()
-            if self.step_model in (None, FITTED):
+            timing = self.timing
+            if isinstance(timing, ShippedOverhead):
                 model = runner.roofline.model
                 band = shipped_fit().band(step_kind(model), runner.roofline.gpu.family)
                 if band is not None:
                     metrics["time_error_band"] = {"engine": self.sizing.generation, **band}
-            elif isinstance(self.step_model, str):
-                band = calibration_band(self.step_model)
+            elif isinstance(timing, CalibratedOverhead):
+                band = calibration_band(timing.path)
                 if band is not None:
                     metrics["time_error_band"] = band
         budget = getattr(engine.allocator, "budget", None)

@@ -10,11 +10,13 @@ Light: no engine or numpy, so the command line checks its options before any wor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvplan.engines.engine_releases import engine_generation, parse_version
 from kvplan.sim.calibration_file import FittedOn, read_calibration
+from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
 
@@ -116,3 +118,45 @@ def _engines_differ(fitted: FittedOn, run: FittedOn) -> bool:
         )
     except ValueError:  # a file naming an engine kvplan does not know: the names decided
         return False
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """How a simulated engine times its steps, parsed once from the run's step_model setting
+    (`step_timing`); the factory chooses by type."""
+
+
+@dataclass(frozen=True)
+class ShippedOverhead(StepTiming):
+    """The operator step model at the shipped engine overhead of the run's release (fitted)."""
+
+
+@dataclass(frozen=True)
+class DatasheetRoofline(StepTiming):
+    """The bare roofline at datasheet peak: a lower bound (roofline)."""
+
+
+@dataclass(frozen=True)
+class CalibratedOverhead(StepTiming):
+    """The operator step model at the overhead a `kvplan calibrate` file holds."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class GivenOverhead(StepTiming):
+    """The operator step model at this overhead (fits replay runs with trial ones)."""
+
+    overhead: EngineOverhead
+
+
+def step_timing(setting: str | EngineOverhead | None) -> StepTiming:
+    """The timing a step_model setting names: None or "fitted", "roofline", an overhead, or
+    any other text as a calibration file (step_model_setting checked it)."""
+    if isinstance(setting, EngineOverhead):
+        return GivenOverhead(setting)
+    if setting in (None, FITTED):
+        return ShippedOverhead()
+    if setting == ROOFLINE:
+        return DatasheetRoofline()
+    return CalibratedOverhead(str(setting))
