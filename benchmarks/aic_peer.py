@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvplan.sim.ops.aic_runs import sample_path
+from kvplan.fit.aic_runs import sample_path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIDELITY = ROOT / "benchmarks" / "serving_fidelity.jsonl"

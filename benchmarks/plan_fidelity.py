@@ -28,7 +28,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from kvplan.sim.measured import MeasuredRun, load_dataset
+from kvplan.fit.measured import MeasuredRun, load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "serving" / "serving_benchmarks.jsonl"

@@ -5,11 +5,11 @@ Runs:
 - every replayable published run of ../shared/data/serving/serving_benchmarks.jsonl (same
   model, GPU, TP, dataset, lengths, prompts, rate or concurrency, engine and version);
 - where aiconfigurator-core is installed (kvplan[perf]), up to PER_SWEEP runs of each sweep
-  of its silicon sample (kvplan/sim/ops/aic_runs.py: TPOT and throughput at a fixed
+  of its silicon sample (kvplan/fit/aic_runs.py: TPOT and throughput at a fixed
   concurrency, measured by NVIDIA on its systems).
 
 Each run is simulated once with zero overhead, recording each step's GPU time (replays);
-overheads are then fitted per engine era (kvplan/sim/ops/fit.py) on:
+overheads are then fitted per engine era (kvplan/fit/overhead_fit.py) on:
 - every run: the shipped fit (two rounds: open-loop runs are recorded again at the first
   round's overheads), written to profiles/step_overheads.toml;
 - every run but one model's, for each model in turn (leave one model out, from scratch, one
@@ -39,11 +39,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvplan.fit.aic_runs import aic_runs
+from kvplan.fit.measured import MeasuredRun, load_dataset
+from kvplan.fit.overhead_fit import fit_overheads, fit_recorded, overhead_for, record
+from kvplan.fit.replay import Replay, compared
 from kvplan.results import make_record, write_jsonl
-from kvplan.sim.calibration import Replay, compared
-from kvplan.sim.measured import MeasuredRun, load_dataset
-from kvplan.sim.ops.aic_runs import aic_runs
-from kvplan.sim.ops.fit import fit_overheads, fit_recorded, overhead_for, record
 from kvplan.sim.ops.overhead import EngineOverhead
 from kvplan.sim.ops.shipped import ANY_FAMILY, BAND_FIGURES, FILE_FORMAT, step_kind
 from kvplan.spec.resolve import load_gpu, load_model

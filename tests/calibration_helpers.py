@@ -3,7 +3,7 @@ vLLM benchmark result file's contents."""
 
 from __future__ import annotations
 
-from kvplan.sim.measured import MeasuredRun
+from kvplan.fit.measured import MeasuredRun
 
 # A measured run calibrate reads: vllm bench serve's result file.
 VLLM_RESULT = {

@@ -13,8 +13,8 @@ from calibration_helpers import VLLM_RESULT, small_run
 from typer.testing import CliRunner
 
 from kvplan.cli.app import app
+from kvplan.fit.vllm_results import read_result
 from kvplan.sim.calibration_file import read_calibration
-from kvplan.sim.vllm_results import read_result
 from kvplan.spec.resolve import load_gpu
 
 runner = CliRunner()
@@ -172,7 +172,7 @@ def test_calibrate_bad_inputs_exit_2(tmp_path):
 
 
 def test_shipped_dataset_replays(shared_data):
-    from kvplan.sim.measured import load_dataset
+    from kvplan.fit.measured import load_dataset
 
     runs, skipped = load_dataset(shared_data / "serving" / "serving_benchmarks.jsonl")
     assert len(runs) + len(skipped) == 103 and len(runs) >= 80
@@ -214,7 +214,7 @@ def test_shipped_dataset_replays(shared_data):
     ],
 )
 def test_batch_defaults_follow_vllm(gpu, version, kind, max_model_len, expected):
-    from kvplan.sim.measured import batch_defaults
+    from kvplan.fit.measured import batch_defaults
 
     spec = load_gpu(gpu)
     run = small_run(engine_version=version, benchmark=kind)
@@ -240,8 +240,8 @@ def test_released_before_follows_pep440(text, before):
 
 
 def test_medians_are_compared_as_medians_and_only_without_a_mean(tmp_path):
-    from kvplan.sim.calibration import latency_figures
-    from kvplan.sim.measured import dataset_run
+    from kvplan.fit.measured import dataset_run
+    from kvplan.fit.replay import latency_figures
 
     figures = latency_figures(np.array([0.1, 0.2, 0.9]), np.array([0.01, 0.03]))
     assert figures["mean_ttft_ms"] == pytest.approx(400.0) and figures[
@@ -282,7 +282,7 @@ def test_ttft_above_the_saturation_rate_is_queue_dominated():
 
 
 def test_a_rate_sweep_takes_its_unthrottled_run_as_saturation(tmp_path):
-    from kvplan.sim.measured import load_dataset
+    from kvplan.fit.measured import load_dataset
 
     base = {
         "gpu": "NVIDIA H100 80GB HBM3",

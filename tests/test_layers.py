@@ -32,6 +32,8 @@ LAYER_RANK = {
     "sim": 7,
     "real": 7,
     "bench": 8,
+    # siblings: fitting the step model to measured runs, and running benches, never each other
+    "fit": 8,
     "report": 9,
     "cli": 10,
 }

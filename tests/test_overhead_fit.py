@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from calibration_helpers import small_run
 
-from kvplan.sim.calibration import Replay, simulate
-from kvplan.sim.measured import MeasuredRun
-from kvplan.sim.ops.fit import fit_overheads, overhead_for
+from kvplan.fit.measured import MeasuredRun
+from kvplan.fit.overhead_fit import fit_overheads, overhead_for
+from kvplan.fit.replay import Replay, simulate
 from kvplan.sim.ops.overhead import EngineOverhead
 
 TRUTH = EngineOverhead(base_s=0.003, per_seq_s=2e-4)

@@ -276,7 +276,7 @@ def test_shipped_benchmark_records_load_through_the_resolver(shared_data: Path) 
     """Every record's model and GPU as the page writes them, through load_model / load_gpu:
     no name table. The GPU of every record resolves; a model that does not (Llama-3.3-70B:
     no verbatim config ships) fails with the steps tried, never silently."""
-    from kvplan.sim.measured import dataset_run
+    from kvplan.fit.measured import dataset_run
     from kvplan.spec.resolve import load_gpu, load_model
 
     records = [

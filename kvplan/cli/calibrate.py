@@ -108,7 +108,7 @@ def calibrate(
     ] = Path("calibration.json"),
 ) -> None:
     """Fit bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert GEMMs' factor to measured runs; print the fit error per run."""
-    from kvplan.sim.calibrate_runs import calibrate_results
+    from kvplan.fit.calibrate_runs import calibrate_results
     from kvplan.spec.resolve import load_gpu, load_model
 
     settings = {

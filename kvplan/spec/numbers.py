@@ -10,7 +10,7 @@ beyond any real deployment and exist to catch typos (1e300) before they reach nu
 allocation. Grid products are bounded before a grid is built.
 
 The same rules bound what a file a user gives may claim: a server's startup log
-(spec/log_claims.py), a measured benchmark run (sim/run_checks.py) and a calibration file
+(spec/log_claims.py), a measured benchmark run (fit/run_checks.py) and a calibration file
 (sim/calibration_file.py); those readers word a refusal after the file and line.
 """
 

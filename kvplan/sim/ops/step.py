@@ -41,7 +41,7 @@ CAPTURE_LIMIT = 512  # vLLM's largest default CUDA graph capture size
 
 
 class StepCosts(NamedTuple):
-    """What a replay keeps of one step (kvplan.sim.calibration): its GPU time and what the
+    """What a replay keeps of one step (kvplan.fit.replay): its GPU time and what the
     engine's overhead reads, so other overheads re-time it without simulating again. A named
     tuple: the simulator builds one per step."""
 
@@ -187,7 +187,7 @@ class OperatorStepRunner(SimulatedRunner):
 
     def costs(self, plan: StepPlan) -> StepCosts:
         """The step as a calibration replay records it: its GPU time and what the engine's
-        overhead reads (kvplan.sim.ops.fit re-times it under other overheads)."""
+        overhead reads (kvplan.fit.overhead_fit re-times it under other overheads)."""
         return StepCosts(self.gpu_time(plan), len(plan.scheduled), 1.0 if plan.decision else 0.0)
 
     def step_time_from(self, costs: StepCosts) -> float:

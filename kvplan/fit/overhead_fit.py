@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvplan.sim.calibration import Replay, log_errors
-from kvplan.sim.measured import MeasuredRun
-from kvplan.sim.minimize import nelder_mead
+from kvplan.fit.measured import MeasuredRun
+from kvplan.fit.minimize import nelder_mead
+from kvplan.fit.replay import Replay, log_errors
 from kvplan.sim.ops.overhead import ERAS, EngineOverhead, Era, engine_era, for_era
 
 BOUNDS = {"base_s": (1e-5, 0.05), "per_seq_s": (1e-8, 1e-3), "gpu_factor": (0.5, 4.0)}

@@ -1,5 +1,5 @@
 """Replay measured benchmark runs in the simulator, for the fit of the engine overheads
-(kvplan/sim/ops/fit.py) and the fidelity checks.
+(kvplan/fit/overhead_fit.py) and the fidelity checks.
 
 simulate(): one MeasuredRun through a paged engine (vLLM's defaults: block size 16,
 chunked prefill, recompute preemption) with the operator step model at some engine overhead,
@@ -28,9 +28,9 @@ from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import Optimization, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
 from kvplan.engines.engine_releases import engine_generation, range_ratio_below
+from kvplan.fit.measured import MeasuredRun, batch_defaults
 from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.factory import SimulatedEngineFactory
-from kvplan.sim.measured import MeasuredRun, batch_defaults
 from kvplan.sim.ops.overhead import EngineOverhead, Era, engine_era
 from kvplan.sim.ops.step import COST_FIELDS, StepCosts
 from kvplan.spec.resolve import load_gpu, load_model

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from kvplan.engines.engine_releases import version_on
-from kvplan.sim.measured import MeasuredRun
+from kvplan.fit.measured import MeasuredRun
 from kvplan.spec.profiles import gpu_profiles
 from kvplan.spec.resolve import load_model
 

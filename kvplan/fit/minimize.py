@@ -1,4 +1,4 @@
-"""A derivative-free minimizer for the few parameters kvplan fits (kvplan/sim/ops/fit.py):
+"""A derivative-free minimizer for the few parameters kvplan fits (kvplan/fit/overhead_fit.py):
 the losses are sums of absolute log errors over replayed runs, not smooth enough for a
 gradient method and cheap enough to evaluate hundreds of times."""
 

@@ -14,7 +14,7 @@ Three inputs give one MeasuredRun each:
 
 What the files do not say (GPU, tensor parallel size, the engine's max_num_seqs and token
 budget) comes from the caller: `kvplan calibrate --gpu --tp ...`.
-The first two are read, and checked, by kvplan/sim/vllm_results.py.
+The first two are read, and checked, by kvplan/fit/vllm_results.py.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME, engine_generation, parse_version
 from kvplan.engines.engine_releases import batch_defaults as batch_defaults_for
 from kvplan.engines.versions import released_before
+from kvplan.fit.run_checks import run_problem
 from kvplan.logs.log_setup import weight_dtype_hint
-from kvplan.sim.run_checks import run_problem
 from kvplan.spec.resolve import load_gpu, load_model
 
 METRICS = (

@@ -1,7 +1,7 @@
 """What a measured benchmark run may claim, checked before a fit replays it.
 
 One check for every run `kvplan calibrate` reads, a `vllm bench serve --save-result` JSON or a
-pasted "Serving Benchmark Result" block (kvplan/sim/measured.py):
+pasted "Serving Benchmark Result" block (kvplan/fit/measured.py):
 
 - each figure keeps its rule in kvplan/spec/numbers.py: a whole, positive request count no
   larger than a replay can hold, a positive duration and throughput, token totals and

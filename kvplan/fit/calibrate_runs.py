@@ -1,4 +1,4 @@
-"""`kvplan calibrate`: fit the operator step model's engine overhead (kvplan/sim/ops/fit.py)
+"""`kvplan calibrate`: fit the operator step model's engine overhead (kvplan/fit/overhead_fit.py)
 to a user's own measured runs, say how well it predicts each of them when that run is left
 out of the fit, and write the calibration file `kvplan bench --calibration` reads (with that
 held-out error, which bench prints as the band of its modeled time figures)."""
@@ -11,12 +11,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from kvplan.sim.calibration import compared, simulate
+from kvplan.fit.measured import MeasuredRun
+from kvplan.fit.overhead_fit import era_of, fit_overheads, overhead_for
+from kvplan.fit.replay import compared, simulate
+from kvplan.fit.run_checks import check_settings
 from kvplan.sim.calibration_file import FittedOn, write_calibration
-from kvplan.sim.measured import MeasuredRun
-from kvplan.sim.ops.fit import era_of, fit_overheads, overhead_for
 from kvplan.sim.ops.overhead import EngineOverhead
-from kvplan.sim.run_checks import check_settings
 from kvplan.spec.resolve import load_gpu
 from kvplan.spec.setting_error import SettingError
 
@@ -76,7 +76,7 @@ def calibrate_results(
     settings carries what result files do not say (model, gpu, tp, engine limits, dataset
     lengths); every run must be on the same GPU. The file is written only after the fits.
     """
-    from kvplan.sim.vllm_results import read_result
+    from kvplan.fit.vllm_results import read_result
 
     if not paths:
         raise ValueError(

@@ -1,7 +1,7 @@
 """A user's own measured runs: what `vllm bench serve --save-result` writes, or the "Serving
 Benchmark Result" block it prints, pasted into a text file (keys and labels from
 vllm/benchmarks/serve.py). Each file is read up to MAX_RESULT_BYTES and checked
-(kvplan/sim/run_checks.py) before it becomes a MeasuredRun a fit replays.
+(kvplan/fit/run_checks.py) before it becomes a MeasuredRun a fit replays.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from kvplan import MIB
-from kvplan.sim.measured import MeasuredRun, measured_figures
-from kvplan.sim.run_checks import (
+from kvplan.fit.measured import MeasuredRun, measured_figures
+from kvplan.fit.run_checks import (
     check_lengths,
     check_request_length,
     check_result,
