@@ -9,11 +9,11 @@ import pytest
 from engine_helpers import tiny_engine
 from hardening_helpers import invoke
 
-from kvplan.bench.demand import Candidate, Demand
-from kvplan.bench.deploy_plan import make_plan
-from kvplan.bench.disagg_plan import DisaggRow
-from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
+from kvplan.deploy.demand import Candidate, Demand
+from kvplan.deploy.deploy_plan import make_plan
+from kvplan.deploy.disagg_plan import DisaggRow
+from kvplan.deploy.slo import parse_slo
 from kvplan.sim.cluster import RouterConfig
 from kvplan.sim.disagg import KvLink, run_disaggregated
 from kvplan.workload.request import Request

@@ -129,8 +129,8 @@ def test_a_sweep_point_replays_its_trace_at_the_rate_swept(tmp_path: Path) -> No
 
 def test_plan_and_bench_rescale_a_trace_by_one_factor(tmp_path: Path) -> None:
     """`kvplan plan`'s trials (trials.sent_at) and bench's --rate rescale by the same factor."""
-    from kvplan.bench.trials import sent_at, trace_rate
     from kvplan.bench.workloads import WorkloadSpec, build_workload
+    from kvplan.deploy.trials import sent_at, trace_rate
     from kvplan.spec.resolve import load_model
 
     trace = _trace(tmp_path, [0.0, 0.3, 1.1, 2.0, 3.0])

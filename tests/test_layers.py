@@ -34,6 +34,8 @@ LAYER_RANK = {
     "bench": 8,
     # siblings: fitting the step model to measured runs, and running benches, never each other
     "fit": 8,
+    # siblings: the plan search (it runs bench's engine) and the report, never each other
+    "deploy": 9,
     "report": 9,
     "cli": 10,
 }

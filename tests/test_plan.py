@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from hardening_helpers import invoke
 
-from kvplan.bench.demand import Candidate, Demand
-from kvplan.bench.deploy_plan import make_plan
-from kvplan.bench.replica_search import fewest_replicas, probe
-from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec
+from kvplan.deploy.demand import Candidate, Demand
+from kvplan.deploy.deploy_plan import make_plan
+from kvplan.deploy.replica_search import fewest_replicas, probe
+from kvplan.deploy.slo import parse_slo
 
 # Llama-3.1-8B: 8,030,261,248 parameters in bf16; H100 SXM: 3.35 TB/s (datasheet); KV per
 # token: 32 layers x 8 KV heads x 128 x (K, V) x 2 bytes.
@@ -270,7 +270,7 @@ def test_a_bad_price_file_is_named(tmp_path: Path) -> None:
 def test_a_trace_is_rescaled_to_each_rate(tmp_path: Path) -> None:
     """A generic JSONL trace of 41 requests 0.25 s apart runs at 4 req/s natively; a trial at
     2 req/s stretches its arrivals x2, and `--rate inf` squeezes them to t = 0."""
-    from kvplan.bench.trials import ALL_AT_ONCE_SCALE, sent_at, trace_rate
+    from kvplan.deploy.trials import ALL_AT_ONCE_SCALE, sent_at, trace_rate
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text(

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from kvplan.bench.demand import Candidate, Demand
-from kvplan.bench.replica_search import probe
-from kvplan.bench.slo import parse_slo
 from kvplan.bench.workloads import WorkloadSpec, build_workload
 from kvplan.cli.app import app
+from kvplan.deploy.demand import Candidate, Demand
+from kvplan.deploy.replica_search import probe
+from kvplan.deploy.slo import parse_slo
 from kvplan.spec.resolve import load_model
 from kvplan.spec.setting_error import SettingError
 

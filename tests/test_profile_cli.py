@@ -156,9 +156,9 @@ def test_a_sweep_refuses_a_perf_table_before_any_point(
 
 def test_plan_and_bench_hand_the_table_to_the_engine_factory(tmp_path: Path) -> None:
     from kvplan.bench.config import BenchConfig
-    from kvplan.bench.demand import Candidate, Demand
     from kvplan.bench.matrix import engine_factory
-    from kvplan.bench.slo import parse_slo
+    from kvplan.deploy.demand import Candidate, Demand
+    from kvplan.deploy.slo import parse_slo
 
     table = str(write_model_table(tmp_path / "perf.json"))
     demand = Demand(model=STORIES, rate=1.0, slo=parse_slo("ttft_p90=2s"), perf_table=table)

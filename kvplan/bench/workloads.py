@@ -321,7 +321,7 @@ def trace_time_scale(native_rate: float, rate: float) -> float:
 def at_rate(requests: list[Request], rate: float, trace: str) -> tuple[list[Request], float]:
     """A trace's requests with their arrivals rescaled so their mean rate is `rate` (the offered
     rate the run then reports), and the factor applied; `kvplan plan` sends a trace at each rate
-    it tries by the same factor (kvplan.bench.trials.sent_at)."""
+    it tries by the same factor (kvplan.deploy.trials.sent_at)."""
     native = arrivals_rate([r.arrival_s for r in requests])
     if native is not None or math.isinf(rate):
         scale = trace_time_scale(native or 0.0, rate)

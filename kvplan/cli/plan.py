@@ -15,7 +15,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kvplan.bench.search_status import TRIAL_REQUESTS
 from kvplan.bench.workloads import MAX_MODEL_LEN_HELP
 from kvplan.cli.common import (
     ENGINE,
@@ -36,6 +35,7 @@ from kvplan.cli.common import (
 from kvplan.cli.panels.defaults import RUN, SIZING
 from kvplan.cli.panels.engine import CalibrationOpt, PerfTableOpt, StepModelOpt
 from kvplan.cli.plan_table import render_plan
+from kvplan.deploy.search_status import TRIAL_REQUESTS
 from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME
 from kvplan.sizing.plan_inputs import DEFAULT_PLAN_TPS, valid_tps
 from kvplan.spec.comma_list import comma_list
@@ -239,14 +239,14 @@ def plan(
     ] = None,
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas; with --disagg also prefill/decode pools) that serves --rate within --slo: the fewest replicas by branch and bound on kvplan's simulated engine, the best verified as a whole cluster."""
-    from kvplan.bench.demand import Candidate, Demand
-    from kvplan.bench.deploy_plan import make_plan
     from kvplan.bench.executors import make_executor
-    from kvplan.bench.plan_output import plan_json, plan_records
-    from kvplan.bench.prices import load_prices
     from kvplan.bench.setting_use import calibration_warnings
-    from kvplan.bench.slo import parse_slo
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
+    from kvplan.deploy.demand import Candidate, Demand
+    from kvplan.deploy.deploy_plan import make_plan
+    from kvplan.deploy.plan_output import plan_json, plan_records
+    from kvplan.deploy.prices import load_prices
+    from kvplan.deploy.slo import parse_slo
     from kvplan.results import write_jsonl
     from kvplan.results.atomic import strict_json, write_text
     from kvplan.sim.step_models import step_model_setting
@@ -320,7 +320,7 @@ def plan(
     for warning in calibration_warnings(setups):  # a file fitted on another model, GPU, engine
         error_console.print(f"[yellow]warning:[/] {escape(warning.named(flag_of))}", soft_wrap=True)
     if disagg:  # a SLO the prefill pool cannot be sized by fails before any search
-        from kvplan.bench.disagg_plan import pool_demands
+        from kvplan.deploy.disagg_plan import pool_demands
 
         pool_demands(demand)
     with progress_bars(

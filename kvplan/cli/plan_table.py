@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from kvplan.bench.search_status import SearchStatus
 from kvplan.cli.common import console
 from kvplan.cli.fit_table import RULED, fitted_table
+from kvplan.deploy.search_status import SearchStatus
 
 
 def _money(value: float | None, digits: int = 2) -> str:

@@ -24,19 +24,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kvplan.bench.demand import Candidate, Demand
-from kvplan.bench.plan_rows import MAX_CLUSTER_REQUESTS, MAX_EXTRA_REPLICAS, PlanRow
-from kvplan.bench.prices import unit_price
-from kvplan.bench.replica_search import (
+from kvplan.bench.workloads import WorkloadSpec
+from kvplan.deploy.demand import Candidate, Demand
+from kvplan.deploy.plan_rows import MAX_CLUSTER_REQUESTS, MAX_EXTRA_REPLICAS, PlanRow
+from kvplan.deploy.prices import unit_price
+from kvplan.deploy.replica_search import (
     CapacityResult,
     SearchStatus,
     fewest_replicas,
     probe,
     search_bounds,
 )
-from kvplan.bench.slo import Slo
-from kvplan.bench.trials import settled_run
-from kvplan.bench.workloads import WorkloadSpec
+from kvplan.deploy.slo import Slo
+from kvplan.deploy.trials import settled_run
 from kvplan.sim.disagg import Phase
 from kvplan.spec.setting_error import SettingError
 

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvplan.bench.config import BenchConfig
-from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.optimizations import parse_optimization
-from kvplan.bench.search_status import SearchStatus
-from kvplan.bench.trials import sent_at, settled_run
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.core.engine_factory import DoesNotFit
+from kvplan.deploy.demand import Candidate, Demand
+from kvplan.deploy.search_status import SearchStatus
+from kvplan.deploy.trials import sent_at, settled_run
 
 REFINE_BISECTIONS = 3  # the winner's per-replica capacity to within 1/8 of its bracket
 EXPANSIONS = 3  # doublings of an open bracket's top while the top still meets the SLO

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvplan.bench.plan_rows import Plan
+from kvplan.deploy.plan_rows import Plan
 from kvplan.results import ResultRecord, make_record
 
 PLAN_SCHEMA = "kvplan.plan/1"

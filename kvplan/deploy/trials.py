@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.bench.demand import Demand
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec, arrivals_rate, trace_time_scale
+from kvplan.deploy.demand import Demand
 
 WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
 OVERLOAD = 0.02  # ... and at least the time a rate this far over what the replica serves takes to

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kvplan.bench.demand import Demand
-from kvplan.bench.replica_search import CapacityResult, SearchStatus, refine, simulate_series
-from kvplan.bench.trials import settled_run
+from kvplan.deploy.demand import Demand
+from kvplan.deploy.replica_search import CapacityResult, SearchStatus, refine, simulate_series
+from kvplan.deploy.trials import settled_run
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
 MAX_EXTRA_REPLICAS = 4  # replicas a failing cluster may add before the plan gives up on it

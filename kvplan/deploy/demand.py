@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from kvplan.bench.config import BenchConfig, ClusterConfig
 from kvplan.bench.optimizations import parse_optimization
-from kvplan.bench.search_status import TRIAL_REQUESTS
-from kvplan.bench.slo import Slo
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec
 from kvplan.core.engine_factory import SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
+from kvplan.deploy.search_status import TRIAL_REQUESTS
+from kvplan.deploy.slo import Slo
 from kvplan.sim.disagg import Phase
 from kvplan.sim.step_models import calibration_file_of, step_model_setting
 from kvplan.sizing.operators.profile_table import perf_table_setting

@@ -20,11 +20,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.bench.demand import Candidate, Demand
 from kvplan.bench.executors import Executor, LocalExecutor
-from kvplan.bench.plan_rows import Plan, PlanRow, router_for
-from kvplan.bench.prices import unit_price
-from kvplan.bench.replica_search import (
+from kvplan.deploy.demand import Candidate, Demand
+from kvplan.deploy.plan_rows import Plan, PlanRow, router_for
+from kvplan.deploy.prices import unit_price
+from kvplan.deploy.replica_search import (
     CapacityResult,
     SearchStatus,
     check_workload,
@@ -32,7 +32,7 @@ from kvplan.bench.replica_search import (
     search_bounds,
     search_item,
 )
-from kvplan.bench.trials import trace_rate
+from kvplan.deploy.trials import trace_rate
 
 VERIFY_TOP = 3  # candidates verified as a cluster
 
@@ -91,7 +91,7 @@ def make_plan(
         note("", len(pending))
     runs += sum(row.capacity.simulations for row in rows)
     if disagg:
-        from kvplan.bench.disagg_plan import disaggregated_rows
+        from kvplan.deploy.disagg_plan import disaggregated_rows
 
         note("", 2 * len(candidates))
         split, pool_runs = disaggregated_rows(
