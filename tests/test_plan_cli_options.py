@@ -67,11 +67,11 @@ def test_plan_errors_and_help_name_gpu() -> None:
 
 
 def test_long_random_requests_fit_by_default_as_vllm_serves_them() -> None:
-    """6,200-token requests on one H100: vLLM's default max_model_len (the model's maximum,
+    """6,020-token requests on one H100: vLLM's default max_model_len (the model's maximum,
     131,072 for Llama-3.1-8B) admits them, so the candidate is planned, not "does not fit"."""
     data = _plan_json(
         ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random"]
-        + ["--input-len", "6000", "--output-len", "200"]
+        + ["--input-len", "6000", "--output-len", "20"]
     )
     (row,) = data["candidates"]
     assert row["status"] == "ok" and data["winner"] == 0, row
@@ -128,7 +128,7 @@ def test_random_reads_its_lengths_as_workload_params_in_bench_and_plan(tmp_path:
     assert (spec.input_len, spec.output_len, spec.params) == (6000, 200, {})
     data = _plan_json(
         ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random"]
-        + ["--workload-param", "input_len=6000", "--workload-param", "output_len=200"]
+        + ["--workload-param", "input_len=6000", "--workload-param", "output_len=20"]
     )
     assert data["candidates"][0]["status"] == "ok"
     out = tmp_path / "r.jsonl"
