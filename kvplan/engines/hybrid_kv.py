@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from kvplan import cdiv
 from kvplan.engines.engine_releases import in_flight_batches, parse_version
-from kvplan.engines.kv_groups import KVCacheGroupSpec, kv_cache_groups
+from kvplan.engines.kv_groups import KERNEL_BLOCK_ALIGNMENT, KVCacheGroupSpec, kv_cache_groups
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
 from kvplan.engines.versions import Version
 from kvplan.spec.kv_format import KVFormat
@@ -181,7 +181,7 @@ def vllm_kv_cache(
     vllm_version: str | Version | None = None,
     mamba_cache_mode: str = "none",
     num_speculative_tokens: int = 0,
-    mamba_alignment: int = 16,
+    mamba_alignment: int = KERNEL_BLOCK_ALIGNMENT,
     draft_layers: int = 0,
     concurrent_batches: int | None = None,
 ) -> VllmKVCache:
@@ -256,9 +256,6 @@ def prefix_caching_mamba_mode(
     ):
         return "none"
     return "all" if all(g.mixer == "mamba2" for g in states) else "align"
-
-
-KERNEL_BLOCK_ALIGNMENT = 16  # tokens: the attention kernels' block multiple
 
 
 def state_block_alignment(model: ModelSpec, mode: str) -> int:

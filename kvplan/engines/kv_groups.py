@@ -130,12 +130,16 @@ def _layer_types(
     return list(merged.values())
 
 
+# tokens: the attention kernels' block multiple, to which a hybrid model's raised block is aligned
+KERNEL_BLOCK_ALIGNMENT = 16
+
+
 def mamba_block_size(
     model: ModelSpec,
     fmt: KVFormat,
     tp: int,
     block_size: int = GPU_BLOCK_SIZE,
-    alignment: int = 16,
+    alignment: int = KERNEL_BLOCK_ALIGNMENT,
 ) -> int:
     """The attention block size vLLM uses for an attention + Mamba/linear-attention model.
 
@@ -166,7 +170,7 @@ def kv_cache_groups(
     block_size: int = GPU_BLOCK_SIZE,
     *,
     hybrid_manager: bool = True,
-    mamba_alignment: int = 16,
+    mamba_alignment: int = KERNEL_BLOCK_ALIGNMENT,
     draft_layers: int = 0,
 ) -> tuple[KVCacheGroupSpec, ...]:
     """vLLM's KV cache groups for a model on one GPU (kv_cache_utils.get_kv_cache_groups).

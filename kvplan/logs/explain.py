@@ -16,6 +16,7 @@ from kvplan.logs.log_capacity import (
     capacity_from_log,
     logged_kv_tokens,
     round_or_none,
+    sglang_kv_gib,
 )
 from kvplan.logs.log_setup import ServerSetup, predict_capacity, server_setup
 from kvplan.logs.what_ifs import total_bytes, utilization_flag, what_ifs
@@ -34,11 +35,7 @@ def memory_breakdown(log: ServerLog, setup: ServerSetup) -> dict[str, float | No
         activation = (
             log.peak_torch_memory_gib - log.weights_gib
         )  # ~0.6.4 counts weights in its peak
-    kv = log.available_kv_gib
-    if kv is None and log.sglang_k_size_gb is not None and log.sglang_v_size_gb is not None:
-        kv = log.sglang_k_size_gb + log.sglang_v_size_gb
-    if kv is None and log.sglang_kv_size_gb is not None:
-        kv = log.sglang_kv_size_gb
+    kv = log.available_kv_gib if log.available_kv_gib is not None else sglang_kv_gib(log)
     weights = log.weights_gib
     non_torch = log.non_torch_gib
     # the newer per-worker summary prints weights + non-torch as one figure

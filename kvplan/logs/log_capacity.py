@@ -122,15 +122,19 @@ def logged_capacity(log: ServerLog) -> LoggedCapacity | None:
     return None
 
 
+def sglang_kv_gib(log: ServerLog) -> float | None:
+    """The KV pool SGLang printed: its K and V sizes together, else its one KV size."""
+    if log.sglang_k_size_gb is not None and log.sglang_v_size_gb is not None:
+        return log.sglang_k_size_gb + log.sglang_v_size_gb
+    return log.sglang_kv_size_gb
+
+
 def logged_kv_bytes(log: ServerLog) -> float | None:
     """The memory the server gave its KV cache, per GPU, where the log prints it."""
     if log.available_kv_gib is not None and log.available_kv_gib > 0:
         return log.available_kv_gib * GIB
-    if log.sglang_k_size_gb is not None and log.sglang_v_size_gb is not None:
-        return (log.sglang_k_size_gb + log.sglang_v_size_gb) * GIB
-    if log.sglang_kv_size_gb is not None:
-        return log.sglang_kv_size_gb * GIB
-    return None
+    sglang = sglang_kv_gib(log)
+    return None if sglang is None else sglang * GIB
 
 
 def in_unit(prediction: CapacityPrediction, unit: str) -> float:

@@ -29,7 +29,8 @@ _LISTED_EXAMPLES = {
     "model": "model=llama-3.1-8b,qwen3-8b",
     "gpu": "gpu=h100-80gb,l40s",
 }
-COLUMNS = (
+# a point's settings (an estimate record's params), then what the estimator computes for it
+PARAM_COLUMNS = (
     "model",
     "gpu",
     "tp",
@@ -38,6 +39,9 @@ COLUMNS = (
     "batch",
     "block_size",
     "gpu_memory_utilization",
+)
+COLUMNS = (
+    *PARAM_COLUMNS,
     "kv_bytes_per_token",
     "seq_kv_bytes",
     "weight_bytes_per_gpu",
@@ -232,18 +236,6 @@ def write_csv(columns: dict[str, Any], path: Any) -> None:
         writer = csv.writer(handle)
         writer.writerow(list(columns))
         writer.writerows(zip(*plain))
-
-
-PARAM_COLUMNS = (
-    "model",
-    "gpu",
-    "tp",
-    "kv_dtype",
-    "context",
-    "batch",
-    "block_size",
-    "gpu_memory_utilization",
-)
 
 
 def estimate_records(rows_: list[dict[str, Any]], allocation: str) -> list[ResultRecord]:
