@@ -5,7 +5,7 @@ file or given; or, asked for by name, the bare roofline at datasheet peak."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,11 +111,11 @@ class SimulatedEngineFactory:
     # A table `kvplan profile` measured (kvplan.sim.ops.profile_source): the operators it
     # covers are timed from it before any other source.
     perf_table: str | None = None
+    # how this factory's engines time their steps: the step_model setting, parsed once
+    timing: StepTiming = field(init=False, repr=False, compare=False)
 
-    @property
-    def timing(self) -> StepTiming:
-        """How this factory's engines time their steps (the step_model setting, parsed)."""
-        return step_timing(self.step_model)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timing", step_timing(self.step_model))
 
     def check(self, optimization: Optimization) -> None:
         size_engine(self.sizing, self.scheduler, optimization)
