@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hardening_helpers import fails_cleanly, invoke
 
-import kvplan.spec.server_log as server_log
+import kvplan.spec.log_file as log_file
 
 FIXTURE = Path(__file__).parent / "data" / "vllm_issue_12330.log"  # vLLM 0.6.6 (V0), A100-40GB
 V0 = FIXTURE.read_text()
@@ -183,7 +183,7 @@ def test_an_unknown_typed_name_is_the_resolvers_error(
 def test_a_file_above_the_cap_is_refused_before_it_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_log, "MAX_LOG_BYTES", 1024)
+    monkeypatch.setattr(log_file, "MAX_LOG_BYTES", 1024)
     log = tmp_path / "big.log"
     log.write_text(V0 + "x" * 1024)
     fails_cleanly(["explain", log], tmp_path, f"log '{log}' is larger than", "head -n 5000")

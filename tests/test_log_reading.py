@@ -12,7 +12,7 @@ import pytest
 
 from kvplan.engines.hybrid_kv import prefix_caching_mamba_mode
 from kvplan.logs.explain import explain
-from kvplan.spec.model import AttentionGroup
+from kvplan.spec.attention_group import AttentionGroup
 from kvplan.spec.resolve import load_gpu, load_model, resolve_model
 from kvplan.spec.server_log import parse_server_log
 

@@ -27,7 +27,7 @@ from kvplan.sizing.operators.profile_table import (
 from kvplan.sizing.operators.profile_writer import write_table
 from kvplan.sizing.operators.shapes import BF16, Experts, Gemm, WeightFormat
 from kvplan.spec import parse_kv_format
-from kvplan.spec.model import AttentionGroup
+from kvplan.spec.attention_group import AttentionGroup
 
 MS = 1e-3
 BF16_KV = parse_kv_format("bf16")

@@ -14,7 +14,7 @@ from kvplan.cli.common import JsonOpt, cli_errors, console, error_console, fmt_c
 from kvplan.cli.cpu_tables import render_cpu_explain
 from kvplan.cli.fit_table import fitted_table
 from kvplan.logs.explain import explain as explain_log
-from kvplan.spec.server_log import log_name, read_log
+from kvplan.spec.log_file import log_name, read_log
 
 _MEMORY_ROWS = (
     ("total", "total GPU memory"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.spec import AttentionGroup, ModelSpec
+from kvplan.spec.attention_group import AttentionKind
 from kvplan.spec.checkpoint_quant import checkpoint_quant
 from kvplan.spec.config_checks import check_config
 from kvplan.spec.family_defaults import with_family_defaults
@@ -25,7 +26,6 @@ from kvplan.spec.layers import (
     window_size,
 )
 from kvplan.spec.max_len import derived_max_len
-from kvplan.spec.model import AttentionKind
 from kvplan.spec.params import count_params
 from kvplan.spec.quant_storage import CheckpointQuant
 from kvplan.spec.state_layers import recurrent_mixer, state_bytes_per_layer

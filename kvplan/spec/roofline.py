@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec
-from kvplan.spec.model import AttentionGroup
+from kvplan.spec.attention_group import AttentionGroup
 from kvplan.spec.weight_quant import weight_quant
 
 

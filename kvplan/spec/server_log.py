@@ -3,8 +3,8 @@
 The lines it reads and their patterns are server_log_patterns.py's. Unknown lines are ignored.
 Where a figure appears several times the first one is kept (`values` keeps every distinct one),
 except per-rank lines, where rank 0 is preferred. Every figure read is checked against what a
-server can print (log_claims.py) before a ServerLog holds it, and a log is read up to
-MAX_LOG_BYTES: a startup log is small, and /dev/zero is not a log.
+server can print (log_claims.py) before a ServerLog holds it. Reading the log's file is
+log_file.py's.
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from kvplan import MIB
-from kvplan.spec.capped_read import read_capped
 from kvplan.spec.log_claims import Claim, checked_claims, printable
 from kvplan.spec.server_log_patterns import (
     CPU_KV_SOURCES,
@@ -50,7 +46,6 @@ _HARD_WRAP = re.compile(
     rf"\n(?<=[^\n]{{{_WRAP_WIDTH}}}\n)(?!$|{_LOG_LINE_START})", flags=re.MULTILINE
 )
 _LONG_LINE = re.compile(rf"^([^\n]{{{MAX_LINE_CHARS}}})[^\n]+", flags=re.MULTILINE)
-MAX_LOG_BYTES = 4 * MIB  # a startup log, debug output included, is well under a megabyte
 SAID_CHARS = 60  # a setting's source quoted beside it in explain's table
 MAX_CLAIMS_PER_PATTERN = 1024  # one figure per rank of the largest deployments, and more
 # Settings vLLM's `non-default args: {...}` line prints that a ServerLog keeps.
@@ -205,34 +200,6 @@ def lines_looked_for() -> str:
         "'Loading model weights took' / 'Model loading took', 'can store only N tokens' / "
         "'estimated maximum model length', SGLang 'max_total_num_tokens=' or 'KV Cache is allocated'"
     )
-
-
-def log_name(source: str) -> str:
-    """How messages name the log: the file, or stdin for "-"."""
-    return "the log on stdin" if source == "-" else f"log '{source}'"
-
-
-def read_log(source: str, stdin: IO[bytes] | None = None) -> str:
-    """The text of the log file `source` (or of `stdin` for "-"), refused above MAX_LOG_BYTES
-    before more than that is read. Bytes that are not UTF-8 are replaced, not refused."""
-    name = log_name(source)
-    if source == "-":
-        data = stdin.read(MAX_LOG_BYTES + 1) if stdin is not None else b""
-    else:
-        try:
-            data = read_capped(Path(source), MAX_LOG_BYTES)
-        except (OSError, ValueError) as err:
-            reason = getattr(err, "strerror", None) or str(err)
-            raise ValueError(
-                f"cannot read {name}: {reason}; pass a vLLM or SGLang startup log file, or - for stdin"
-            ) from None
-    if len(data) > MAX_LOG_BYTES:
-        shown = "LOG" if source == "-" else shlex.quote(source)
-        raise ValueError(
-            f"{name} is larger than {MAX_LOG_BYTES // MIB} MiB, and a startup log is far smaller; "
-            f"pass the server's startup lines (e.g. head -n 5000 {shown} | kvplan explain -)"
-        )
-    return data.decode("utf-8", errors="replace")
 
 
 def unwrap(text: str) -> str:

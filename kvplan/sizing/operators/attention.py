@@ -5,7 +5,7 @@ MambaSpec), each saying what a decode and a prefill chunk read and compute on on
 A decode reads every KV byte its query sees (the window, for a window) and computes QK^T and
 PV over it; a prefill chunk of `new` tokens after `before` computed ones computes the causal
 pairs it sees and reads the keys and values once. MLA decodes in the latent space and
-prefills with the keys and values up-projected (kvplan.spec.model.AttentionGroup). A
+prefills with the keys and values up-projected (kvplan.spec.attention_group.AttentionGroup). A
 linear-attention or state-space layer reads and writes its per-sequence state once a step.
 The image cross-attention of a vision model holds no text token and costs a text step nothing.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.spec import KVFormat, ModelSpec
-from kvplan.spec.model import AttentionGroup
+from kvplan.spec.attention_group import AttentionGroup
 
 
 @dataclass(frozen=True)
