@@ -235,6 +235,7 @@ def _busy_sweep(
     return proc, find(proc.pid)
 
 
+@pytest.mark.slow  # a pool started and killed: 4 s on 2 cores; `pytest -m slow` runs it
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_stops_the_pool_workers(tmp_path: Path) -> None:
     proc, workers = _busy_sweep(tmp_path, 100000, ["--workers", "2"], 2, _children)
