@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kvplan.engines.engine_releases import (
-    default_utilization,
     in_flight_batches,
     uses_v2_runner,
     v1_sampler_path,
@@ -19,6 +18,13 @@ from kvplan.engines.memory_model import (
     load_memory_fit,
     predict_memory,
 )
+from kvplan.engines.serving_engine import (
+    SGLangEngine,
+    VllmV0Engine,
+    VllmV1Engine,
+    serving_engine,
+)
+from kvplan.engines.versions import parse_version
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.server_log import parse_server_log
 
@@ -52,14 +58,10 @@ def test_v2_runner_needs_an_unquantized_listed_model_in_023() -> None:
 
 
 def test_defaults_by_release() -> None:
-    assert (
-        default_utilization("vllm-v1", (0, 19, 0)) == 0.9
-        and default_utilization("vllm-v1", (0, 20, 0)) == 0.92
-    )
-    assert (
-        default_utilization("vllm-v1", None) == 0.92 and default_utilization("vllm-v0", None) == 0.9
-    )
-    assert default_utilization("sglang", None) == 0.88
+    v1, v0, sglang = VllmV1Engine(), VllmV0Engine(), SGLangEngine()
+    assert v1.default_utilization((0, 19, 0)) == 0.9 and v1.default_utilization((0, 20, 0)) == 0.92
+    assert v1.default_utilization(None) == 0.92 and v0.default_utilization(None) == 0.9
+    assert sglang.default_utilization(None) == 0.88
     assert (
         in_flight_batches((0, 25, 0)),
         in_flight_batches((0, 26, 0)),
@@ -184,24 +186,17 @@ def test_bitsandbytes_dequantizes_its_widest_matrix_for_prefill() -> None:
 def test_v1_batch_defaults_by_release(
     version, memory: float, gpu: str, offline: bool, expected
 ) -> None:
-    from kvplan.engines.engine_releases import batch_defaults
-
-    got = batch_defaults("vllm-v1", version, memory, gpu, 8192, offline)
+    got = VllmV1Engine().batch_defaults(version, memory, gpu, 8192, offline)
     assert (got.max_num_seqs, got.max_num_batched_tokens, got.chunked_prefill) == (*expected, True)
 
 
 def test_v0_batch_defaults() -> None:
-    from kvplan.engines.engine_releases import BatchDefaults, batch_defaults
+    from kvplan.engines.engine_releases import BatchDefaults
 
-    assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 8192) == BatchDefaults(
-        256, 8192, False
-    )
-    assert batch_defaults("vllm-v0", (0, 6, 4), 79.2, "h100", 131072) == BatchDefaults(
-        256, 512, True
-    )
-    assert batch_defaults("vllm-v0", (0, 5, 3), 79.2, "h100", 131072) == BatchDefaults(
-        256, 131072, False
-    )
+    v0 = VllmV0Engine()
+    assert v0.batch_defaults((0, 6, 4), 79.2, "h100", 8192) == BatchDefaults(256, 8192, False)
+    assert v0.batch_defaults((0, 6, 4), 79.2, "h100", 131072) == BatchDefaults(256, 512, True)
+    assert v0.batch_defaults((0, 5, 3), 79.2, "h100", 131072) == BatchDefaults(256, 131072, False)
 
 
 def test_sglang_defaults_by_release_by_hand() -> None:
@@ -255,7 +250,9 @@ def test_random_range_ratio_by_client_release() -> None:
     [len x (1 - r), len x (1 + r)] (benchmarks/benchmark_dataset.py on both sides of 0.8.4)."""
     import numpy as np
 
-    from kvplan.engines.engine_releases import range_ratio_below
+    def range_ratio_below(engine: str, version: str | None) -> bool:
+        return serving_engine(engine, version).range_ratio_is_floor(parse_version(version))
+
     from kvplan.workload.vllm_bench import BenchLoad, random_lengths
 
     assert range_ratio_below("vllm", "0.6.4") and not range_ratio_below("vllm", "0.8.4")

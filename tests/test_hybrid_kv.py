@@ -18,6 +18,7 @@ from kvplan.engines.hybrid_kv import vllm_kv_cache
 from kvplan.engines.kv_groups import kv_cache_groups, mamba_block_size
 from kvplan.engines.sglang_kv import sglang_kv_tokens
 from kvplan.spec import AttentionGroup, ModelSpec, ParamCount, parse_kv_format
+from kvplan.spec.attention_group import FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from kvplan.spec.resolve import load_model
 
 GIB = 2**30
@@ -47,7 +48,7 @@ def tiny(groups: tuple[AttentionGroup, ...], name: str = "tiny") -> ModelSpec:
 
 def test_pure_full_attention_is_plain_arithmetic():
     # 4 layers x 2 KV heads x 64 x (K, V) x 2 B = 512 B per token per layer; page 16 x 512 = 8,192 B.
-    model = tiny((AttentionGroup("full", 4, 2, 64),))
+    model = tiny((FullAttentionSpec(4, 2, 64),))
     (group,) = kv_cache_groups(model, BF16, 1, 16)
     assert (group.num_layers, group.group_size, group.page_size_bytes) == (4, 4, 8192)
     # 10 MiB = 10,485,760 B // 8,192 // 4 layers = 320 blocks = 5,120 tokens; 1,024-token
@@ -64,7 +65,7 @@ def test_pure_full_attention_is_plain_arithmetic():
 def test_uneven_layer_counts_pad_the_short_group():
     # 3 full + 4 sliding (same page): 4 < 1.5 x 3, so the group size is the larger count, 4;
     # the full group gets one padding layer.
-    model = tiny((AttentionGroup("full", 3, 2, 64), AttentionGroup("sliding", 4, 2, 64, window=64)))
+    model = tiny((FullAttentionSpec(3, 2, 64), SlidingWindowSpec(4, 2, 64, window=64)))
     groups = kv_cache_groups(model, BF16, 1, 16)
     assert [(g.kind, g.num_layers, g.group_size) for g in groups] == [
         ("full", 3, 4),
@@ -80,7 +81,7 @@ def test_uneven_layer_counts_pad_the_short_group():
 
 def test_page_sizes_that_do_not_divide_are_refused():
     # 3 KV heads vs 2: pages 12,288 and 8,192 B; 12,288 is not a multiple of 8,192.
-    model = tiny((AttentionGroup("full", 2, 3, 64), AttentionGroup("sliding", 2, 2, 64, window=64)))
+    model = tiny((FullAttentionSpec(2, 3, 64), SlidingWindowSpec(2, 2, 64, window=64)))
     with pytest.raises(ValueError, match="does not divide"):
         kv_cache_groups(model, BF16, 1, 16)
 
@@ -325,8 +326,8 @@ def qwen3_6_35b_a3b() -> ModelSpec:
     # conv 3 x (2 x 2,048 + 4,096) x 2 B = 49,152 + SSM 32 x 128 x 128 x 4 B = 2,097,152 -> 2,146,304 B.
     return tiny(
         (
-            AttentionGroup("full", 10, 2, 256),
-            AttentionGroup("state", 30, state_bytes_per_layer=2146304),
+            FullAttentionSpec(10, 2, 256),
+            MambaSpec(30, state_bytes_per_layer=2146304),
         ),
         "qwen3.6-35b-a3b",
     )

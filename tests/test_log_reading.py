@@ -12,7 +12,7 @@ import pytest
 
 from kvplan.engines.hybrid_kv import prefix_caching_mamba_mode
 from kvplan.logs.explain import explain
-from kvplan.spec.attention_group import AttentionGroup
+from kvplan.spec.attention_group import FullAttentionSpec
 from kvplan.spec.resolve import load_gpu, load_model, resolve_model
 from kvplan.spec.server_log import parse_server_log
 
@@ -87,7 +87,7 @@ def test_prefix_caching_mode_by_mixer_and_release() -> None:
     assert prefix_caching_mamba_mode(mamba2, None, True) == "all"
     dense = load_model("llama-3.1-8b")
     assert prefix_caching_mamba_mode(dense, None, True) == "none"
-    assert AttentionGroup("full", 1, 1, 64).mixer == ""
+    assert FullAttentionSpec(1, 1, 64).mixer == ""
 
 
 def test_the_mtp_head_is_counted_from_the_config() -> None:

@@ -27,16 +27,15 @@ from kvplan.sizing.operators.profile_table import (
 from kvplan.sizing.operators.profile_writer import write_table
 from kvplan.sizing.operators.shapes import BF16, Experts, Gemm, WeightFormat
 from kvplan.spec import parse_kv_format
-from kvplan.spec.attention_group import AttentionGroup
+from kvplan.spec.attention_group import FullAttentionSpec, SlidingWindowSpec
 
 MS = 1e-3
 BF16_KV = parse_kv_format("bf16")
 
 
 def _attention(kind: type = FullAttention, window: int | None = None, kv: str = "bf16"):
-    group = AttentionGroup(
-        "sliding" if window else "full", num_layers=3, num_kv_heads=2, head_dim=8, window=window
-    )
+    spec = SlidingWindowSpec if window else FullAttentionSpec
+    group = spec(num_layers=3, num_kv_heads=2, head_dim=8, window=window)
     return kind(group, 4.0, 2, 32.0, 0.0, 1.0, 1.0, 0.0, parse_kv_format(kv))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.spec import AttentionGroup, parse_kv_format
+from kvplan.spec import parse_kv_format
+from kvplan.spec.attention_group import FullAttentionSpec, SlidingWindowSpec
 from kvplan.spec.resolve import load_model
 
 BF16 = parse_kv_format("bf16")
@@ -95,9 +96,9 @@ def test_tensor_parallel_shards_kv_heads_and_replicates_mla() -> None:
 
 def test_attention_group_validation() -> None:
     with pytest.raises(ValueError):
-        AttentionGroup("sliding", 4, 8, 128, window=None)
+        SlidingWindowSpec(4, 8, 128, window=None)
     with pytest.raises(ValueError):
-        AttentionGroup("full", 0, 8, 128)
+        FullAttentionSpec(0, 8, 128)
 
 
 def test_vllm_spellings_of_kv_dtypes_are_the_same_formats() -> None:

@@ -290,18 +290,18 @@ def summarize_reasons(reasons: list[str]) -> list[str]:
 
 
 def _scheduling_note(record: ResultRecord) -> str:
-    from kvplan.engines.engine_releases import engine_generation
-    from kvplan.engines.scheduling_rules import KVPLAN_RULES, scheduling_note, scheduling_rules
+    from kvplan.engines.scheduling_rules import KVPLAN_RULES, scheduling_note
+    from kvplan.engines.serving_engine import serving_engine
     from kvplan.engines.versions import parse_version
 
     params = record.params
     if record_mode(record.mode) is Mode.REAL:
         return "real mode schedules by kvplan's own rules (it serves on this machine)"
-    generation = engine_generation(params.get("engine"), params.get("engine_version"))
+    engine = serving_engine(params.get("engine"), params.get("engine_version"))
     version = parse_version(params.get("engine_version"))
     own = params.get("scheduler_rules") == KVPLAN_RULES.described()
-    rules = KVPLAN_RULES if own else scheduling_rules(generation, version)
-    return scheduling_note(generation, version, rules)
+    rules = KVPLAN_RULES if own else engine.scheduling_rules(version)
+    return scheduling_note(engine.label, version, rules)
 
 
 def _time_note(record: ResultRecord) -> str:

@@ -20,7 +20,7 @@ from kvplan.bench.setting_use import check_samples_read
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.core.engine_factory import engine_scheduler
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.engines.engine_releases import range_ratio_below
+from kvplan.engines.versions import parse_version
 from kvplan.results import ResultRecord, write_jsonl
 from kvplan.results.atomic import atomic_file, check_folder_target, restore_on_failure
 from kvplan.results.latest import (
@@ -57,7 +57,10 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
         )
     spec = load_model(config.sizing.model)
     workload = dataclasses.replace(
-        workload, range_below=range_ratio_below(config.sizing.engine, config.sizing.engine_version)
+        workload,
+        range_below=config.sizing.serving_engine.range_ratio_is_floor(
+            parse_version(config.sizing.engine_version)
+        ),
     )
     built = build_workload(workload, spec, config.mode, config.seed, config.sizing.max_model_len)
     return configured(config, built), built

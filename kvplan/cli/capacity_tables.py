@@ -9,8 +9,13 @@ from rich.table import Table
 from kvplan import GIB
 from kvplan.cli.common import console, escape, fmt_bytes, fmt_int
 from kvplan.engines.engine_releases import SAMPLER_PATH_NAMES
-from kvplan.engines.memory_model import ENGINE_DESCRIPTIONS
+from kvplan.engines.serving_engine import SERVING_ENGINES, SGLangEngine
 from kvplan.sizing.capacity import CapacityPlan, engine_memory, smallest_tp_for_weights
+from kvplan.spec.attention_group import (
+    FullAttentionSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
 from kvplan.spec.roofline import Roofline
 
 
@@ -114,7 +119,7 @@ def render_plan(result: CapacityPlan) -> None:
             + (
                 "; not modeled: the vision encoder's own profiling pass, which vLLM runs first unless "
                 "--language-model-only"
-                if m.params.vision and profile.engine != "sglang"
+                if m.params.vision and not isinstance(SERVING_ENGINES[profile.engine], SGLangEngine)
                 else ""
             ),
         )
@@ -180,7 +185,7 @@ def render_plan(result: CapacityPlan) -> None:
     )
     console.print(memory)
     console.print(
-        f"[dim]memory model: {ENGINE_DESCRIPTIONS[i.engine]}"
+        f"[dim]memory model: {i.serving_engine.rules}"
         f"{'; KV budget fixed by --kv-cache-gib' if i.kv_cache_bytes is not None else ''}[/]"
     )
 
@@ -201,14 +206,14 @@ def render_plan(result: CapacityPlan) -> None:
 def _naive_gap(result: CapacityPlan) -> str:
     m = result.inputs.model
     kinds = []
-    if any(g.kind == "mla" for g in m.groups):
+    if m.has_group(MLAAttentionSpec):
         kinds.append("MLA's compressed latent")
-    full = [g for g in m.groups if g.kind in ("full", "sliding")]
+    full = [g for g in m.groups if isinstance(g, (FullAttentionSpec, SlidingWindowSpec))]
     if full and full[0].num_kv_heads < m.num_heads:
         kinds.append(f"the {full[0].num_kv_heads} KV heads of {m.num_heads} query heads")
     if full and full[0].head_dim * m.num_heads != m.hidden_size:
         kinds.append(f"head_dim {full[0].head_dim} x {m.num_heads} heads != hidden {m.hidden_size}")
-    if any(g.kind == "state" for g in m.groups):
+    if m.has_state:
         kinds.append("linear-attention layers that keep no per-token KV")
     return ", ".join(kinds) or "the model's KV layout"
 

@@ -17,7 +17,8 @@ from kvplan import GIB
 from kvplan.cli.cpu_tables import render_cpu_plan
 from kvplan.cli.resolution import render_resolution, resolution_record
 from kvplan.engines.cpu_kv import CpuInputs, plan_cpu
-from kvplan.engines.engine_releases import engine_generation, parse_version
+from kvplan.engines.engine_releases import parse_version
+from kvplan.engines.serving_engine import VllmV1Engine, serving_engine
 from kvplan.results.atomic import strict_json
 from kvplan.spec import parse_kv_format
 from kvplan.spec.resolve import resolve_model
@@ -90,7 +91,7 @@ def estimate_cpu(
             raise ValueError(
                 f"{flag} sizes a GPU, and --device cpu sizes vLLM's CPU backend; drop {flag}"
             )
-    if engine_generation(engine, engine_version) != "vllm-v1":
+    if not isinstance(serving_engine(engine, engine_version), VllmV1Engine):
         raise ValueError(
             f"--device cpu models vLLM's CPU backend (V1), not --engine {engine}; drop --engine "
             "or pass --engine vllm"

@@ -16,12 +16,12 @@ from kvplan.core.tiers.cache import TIER_POLICIES
 from kvplan.engines import sglang_defaults
 from kvplan.engines.engine_releases import (
     DEFAULT_ENGINE_NAME,
-    batch_defaults,
     engine_generation,
     parse_version,
 )
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE, max_model_len_for
-from kvplan.engines.scheduling_rules import SchedulingRules, scheduling_rules
+from kvplan.engines.scheduling_rules import SchedulingRules
+from kvplan.engines.serving_engine import SERVING_ENGINES, ServingEngine, SGLangEngine
 from kvplan.spec import KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
@@ -70,6 +70,10 @@ class SizingConfig:
     def generation(self) -> str:
         return engine_generation(self.engine, self.engine_version)
 
+    @property
+    def serving_engine(self) -> ServingEngine:
+        return SERVING_ENGINES[self.generation]
+
     def __post_init__(self) -> None:
         self.generation  # validates the engine name
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -83,8 +87,8 @@ class SizingConfig:
 def engine_rules(config: SizingConfig, scheduler: SchedulerConfig) -> SchedulingRules:
     """The rules a simulated engine schedules and pages by: the scheduler's own if set, else
     its engine release's (kvplan.engines.scheduling_rules)."""
-    return scheduler.rules or scheduling_rules(
-        config.generation, parse_version(config.engine_version)
+    return scheduler.rules or config.serving_engine.scheduling_rules(
+        parse_version(config.engine_version)
     )
 
 
@@ -93,11 +97,11 @@ def engine_scheduler(
 ) -> SchedulerConfig:
     """The scheduler with the serving engine's own batch limits where it sets none (vLLM's
     defaults for the release, GPU and max_model_len; SGLang's chunked prefill size and, given
-    the pool, its max_running_requests: kvplan.engines.engine_releases, plan.sglang_defaults).
+    the pool, its max_running_requests: kvplan.engines.serving_engine, engines.sglang_defaults).
     SGLang's steps are scheduled as vLLM's, prefill chunks and decodes in one step: a named
     simplification (SGLang runs a prefill batch before the decodes unless --enable-mixed-chunk;
     on the shipped SGLang runs the mixed schedule predicted as well or better)."""
-    sglang = config.generation == "sglang"
+    sglang = isinstance(config.serving_engine, SGLangEngine)
     version = parse_version(config.engine_version)
     if scheduler.rules is None:
         scheduler = replace(scheduler, rules=engine_rules(config, scheduler))
@@ -109,8 +113,8 @@ def engine_scheduler(
         return scheduler
     gpu = load_gpu(config.gpu)
     max_model_len = max_model_len_for(load_model(config.model), config.max_model_len)
-    defaults = batch_defaults(
-        config.generation, version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len
+    defaults = config.serving_engine.batch_defaults(
+        version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len
     )
     seqs = defaults.max_num_seqs
     if sglang and pool_slots is not None:

@@ -34,11 +34,12 @@ import math
 from dataclasses import dataclass, field
 
 from kvplan import GIB
-from kvplan.engines.engine_releases import default_utilization
 from kvplan.engines.hybrid_kv import VllmKVCache, vllm_kv_cache
 from kvplan.engines.pool_sizing import check_max_model_len, max_model_len_for
+from kvplan.engines.serving_engine import VllmV1Engine
 from kvplan.engines.versions import Version
 from kvplan.spec import KVFormat, ModelSpec
+from kvplan.spec.attention_group import MLAAttentionSpec
 from kvplan.spec.setting_error import SettingError
 
 DEFAULT_BLOCK_SIZE = 128
@@ -52,7 +53,7 @@ PRINT_PRECISION_GIB = 0.005  # vLLM prints GiB rounded to two decimals
 
 
 def uses_mla(model: ModelSpec) -> bool:
-    return any(group.kind == "mla" for group in model.groups)
+    return model.has_group(MLAAttentionSpec)
 
 
 def cpu_block_size(model: ModelSpec, asked: int | None) -> tuple[int, str]:
@@ -149,7 +150,7 @@ class CpuInputs:
     def memory_fraction(self) -> float:
         if self.utilization is not None:
             return self.utilization
-        return default_utilization("vllm-v1", self.engine_version)
+        return VllmV1Engine().default_utilization(self.engine_version)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 
-from kvplan.engines import sglang_defaults
 from kvplan.engines.versions import Version, on_or_after, parse_version
 from kvplan.spec import ModelSpec
 from kvplan.spec.profiles import profiles_dir
@@ -100,53 +99,9 @@ class BatchDefaults:
     chunked_prefill: bool
 
 
-def batch_defaults(
-    generation: str,
-    version: Version | None,
-    gpu_memory_gib: float,
-    gpu_name: str,
-    max_model_len: int,
-    offline: bool = False,
-) -> BatchDefaults:
-    """vLLM's default batch limits for `vllm serve` (offline: the LLM class, as `vllm bench
-    throughput` / `latency` run it) on a GPU of gpu_memory_gib as the driver reports it;
-    SGLang's chunked prefill size."""
-    if generation == "sglang":
-        # max_running_requests also depends on the pool (sglang_defaults.max_running_requests)
-        return BatchDefaults(
-            4096, sglang_defaults.chunked_prefill_size(version, gpu_memory_gib), True
-        )
-    if generation == "vllm-v0":
-        chunked = max_model_len > LONG_CONTEXT and on_or_after(version, V0_LONG_CONTEXT_CHUNKED)
-        return BatchDefaults(256, V0_CHUNK_BUDGET if chunked else max(max_model_len, 2048), chunked)
-    name = gpu_name.lower()
-    if on_or_after(version, V1_DEFAULTS_BY_MEMORY):
-        large = gpu_memory_gib >= HIGH_END_GIB and not (
-            "a100" in name and on_or_after(version, V1_DEFAULTS_NOT_A100)
-        )
-        seqs = 1024 if large else 256
-    else:
-        large = "h100" in name or "h200" in name
-        seqs = 1024 if large or not on_or_after(version, V1_SEQS_BY_DEVICE) else 256
-    tokens = (16384 if large else 8192) if offline else (8192 if large else 2048)
-    if gpu_memory_gib >= LARGEST_GIB and on_or_after(version, LARGEST_BATCH_DEFAULTS):
-        tokens = 16384
-    return BatchDefaults(seqs, tokens, True)
-
-
 # `vllm bench`'s --random-range-ratio read as a floor (lengths in [len x r, len], 1.0 = fixed)
 # until 0.8.4 (benchmarks/benchmark_dataset.py), symmetric [len x (1 - r), len x (1 + r)] since.
 RANGE_RATIO_SYMMETRIC = (0, 8, 4)
-
-
-def range_ratio_below(engine: str | None, version: str | None) -> bool:
-    """Whether a vLLM release's benchmark client reads --random-range-ratio as a floor."""
-    release = parse_version(version)
-    return (
-        (engine or "vllm") in ("vllm", "vllm-v0", "vllm-v1")
-        and release is not None
-        and release < RANGE_RATIO_SYMMETRIC
-    )
 
 
 ENGINE_NAMES = ("vllm", "sglang")
@@ -195,7 +150,7 @@ def uses_v2_runner(model: ModelSpec, version: Version | None) -> bool:
     """Whether vLLM runs `model` on Model Runner V2 by default in this release."""
     if on_or_after(version, V2_RUNNER_ALL):
         return True
-    has_state = any(g.kind == "state" for g in model.groups)
+    has_state = model.has_state
     if on_or_after(version, V2_RUNNER_DENSE):
         return not model.params.is_moe and not has_state
     if on_or_after(version, V2_RUNNER_FIRST_MODELS):
@@ -222,18 +177,6 @@ def v1_sampler_path(model: ModelSpec, version: Version | None) -> str | None:
         if on_or_after(version, release):
             chosen = path
     return chosen
-
-
-def default_utilization(
-    engine: str, version: Version | None, memory_gib: float | None = None, tp: int = 1
-) -> float:
-    """gpu_memory_utilization (vLLM) or mem_fraction_static (SGLang: by release, card memory and
-    TP, kvplan/engines/sglang_defaults.py) when none is given."""
-    if engine == "sglang":
-        return sglang_defaults.mem_fraction_static(version, memory_gib, tp) if memory_gib else 0.88
-    if engine == "vllm-v1" and on_or_after(version, UTILIZATION_092):
-        return 0.92
-    return 0.9
 
 
 def in_flight_batches(version: Version | None) -> int:

@@ -21,6 +21,7 @@ size.
 from __future__ import annotations
 
 from kvplan import cdiv
+from kvplan.engines.serving_engine import is_vllm
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.roofline import Roofline
 
@@ -92,7 +93,7 @@ def loaded_weight_bytes_per_gpu(
     if expert_split > 1:
         weights -= roofline.expert_bytes_per_gpu * (1 - 1 / expert_split)
     quant = model.checkpoint_quant
-    if engine.startswith("vllm") and weight_dtype is None and quant is not None:
+    if is_vllm(engine) and weight_dtype is None and quant is not None:
         loaded = mxfp4_expert_bytes_per_gpu(model, gpu, tp)
         if loaded is not None:
             # the checkpoint's experts as kvplan sizes them: every expert parameter at the format's bits

@@ -50,6 +50,7 @@ from kvplan.engines.engine_releases import in_flight_batches, parse_version
 from kvplan.engines.kv_groups import KERNEL_BLOCK_ALIGNMENT, KVCacheGroupSpec, kv_cache_groups
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
 from kvplan.engines.versions import Version
+from kvplan.spec.attention_group import MambaSpec
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
 
@@ -75,7 +76,7 @@ class VllmKVCache:
     @property
     def block_size(self) -> int:
         """Tokens per block of the full-attention groups (after any Mamba-driven raise)."""
-        return min(g.block_size for g in self.groups if g.kind != "state")
+        return min(g.block_size for g in self.groups if not g.is_state)
 
     @property
     def page_size_bytes(self) -> int:
@@ -206,11 +207,7 @@ def vllm_kv_cache(
         if isinstance(vllm_version, tuple) or vllm_version is None
         else parse_version(vllm_version)
     )
-    if (
-        version is not None
-        and version < HYBRID_ALLOCATOR_SINCE
-        and not any(g.kind == "state" for g in model.groups)
-    ):
+    if version is not None and version < HYBRID_ALLOCATOR_SINCE and not model.has_state:
         hybrid_manager = False
     groups = kv_cache_groups(
         model,
@@ -248,7 +245,7 @@ def prefix_caching_mamba_mode(
     prefix caching, state layers or a release that has the modes (before 0.15 kvplan counts one
     state block per request, a named simplification), else "all" where every recurrent layer
     is Mamba-2 and "align" otherwise (Gated DeltaNet: Qwen3-Next, Qwen3.5)."""
-    states = [g for g in model.groups if g.kind == "state"]
+    states = [g for g in model.groups if isinstance(g, MambaSpec)]
     if (
         not prefix_caching
         or not states

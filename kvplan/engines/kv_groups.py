@@ -10,10 +10,19 @@ from dataclasses import dataclass
 
 from kvplan import cdiv
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
+from kvplan.spec.attention_group import (
+    AttentionGroup,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    HeadedAttentionSpec,
+    LatentSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+    WindowedAttentionSpec,
+)
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.model import ModelSpec
-
-FULL_LENGTH_KINDS = ("full", "mla", "indexer")
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,8 @@ class KVCacheGroupSpec:
     counted in), `real_page_size_bytes` what the layer's data needs of it.
     """
 
-    kind: str  # full / sliding / chunked / mla / indexer / state
+    # the layers' spec class (a windowed layer without the hybrid manager is full attention)
+    spec: type[AttentionGroup]
     num_layers: int
     group_size: int
     block_size: int
@@ -35,6 +45,14 @@ class KVCacheGroupSpec:
     # a single all-layers group with per-layer page sizes (UniformTypeKVCacheSpecs): a block
     # then costs the sum of the layers' pages
     uniform_type_pages: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def is_state(self) -> bool:
+        return issubclass(self.spec, MambaSpec)
 
     @property
     def padding_layers(self) -> int:
@@ -67,32 +85,32 @@ class KVCacheGroupSpec:
         self, max_model_len: int, max_num_batched_tokens: int, state_blocks: int = 1
     ) -> int:
         """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
-        if self.kind == "sliding":
+        if issubclass(self.spec, SlidingWindowSpec):
             return (
                 cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size)
                 + 1
             )
-        if self.kind == "chunked":
+        if issubclass(self.spec, ChunkedLocalAttentionSpec):
             return cdiv(min(self.span + max_num_batched_tokens, max_model_len), self.block_size)
-        if self.kind == "state":
+        if self.is_state:
             return state_blocks
         return cdiv(max_model_len, self.block_size)
 
     def blocks_held(self, max_model_len: int, state_blocks: int = 1) -> int:
         """Blocks a max_model_len request still holds after its prefill (windows respected)."""
         full = cdiv(max_model_len, self.block_size)
-        if self.kind == "sliding":
+        if issubclass(self.spec, SlidingWindowSpec):
             return min(full, cdiv(self.span - 1, self.block_size) + 1)
-        if self.kind == "chunked":
+        if issubclass(self.spec, ChunkedLocalAttentionSpec):
             return min(full, cdiv(self.span, self.block_size))
-        if self.kind == "state":
+        if self.is_state:
             return state_blocks
         return full
 
 
 @dataclass(frozen=True)
 class _LayerType:
-    kind: str
+    spec: type[AttentionGroup]
     num_layers: int
     bytes_per_token: int  # per layer; 0 for state
     state_bytes: int  # per layer, state kinds only
@@ -104,26 +122,29 @@ def _layer_types(
 ) -> list[_LayerType]:
     types = []
     for g in model.groups:
-        if g.kind == "state":
-            types.append(_LayerType("state", g.num_layers, 0, g.state_bytes_per_layer // tp, None))
+        if isinstance(g, MambaSpec):
+            types.append(
+                _LayerType(MambaSpec, g.num_layers, 0, g.state_bytes_per_layer // tp, None)
+            )
             continue
-        kind, window = g.kind, g.window
-        if not hybrid_manager and kind in ("sliding", "chunked"):
-            kind, window = "full", None  # a FullAttentionSpec that remembers its window
+        spec: type[AttentionGroup] = type(g)
+        window = g.window
+        if not hybrid_manager and isinstance(g, WindowedAttentionSpec):
+            spec, window = FullAttentionSpec, None  # a FullAttentionSpec that remembers its window
         per_token = int(math.ceil(g.bytes_per_token_layer(fmt, tp)))
-        types.append(_LayerType(kind, g.num_layers, per_token, 0, window))
+        types.append(_LayerType(spec, g.num_layers, per_token, 0, window))
     if draft_layers:
         # an MTP / EAGLE drafter's layers: full attention with the model's full-attention shape
-        base = next(t for t in types if t.kind == "full")
-        types.append(_LayerType("full", draft_layers, base.bytes_per_token, 0, None))
+        base = next(t for t in types if t.spec is FullAttentionSpec)
+        types.append(_LayerType(FullAttentionSpec, draft_layers, base.bytes_per_token, 0, None))
     # the same spec in two ModelSpec groups is one vLLM bucket
     merged: dict[tuple, _LayerType] = {}
     for t in types:
-        key = (t.kind, t.bytes_per_token, t.state_bytes, t.window)
+        key = (t.spec, t.bytes_per_token, t.state_bytes, t.window)
         if key in merged:
             old = merged[key]
             merged[key] = _LayerType(
-                t.kind, old.num_layers + t.num_layers, t.bytes_per_token, t.state_bytes, t.window
+                t.spec, old.num_layers + t.num_layers, t.bytes_per_token, t.state_bytes, t.window
             )
         else:
             merged[key] = t
@@ -147,17 +168,12 @@ def mamba_block_size(
     bytes per token) holds one layer's state; kept if the user's block size is already larger
     (HybridAttentionMambaModelConfig.verify_and_update_config). Other models: block_size.
     """
-    states = [g for g in model.groups if g.kind == "state"]
-    attention = [g for g in model.groups if g.kind in ("full", "sliding", "chunked", "mla")]
+    states = [g for g in model.groups if isinstance(g, MambaSpec)]
+    attention = [g for g in model.groups if isinstance(g, (HeadedAttentionSpec, MLAAttentionSpec))]
     if not states or not attention:
         return block_size
-    per_token = int(
-        math.ceil(
-            next((g for g in attention if g.kind == "full"), attention[0]).bytes_per_token_layer(
-                fmt, tp
-            )
-        )
-    )
+    page_of = next((g for g in attention if isinstance(g, FullAttentionSpec)), attention[0])
+    per_token = int(math.ceil(page_of.bytes_per_token_layer(fmt, tp)))
     state = max(g.state_bytes_per_layer // tp for g in states)
     needed = alignment * cdiv(state, alignment * per_token)
     return max(block_size, needed)
@@ -182,34 +198,35 @@ def kv_cache_groups(
     if tp <= 0 or block_size <= 0:
         raise ValueError("tp and block_size must be positive")
     types = _layer_types(model, fmt, tp, hybrid_manager, draft_layers)
-    if any(t.kind == "state" for t in types) and not hybrid_manager:
+    if any(t.spec is MambaSpec for t in types) and not hybrid_manager:
         raise ValueError(
             "vLLM cannot disable the hybrid KV cache manager for a model with "
             "linear-attention / Mamba state layers"
         )
     attn_block = mamba_block_size(model, fmt, tp, block_size, mamba_alignment)
     pages = {
-        id(t): (t.bytes_per_token * attn_block if t.kind != "state" else t.state_bytes)
+        id(t): (t.bytes_per_token * attn_block if t.spec is not MambaSpec else t.state_bytes)
         for t in types
     }
 
     if len(types) == 1 or (
-        all(t.kind in FULL_LENGTH_KINDS for t in types) and len({pages[id(t)] for t in types}) > 1
+        all(t.spec is FullAttentionSpec or issubclass(t.spec, LatentSpec) for t in types)
+        and len({pages[id(t)] for t in types}) > 1
     ):
         # One group: a uniform spec, or full-length layers with per-layer page sizes.
         total = sum(t.num_layers for t in types)
-        kind = types[0].kind if len({t.kind for t in types}) == 1 else "full"
+        spec = types[0].spec if len({t.spec for t in types}) == 1 else FullAttentionSpec
         if len(types) == 1:
             t = types[0]
             return (
                 KVCacheGroupSpec(
-                    kind, total, total, attn_block, pages[id(t)], pages[id(t)], t.window
+                    spec, total, total, attn_block, pages[id(t)], pages[id(t)], t.window
                 ),
             )
         per_layer = tuple(pages[id(t)] for t in types for _ in range(t.num_layers))
         return (
             KVCacheGroupSpec(
-                kind, total, total, attn_block, max(per_layer), max(per_layer), None, per_layer
+                spec, total, total, attn_block, max(per_layer), max(per_layer), None, per_layer
             ),
         )
 
@@ -219,10 +236,10 @@ def kv_cache_groups(
     for t in types:
         page = pages[id(t)]
         block = attn_block
-        if t.kind != "state" and page != max_page:
+        if t.spec is not MambaSpec and page != max_page:
             if max_page % page:
                 raise ValueError(
-                    f"{t.kind} layers' page ({page:,} B) does not divide the largest page "
+                    f"{t.spec.kind} layers' page ({page:,} B) does not divide the largest page "
                     f"({max_page:,} B): vLLM cannot unify them by block size"
                 )
             block = attn_block * (max_page // page)
@@ -239,6 +256,6 @@ def kv_cache_groups(
         for i in range(count):  # layers[i::count], as vLLM assigns them
             members = len(range(i, t.num_layers, count))
             groups.append(
-                KVCacheGroupSpec(t.kind, members, group_size, block, max_page, page, t.window)
+                KVCacheGroupSpec(t.spec, members, group_size, block, max_page, page, t.window)
             )
     return tuple(groups)

@@ -44,44 +44,19 @@ from dataclasses import dataclass
 from functools import cache
 
 from kvplan import GIB
-from kvplan.engines.engine_releases import (
-    CUDA_GRAPHS_IN_BUDGET,
-    SAMPLER_BYTES_PER_LOGIT,
-    batch_defaults,
-    on_or_after,
-    v1_sampler_path,
+from kvplan.engines.engine_releases import SAMPLER_BYTES_PER_LOGIT, v1_sampler_path
+from kvplan.engines.serving_engine import (
+    SERVING_ENGINES,
+    ServingEngine,
+    SGLangEngine,
+    VllmV0Engine,
+    VllmV1Engine,
 )
-from kvplan.engines.versions import Version
 from kvplan.spec import GpuSpec, ModelSpec
 from kvplan.spec.profiles import profiles_dir
 from kvplan.spec.setting_error import SettingError
 
-ENGINES = ("vllm-v1", "vllm-v0", "sglang")
-DEFAULT_ENGINE = "vllm-v1"
-ENGINE_DESCRIPTIONS = {
-    "vllm-v1": "vLLM V1 engine (>= 0.20: CUDA-graph memory profiled into the budget)",
-    "vllm-v0": "vLLM V0 engine (<= 0.10; profiling of worker.py, graphs outside the budget)",
-    "sglang": "SGLang (mem_fraction_static of total memory, minus weights)",
-}
-
-
-def engine_description(engine: str, version: Version | None) -> str:
-    """The memory rules a log's release gets, in words: ENGINE_DESCRIPTIONS' for the newest."""
-    if version is None:
-        return ENGINE_DESCRIPTIONS[engine]
-    release = "v" + ".".join(map(str, version))
-    if engine == "vllm-v1":
-        graphs = (
-            "CUDA-graph memory profiled into the budget"
-            if on_or_after(version, CUDA_GRAPHS_IN_BUDGET)
-            else "CUDA graphs captured outside the budget"
-        )
-        return f"vLLM V1 engine, {release} rules ({graphs})"
-    if engine == "vllm-v0":
-        return (
-            f"vLLM V0 engine, {release} rules (profiling of worker.py, graphs outside the budget)"
-        )
-    return f"SGLang {release} (mem_fraction_static of total memory, minus weights)"
+DEFAULT_ENGINE = VllmV1Engine.generation
 
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations
@@ -116,14 +91,18 @@ class EngineSettings:
     version: tuple[int, int, int] | None = None  # the engine release; None: the newest behaviour
     sampler_path: str | None = None  # the top-k/top-p path a log names; None: the release's default
 
+    @property
+    def serving_engine(self) -> ServingEngine:
+        return SERVING_ENGINES[self.engine]
+
     def at_least(self, *release: int) -> bool:
         return self.version is None or self.version >= release
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
+        if self.engine not in SERVING_ENGINES:
             raise SettingError(
                 "{engine} must be one of {known}, got '{got}'",
-                known=", ".join(ENGINES),
+                known=", ".join(SERVING_ENGINES),
                 got=self.engine,
             )
         for name in ("max_num_batched_tokens", "max_num_seqs"):
@@ -172,9 +151,7 @@ def mlp_width(model: ModelSpec) -> float:
 
 def activation_elements_per_token(model: ModelSpec, tp: int) -> float:
     """Live activation elements per token at the widest point of a layer (before the fitted scale)."""
-    kv_heads = next(
-        (g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads
-    )
+    kv_heads = model.self_attention_kv_heads
     attention = (2 * model.num_heads + 2 * kv_heads) * model.head_dim  # q, k, v and the output
     mlp = 3 * mlp_width(model)  # gate and up projections, then the activated product
     return 2 * model.hidden_size + max(attention, mlp) / tp
@@ -187,9 +164,7 @@ def dequantized_weight_bytes(model: ModelSpec, tp: int) -> float:
     quant = model.checkpoint_quant
     if quant is None or quant.method != "bitsandbytes":
         return 0.0
-    kv_heads = next(
-        (g.num_kv_heads for g in model.groups if g.kind in ("full", "sliding")), model.num_heads
-    )
+    kv_heads = model.self_attention_kv_heads
     qkv = (model.num_heads + 2 * kv_heads) * model.head_dim * model.hidden_size
     gate_up = 2 * mlp_width(model) * model.hidden_size
     return max(qkv, gate_up) / tp * ACTIVATION_BYTES
@@ -200,8 +175,8 @@ def batching_defaults(
 ) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) the engine profiles with: the command line's, else
     vLLM's defaults for the release (engine_releases.batch_defaults)."""
-    defaults = batch_defaults(
-        settings.engine, settings.version, total_bytes / GIB, gpu.name, max_model_len
+    defaults = settings.serving_engine.batch_defaults(
+        settings.version, total_bytes / GIB, gpu.name, max_model_len
     )
     tokens = settings.max_num_batched_tokens or defaults.max_num_batched_tokens
     seqs = min(settings.max_num_seqs or defaults.max_num_seqs, tokens)
@@ -225,17 +200,18 @@ def predict_memory(
     total = total_bytes if total_bytes is not None else gpu.usable_memory_bytes
     tokens, rows = batching_defaults(settings, gpu, max_model_len, total)
     non_torch = fit.non_torch_gib * GIB
-    if settings.engine == "sglang":
+    engine = settings.serving_engine
+    if isinstance(engine, SGLangEngine):
         # the fraction is of the memory free once torch.distributed / NCCL started (the non-torch part)
         usable = (total - non_torch) * utilization + non_torch
         return MemoryProfile(
-            "sglang", total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows
+            engine.generation, total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows
         )
     forward = fit.activation_scale * tokens * activation_elements_per_token(
         model, tp
     ) * ACTIVATION_BYTES + dequantized_weight_bytes(model, tp)
     path = None
-    if settings.engine == "vllm-v0":
+    if isinstance(engine, VllmV0Engine):
         activation = forward + rows * model.vocab_size * fit.sampler_bytes_per_logit_v0
     else:
         path = settings.sampler_path or v1_sampler_path(model, settings.version)
@@ -244,8 +220,8 @@ def predict_memory(
         activation = max(forward, hidden + sampler)
     graphs_counted = settings.cuda_graph_in_budget
     if graphs_counted is None:
-        graphs_counted = settings.engine == "vllm-v1" and on_or_after(
-            settings.version, CUDA_GRAPHS_IN_BUDGET
+        graphs_counted = isinstance(engine, VllmV1Engine) and engine.graphs_in_budget(
+            settings.version
         )
     graphs = fit.cuda_graph_gib * GIB if graphs_counted and not settings.enforce_eager else 0.0
     return MemoryProfile(

@@ -75,14 +75,13 @@ _RELEASED_VALUES = {"watermark": 0.0}
 ASYNC_SCHEDULING_FROM: Version = (0, 14, 0)
 
 
-def scheduling_note(generation: str, version: Version | None, rules: SchedulingRules) -> str:
+def scheduling_note(engine_label: str, version: Version | None, rules: SchedulingRules) -> str:
     """What the scheduling of a simulated run reproduces, in words, with the simplification
     it makes named."""
     if rules == KVPLAN_RULES:
-        engine = "SGLang's" if generation == "sglang" else "vLLM V0's"
         return (
             "scheduled by kvplan's own rules (a 1% watermark at every admission, running "
-            f"requests in arrival order, blocks cached after their step), not {engine} "
+            f"requests in arrival order, blocks cached after their step), not {engine_label}'s "
             "scheduler step for step (a named simplification)"
         )
     release = "release " + ".".join(map(str, version)) if version else "newest release"
@@ -96,11 +95,8 @@ def scheduling_note(generation: str, version: Version | None, rules: SchedulingR
     return text
 
 
-def scheduling_rules(generation: str, version: Version | None) -> SchedulingRules:
-    """The rules of vLLM V1 at `version` (None: the newest); kvplan's own for any other
-    engine generation (vllm-v0, sglang)."""
-    if generation != "vllm-v1":
-        return KVPLAN_RULES
+def vllm_v1_rules(version: Version | None) -> SchedulingRules:
+    """The rules of vLLM V1's scheduler at `version` (None: the newest)."""
     changes: dict[str, object] = {}
     for rule, release, _ in VLLM_V1_RELEASES:
         if on_or_after(version, release):

@@ -27,6 +27,8 @@ RESERVED_BY_PARTS = (0, 5, 4)
 LARGE_CARD_FORMULA = (0, 4, 6)
 TP_TABLE_081 = (0, 4, 0)
 GIB_MIB = 1024
+# the overlap scheduler (its "zero-overhead batch scheduler") is the default from 0.4.0
+OVERLAP_SCHEDULER_FROM = (0, 4, 0)
 
 
 def chunked_prefill_size(version: Version | None, memory_gib: float) -> int:

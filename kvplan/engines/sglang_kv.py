@@ -43,7 +43,7 @@ def sglang_kv_tokens(
     full-attention layers the rest.
     """
     token_groups = model.token_groups
-    if any(g.kind == "state" for g in model.groups):
+    if model.has_state:
         per_req = model.state_bytes_per_seq(tp)
         budget = available_bytes_per_gpu * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)
         slots = int(budget // per_req)
@@ -54,7 +54,7 @@ def sglang_kv_tokens(
         return SglangKVCache(tokens, tokens, None, slots)
     cell = sum(g.bytes_per_token(fmt, tp) for g in token_groups)
     tokens = int(available_bytes_per_gpu // cell) // page_size * page_size
-    windowed = [g for g in token_groups if g.kind in ("sliding", "chunked")]
+    windowed = [g for g in token_groups if g.windowed]
     if not windowed or len(windowed) == len(token_groups):
         return SglangKVCache(tokens)
     swa_bytes = sum(g.bytes_per_token(fmt, tp) for g in windowed)

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 from kvplan.engines.engine_releases import version_on
+from kvplan.engines.serving_engine import is_vllm
 from kvplan.fit.measured import MeasuredRun
 from kvplan.spec.profiles import gpu_profiles
 from kvplan.spec.resolve import load_model
@@ -115,7 +116,7 @@ def _run(row: dict[str, str], with_ttft: bool) -> tuple[MeasuredRun | None, str]
     if not concurrency or ttft is None or tpot is None:
         return None, "no concurrency or no measured figure"
     version = row["backend_version"].strip()
-    if not version and engine == "vllm":
+    if not version and is_vllm(engine):
         day = re.search(r"measured=(\d{4}-\d{2}-\d{2})", source)
         release = version_on(day.group(1) if day else None)
         version = ".".join(map(str, release)) if release else ""

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME, engine_generation, parse_version
-from kvplan.engines.engine_releases import batch_defaults as batch_defaults_for
+from kvplan.engines.engine_releases import DEFAULT_ENGINE_NAME, parse_version
+from kvplan.engines.serving_engine import VllmEngine, VllmV0Engine, VllmV1Engine, serving_engine
 from kvplan.engines.versions import released_before
 from kvplan.fit.run_checks import run_problem
 from kvplan.logs.log_setup import weight_dtype_hint
@@ -246,15 +246,16 @@ def batch_defaults(
 ) -> tuple[int, int, bool]:
     """(max_num_seqs, max_num_batched_tokens, chunked prefill) the server ran with: the run's
     own settings where it states them, else vLLM's defaults for its version and GPU
-    (kvplan.engines.engine_releases.batch_defaults: `vllm serve`'s for serving runs, the offline
+    (ServingEngine.batch_defaults: `vllm serve`'s for serving runs, the offline
     LLM class's for `bench throughput` / `latency`). V0's offline scripts before 0.6.4 turned
     chunked prefill off unless asked (OFFLINE_SCRIPTS_USE_ENGINE_ARGS). SGLang runs take
     SGLang's own limits instead (calibration.build_engine, core.engine_factory.engine_scheduler)."""
     offline = run.benchmark in ("throughput", "latency")
-    generation = engine_generation(run.engine, run.engine_version)
-    generation = generation if generation in ("vllm-v0", "vllm-v1") else "vllm-v1"
-    defaults = batch_defaults_for(
-        generation,
+    engine = serving_engine(run.engine, run.engine_version)
+    if not isinstance(engine, VllmEngine):
+        engine = VllmV1Engine()
+    v0 = isinstance(engine, VllmV0Engine)
+    defaults = engine.batch_defaults(
         parse_version(run.engine_version),
         gpu_memory_gib,
         gpu_name,
@@ -264,12 +265,10 @@ def batch_defaults(
     chunked = run.chunked_prefill
     if chunked is None:
         old_script = (
-            generation == "vllm-v0"
-            and offline
-            and released_before(run.engine_version, OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
+            v0 and offline and released_before(run.engine_version, OFFLINE_SCRIPTS_USE_ENGINE_ARGS)
         )
         chunked = defaults.chunked_prefill and not old_script
     budget = defaults.max_num_batched_tokens
-    if generation == "vllm-v0" and not chunked:
+    if v0 and not chunked:
         budget = max(max_model_len, 2048)
     return run.max_num_seqs or defaults.max_num_seqs, run.max_num_batched_tokens or budget, chunked

@@ -27,7 +27,8 @@ from kvplan import GIB
 from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import Optimization, SizingConfig
 from kvplan.core.scheduler import SchedulerConfig
-from kvplan.engines.engine_releases import engine_generation, range_ratio_below
+from kvplan.engines.serving_engine import SGLangEngine, VllmV0Engine, serving_engine
+from kvplan.engines.versions import parse_version
 from kvplan.fit.measured import MeasuredRun, batch_defaults
 from kvplan.sim.bench_client import ClientRun, run_client
 from kvplan.sim.factory import SimulatedEngineFactory
@@ -59,7 +60,9 @@ def _requests(run: MeasuredRun) -> list[Request]:
         output_len=out_len,
         range_ratio=run.range_ratio or 0.0,
         range_below=run.range_ratio is not None
-        and range_ratio_below(run.engine, run.engine_version),
+        and serving_engine(run.engine, run.engine_version).range_ratio_is_floor(
+            parse_version(run.engine_version)
+        ),
         request_rate=math.inf if offline else run.request_rate,
         max_concurrency=None if offline else run.max_concurrency,
     )
@@ -100,11 +103,10 @@ def build_engine(run: MeasuredRun, overhead: EngineOverhead, requests: list[Requ
         engine=run.engine,
         engine_version=run.engine_version or None,
     )
-    generation = engine_generation(run.engine, run.engine_version)
-    v0 = generation == "vllm-v0"
-    if (
-        generation == "sglang"
-    ):  # the factory fills in SGLang's own limits (core.engine_factory.engine_scheduler)
+    served_by = serving_engine(run.engine, run.engine_version)
+    v0 = isinstance(served_by, VllmV0Engine)
+    # the factory fills in SGLang's own limits (core.engine_factory.engine_scheduler)
+    if isinstance(served_by, SGLangEngine):
         scheduler = SchedulerConfig(
             max_num_seqs=run.max_num_seqs, max_num_batched_tokens=run.max_num_batched_tokens
         )

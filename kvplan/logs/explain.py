@@ -9,7 +9,6 @@ memory model's prediction) sit next to them, never in their place. The JSON sche
 from __future__ import annotations
 
 from kvplan import GIB
-from kvplan.engines.memory_model import engine_description
 from kvplan.logs.cpu_log import explain_cpu
 from kvplan.logs.log_capacity import (
     bytes_per_token,
@@ -19,7 +18,7 @@ from kvplan.logs.log_capacity import (
     sglang_kv_gib,
 )
 from kvplan.logs.log_setup import ServerSetup, predict_capacity, server_setup
-from kvplan.logs.what_ifs import total_bytes, utilization_flag, what_ifs
+from kvplan.logs.what_ifs import total_bytes, what_ifs
 from kvplan.spec.resolve import load_gpu
 from kvplan.spec.server_log import ServerLog, parse_server_log
 
@@ -85,10 +84,9 @@ def not_computed(log: ServerLog, setup: ServerSetup, what_ifs_shown: bool) -> st
         )
         supply.append("--gpu NAME (kvplan profiles gpus lists them)")
     if what_ifs_shown and no_memory and setup.utilization < 0.95:
-        what.append(f"the {utilization_flag(setup)} 0.95 what-if")
+        what.append(f"the {setup.serving_engine.utilization_flag} 0.95 what-if")
     if what_ifs_shown and setup.model is None:
-        flag = "--tp" if setup.engine == "sglang" else "--tensor-parallel-size"
-        what.append(f"the {flag} {setup.tp * 2} what-if")
+        what.append(f"the {setup.serving_engine.tp_flag} {setup.tp * 2} what-if")
     listed = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
     return f"not computed: {listed}, as {' and '.join(why)}; pass {' and '.join(supply)}"
 
@@ -102,7 +100,7 @@ def prediction(log: ServerLog, setup: ServerSetup) -> dict | None:
     logged = logged_kv_tokens(log, setup)
     return {
         "engine": setup.engine,
-        "engine_model": engine_description(setup.engine, setup.settings.version),
+        "engine_model": setup.serving_engine.description(setup.settings.version),
         "total_gib": round(memory.total_bytes / GIB, 2),
         "usable_gib": round(memory.usable_bytes / GIB, 2),
         "weights_gib": round(memory.weight_bytes / GIB, 2),

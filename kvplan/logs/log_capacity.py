@@ -82,7 +82,7 @@ def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) ->
     if implied is None or kv_gib is None or tokens is None:
         result["note"] = "the log does not print both KV memory and a token count"
         return result
-    step = 1 if setup.engine == "sglang" else setup.block_size
+    step = setup.serving_engine.page_tokens(setup.block_size)
     # SGLang prints K and V separately (each rounded), so their sum carries twice the rounding
     precision = PRINT_PRECISION_GIB * (2 if log.sglang_k_size_gb is not None else 1)
     low = math.floor((kv_gib - precision) * GIB / (per_gpu * step)) * step

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kvplan import GIB
-from kvplan.engines.engine_releases import default_utilization, parse_version, version_on
+from kvplan.engines.engine_releases import parse_version, version_on
 from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.engines.hybrid_kv import (
     prefix_caching_mamba_mode,
@@ -21,6 +21,12 @@ from kvplan.engines.hybrid_kv import (
 )
 from kvplan.engines.memory_model import EngineSettings, MemoryFit, MemoryProfile, predict_memory
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE
+from kvplan.engines.serving_engine import (
+    SERVING_ENGINES,
+    ServingEngine,
+    SGLangEngine,
+    VllmV1Engine,
+)
 from kvplan.engines.sglang_kv import sglang_kv_tokens
 from kvplan.spec import GpuSpec, ModelSpec, parse_kv_format
 from kvplan.spec.profiles import gpu_profiles
@@ -118,6 +124,10 @@ class ServerSetup:
     draft_layers: int = 0  # full-attention layers the drafter caches beside the model's (MTP)
 
     @property
+    def serving_engine(self) -> ServingEngine:
+        return SERVING_ENGINES[self.engine]
+
+    @property
     def known(self) -> bool:
         return self.model is not None and (
             self.gpu is not None or self.logged_total_bytes is not None
@@ -169,7 +179,7 @@ def server_setup(
         tp,
         log.pipeline_parallel_size or 1,
         log.gpu_memory_utilization
-        or default_utilization(engine, release, _memory_gib(gpu, log), tp),
+        or SERVING_ENGINES[engine].default_utilization(release, _memory_gib(gpu, log), tp),
         log.gpu_memory_utilization is not None,
         max_len,
         kv_dtype,
@@ -291,7 +301,7 @@ def predict_capacity(
     fmt = parse_kv_format(setup.kv_dtype, model)
     per_token = model.kv_bytes_per_token(fmt, setup.tp) * share
     max_len = setup.max_model_len or model.max_position_embeddings or 4096
-    if setup.engine == "vllm-v1" and setup.pp == 1:
+    if isinstance(setup.serving_engine, VllmV1Engine) and setup.pp == 1:
         mode = prefix_caching_mamba_mode(model, setup.settings.version, setup.prefix_caching)
         # V1 sizes by KV cache groups and prints tokens from them (kvplan/engines/hybrid_kv.py).
         cache = vllm_kv_cache(
@@ -313,12 +323,12 @@ def predict_capacity(
             cache.reported_tokens,
             cache.reported_concurrency,
         )
-    elif setup.engine == "sglang" and setup.pp == 1:
+    elif isinstance(setup.serving_engine, SGLangEngine) and setup.pp == 1:
         tokens = blocks = sglang_kv_tokens(
             model, fmt, setup.tp, max(0.0, budget)
         ).max_total_num_tokens
         concurrency = tokens / max_len
-    elif setup.engine == "sglang":
+    elif isinstance(setup.serving_engine, SGLangEngine):
         tokens = blocks = max(0, math.floor(budget / per_token))
         concurrency = tokens / max_len
     else:  # V0 and pipeline stages: one block table, every layer at full length

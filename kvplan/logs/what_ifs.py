@@ -6,6 +6,7 @@ import math
 
 from kvplan import GIB
 from kvplan.engines.pool_sizing import model_max_len
+from kvplan.engines.serving_engine import VllmEngine, VllmV0Engine
 from kvplan.logs.log_capacity import logged_kv_tokens
 from kvplan.logs.log_setup import ServerSetup, predict_capacity, stage_layers_share
 from kvplan.spec import parse_kv_format
@@ -22,8 +23,8 @@ def what_ifs(
     """Changes in the server's own flags and what they would give (per GPU memory held fixed)."""
     if kv_gib is None or not per_token:
         return []
-    sglang = setup.engine == "sglang"
-    step = 1 if sglang else setup.block_size
+    engine = setup.serving_engine
+    step = engine.page_tokens(setup.block_size)
     kv = kv_gib * GIB
     length = setup.max_model_len
     out: list[dict] = []
@@ -43,20 +44,20 @@ def what_ifs(
     if (fmt is None or fmt.bits > 8) and not no_cache:
         fp8_per_token = per_token * 8 / (fmt.bits if fmt else 16)
         add(
-            "--kv-cache-dtype fp8" + ("_e4m3" if sglang else ""),
+            f"--kv-cache-dtype {engine.fp8_kv_dtype}",
             _tokens(kv, fp8_per_token, step),
             "same KV memory, 1 byte per element (per-tensor scales)",
         )
     total = total_bytes(log, setup)
     if total and setup.utilization < 0.95:
-        flag = utilization_flag(setup)
+        flag = engine.utilization_flag
         extra = total * (0.95 - setup.utilization)
         add(
             f"{flag} 0.95",
             _tokens(kv + extra, per_token, step),
             f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and fragmentation",
         )
-    if not sglang and not no_cache:
+    if isinstance(engine, VllmEngine) and not no_cache:
         out += _longest_request(
             log, setup, logged_kv_tokens(log, setup) or _tokens(kv, per_token, step)
         )
@@ -75,9 +76,8 @@ def what_ifs(
             per_token_tp = setup.model.kv_bytes_per_token(fmt, tp) * stage_layers_share(
                 setup.model, setup.pp
             )
-            flag = "--tp" if sglang else "--tensor-parallel-size"
             add(
-                f"{flag} {tp}",
+                f"{engine.tp_flag} {tp}",
                 _tokens(kv_tp, per_token_tp, step),
                 f"weights per GPU halve (+{weights / 2 / GIB:.2f} GiB for KV); KV heads split across {tp} GPUs; "
                 "activation peak assumed unchanged",
@@ -90,10 +90,6 @@ def total_bytes(log: ServerLog, setup: ServerSetup) -> float | None:
     if log.total_gpu_memory_gib:
         return log.total_gpu_memory_gib * GIB
     return setup.gpu.usable_memory_bytes if setup.gpu else None
-
-
-def utilization_flag(setup: ServerSetup) -> str:
-    return "--mem-fraction-static" if setup.engine == "sglang" else "--gpu-memory-utilization"
 
 
 def _longest_request(log: ServerLog, setup: ServerSetup, fits: int) -> list[dict]:
@@ -122,7 +118,7 @@ def _longest_request(log: ServerLog, setup: ServerSetup, fits: int) -> list[dict
             }
         ]
     note = "one request of this length fits the KV cache"
-    if setup.engine == "vllm-v0":
+    if isinstance(setup.serving_engine, VllmV0Engine):
         note += (
             "; v0 profiles max_model_len tokens, so a shorter length also frees activation memory"
         )

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 from kvplan import GIB
 from kvplan.core.engine_factory import RealConfig, SizingConfig
-from kvplan.engines.engine_releases import default_utilization, parse_version
+from kvplan.engines.engine_releases import parse_version
 from kvplan.real.model import load_causal_lm, resolve_device
 from kvplan.spec import ModelSpec
+from kvplan.spec.attention_group import FullAttentionSpec, SlidingWindowSpec
 from kvplan.spec.hf_config import model_spec_from_config
 from kvplan.spec.setting_error import SettingError
 
@@ -45,7 +46,7 @@ def load_model_for_bench(model: str, real: RealConfig, seed: int) -> LoadedModel
 
 def check_real_spec(spec: ModelSpec) -> None:
     """Refuse, naming the feature, a model whose KV real mode's one pool shape cannot hold."""
-    if any(g.kind not in ("full", "sliding") for g in spec.groups):
+    if not all(isinstance(g, (FullAttentionSpec, SlidingWindowSpec)) for g in spec.groups):
         raise ValueError(
             f"real mode supports MHA/GQA/MQA attention models; {spec.name} is {spec.kv_kind}"
         )
@@ -79,8 +80,8 @@ def kv_pool_bytes(config: SizingConfig, loaded: LoadedModel) -> tuple[float, flo
     gc.collect()
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
-    utilization = config.gpu_memory_utilization or default_utilization(
-        config.generation, parse_version(config.engine_version), total / GIB
+    utilization = config.gpu_memory_utilization or config.serving_engine.default_utilization(
+        parse_version(config.engine_version), total / GIB
     )
     return cuda_kv_pool_bytes(free, total, utilization), utilization
 

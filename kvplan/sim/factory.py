@@ -157,7 +157,7 @@ class SimulatedEngineFactory:
                 scheduler.max_num_batched_tokens or 8192,
                 scheduler.max_num_seqs or 256,
                 sizing.max_model_len,
-                graphs=config.generation != "vllm-v0",
+                graphs=config.serving_engine.captures_cuda_graphs,
                 perf_table=Path(self.perf_table) if self.perf_table else None,
             )
         return Engine(allocator, runner, scheduler, sizing.max_model_len), sizing

@@ -18,6 +18,7 @@ from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.engines.hybrid_kv import vllm_kv_cache
 from kvplan.engines.memory_model import MemoryProfile, predict_memory
 from kvplan.engines.pool_sizing import model_max_len, whole_blocks
+from kvplan.engines.serving_engine import SGLangEngine, VllmV1Engine
 from kvplan.engines.sglang_kv import sglang_kv_tokens
 from kvplan.sizing.plan_inputs import MAX_TOKENS, PlanInputs, valid_tps
 from kvplan.spec import parse_kv_format
@@ -91,7 +92,7 @@ class CapacityPlan:
         kvplan's own figures; None for vLLM V0, which prints blocks of one full-length table."""
         i = self.inputs
         kv_pool = max(0.0, self.kv_pool_bytes)
-        if i.engine == "vllm-v1":
+        if isinstance(i.serving_engine, VllmV1Engine):
             batched = engine_memory(i).batched_tokens
             cache = vllm_kv_cache(
                 i.model,
@@ -111,7 +112,7 @@ class CapacityPlan:
                 "page_size_bytes": cache.page_size_bytes,
                 "padding_bytes": cache.padding_bytes,
             }
-        if i.engine == "sglang":
+        if isinstance(i.serving_engine, SGLangEngine):
             pool = sglang_kv_tokens(i.model, i.kv_format, i.tp, kv_pool)
             return {
                 "reported_tokens": pool.max_total_num_tokens,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvplan import GIB
-from kvplan.engines.engine_releases import default_utilization
 from kvplan.engines.memory_model import DEFAULT_ENGINE, EngineSettings
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE, check_max_model_len, max_model_len_for
+from kvplan.engines.serving_engine import SERVING_ENGINES, ServingEngine
 from kvplan.spec import GpuSpec, KVFormat, ModelSpec, parse_kv_format
 from kvplan.spec.setting_error import SettingError
 
@@ -95,12 +95,16 @@ class PlanInputs:
             )
 
     @property
+    def serving_engine(self) -> ServingEngine:
+        return SERVING_ENGINES[self.engine]
+
+    @property
     def utilization(self) -> float:
         """gpu_memory_utilization as given, else the engine's own default for its version."""
         if self.gpu_memory_utilization is not None:
             return self.gpu_memory_utilization
         memory = self.gpu_memory_gib or self.gpu.usable_memory_bytes / GIB
-        return default_utilization(self.engine, self.engine_version, memory, self.tp)
+        return self.serving_engine.default_utilization(self.engine_version, memory, self.tp)
 
     @property
     def max_model_len(self) -> int:

@@ -14,7 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.spec import AttentionGroup, ModelSpec
-from kvplan.spec.attention_group import AttentionKind
+from kvplan.spec.attention_group import (
+    GROUP_TYPES,
+    ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
+    FullAttentionSpec,
+    IndexerSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
 from kvplan.spec.checkpoint_quant import checkpoint_quant
 from kvplan.spec.config_checks import check_config
 from kvplan.spec.family_defaults import with_family_defaults
@@ -84,21 +93,23 @@ def _positive_int(cfg: dict[str, Any], key: str, name: str) -> int:
 
 def _headed_group(
     cfg: dict[str, Any],
-    kind: AttentionKind,
+    spec: type[AttentionGroup],
     count: int,
     heads: int | None,
     num_heads: int,
     hidden: int,
 ) -> AttentionGroup:
-    default_heads, head_dim = layer_shape(cfg, kind, num_heads, hidden)
+    default_heads, head_dim = layer_shape(cfg, spec.kind, num_heads, hidden)
     if heads is not None and (heads <= 0 or heads > num_heads or num_heads % heads):
         raise ValueError(
             f"a layer's {heads} KV heads must divide num_attention_heads = {num_heads}"
         )
-    window = {"sliding": window_size(cfg), "chunked": cfg.get("attention_chunk_size")}.get(kind)
-    return AttentionGroup(
-        kind, count, heads or default_heads, head_dim, int(window) if window else None
-    )
+    windows: dict[type[AttentionGroup], Any] = {
+        SlidingWindowSpec: window_size(cfg),
+        ChunkedLocalAttentionSpec: cfg.get("attention_chunk_size"),
+    }
+    window = windows.get(spec)
+    return spec(count, heads or default_heads, head_dim, int(window) if window else None)
 
 
 def attention_groups(
@@ -112,9 +123,8 @@ def attention_groups(
         sparse = bool(
             cfg.get("index_head_dim") and cfg.get("index_topk")
         )  # DeepSeek-V3.2 sparse attention
-        groups = [
-            AttentionGroup(
-                "mla",
+        groups: list[AttentionGroup] = [
+            MLAAttentionSpec(
                 num_layers,
                 latent_dim=int(cfg["kv_lora_rank"]) + rope,
                 rope_dim=rope,
@@ -124,21 +134,18 @@ def attention_groups(
             )
         ]
         if sparse:
-            groups.append(
-                AttentionGroup("indexer", num_layers, latent_dim=int(cfg["index_head_dim"]))
-            )
+            groups.append(IndexerSpec(num_layers, latent_dim=int(cfg["index_head_dim"])))
         return tuple(groups)
     owned = num_layers - kv_shared_layers(cfg, num_layers)
     layers = list(zip(layer_kinds(cfg, num_layers), layer_kv_heads(cfg, num_layers)))[:owned]
     groups = []
-    for kind in ("full", "sliding", "chunked", "state"):
-        if kind == "state":
-            count = sum(1 for k, _ in layers if k == "state")
-            if count:
+    for spec in (FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MambaSpec):
+        members = [heads for kind, heads in layers if GROUP_TYPES.get(kind) is spec]
+        if spec is MambaSpec:
+            if members:
                 groups.append(
-                    AttentionGroup(
-                        "state",
-                        count,
+                    MambaSpec(
+                        len(members),
                         state_bytes_per_layer=state_bytes_per_layer(cfg),
                         mixer=recurrent_mixer(cfg),
                     )
@@ -146,11 +153,10 @@ def attention_groups(
             continue
         # one group per KV head count: DeciLM layers may each have their own
         counts: dict[int | None, int] = {}
-        for k, heads in layers:
-            if k == kind:
-                counts[heads] = counts.get(heads, 0) + 1
+        for heads in members:
+            counts[heads] = counts.get(heads, 0) + 1
         groups += [
-            _headed_group(cfg, kind, n, heads, num_heads, hidden) for heads, n in counts.items()
+            _headed_group(cfg, spec, n, heads, num_heads, hidden) for heads, n in counts.items()
         ]
     return tuple(groups)
 
@@ -167,11 +173,11 @@ def cross_attention_groups(
     blocks for its text tokens (the decoder block table) and for its image tokens (the cross
     block table, sized by the encoder prompt of num_tiles x token_per_chunk); so vLLM V0 charged
     every text token and every image token the KV of all 100 layers."""
-    count = layer_kinds(cfg, num_layers).count("cross")
+    count = layer_kinds(cfg, num_layers).count(CrossAttentionSpec.kind)
     if not count:
         return ()
     heads, head_dim = layer_shape(cfg, "full", num_heads, hidden)
-    return (AttentionGroup("cross", count, heads, head_dim),)
+    return (CrossAttentionSpec(count, heads, head_dim),)
 
 
 def native_dtype(cfg: dict[str, Any]) -> str:
@@ -264,6 +270,6 @@ def _spec(outer: dict[str, Any], cfg: dict[str, Any], name: str, source: str) ->
             cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0
         ),
         state_chunk_size=int(cfg.get("mamba_chunk_size") or cfg.get("chunk_size") or 0)
-        if any(g.kind == "state" for g in groups)
+        if any(isinstance(g, MambaSpec) for g in groups)
         else 0,
     )

@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvplan.spec.attention_group import (
-    HEADED_KINDS,
-    WINDOWED_KINDS,
     AttentionGroup,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    HeadedAttentionSpec,
+    IndexerSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
 )
 from kvplan.spec.kv_format import KVFormat
 from kvplan.spec.quant_storage import CheckpointQuant
@@ -132,21 +137,42 @@ class ModelSpec:
 
     @property
     def has_windows(self) -> bool:
-        return any(g.kind in WINDOWED_KINDS for g in self.groups)
+        return any(g.windowed for g in self.groups)
+
+    def has_group(self, kind: type[AttentionGroup]) -> bool:
+        """Whether any of the decoder's groups is of this kind (a subclass counts)."""
+        return any(isinstance(g, kind) for g in self.groups)
+
+    @property
+    def has_state(self) -> bool:
+        """Whether some layers keep a per-sequence state (Mamba, linear attention)."""
+        return self.has_group(MambaSpec)
+
+    @property
+    def self_attention_kv_heads(self) -> int:
+        """The KV heads of the first full or sliding-window group; the query heads if none."""
+        return next(
+            (
+                g.num_kv_heads
+                for g in self.groups
+                if isinstance(g, (FullAttentionSpec, SlidingWindowSpec))
+            ),
+            self.num_heads,
+        )
 
     @property
     def kv_kind(self) -> str:
         """MHA / GQA / MQA / MLA, with +SWA for sliding-window layers and +linear for state layers."""
-        kinds = {g.kind for g in self.groups}
-        if "mla" in kinds:
-            return "MLA+indexer" if "indexer" in kinds else "MLA"
-        heads = next(g.num_kv_heads for g in self.groups if g.kind in HEADED_KINDS)
+        if self.has_group(MLAAttentionSpec):
+            return "MLA+indexer" if self.has_group(IndexerSpec) else "MLA"
+        heads = next(g.num_kv_heads for g in self.groups if isinstance(g, HeadedAttentionSpec))
         label = "MHA" if heads == self.num_heads else ("MQA" if heads == 1 else "GQA")
-        if "sliding" in kinds:
-            label += "+SWA" if "full" in kinds else " (all SWA)"
-        if "chunked" in kinds:
-            label += "+chunked" if "full" in kinds else " (all chunked)"
-        if "state" in kinds:
+        full = self.has_group(FullAttentionSpec)
+        if self.has_group(SlidingWindowSpec):
+            label += "+SWA" if full else " (all SWA)"
+        if self.has_group(ChunkedLocalAttentionSpec):
+            label += "+chunked" if full else " (all chunked)"
+        if self.has_state:
             label += "+linear"
         if self.cross_groups:
             label += "+cross"

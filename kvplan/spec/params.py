@@ -13,6 +13,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from kvplan.spec import AttentionGroup, ParamCount
+from kvplan.spec.attention_group import (
+    FullAttentionSpec,
+    IndexerSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+)
 from kvplan.spec.layer_plans import layer_plans
 from kvplan.spec.layers import kv_shared_layers, layer_kinds, layer_shape
 from kvplan.spec.state_layers import state_layer_params
@@ -76,7 +82,9 @@ def _attention_params(
     kv, head_dim = group.num_kv_heads, group.head_dim
     q_out = num_heads * head_dim * (2 if cfg.get("attn_output_gate") else 1)
     # Gemma-4's K = V full layers have no v_proj: V is the (normed) K projection.
-    kv_projections = 1 if (group.kind == "full" and cfg.get("attention_k_eq_v")) else 2
+    kv_projections = (
+        1 if (isinstance(group, FullAttentionSpec) and cfg.get("attention_k_eq_v")) else 2
+    )
     params = (
         hidden * q_out + kv_projections * hidden * kv * head_dim + num_heads * head_dim * hidden
     )
@@ -274,11 +282,11 @@ def count_params(
 
     attention = 0
     for group in groups:
-        if group.kind == "mla":
+        if isinstance(group, MLAAttentionSpec):
             attention += group.num_layers * _mla_params(cfg, hidden, num_heads)
-        elif group.kind == "indexer":
+        elif isinstance(group, IndexerSpec):
             attention += group.num_layers * _indexer_params(cfg, hidden)
-        elif group.kind == "state":
+        elif isinstance(group, MambaSpec):
             attention += group.num_layers * state_layer_params(cfg, hidden)
         else:
             attention += group.num_layers * _attention_params(cfg, hidden, num_heads, group)

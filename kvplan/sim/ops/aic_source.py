@@ -16,6 +16,7 @@ import importlib.util
 from functools import cache
 from typing import Any
 
+from kvplan.engines.serving_engine import serving_engine
 from kvplan.sizing.operators.attention import (
     AttentionOp,
     FullAttention,
@@ -57,7 +58,7 @@ class AicSource:
     def __init__(self, gpu: GpuSpec, engine: str) -> None:
         if gpu.measured_system is None or not available():
             raise ValueError(f"aiconfigurator has no tables for {gpu.name}")
-        self.backend = "sglang" if engine == "sglang" else "vllm"
+        self.backend = serving_engine(engine).family
         self.system = gpu.measured_system
         self.handle, version = _handle(self.system, self.backend)
         self.name = f"aiconfigurator {self.system} {self.backend} {version}"

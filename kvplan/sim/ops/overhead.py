@@ -29,11 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.engines.engine_releases import engine_generation, parse_version
-from kvplan.engines.scheduling_rules import ASYNC_SCHEDULING_FROM
-from kvplan.engines.versions import on_or_after
-
-SGLANG_OVERLAP_FROM = (0, 4, 0)
+from kvplan.engines.serving_engine import (
+    ServingEngine,
+    SGLangEngine,
+    VllmV0Engine,
+    VllmV1Engine,
+    serving_engine,
+)
+from kvplan.engines.versions import parse_version
 
 
 @dataclass(frozen=True)
@@ -56,15 +59,20 @@ ERAS = {
 }
 
 
+# each engine's eras: (without, with) the CPU's scheduling overlapped
+ERA_KEYS: dict[type[ServingEngine], tuple[str, str]] = {
+    VllmV0Engine: ("vllm-v0", "vllm-v0"),
+    VllmV1Engine: ("vllm-v1", "vllm-v1-async"),
+    SGLangEngine: ("sglang-sync", "sglang"),
+}
+
+
 def engine_era(engine: str | None, version: str | None) -> Era:
     """The era of an engine and release (no release: the newest)."""
-    generation = engine_generation(engine, version)
+    served_by = serving_engine(engine, version)
     release = parse_version(version)
-    if generation == "sglang":
-        return ERAS["sglang" if on_or_after(release, SGLANG_OVERLAP_FROM) else "sglang-sync"]
-    if generation == "vllm-v0":
-        return ERAS["vllm-v0"]
-    return ERAS["vllm-v1-async" if on_or_after(release, ASYNC_SCHEDULING_FROM) else "vllm-v1"]
+    unoverlapped, overlapped = ERA_KEYS[type(served_by)]
+    return ERAS[overlapped if served_by.overlaps_scheduling(release) else unoverlapped]
 
 
 @dataclass(frozen=True)

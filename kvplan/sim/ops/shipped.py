@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from kvplan.sim.ops.overhead import ERAS, EngineOverhead, engine_era, for_era
+from kvplan.spec.attention_group import MLAAttentionSpec
 from kvplan.spec.model import ModelSpec
 
 FILE_FORMAT = "kvplan-step-overheads/1"
@@ -29,10 +30,9 @@ BAND_FIGURES = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "latency_av
 def step_kind(model: ModelSpec) -> str:
     """The kind a model's band is taken by: hybrid (a state or linear-attention layer), MLA,
     MoE, else dense; the first that applies."""
-    kinds = {group.kind for group in model.groups}
-    if "state" in kinds:
+    if model.has_state:
         return "hybrid"
-    if "mla" in kinds:
+    if model.has_group(MLAAttentionSpec):
         return "mla"
     return "moe" if model.params.is_moe else "dense"
 

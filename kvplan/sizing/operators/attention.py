@@ -15,7 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.spec import KVFormat, ModelSpec
-from kvplan.spec.attention_group import AttentionGroup
+from kvplan.spec.attention_group import (
+    AttentionGroup,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    IndexerSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -95,13 +103,13 @@ class StateUpdate(AttentionOp):
         return 2 * self.state_bytes
 
 
-OPS_BY_KIND: dict[str, type[AttentionOp]] = {
-    "full": FullAttention,
-    "sliding": SlidingAttention,
-    "chunked": ChunkedAttention,
-    "mla": MlaAttention,
-    "indexer": IndexerKeys,
-    "state": StateUpdate,
+OPS_BY_SPEC: dict[type[AttentionGroup], type[AttentionOp]] = {
+    FullAttentionSpec: FullAttention,
+    SlidingWindowSpec: SlidingAttention,
+    ChunkedLocalAttentionSpec: ChunkedAttention,
+    MLAAttentionSpec: MlaAttention,
+    IndexerSpec: IndexerKeys,
+    MambaSpec: StateUpdate,
 }
 
 
@@ -111,7 +119,7 @@ def attention_ops(model: ModelSpec, tp: int, kv_format: KVFormat) -> tuple[Atten
     heads = model.num_heads / tp
     ops = []
     for group in model.groups:
-        kind = OPS_BY_KIND[group.kind]
+        kind = OPS_BY_SPEC[type(group)]
         kv_heads = max(1, group.num_kv_heads // tp) if group.num_kv_heads else 0
         ops.append(
             kind(
