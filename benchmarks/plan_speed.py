@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import time
 
-from kvplan.bench.executors import LocalExecutor
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.deploy.demand import Candidate, Demand
 from kvplan.deploy.deploy_plan import make_plan
 from kvplan.deploy.slo import parse_slo
+from kvplan.execution.executors import LocalExecutor
 
 PRICES = {
     "h100-80gb": 2.49,

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvplan.bench.sweep import SweepSpec, run_sweep
+from kvplan.sweep.grid import SweepSpec, run_sweep
 
 SPEC = SweepSpec(
     fixed={"workload": "sharegpt", "num_requests": 400, "model": "llama-3.1-8b"},

@@ -13,9 +13,9 @@ from hardening_helpers import fails_cleanly, invoke
 from kvplan.bench.config import BenchConfig, ClusterConfig
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.setting_use import ignored_settings
-from kvplan.bench.sweep import load_spec
 from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
 from kvplan.spec.setting_error import SettingError
+from kvplan.sweep.grid import load_spec
 from kvplan.workload import make_workload
 from kvplan.workload.kinds import rate_unit
 from kvplan.workload.prompt_draws import DRAWN_TOKENS_MAX, TokenDrawer
@@ -192,7 +192,7 @@ def test_a_sweep_budget_needs_a_policy_among_its_optimizations(tmp_path: Path) -
 
 
 def test_a_sweep_point_that_sets_an_unread_length_is_recorded_as_failed() -> None:
-    from kvplan.bench.sweep_point import run_point
+    from kvplan.sweep.point import run_point
 
     record = run_point({"workload": "sharegpt", "input_len": 512, "point_id": "p"})
     assert record.kind == "error"

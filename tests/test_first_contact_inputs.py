@@ -114,7 +114,7 @@ def test_cv_without_gamma_arrivals_is_refused_and_with_them_is_read(tmp_path: Pa
 
 
 def test_a_sweep_point_replays_its_trace_at_the_rate_swept(tmp_path: Path) -> None:
-    from kvplan.bench.sweep import load_spec, run_sweep
+    from kvplan.sweep.grid import load_spec, run_sweep
 
     trace = _trace(tmp_path, [0.5 * i for i in range(12)])  # 2 req/s of its own
     study = tmp_path / "s.toml"

@@ -22,6 +22,8 @@ LAYER_RANK = {
     "samples": 0,  # shipped data files and the code that locates them; imports nothing
     "spec": 1,
     "engines": 2,
+    # where independent runs execute: a process pool or Ray; knows no run
+    "execution": 2,
     # siblings: the estimator and explain both build on the engines, never on each other
     "sizing": 3,
     "logs": 3,
@@ -34,10 +36,12 @@ LAYER_RANK = {
     "bench": 8,
     # siblings: fitting the step model to measured runs, and running benches, never each other
     "fit": 8,
-    # siblings: the plan search (it runs bench's engine) and the report, never each other
+    # siblings: the plan search and the sweep (each runs bench's engine), never each other
     "deploy": 9,
-    "report": 9,
-    "cli": 10,
+    "sweep": 9,
+    # the report draws bench, sweep and plan records
+    "report": 10,
+    "cli": 11,
 }
 PURE_LAYERS = (
     "results",

@@ -305,7 +305,7 @@ def test_ray_searches_to_the_same_plan() -> None:
 
     from ci_helpers import require_in_ci
 
-    from kvplan.bench.executors import LocalExecutor, RayExecutor
+    from kvplan.execution.executors import LocalExecutor, RayExecutor
 
     require_in_ci(
         importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it"

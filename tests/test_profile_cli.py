@@ -156,7 +156,7 @@ def test_a_sweep_refuses_a_perf_table_before_any_point(
 
 def test_plan_and_bench_hand_the_table_to_the_engine_factory(tmp_path: Path) -> None:
     from kvplan.bench.config import BenchConfig
-    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.simulation import engine_factory
     from kvplan.deploy.demand import Candidate, Demand
     from kvplan.deploy.slo import parse_slo
 

@@ -87,7 +87,7 @@ def test_warmup_requests_keep_their_prompts_and_stagger_outputs_and_arrivals() -
 @pytest.fixture(scope="module")
 def stories_factory(stories260k: Path):
     from kvplan.bench.config import BenchConfig
-    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.simulation import engine_factory
 
     config = BenchConfig.from_flat(mode="real", model_path=str(stories260k / "hf"), device="cpu")
     return engine_factory(config)

@@ -44,7 +44,7 @@ def simulated_slots(
     simulator's memory model (entropy-budget: given the real engine's probed split)."""
     from dataclasses import replace
 
-    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.simulation import engine_factory
 
     factory = replace(engine_factory(config(stories260k, "simulated")), layer_budgets=layer_budgets)
     engine, _ = factory.build(parse_optimization(name))
@@ -63,7 +63,7 @@ def simulated_slots(
 
 @pytest.fixture(scope="module")
 def real_factory(stories260k: Path):
-    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.simulation import engine_factory
 
     torch.set_num_threads(1)  # tiny per-step tensors on a shared CPU
     return engine_factory(config(stories260k, "real"))

@@ -19,7 +19,7 @@ def first_divergence(tokens: list[int], reference: list[int]) -> int:
 
 
 def test_int8_tensor_scales_are_calibrated(stories260k: Path, monkeypatch) -> None:
-    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.simulation import engine_factory
     from kvplan.core.engine_factory import RealConfig
     from kvplan.real.factory import RealEngineFactory
 

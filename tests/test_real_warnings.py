@@ -87,7 +87,7 @@ def test_the_memory_refusal_names_fixes_other_than_the_flags_given(
 def stories_factory(stories260k: Path):
     pytest.importorskip("torch")
     from kvplan.bench.config import BenchConfig
-    from kvplan.bench.matrix import engine_factory
+    from kvplan.bench.simulation import engine_factory
 
     config = BenchConfig.from_flat(
         mode="real", model_path=str(stories260k / "hf"), device="cpu", kv_cache_gib=1e-4

@@ -9,9 +9,9 @@ import pytest
 from ci_helpers import require_in_ci
 from typer.testing import CliRunner
 
-import kvplan.bench.sweep as sweep_module
-from kvplan.bench.sweep import load_spec, run_sweep
+import kvplan.sweep.grid as sweep_module
 from kvplan.cli.app import app
+from kvplan.sweep.grid import load_spec, run_sweep
 
 STUDY = """
 [fixed]
@@ -129,8 +129,8 @@ def test_bad_sweep_files_are_one_line_errors(content: str, message: str, tmp_pat
 
 
 def test_report_turns_a_sweep_into_a_study(study: Path, tmp_path: Path) -> None:
-    from kvplan.bench.study import summarize
     from kvplan.report import write_report
+    from kvplan.sweep.summary import summarize
 
     spec = load_spec(study)
     records = run_sweep(spec, tmp_path / "sweep", workers=1)

@@ -17,8 +17,8 @@ import pytest
 from ci_helpers import require_in_ci
 from hardening_helpers import fails_cleanly, invoke
 
-import kvplan.bench.sweep as sweep_module
-from kvplan.bench.sweep import load_spec, run_sweep
+import kvplan.sweep.grid as sweep_module
+from kvplan.sweep.grid import load_spec, run_sweep
 
 STUDY = """
 [fixed]
@@ -256,7 +256,7 @@ def test_sigterm_stops_the_pool_workers(tmp_path: Path) -> None:
     [pytest.param(how, marks=pytest.mark.slow) for how in (signal.SIGINT, signal.SIGKILL)],
 )
 def test_a_stopped_ray_sweep_leaves_no_ray_process(tmp_path: Path, how: signal.Signals) -> None:
-    """Ctrl-C returns at once (the Ray driver is a child process, bench/ray_driver.py), the
+    """Ctrl-C returns at once (the Ray driver is a child process, execution/ray_driver.py), the
     driver then tears the cluster down without a traceback; a killed sweep's driver does the same."""
     require_in_ci(
         importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it"

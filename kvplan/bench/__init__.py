@@ -1,6 +1,6 @@
-"""Benchmarks of KV optimizations: the optimization parser, run configs by concern, the
-matrix runner (given an engine factory from kvplan.sim or kvplan.real), workloads with the
-defaults `bench` and `sweep` share, sweeps and study summaries.
+"""Benchmarks of KV optimizations: the optimization parser, run configs by concern, one run
+(`simulate`, with an engine factory from kvplan.sim or kvplan.real) and the matrix of them,
+and the workloads with the defaults `bench` and `sweep` share.
 
 The names below load on first use (PEP 562), so a command that only needs, say, the
 optimization names for its help text does not import the engine behind them."""
@@ -15,7 +15,9 @@ _HOMES = {
     "BenchConfig": "kvplan.bench.config",
     "ClusterConfig": "kvplan.bench.config",
     "flat_settings": "kvplan.bench.config",
-    "engine_factory": "kvplan.bench.matrix",
+    "engine_factory": "kvplan.bench.simulation",
+    "simulate": "kvplan.bench.simulation",
+    "RunMetrics": "kvplan.bench.simulation",
     "run_matrix": "kvplan.bench.matrix",
     "variant_names": "kvplan.bench.matrix",
     "DEFAULT_OPTIMIZATIONS": "kvplan.bench.optimizations",

@@ -116,7 +116,7 @@ def request_tokens(requests: list[Request]) -> int:
 @dataclass
 class ModeledFactory:
     """The real factory's schedulers and block managers on modeled step times, for
-    run_matrix to replay the run on (no pool tensors, no model)."""
+    simulate to replay the run on (no pool tensors, no model)."""
 
     real: RealEngineFactory
     cost: StepCost
@@ -148,7 +148,7 @@ def measure_cost(
     """Warm up on the real factory's loaded model, fit the step cost, time each
     optimization's build and factor, and replay the run's schedule on them; each
     optimization's estimate is left on the factory for its record."""
-    from kvplan.bench.matrix import run_matrix
+    from kvplan.bench.simulation import simulate
     from kvplan.real.factory import RealEngineFactory
     from kvplan.real.step_cost import (
         FIT_MIN_S,
@@ -188,7 +188,9 @@ def measure_cost(
     replay = ModeledFactory(
         factory, cost, scales, (sizing.kv_pool_bytes, sizing.gpu_memory_utilization)
     )
-    run_matrix(config, requests, optimizations, None, replay)
+    for name in optimizations:  # the replay's runners keep what each run cost
+        for router in config.cluster.variants():
+            simulate(config, requests, parse_optimization(name), router=router, factory=replay)
     estimates = {name: builds[name] + runner.seconds for name, runner in replay.runners}
     factory.estimated_wall_s = dict(estimates)
     loaded = factory.loaded

@@ -5,7 +5,7 @@ The CLI parses options into these inputs and renders the outcome."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +13,11 @@ from typing import Any
 
 from kvplan import GIB
 from kvplan.bench.config import BenchConfig
-from kvplan.bench.matrix import engine_factory, run_matrix, variant_names
+from kvplan.bench.matrix import run_matrix, variant_names
 from kvplan.bench.mode import Mode
 from kvplan.bench.optimizations import parse_optimizations
 from kvplan.bench.setting_use import check_samples_read
+from kvplan.bench.simulation import engine_factory
 from kvplan.bench.workloads import Workload, WorkloadSpec, build_workload
 from kvplan.core.engine_factory import engine_scheduler
 from kvplan.core.scheduler import SchedulerConfig
@@ -107,7 +108,7 @@ def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
     )
 
 
-def unserved(metrics: dict[str, Any]) -> str | None:
+def unserved(metrics: Mapping[str, Any]) -> str | None:
     """Why a run served nothing (every request rejected): the reasons, the pool, the largest
     request and what to change; None when it served something or rejected nothing."""
     if metrics.get("requests_finished", 0) or not metrics.get("requests_rejected", 0):

@@ -239,7 +239,6 @@ def plan(
     ] = None,
 ) -> None:
     """Find the cheapest deployment (GPU, TP, KV format, replicas; with --disagg also prefill/decode pools) that serves --rate within --slo: the fewest replicas by branch and bound on kvplan's simulated engine, the best verified as a whole cluster."""
-    from kvplan.bench.executors import make_executor
     from kvplan.bench.setting_use import calibration_warnings
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.deploy.demand import Candidate, Demand
@@ -247,6 +246,7 @@ def plan(
     from kvplan.deploy.plan_output import plan_json, plan_records
     from kvplan.deploy.prices import load_prices
     from kvplan.deploy.slo import parse_slo
+    from kvplan.execution.executors import make_executor
     from kvplan.results import write_jsonl
     from kvplan.results.atomic import strict_json, write_text
     from kvplan.sim.step_models import step_model_setting

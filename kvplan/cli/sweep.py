@@ -16,9 +16,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kvplan.bench.executors import DEFAULT_EXECUTOR
 from kvplan.cli.common import cli_errors, console, error_console, escape, progress_bars
 from kvplan.cli.fit_table import fitted_table
+from kvplan.execution.executors import DEFAULT_EXECUTOR
 from kvplan.results import ResultRecord
 from kvplan.results.latest import DEFAULT_FOLDER
 
@@ -57,10 +57,10 @@ def sweep(
 ) -> None:
     """Expand the grid, run every point not already in the output, and summarize the study."""
     from kvplan.bench.setting_use import calibration_warnings
-    from kvplan.bench.study import DEFAULT_SLO_S, summarize, varying
-    from kvplan.bench.sweep import load_spec, run_sweep
     from kvplan.results.atomic import write_text
     from kvplan.spec.numbers import check_numbers
+    from kvplan.sweep.grid import load_spec, run_sweep
+    from kvplan.sweep.summary import DEFAULT_SLO_S, summarize, varying
 
     check_numbers({"workers": workers})  # --workers 0 is not a pool
     spec = load_spec(study)

@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvplan.bench.executors import Executor, LocalExecutor
 from kvplan.deploy.demand import Candidate, Demand
 from kvplan.deploy.plan_rows import Plan, PlanRow, router_for
 from kvplan.deploy.prices import unit_price
@@ -33,6 +32,7 @@ from kvplan.deploy.replica_search import (
     search_item,
 )
 from kvplan.deploy.trials import trace_rate
+from kvplan.execution.executors import Executor, LocalExecutor
 
 VERIFY_TOP = 3  # candidates verified as a cluster
 

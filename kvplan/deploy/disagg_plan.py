@@ -20,7 +20,7 @@ DistServe places them: each phase's pool is sized on its own, then the pair is v
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,7 +36,7 @@ from kvplan.deploy.replica_search import (
     search_bounds,
 )
 from kvplan.deploy.slo import Slo
-from kvplan.deploy.trials import settled_run
+from kvplan.deploy.trials import Run, settled_run
 from kvplan.sim.disagg import Phase
 from kvplan.spec.setting_error import SettingError
 
@@ -142,7 +142,7 @@ class DisaggRow(PlanRow):
         runs = 0
         e2e_alone = self.prefill.e2e_alone_s + self.capacity.e2e_alone_s
 
-        def attempt(prefills: int, decodes: int) -> dict[str, Any]:
+        def attempt(prefills: int, decodes: int) -> Mapping[str, Any]:
             nonlocal runs
             metrics, made = settled_run(
                 demand,
@@ -152,7 +152,7 @@ class DisaggRow(PlanRow):
                 min(MAX_CLUSTER_REQUESTS, demand.num_requests * (prefills + decodes)),
             )
             runs += made
-            return metrics
+            return metrics.figures
 
         x, y = self.prefill_replicas, self.replicas
         metrics = attempt(x, y)
@@ -189,7 +189,7 @@ class DisaggRow(PlanRow):
         return runs
 
 
-def _decode_is_short(slo: Slo, metrics: dict[str, Any]) -> bool:
+def _decode_is_short(slo: Slo, metrics: Mapping[str, Any]) -> bool:
     """Does a miss point at the decode pool: a TPOT target missed, or a first token held up
     more by the decode side's wait than by the prefill pool?"""
     missed = {target.figure for target in slo.targets if not Slo((target,)).meets(metrics)}
@@ -200,15 +200,13 @@ def _decode_is_short(slo: Slo, metrics: dict[str, Any]) -> bool:
     )
 
 
-def pipeline_run(
-    demand: Demand, row: DisaggRow, prefills: int, decodes: int, router: str
-) -> Callable[[WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]]:
+def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int, router: str) -> Run:
     """A Run (trials.settled_run) of the whole pipeline: x prefill pods behind the
     plan's router, the link, y decode pods behind least-loaded."""
     from kvplan.bench.config import BenchConfig
-    from kvplan.bench.matrix import engine_factory
     from kvplan.bench.optimizations import parse_optimization
     from kvplan.bench.run import configured, prepare
+    from kvplan.bench.simulation import RunMetrics, engine_factory
     from kvplan.core.hashing import hashes_by_request
     from kvplan.sim.cluster import RouterConfig
     from kvplan.sim.disagg import KvLink, run_disaggregated
@@ -230,7 +228,7 @@ def pipeline_run(
             engines.append(engine)
         return factory, engines, sizing
 
-    def run(workload: WorkloadSpec) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    def run(workload: WorkloadSpec) -> RunMetrics:
         prefill_config, built = prepare(
             demand.config(prefill_candidate), workload
         )  # one workload, both pools
@@ -251,7 +249,7 @@ def pipeline_run(
             prefill_pods, decode_pods, built.requests, link, RouterConfig(router), block_size
         )
         metrics.update(decode_factory.run_metrics(decode_pods[0]))
-        return metrics, {}
+        return RunMetrics.of(metrics, {})
 
     return run
 

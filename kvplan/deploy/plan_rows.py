@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kvplan.deploy.demand import Demand
-from kvplan.deploy.replica_search import CapacityResult, SearchStatus, refine, simulate_series
+from kvplan.deploy.replica_search import CapacityResult, SearchStatus, refine, simulate_run
 from kvplan.deploy.trials import settled_run
 from kvplan.workload.shared_prefix import SHARED_PREFIX_KINDS
 
@@ -30,7 +31,7 @@ class PlanRow:
     division_replicas: int = 0  # ceil(rate / per-replica capacity), before the cluster is simulated
     verified: bool = False  # the cluster was simulated at the target rate
     verified_rps: float = 0.0  # the rate the cluster check met (the target rate, once verified)
-    cluster_metrics: dict[str, Any] = field(default_factory=dict)
+    cluster_metrics: Mapping[str, Any] = field(default_factory=dict)
     usd_per_hour: float | None = None
     usd_per_million_output_tokens: float | None = None
     why_not: str = ""  # for every row but the winner
@@ -105,20 +106,20 @@ class PlanRow:
         while it misses the SLO; if it meets at once, the fewest that still meet. Returns the runs made."""
         candidate, runs = self.capacity.candidate, 0
 
-        def meets(replicas: int) -> dict[str, Any] | None:
+        def meets(replicas: int) -> Mapping[str, Any] | None:
             nonlocal runs
             config = demand.config(
                 candidate, pods=replicas, router=router if replicas > 1 else None
             )
             metrics, made = settled_run(
                 demand,
-                lambda workload: simulate_series(demand, config, workload),
+                lambda workload: simulate_run(demand, config, workload),
                 demand.rate,
                 self.capacity.e2e_alone_s,
                 min(MAX_CLUSTER_REQUESTS, demand.num_requests * replicas),
             )
             runs += made
-            return metrics if demand.slo.meets(metrics) else None
+            return metrics.figures if demand.slo.meets(metrics.figures) else None
 
         replicas, metrics = self.replicas, None
         while (

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.optimizations import parse_optimization
@@ -33,6 +34,9 @@ from kvplan.core.engine_factory import DoesNotFit
 from kvplan.deploy.demand import Candidate, Demand
 from kvplan.deploy.search_status import SearchStatus
 from kvplan.deploy.trials import sent_at, settled_run
+
+if TYPE_CHECKING:
+    from kvplan.bench.simulation import RunMetrics
 
 REFINE_BISECTIONS = 3  # the winner's per-replica capacity to within 1/8 of its bracket
 EXPANSIONS = 3  # doublings of an open bracket's top while the top still meets the SLO
@@ -50,9 +54,8 @@ class CapacityResult:
     capacity_rps: float = 0.0  # highest per-replica rate seen to meet the SLO
     capacity_upper_rps: float = math.inf  # lowest per-replica rate seen to miss it
     saturation_rps: float = 0.0
-    metrics: dict[str, Any] = field(
-        default_factory=dict
-    )  # the run at capacity_rps (or the failing probe)
+    # the figures of the run at capacity_rps (or of the failing probe)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
     simulations: int = 0
     e2e_alone_s: float = 0.0  # p90 end-to-end latency of a request alone: sets trial lengths
     cost_floor: float | None = None  # pruned: the least a plan of this candidate could cost
@@ -62,21 +65,17 @@ class CapacityResult:
         return self.status is SearchStatus.OK and self.replicas > 0
 
 
-def simulate(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> dict[str, Any]:
-    """One simulated run; its metrics."""
-    return simulate_series(demand, config, workload)[0]
-
-
-def simulate_series(
-    demand: Demand, config: BenchConfig, workload: WorkloadSpec
-) -> tuple[dict[str, Any], dict[str, list[float]]]:
-    """One simulated run; its metrics and its per-step series (none for a cluster)."""
-    from kvplan.bench.matrix import run_matrix
+def simulate_run(demand: Demand, config: BenchConfig, workload: WorkloadSpec) -> RunMetrics:
+    """One simulated run of the demand's optimization on the workload, under the config's
+    router where it has pods."""
     from kvplan.bench.run import prepare
+    from kvplan.bench.simulation import simulate
 
     config, built = prepare(config, workload)
-    (record,) = run_matrix(config, demand.phase.requests(built.requests), [demand.optimization])
-    return record.metrics, record.timeseries or {}
+    (router,) = config.cluster.variants()
+    optimization = parse_optimization(demand.optimization)
+    run, _ = simulate(config, demand.phase.requests(built.requests), optimization, router=router)
+    return run
 
 
 def check_workload(demand: Demand, candidates: list[Candidate]) -> None:
@@ -85,9 +84,9 @@ def check_workload(demand: Demand, candidates: list[Candidate]) -> None:
     or a candidate no engine would start with (a TP that does not divide the heads, a KV format
     the model has not) fails as the user's error (ValueError) before any candidate is probed.
     Only DoesNotFit, the memory a candidate lacks, is left to its probe's verdict."""
-    from kvplan.bench.matrix import engine_factory
     from kvplan.bench.model_len import check_admitted
     from kvplan.bench.run import prepare
+    from kvplan.bench.simulation import engine_factory
     from kvplan.spec.resolve import load_model
 
     if not candidates:
@@ -118,9 +117,9 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
     base = dataclasses.replace(demand.workload, num_requests=demand.num_requests)
     native = demand.trace_rps
 
-    def run(workload: WorkloadSpec, **options: Any) -> dict[str, Any]:
+    def run(workload: WorkloadSpec, **options: Any) -> RunMetrics:
         result.simulations += 1
-        return simulate(demand, demand.config(candidate, **options), workload)
+        return simulate_run(demand, demand.config(candidate, **options), workload)
 
     try:  # every request alone: a closed loop of one, sent as fast as it goes
         alone = run(
@@ -136,18 +135,18 @@ def probe(demand: Demand, candidate: Candidate) -> CapacityResult:
         # is a setting (check_workload found those first), an error rather than a verdict
         result.status, result.reason = SearchStatus.MEMORY, str(err).splitlines()[0]
         return result
-    rejected = unserved(alone)
+    rejected = unserved(alone.figures)
     if rejected:
         result.status, result.reason = SearchStatus.MEMORY, rejected
         return result
-    missed = demand.slo.misses(alone)
+    missed = demand.slo.misses(alone.figures)
     if missed:
-        result.status, result.metrics = SearchStatus.LATENCY, alone
+        result.status, result.metrics = SearchStatus.LATENCY, alone.figures
         result.reason = "misses the SLO with no queue: " + "; ".join(missed)
         return result
-    result.e2e_alone_s = float(alone.get("e2e_s_p90") or 0.0)
+    result.e2e_alone_s = alone.e2e_s_p90 or 0.0
     saturated = run(sent_at(base, math.inf, demand.num_requests, native))
-    result.saturation_rps = float(saturated.get("requests_per_s") or 0.0)
+    result.saturation_rps = saturated.requests_per_s
     return result
 
 
@@ -157,15 +156,15 @@ def trial(demand: Demand, result: CapacityResult, rate: float) -> bool:
     config = demand.config(result.candidate)
     metrics, runs = settled_run(
         demand,
-        lambda workload: simulate_series(demand, config, workload),
+        lambda workload: simulate_run(demand, config, workload),
         rate,
         result.e2e_alone_s,
         min_requests=demand.num_requests,
     )
     result.simulations += runs
-    if demand.slo.meets(metrics):
+    if demand.slo.meets(metrics.figures):
         if rate >= result.capacity_rps:
-            result.capacity_rps, result.metrics = rate, metrics
+            result.capacity_rps, result.metrics = rate, metrics.figures
         return True
     result.capacity_upper_rps = min(result.capacity_upper_rps, rate)
     return False

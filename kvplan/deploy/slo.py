@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,7 @@ class Target:
 class Slo:
     targets: tuple[Target, ...]
 
-    def misses(self, metrics: dict[str, Any]) -> list[str]:
+    def misses(self, metrics: Mapping[str, Any]) -> list[str]:
         """The targets a run's metrics miss, each as 'ttft_p90 3.1 s > 2 s'; [] when it meets them all.
         A figure the run could not measure (no request finished) is a miss."""
         missed = []
@@ -59,7 +60,7 @@ class Slo:
                 missed.append(f"{target.figure}_{target.percentile} {shown} > {target.limit_s:g} s")
         return missed
 
-    def meets(self, metrics: dict[str, Any]) -> bool:
+    def meets(self, metrics: Mapping[str, Any]) -> bool:
         return not self.misses(metrics)
 
     @property

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from kvplan.bench.workloads import VLLM_DATASETS, WorkloadSpec, arrivals_rate, trace_time_scale
 from kvplan.deploy.demand import Demand
+
+if TYPE_CHECKING:
+    from kvplan.bench.simulation import RunMetrics
 
 WARM_UP = 10.0  # a trial's arrivals span this many lone-request end-to-end latencies
 OVERLOAD = 0.02  # ... and at least the time a rate this far over what the replica serves takes to
@@ -72,7 +75,7 @@ def trial_requests(demand: Demand, rate: float, e2e_alone_s: float) -> int:
     return max(demand.num_requests, min(MAX_TRIAL_REQUESTS, wanted))
 
 
-def growing(series: dict[str, list[float]], span_s: float) -> bool | None:
+def growing(series: Mapping[str, list[float]], span_s: float) -> bool | None:
     """Did the requests in the system (running + waiting) grow by more than GROWTH from the
     third quarter of the arrivals to the last? None without a series (a cluster run)."""
     times = series.get("t") or []
@@ -94,14 +97,13 @@ def growing(series: dict[str, list[float]], span_s: float) -> bool | None:
     return last > (1 + GROWTH) * third
 
 
-Run = Callable[
-    [WorkloadSpec], tuple[dict[str, Any], dict[str, list[float]]]
-]  # a workload's metrics and series
+# a workload's run
+Run = Callable[[WorkloadSpec], "RunMetrics"]
 
 
 def settled_run(
     demand: Demand, run: Run, rate: float, e2e_alone_s: float, min_requests: int | None = None
-) -> tuple[dict[str, Any], int]:
+) -> tuple[RunMetrics, int]:
     """A run at `rate` long enough to settle, and how many simulations it took. A run that
     meets the SLO is rerun longer (at least twice as long) while its arrivals span less than
     SETTLE of its own p90 end-to-end latencies, or while the requests in the system still grow
@@ -110,19 +112,21 @@ def settled_run(
     settled when doubling it moves its p90 end-to-end latency by GROWTH or less. TPOT-only
     SLOs see the batch, not the queue, and are not rerun."""
     requests = max(min_requests or 0, trial_requests(demand, rate, e2e_alone_s))
-    metrics, series = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
+    metrics = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
     runs, previous_e2e = 1, None
     while (
-        demand.slo.queue_limit_s > 0 and demand.slo.meets(metrics) and requests < MAX_TRIAL_REQUESTS
+        demand.slo.queue_limit_s > 0
+        and demand.slo.meets(metrics.figures)
+        and requests < MAX_TRIAL_REQUESTS
     ):
-        e2e = float(metrics.get("e2e_s_p90") or 0.0)
+        e2e = metrics.e2e_s_p90 or 0.0
         needed = math.ceil(rate * SETTLE * e2e)
-        still = growing(series, requests / rate)
+        still = growing(metrics.series, requests / rate)
         if still is None:
             still = previous_e2e is None or e2e > (1 + GROWTH) * previous_e2e
         if needed <= requests and not still:
             break
         requests, previous_e2e = min(MAX_TRIAL_REQUESTS, max(needed, 2 * requests)), e2e
-        metrics, series = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
+        metrics = run(sent_at(demand.workload, rate, requests, demand.trace_rps))
         runs += 1
     return metrics, runs

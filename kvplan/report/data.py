@@ -165,7 +165,7 @@ def _blank(value: Any) -> bool:
 
 def study_rows(data: ReportData) -> tuple[list[dict[str, Any]], float | None]:
     """The sweep study summary, when the records came from `kvplan sweep`."""
-    from kvplan.bench.study import summarize
+    from kvplan.sweep.summary import summarize
 
     swept = [r for r in data.records if "study" in r.params]
     if not swept:

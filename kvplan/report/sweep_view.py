@@ -1,7 +1,7 @@
 """A sweep on the page: its study (per group of settings, the highest rate within the SLO,
 saying so where that is only the top of the grid), its points as one table with a column
 per axis that varies, and its summary sentence. The study's figures are
-kvplan.bench.study's; this module only lays them out."""
+kvplan.sweep.summary's; this module only lays them out."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from kvplan.bench.study import DEFAULT_SLO_S, varying
 from kvplan.report.data import ReportData, study_rows
 from kvplan.report.names import axis_order, page_text
+from kvplan.sweep.summary import DEFAULT_SLO_S, varying
 
 RESULTS = ("max_sustained_rate", "slo_crossing_rate", "usd_per_million_output_tokens")
 TOP_NOTE = "(top of the grid: the setup sustained every rate tried)"
@@ -20,7 +20,7 @@ SHOWN_SETTINGS = 4  # settings named in a summary sentence
 
 
 def _key(settings: dict[str, Any]) -> tuple:
-    """A group of sweep points: every setting but the rate (kvplan.bench.study's grouping)."""
+    """A group of sweep points: every setting but the rate (kvplan.sweep.summary's grouping)."""
     return tuple(sorted((k, str(v)) for k, v in settings.items() if k not in ("rate", *RESULTS)))
 
 

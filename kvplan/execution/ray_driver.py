@@ -5,7 +5,7 @@ the raylet, GCS, monitor and the rest one after another, waiting up to 1 s for e
 the core worker's own shutdown adds ~0.8 s at interpreter exit. Skipping that teardown
 is no answer either: the raylet dies with its driver, but its agents stay up for a
 minute. So the sweep never imports Ray itself. A child process (`python -m
-kvplan.bench.ray_driver`) starts or joins the cluster, runs the points and sends each
+kvplan.execution.ray_driver`) starts or joins the cluster, runs the points and sends each
 finished record back through a pipe. On Ctrl-C or SIGTERM the sweep sends the child
 SIGTERM and returns at once; the child cancels the sweep's tasks and shuts Ray down
 properly on its own. If the sweep is killed outright, the child notices it was orphaned
@@ -42,16 +42,16 @@ def run_on_ray(
     items: Sequence[Any],
     address: str | None,
     on_result: Callable[[Any], None],
-    work: Callable[[Any], Any] | None = None,
+    work: Callable[[Any], Any],
 ) -> None:
     """Call on_result(work(item)) for every item, in completion order, on Ray; `work` is a
-    module-level function (pickled by name), a sweep's run_point by default."""
+    module-level function (pickled by name)."""
     if importlib.util.find_spec("ray") is None:
         raise SettingError("{executor} ray needs Ray: pip install 'kvplan[ray]'")
     read_fd, write_fd = os.pipe()
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", "kvplan.bench.ray_driver", str(write_fd)],
+            [sys.executable, "-m", "kvplan.execution.ray_driver", str(write_fd)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             pass_fds=(write_fd,),
@@ -94,12 +94,9 @@ def _raise_stop(signum: int, frame: Any) -> None:
 
 
 def _drive(
-    work: Callable[[Any], Any] | None, items: list[Any], address: str | None, out: BinaryIO
+    work: Callable[[Any], Any], items: list[Any], address: str | None, out: BinaryIO
 ) -> None:
     import ray
-
-    if work is None:
-        from kvplan.bench.sweep_point import run_point as work
 
     parent = os.getppid()
     pending: list[Any] = []

@@ -1,5 +1,5 @@
 """One point of a `kvplan sweep`: its settings -> one result record, run in a worker
-(a process of the local pool, or a Ray task started by bench/ray_driver.py)."""
+(a process of the local pool, or a Ray task started by execution/ray_driver.py)."""
 
 from __future__ import annotations
 

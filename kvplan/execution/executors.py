@@ -5,7 +5,7 @@ call on_result(work(item)) for every item in completion order; `work` must be a 
 function (it is pickled by name). A plan searches `wave` candidates at a time, each wave
 bounded by the cheapest plan the earlier ones found (branch and bound): the local pool's
 wave is its worker count; Ray's is everything at once, since every map starts a driver
-process (bench/ray_driver.py) and a cluster has the cores to spare.
+process (execution/ray_driver.py) and a cluster has the cores to spare.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.bench.pool import run_pool
+from kvplan.execution.pool import run_pool
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RayExecutor:
     def map(
         self, work: Callable[[Any], Any], items: Sequence[Any], on_result: Callable[[Any], None]
     ) -> None:
-        from kvplan.bench.ray_driver import run_on_ray
+        from kvplan.execution.ray_driver import run_on_ray
 
         if items:
             run_on_ray(list(items), self.address, on_result, work)

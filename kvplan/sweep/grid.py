@@ -21,7 +21,7 @@ consistent file and a re-run skips the points it holds (failed points are record
 their error and retried). When the grid is complete the file is rewritten in grid order,
 so the local and Ray executors produce the same bytes for the same seed. Finished points
 that are not in the current grid (the file changed) are kept after the grid's points
-(sweep_store.py); a sweep never deletes a finished point.
+(store.py); a sweep never deletes a finished point.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.bench.config import CALIBRATION, FLAT_NAMES
-from kvplan.bench.executors import DEFAULT_EXECUTOR, EXECUTORS, make_executor
 from kvplan.bench.mode import Mode, record_mode
 from kvplan.bench.setting_use import Setup
-from kvplan.bench.sweep_checks import check_sweep_data
-from kvplan.bench.sweep_point import WORKLOAD_KEYS, run_point
-from kvplan.bench.sweep_store import finished_records, rewrite
 from kvplan.core.engine_factory import SizingConfig
+from kvplan.execution.executors import DEFAULT_EXECUTOR, EXECUTORS, make_executor
 from kvplan.results import ResultRecord, dumps
 from kvplan.spec.extras import require_extra
+from kvplan.sweep.checks import check_sweep_data
+from kvplan.sweep.point import WORKLOAD_KEYS, run_point
+from kvplan.sweep.store import finished_records, rewrite
 
 __all__ = [
     "DEFAULT_EXECUTOR",
@@ -147,7 +147,7 @@ def run_sweep(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
-    # Finished points outside this grid are kept, never dropped (sweep_store.py)
+    # Finished points outside this grid are kept, never dropped (store.py)
     grid_ids = {p["point_id"] for p in points}
     finished = finished_records(results)
     done = {r.params["point_id"]: r for r in finished if r.params["point_id"] in grid_ids}
@@ -173,8 +173,8 @@ def run_sweep(
             if progress:
                 progress(1, len(points))
 
-        # What finished is on disk; an interrupt terminates the local workers (bench/pool.py),
-        # and a child process drives Ray (bench/ray_driver.py)
+        # What finished is on disk; an interrupt terminates the local workers (execution/pool.py),
+        # and a child process drives Ray (execution/ray_driver.py)
         runner.map(run_point, todo, record)
     ordered = [done.get(p["point_id"]) or fresh.get(p["point_id"]) for p in points]
     final = [r for r in ordered if r is not None]
