@@ -1,5 +1,6 @@
-"""Package discovery: every package under kvplan/, plus kernels/kvplan_kernels/ and profiles/ installed as
-kvplan.kernels and kvplan.profiles_data (their folders are mapped in pyproject.toml)."""
+"""Package discovery: every package under kvplan/, plus kernels/kvplan_kernels/ and profiles/
+installed as kvplan.kernels and kvplan.profiles_data (their folders are mapped in
+pyproject.toml)."""
 
 from setuptools import find_packages, setup
 

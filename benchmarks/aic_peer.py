@@ -58,8 +58,9 @@ def aic_plan(aic: str, system: str, out: Path) -> tuple[str, float]:
     q = QUESTION
     text, cpu, _ = timed([aic, "cli", "default", "--model-path", "meta-llama/Meta-Llama-3.1-70B",
                           "--total-gpus", "32", "--system", system, "--backend", "vllm",
-                          "--isl", str(q["isl"]), "--osl", str(q["osl"]), "--ttft", str(q["ttft_ms"]),
-                          "--tpot", str(q["tpot_ms"]), "--target-request-rate", str(q["rate"]),
+                          "--isl", str(q["isl"]), "--osl", str(q["osl"]),
+                          "--ttft", str(q["ttft_ms"]), "--tpot", str(q["tpot_ms"]),
+                          "--target-request-rate", str(q["rate"]),
                           "--save-dir", str(out)])  # fmt: skip
     agg = re.search(r"agg Top Configurations.*?\n\|\s+1\s+\|(.*?)\n", text, re.S)
     answer = "no aggregated configuration"
@@ -80,7 +81,8 @@ def kvplan_plan(out: Path) -> tuple[str, float]:
     env = {**os.environ, "COLUMNS": "120"}
     text, cpu, _ = timed([sys.executable, "-m", "kvplan", "plan", "llama-3.1-70b", "--workload",
                           "random", "--input-len", str(q["isl"]), "--output-len", str(q["osl"]),
-                          "--rate", str(q["rate"]), "--slo", slo, "--gpus", ",".join(SYSTEMS.values()),
+                          "--rate", str(q["rate"]), "--slo", slo,
+                          "--gpus", ",".join(SYSTEMS.values()),
                           "--tp", "1,2,4,8", "--out", str(out)], env)  # fmt: skip
     winner = re.search(r"winner: (.*?)\.(?: |$)", " ".join(text.split()))
     return (winner.group(1) if winner else text.strip().splitlines()[-1][:200]), cpu

@@ -113,7 +113,8 @@ def main() -> int:
             f"{NUM_REQUESTS:,} ShareGPT-like requests, burst arrival"
         )
         print(
-            f"  replay: {wall:.2f} s wall ({cpu:.2f} s CPU), {steps:,} engine steps, {steps / wall:,.0f} steps/s, "
+            f"  replay: {wall:.2f} s wall ({cpu:.2f} s CPU), {steps:,} engine steps, "
+            f"{steps / wall:,.0f} steps/s, "
             f"{NUM_REQUESTS / wall:,.0f} requests/s ({m['requests_finished']:,} finished, "
             f"{m['requests_rejected']:,} rejected, {m['preemptions']:,} preemptions)"
         )
@@ -122,7 +123,8 @@ def main() -> int:
         )
         print(
             f"  peer (analytic roofline lower bound on modeled makespan): {bound:,.1f} s; "
-            f"engine modeled makespan {m['makespan_s']:,.1f} s = {m['makespan_s'] / bound:.2f}x the bound"
+            f"engine modeled makespan {m['makespan_s']:,.1f} s = {m['makespan_s'] / bound:.2f}x "
+            "the bound"
         )
     return 1 if failed else 0
 

@@ -133,7 +133,8 @@ def scaling() -> None:
         )
         seconds, mib = (float(v) for v in done.stdout.split())
         print(
-            f"    {count:>6,} requests: {seconds:6.2f} CPU s, peak memory +{mib:5.0f} MiB over the run, "
+            f"    {count:>6,} requests: {seconds:6.2f} CPU s, peak memory +{mib:5.0f} MiB over "
+            "the run, "
             f"{seconds / count * 1e6:6.0f} us and {mib * 1024 / count:5.1f} KiB per request"
         )
 
@@ -160,13 +161,16 @@ def startup() -> None:
     )
     over = estimate - bare
     print(
-        f"  kvplan estimate llama-3.1-8b --gpu h100-80gb: {estimate:.2f} s wall (median of 7), `python -c pass` "
-        f"{bare:.2f} s: {over:.2f} s over a bare interpreter (target <= {STARTUP_OVER_PYTHON_S:g} s over it: "
+        f"  kvplan estimate llama-3.1-8b --gpu h100-80gb: {estimate:.2f} s wall (median of 7), "
+        "`python -c pass` "
+        f"{bare:.2f} s: {over:.2f} s over a bare interpreter (target <= {STARTUP_OVER_PYTHON_S:g} "
+        "s over it: "
         f"{'met' if over <= STARTUP_OVER_PYTHON_S else 'missed'})"
     )
     bench = wall_s([*python, "-m", "kvplan", "bench", "--out", "bench.json"], scratch, runs=3)
     print(
-        f"  default kvplan bench (1,000 requests x 5 optimizations): {bench:.2f} s wall (median of 3; target <= "
+        f"  default kvplan bench (1,000 requests x 5 optimizations): {bench:.2f} s wall (median "
+        "of 3; target <= "
         f"{DEFAULT_BENCH_S:g} s: {'met' if bench <= DEFAULT_BENCH_S else 'missed'})"
     )
 
@@ -182,7 +186,8 @@ def same_work(requests: list, nano_vllm: str | None) -> None:
     for block_size in TARGETS_S:
         metrics, seconds = replay(alone, block_size, max_concurrency=1)
         line = (
-            f"    block {block_size}: kvplan {seconds:.2f} CPU s, hits {metrics['prefix_cache_hits']:,} of "
+            f"    block {block_size}: kvplan {seconds:.2f} CPU s, hits "
+            f"{metrics['prefix_cache_hits']:,} of "
             f"{metrics['prefix_cache_queries']:,} tokens"
         )
         if checkout is None:
@@ -197,7 +202,8 @@ def same_work(requests: list, nano_vllm: str | None) -> None:
             continue
         ratio = peer_s / seconds
         print(
-            f"{line}; nano-vllm {peer_s:.2f} CPU s, hits {hits:,} of {queried:,}: kvplan {ratio:.1f}x faster "
+            f"{line}; nano-vllm {peer_s:.2f} CPU s, hits {hits:,} of {queried:,}: kvplan "
+            f"{ratio:.1f}x faster "
             f"(target >= {PEER_RATIO:g}x: {'met' if ratio >= PEER_RATIO else 'missed'})"
         )
 
@@ -208,13 +214,15 @@ def main(trace: Path = DEFAULT_TRACE, nano_vllm: str | None = None) -> int:
         return 0
     requests = load_trace(trace).requests
     print(
-        f"Mooncake conversation trace: {len(requests):,} requests, Llama-3.1-8B, H100 pool of {SLOTS:,} slots, prefix"
+        f"Mooncake conversation trace: {len(requests):,} requests, Llama-3.1-8B, H100 pool of "
+        f"{SLOTS:,} slots, prefix"
     )
     for block_size, target in TARGETS_S.items():
         metrics, seconds = best_of(requests, block_size)
         verdict = "met" if seconds <= target else "missed"
         print(
-            f"  block {block_size}: {seconds:.2f} CPU s, best of {REPEATS} ({metrics['engine_steps']:,} steps), prefix hits "
+            f"  block {block_size}: {seconds:.2f} CPU s, best of {REPEATS} "
+            f"({metrics['engine_steps']:,} steps), prefix hits "
             f"{metrics['prefix_cache_hits']:,} of {metrics['prefix_cache_queries']:,} tokens "
             f"(target <= {target:g} s: {verdict})"
         )
@@ -222,8 +230,10 @@ def main(trace: Path = DEFAULT_TRACE, nano_vllm: str | None = None) -> int:
     closed_metrics, closed_s = best_of(requests, 512, max_concurrency=256)
     ratio = closed_s / open_s
     print(
-        f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's {open_s:.2f} s: "
-        f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: {'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})"
+        f"  closed loop (--max-concurrency 256) {closed_s:.2f} s against the open loop's "
+        f"{open_s:.2f} s: "
+        f"{ratio:.2f}x (target <= {CLOSED_LOOP_RATIO}x: "
+        f"{'met' if ratio <= CLOSED_LOOP_RATIO else 'missed'})"
     )
     same_work(requests, nano_vllm)
     scaling()

@@ -80,7 +80,8 @@ def timer(
 
 
 def paged_pool(torch: Any, device: Any, fmt: str, dtype: Any, batch: int, context: int, gen: Any):
-    """(cache, block tables) for `batch` sequences of `context` tokens, random values, shuffled blocks."""
+    """(cache, block tables) for `batch` sequences of `context` tokens, random values, shuffled
+    blocks."""
     from kvplan.kernels.quant import allocate_kv_cache
 
     per_seq = -(-context // BLOCK)
@@ -307,7 +308,8 @@ def main() -> None:
     parser.add_argument("--cpu-dry-run", action="store_true")
     args = parser.parse_args()
     rows = []
-    # Each row is written as soon as it is measured: a stage cut short by its timeout keeps what it has.
+    # Each row is written as soon as it is measured: a stage cut short by its timeout keeps what it
+    # has.
     with open(args.out, "w", newline="") as handle:
         writer = None
         for row in (

@@ -3,7 +3,8 @@
 Triton's wheel carries ptxas, so `triton.compile` runs the whole pipeline (TTIR, TTGIR,
 LLVM IR, PTX, cubin) on a CPU-only machine. This catches what the interpreter cannot:
 type errors of fp8/bf16 tensor-core dots, constexpr misuse, register-spill blow-ups.
-Run: python benchmarks/gpu_compile_check.py   (about a minute on 2 cores; prints one line per kernel)
+Run: python benchmarks/gpu_compile_check.py   (about a minute on 2 cores; prints one line per
+kernel)
 """
 
 from __future__ import annotations

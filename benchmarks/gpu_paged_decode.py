@@ -1,6 +1,8 @@
-"""Paged decode attention on a CUDA GPU: kvplan's Triton kernel against torch SDPA, as HBM bandwidth.
+"""Paged decode attention on a CUDA GPU: kvplan's Triton kernel against torch SDPA, as HBM
+bandwidth.
 
-Run: python benchmarks/gpu_paged_decode.py [--quick]   (H100/H200; a few minutes; --quick: 4k and 8k)
+Run: python benchmarks/gpu_paged_decode.py [--quick]   (H100/H200; a few minutes; --quick: 4k and
+8k)
 Without a CUDA GPU it prints one line and exits 0: nothing is measured.
 
 Method. Shape of Llama-3.1-8B: 32 query heads, 8 KV heads, head_dim 128, block size 16, batch 64,
@@ -39,7 +41,8 @@ NO_GPU = "no CUDA GPU: this benchmark needs one; nothing measured"
 
 
 def gpu_peak_tbps(device_name: str) -> tuple[str, float] | None:
-    """(kvplan profile, HBM TB/s) for a CUDA device name, or None when no profile matches exactly."""
+    """(kvplan profile, HBM TB/s) for a CUDA device name, or None when no profile matches
+    exactly."""
     from kvplan.spec.resolve import load_gpu
 
     key = device_name.lower().replace("nvidia", "").strip().replace(" ", "-")
@@ -93,7 +96,8 @@ def sdpa_decode(q: Any, k: Any, v: Any, gqa: bool) -> Any:
 
 
 def build_paged(fmt: str, k: Any, v: Any, tables: Any) -> Any:
-    """kvplan's paged caches in `fmt`, filled from contiguous k/v [B, 8, T, 128] through `tables`."""
+    """kvplan's paged caches in `fmt`, filled from contiguous k/v [B, 8, T, 128] through
+    `tables`."""
     import torch
     from kvplan.kernels.quant import allocate_kv_cache, quantize, tensor_scale
 
@@ -235,22 +239,26 @@ def report(rows: list[dict[str, Any]], device_name: str, gqa: bool) -> str:
     match = gpu_peak_tbps(device_name)
     peak = match[1] if match else None
     lines = [
-        f"## Paged decode attention: kvplan Triton vs torch SDPA ({datetime.date.today().isoformat()})",
+        "## Paged decode attention: kvplan Triton vs torch SDPA "
+        f"({datetime.date.today().isoformat()})",
         "",
         f"- GPU: {device_name}; torch {torch.__version__} (CUDA {torch.version.cuda}), "
         f"triton {triton.__version__}",
         f"- HBM peak: {peak} TB/s (kvplan GPU profile '{match[0]}')"
         if match
         else "- unknown GPU peak",
-        f"- Llama-3.1-8B decode: {HEADS} q heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, block {BLOCK_SIZE}, "
-        f"batch {BATCH}; shuffled block tables; median of {ITERS} CUDA-event timings after {WARMUP} warmup",
+        f"- Llama-3.1-8B decode: {HEADS} q heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, block "
+        f"{BLOCK_SIZE}, "
+        f"batch {BATCH}; shuffled block tables; median of {ITERS} CUDA-event timings after "
+        f"{WARMUP} warmup",
         "- SDPA peer: contiguous [batch, 8, context, 128] fp16, "
         + (
             "enable_gqa=True"
             if gqa
             else "KV pre-expanded with repeat_interleave (its 4x bytes counted)"
         ),
-        "- check: max abs diff vs SDPA (fp16) / fp32 SDPA on the dequantized fp8 values (fp8), tolerance "
+        "- check: max abs diff vs SDPA (fp16) / fp32 SDPA on the dequantized fp8 values (fp8), "
+        "tolerance "
         f"{TOL:g}",
         "",
         "| context | KV | kvplan ms | kvplan TB/s | of peak | SDPA fp16 ms | SDPA TB/s | of peak "
@@ -260,7 +268,8 @@ def report(rows: list[dict[str, Any]], device_name: str, gqa: bool) -> str:
     for r in rows:
         tbps, sdpa_tbps = r["bytes"] / r["ms"] / 1e9, r["sdpa_bytes"] / r["sdpa_ms"] / 1e9
         lines.append(
-            f"| {r['context'] // 1024}k | {r['fmt']} | {r['ms']:.3f} | {tbps:.2f} | {pct(tbps, peak)} "
+            f"| {r['context'] // 1024}k | {r['fmt']} | {r['ms']:.3f} | {tbps:.2f} | "
+            f"{pct(tbps, peak)} "
             f"| {r['sdpa_ms']:.3f} | {sdpa_tbps:.2f} | {pct(sdpa_tbps, peak)} "
             f"| {r['ms'] / r['sdpa_ms']:.2f} | {r['diff']:.1e} {'ok' if r['ok'] else 'FAIL'} |"
         )
@@ -296,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_context(context, device, gqa)
         for r in rows[-2:]:
             print(
-                f"# {context // 1024}k {r['fmt']}: kvplan {r['ms']:.3f} ms, SDPA {r['sdpa_ms']:.3f} ms, "
+                f"# {context // 1024}k {r['fmt']}: kvplan {r['ms']:.3f} ms, SDPA "
+                f"{r['sdpa_ms']:.3f} ms, "
                 f"max abs diff {r['diff']:.1e}",
                 file=sys.stderr,
                 flush=True,

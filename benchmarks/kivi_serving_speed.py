@@ -52,7 +52,8 @@ def main() -> None:
     for name in FORMATS:
         rate = REQUESTS * OUTPUT / best[name]
         print(
-            f"{name:10s} {rate:7.0f} output tok/s per CPU-second  {best['fp32'] / best[name]:.2f}x fp32"
+            f"{name:10s} {rate:7.0f} output tok/s per CPU-second  "
+            f"{best['fp32'] / best[name]:.2f}x fp32"
         )
 
 

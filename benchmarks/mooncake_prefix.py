@@ -52,7 +52,8 @@ def main(trace: Path = DEFAULT_TRACE, block_size: int = 16) -> int:
     hits, queried = infinite_cache_hit_tokens(requests, block_size)
     bound_s = time.perf_counter() - started
     print(
-        f"Mooncake synthetic trace: {len(requests):,} requests, Llama-3.1-8B on one H100 80GB, block {block_size}, "
+        f"Mooncake synthetic trace: {len(requests):,} requests, Llama-3.1-8B on one H100 80GB, "
+        f"block {block_size}, "
         f"{prefix['pool_slots']:,} KV slots"
     )
     print(
@@ -61,12 +62,15 @@ def main(trace: Path = DEFAULT_TRACE, block_size: int = 16) -> int:
         f"trace's own block bound {trace_block_bound(requests):.1%})"
     )
     print(
-        f"  preempted re-admissions: {prefix['preempted_prefix_hits']:,} of {prefix['preempted_prefix_queries']:,} "
+        f"  preempted re-admissions: {prefix['preempted_prefix_hits']:,} of "
+        f"{prefix['preempted_prefix_queries']:,} "
         f"tokens hit; cached blocks evicted {prefix['cached_blocks_evicted']:,}"
     )
     print(
-        f"  TTFT p50 {prefix['ttft_s_p50']:.1f} s with prefix caching vs {paged['ttft_s_p50']:.1f} s without "
-        f"(modeled); output tokens/s {prefix['output_tokens_per_s']:,.0f} vs {paged['output_tokens_per_s']:,.0f}"
+        f"  TTFT p50 {prefix['ttft_s_p50']:.1f} s with prefix caching vs "
+        f"{paged['ttft_s_p50']:.1f} s without "
+        f"(modeled); output tokens/s {prefix['output_tokens_per_s']:,.0f} vs "
+        f"{paged['output_tokens_per_s']:,.0f}"
     )
     verdict = "PASS" if prefix_s < TARGET_S else "FAIL"
     print(
@@ -74,7 +78,8 @@ def main(trace: Path = DEFAULT_TRACE, block_size: int = 16) -> int:
         f"target {TARGET_S:.0f} s: {prefix_s / TARGET_S:.2f}x of budget, {verdict}"
     )
     print(
-        f"  peer (paged, no prefix caching, same run): {paged_s:.2f} s; prefix / paged = {prefix_s / paged_s:.2f}x"
+        f"  peer (paged, no prefix caching, same run): {paged_s:.2f} s; prefix / paged = "
+        f"{prefix_s / paged_s:.2f}x"
     )
     return 0 if verdict == "PASS" else 1
 

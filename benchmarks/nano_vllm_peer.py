@@ -48,7 +48,8 @@ def find_checkout(given: str | None) -> tuple[Path | None, str]:
     except (OSError, subprocess.SubprocessError) as error:
         return (
             None,
-            f"no nano-vllm checkout (--nano-vllm DIR or $NANO_VLLM_DIR) and cloning {REPOSITORY} failed ({type(error).__name__})",
+            f"no nano-vllm checkout (--nano-vllm DIR or $NANO_VLLM_DIR) and cloning {REPOSITORY} "
+            f"failed ({type(error).__name__})",
         )
     return CACHE_DIR, f"nano-vllm cloned into {CACHE_DIR}"
 

@@ -59,7 +59,8 @@ def highest(points: list[tuple[float, float]], target: float) -> int:
 def main() -> int:
     if not DATA.is_file() or not PREDICTIONS.is_file():
         print(
-            f"needs {DATA} and {PREDICTIONS} (python benchmarks/serving_fidelity.py writes the latter)"
+            f"needs {DATA} and {PREDICTIONS} (python benchmarks/serving_fidelity.py writes the "
+            "latter)"
         )
         return 0
     runs = {run.run_id: run for run in load_dataset(DATA)[0]}
@@ -95,14 +96,17 @@ def main() -> int:
         loads = ", ".join(f"{load:g}" for load, _ in points)
         print(f"| {sweep} | {figure} | {loads} | " + " | ".join(row[c] for c in COLUMNS) + " |")
     print(
-        f"\n{cases} (sweep, figure, target) cases from {sum(1 for k, p in sweeps.items() if len({load for load, _ in p}) >= 3)}"
-        " load sweeps; share whose predicted highest load within the target is within one step of the measured:"
+        f"\n{cases} (sweep, figure, target) cases from "
+        f"{sum(1 for k, p in sweeps.items() if len({load for load, _ in p}) >= 3)}"
+        " load sweeps; share whose predicted highest load within the target is within one step of "
+        "the measured:"
     )
     for column in COLUMNS:
         share = hits[column] / cases if cases else float("nan")
         verdict = "met" if share >= TARGET else "missed"
         print(
-            f"  {column:22s} {hits[column]}/{cases} = {100 * share:.0f}%  (target >= {100 * TARGET:.0f}%: {verdict}); "
+            f"  {column:22s} {hits[column]}/{cases} = {100 * share:.0f}%  (target >= "
+            f"{100 * TARGET:.0f}%: {verdict}); "
             f"the same load exactly: {exact[column]}/{cases}"
         )
     return 0

@@ -49,8 +49,10 @@ def main() -> None:
         winner = plan.winner
         verdict = "met" if wall < TARGET_S else "missed"
         print(
-            f"{len(candidates)} candidates{' + disaggregated pools' if disagg else ''}: {wall:.1f} s wall on "
-            f"{executor.workers} worker(s), {plan.simulations} simulations (target < {TARGET_S:g} s: {verdict}); "
+            f"{len(candidates)} candidates{' + disaggregated pools' if disagg else ''}: "
+            f"{wall:.1f} s wall on "
+            f"{executor.workers} worker(s), {plan.simulations} simulations (target < {TARGET_S:g} "
+            f"s: {verdict}); "
             f"winner {winner.layout if winner else None}, {winner.gpus if winner else '-'} GPUs, "
             f"${winner.usd_per_hour if winner else 0:.2f}/h"
         )

@@ -165,10 +165,14 @@ def main(model_dir: Path = DEFAULT_MODEL, threads: int = 1, repeat: int = 3) -> 
 
     def runs(times: list[tuple[float, float]]) -> str:
         walls = ", ".join(f"{useful / wall:,.0f}" for wall, _ in times)
-        return f"best {rate(times, 0):,.0f} output tok/s (runs: {walls}; by CPU time {rate(times, 1):,.0f})"
+        return (
+            f"best {rate(times, 0):,.0f} output tok/s (runs: {walls}; by CPU time "
+            f"{rate(times, 1):,.0f})"
+        )
 
     print(
-        f"{name}: {NUM} requests, prompts 32..256, outputs 16..256 ({useful:,} output tokens), CPU, "
+        f"{name}: {NUM} requests, prompts 32..256, outputs 16..256 ({useful:,} output tokens), "
+        "CPU, "
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), best of {repeat}"
     )
     print(
@@ -180,8 +184,10 @@ def main(model_dir: Path = DEFAULT_MODEL, threads: int = 1, repeat: int = 3) -> 
         f"peak KV {hf_peak / 2**20:.2f} MiB"
     )
     print(
-        f"  kvplan / transformers: tokens/s {rate(kv_runs, 0) / rate(hf_runs, 0):.2f}x (best vs best; "
-        f"by CPU time {rate(kv_runs, 1) / rate(hf_runs, 1):.2f}x), peak KV bytes {kv_peak / hf_peak:.2f}x"
+        f"  kvplan / transformers: tokens/s {rate(kv_runs, 0) / rate(hf_runs, 0):.2f}x (best vs "
+        "best; "
+        f"by CPU time {rate(kv_runs, 1) / rate(hf_runs, 1):.2f}x), peak KV bytes "
+        f"{kv_peak / hf_peak:.2f}x"
     )
 
 

@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 
 # Each point is ~10-30 s on one core, so the sweep is still running when the signal arrives
-STUDY = '[fixed]\nnum_requests = 20000\nworkload = "sharegpt"\n[axes]\nrate = [1, 2, 3, 4, 5, 6, 7, 8]\n'
+STUDY = (
+    '[fixed]\nnum_requests = 20000\nworkload = "sharegpt"\n[axes]\nrate = [1, 2, 3, 4, 5, '
+    "6, 7, 8]\n"
+)
 RAY_READY = "Started a local Ray instance"
 
 

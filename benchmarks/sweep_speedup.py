@@ -39,7 +39,8 @@ def main() -> None:
         one, reference = timed("local, 1 process", root / "one", workers=1)
         two, pooled = timed("local, 2 processes", root / "two", workers=2)
         print(
-            f"local speed-up with 2 processes: {one / two:.2f}x; identical results: {pooled == reference}"
+            f"local speed-up with 2 processes: {one / two:.2f}x; identical results: "
+            f"{pooled == reference}"
         )
         try:
             import ray
@@ -56,11 +57,13 @@ def main() -> None:
         finally:
             ray.shutdown()
         print(
-            f"ray start-up {startup:.1f} s; ray / 1 process: {one / seconds:.2f}x; identical results: "
+            f"ray start-up {startup:.1f} s; ray / 1 process: {one / seconds:.2f}x; identical "
+            "results: "
             f"{via_ray == reference}"
         )
         print(
-            "Ray scales by adding workers or nodes (--address HOST:PORT); each point is one task, so a grid "
+            "Ray scales by adding workers or nodes (--address HOST:PORT); each point is one task, "
+            "so a grid "
             "of N points runs in about N / workers point-times plus start-up."
         )
 

@@ -199,7 +199,8 @@ def evaluate(rows, fit_now: MemoryFit) -> list[dict]:
             )
         elif not setup.known and logged_kv_bytes(log) is None:
             row["status"] = (
-                f"not sizeable: GPU '{record.get('gpu') or log.gpu_name}' unknown and no total memory logged"
+                f"not sizeable: GPU '{record.get('gpu') or log.gpu_name}' unknown and no total "
+                "memory logged"
             )
         elif figure is None:
             row["status"] = "no KV capacity figure printed"
@@ -247,9 +248,12 @@ def _error(predicted: float, logged: float) -> float:
 
 def write_fit(new: MemoryFit, results: list[dict]) -> None:
     lines = [
-        "# vLLM / SGLang startup memory model: fitted mechanism parameters (kvplan/engines/memory_model.py).",
-        "# Written by `python benchmarks/vllm_logs.py --fit` from ../shared/data/serving/vllm_startup_logs.jsonl",
-        "# and tests/data/vllm_issue_12330.log. Each parameter is the median of the logs that print its",
+        "# vLLM / SGLang startup memory model: fitted mechanism parameters "
+        "(kvplan/engines/memory_model.py).",
+        "# Written by `python benchmarks/vllm_logs.py --fit` from "
+        "../shared/data/serving/vllm_startup_logs.jsonl",
+        "# and tests/data/vllm_issue_12330.log. Each parameter is the median of the logs that "
+        "print its",
         "# component; sampler bytes per logit are physical counts, not fitted (see the benchmark).",
         "",
         "[fit]",
@@ -273,7 +277,8 @@ def write_fit(new: MemoryFit, results: list[dict]) -> None:
         if row["error"] is not None:
             loo = f", loo_pct = {row['loo_error']:.2f}" if row["loo_error"] is not None else ""
             lines.append(
-                f'{row["id"]} = {{ unit = "{row["unit"]}", logged = {row["logged"]}, predicted = {row["predicted"]}, '
+                f'{row["id"]} = {{ unit = "{row["unit"]}", logged = {row["logged"]}, predicted = '
+                f"{row['predicted']}, "
                 f'error_pct = {row["error"]:.2f}{loo}, status = "{row["status"]}" }}'
             )
     (profiles_dir() / "memory_model.toml").write_text("\n".join(lines) + "\n")
@@ -291,20 +296,24 @@ def main() -> None:
         write_fit(current, results)
         load_memory_fit.cache_clear()
     print(
-        f"{'log':<11} {'engine':<8} {'model':<22} {'gpu':<10} {'tp':>2} {'logged':>10} {'kvplan':>10} "
+        f"{'log':<11} {'engine':<8} {'model':<22} {'gpu':<10} {'tp':>2} {'logged':>10} "
+        f"{'kvplan':>10} "
         f"{'err %':>7} {'LOO %':>7} {'shown %':>7} {'KV GiB log/kvplan':>18}  status"
     )
     for r in results:
         err = f"{r['error']:+.1f}" if r["error"] is not None else "-"
         loo = f"{r['loo_error']:+.1f}" if r["loo_error"] is not None else ""
         arith = f"{r['shown_error']:+.1f}" if r["shown_error"] is not None else ""
-        kv = f"{r['kv_gib_logged'] if r['kv_gib_logged'] is not None else '-'}/{r['kv_gib_predicted'] if r['kv_gib_predicted'] is not None else '-'}"
+        kv = "/".join(
+            "-" if r[key] is None else str(r[key]) for key in ("kv_gib_logged", "kv_gib_predicted")
+        )
         logged = (
             f"{r['logged']:,} {r['unit'][0]}" if r["logged"] is not None else "-"
         )  # t(okens), b(locks), G(iB)
         predicted = f"{r['predicted']:,}" if r["predicted"] is not None else "-"
         print(
-            f"{r['id']:<11} {r['engine']:<8} {r['model'][:22]:<22} {r['gpu'][:10]:<10} {r['tp']:>2} {logged:>10} "
+            f"{r['id']:<11} {r['engine']:<8} {r['model'][:22]:<22} {r['gpu'][:10]:<10} "
+            f"{r['tp']:>2} {logged:>10} "
             f"{predicted:>10} {err:>7} {loo:>7} {arith:>7} {kv:>18}  {r['status']}"
         )
         worst = r["loo_error"] if r["loo_error"] is not None else r["error"]
@@ -318,8 +327,10 @@ def main() -> None:
     scored = [r for r in shipped if r["status"].startswith("scored")]
     sizeable = [r for r in shipped if not r["status"].startswith("not sizeable")]
     print(
-        f"\nparsed {len(results)} logs without error ({len(shipped)} shipped + the #12330 fixture); "
-        f"sizeable from what they show: {len(sizeable)}/{len(shipped)} = {len(sizeable) / len(shipped):.0%} "
+        f"\nparsed {len(results)} logs without error ({len(shipped)} shipped + the #12330 "
+        "fixture); "
+        f"sizeable from what they show: {len(sizeable)}/{len(shipped)} = "
+        f"{len(sizeable) / len(shipped):.0%} "
         f"(target >= 90%); scored (a KV figure printed): {len(scored)}"
     )
     shown = [r for r in scored if r["shown_error"] is not None]
@@ -327,7 +338,8 @@ def main() -> None:
         within = sum(abs(r["shown_error"]) <= 10 for r in shown)
         by_memory = sum(r["shown_basis"] == "KV memory" for r in shown)
         print(
-            f"from what each log shows (the engine's arithmetic on its logged KV memory for {by_memory}, "
+            "from what each log shows (the engine's arithmetic on its logged KV memory for "
+            f"{by_memory}, "
             f"kvplan's memory model, leave-one-out, for {len(shown) - by_memory}): within +-10%: "
             f"{within}/{len(shown)} = {within / len(shown):.0%} (target >= 80%)   median |error| "
             f"{statistics.median(abs(r['shown_error']) for r in shown):.1f}%"
@@ -336,14 +348,16 @@ def main() -> None:
     if errors:
         within = sum(e <= 10 for e in errors)
         print(
-            f"memory model alone (model, GPU and settings, not the logged KV memory): within +-10%: "
+            "memory model alone (model, GPU and settings, not the logged KV memory): within "
+            "+-10%: "
             f"{within}/{len(errors)} = {within / len(errors):.0%}   median |error| "
             f"{statistics.median(errors):.1f}%   [leave-one-out figures]"
         )
     fixture = next(r for r in results if r["id"] == FIXTURE_ID)
     if fixture["predicted"] is not None:
         print(
-            f"issue #12330 fixture (Llama-3-8B, A100-40GB, vllm-v0, no overrides): kvplan {fixture['predicted']:,} "
+            "issue #12330 fixture (Llama-3-8B, A100-40GB, vllm-v0, no overrides): kvplan "
+            f"{fixture['predicted']:,} "
             f"blocks vs logged {fixture['logged']:,} ({fixture['error']:+.1f}%)"
         )
     print(f"fit: {current}")

@@ -28,7 +28,8 @@ PAPER = {  # token-state share of KV memory (Fig. 2) and mean batched requests (
 
 def main(num_requests: int = 4000, seed: int = 0) -> None:
     requests = make_workload("sharegpt", num_requests, rate=20, seed=seed, max_model_len=2048)
-    # the paper's engine, not today's vLLM defaults: kvplan's plain batch limits, datasheet-speed steps
+    # the paper's engine, not today's vLLM defaults: kvplan's plain batch limits, datasheet-speed
+    # steps
     config = BenchConfig(
         SizingConfig(model="opt-13b", gpu="a100-40gb", kv_cache_gib=11.2, max_model_len=2048),
         scheduler=SchedulerConfig(),
@@ -39,20 +40,24 @@ def main(num_requests: int = 4000, seed: int = 0) -> None:
     records = {r.optimization: r.metrics for r in run_matrix(config, requests, list(PAPER))}
     elapsed = time.perf_counter() - started
     print(
-        f"OPT-13B / A100-40GB / 11.2 GiB KV, {num_requests} ShareGPT-like requests at 20 req/s, seed {seed}"
+        f"OPT-13B / A100-40GB / 11.2 GiB KV, {num_requests} ShareGPT-like requests at 20 req/s, "
+        f"seed {seed}"
     )
     print(
-        f"{'allocator':<18} {'token states':>13} {'paper':>7} {'of reserved':>12} {'mean running':>13} {'paper':>7}"
+        f"{'allocator':<18} {'token states':>13} {'paper':>7} {'of reserved':>12} "
+        f"{'mean running':>13} {'paper':>7}"
     )
     for name, (paper_share, paper_running) in PAPER.items():
         m = records[name]
         print(
-            f"{name:<18} {m['token_states_share']:>12.1%} {paper_share:>7.1%} {m['token_states_of_reserved']:>12.1%}"
+            f"{name:<18} {m['token_states_share']:>12.1%} {paper_share:>7.1%} "
+            f"{m['token_states_of_reserved']:>12.1%}"
             f" {m['running_mean']:>13.2f} {paper_running:>7.2f}"
         )
     ratio = records["paged"]["running_mean"] / records["contiguous-oracle"]["running_mean"]
     print(
-        f"paged / contiguous-oracle mean running requests: {ratio:.2f}x (paper {30.42 / 13.62:.2f}x, target >= 2)"
+        f"paged / contiguous-oracle mean running requests: {ratio:.2f}x (paper "
+        f"{30.42 / 13.62:.2f}x, target >= 2)"
     )
     print(f"replayed {num_requests * len(PAPER):,} request runs in {elapsed:.1f} s")
 

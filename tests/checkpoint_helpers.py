@@ -7,7 +7,7 @@ from kvplan.spec.checkpoint_quant import checkpoint_quant
 from kvplan.spec.hf_config import model_spec_from_config
 
 # A Llama shape: hidden 4096, 2 layers, 32 heads of 128, 8 KV heads, MLP 11008, vocab 32000, untied.
-#   attention / layer = 4096*4096 (q) + 2*4096*1024 (k, v) + 4096*4096 (o) = 41,943,040 -> 83,886,080
+# attention / layer = 4096*4096 (q) + 2*4096*1024 (k, v) + 4096*4096 (o) = 41,943,040 -> 83,886,080
 #   MLP / layer = 3*4096*11008 = 135,266,304 -> 270,532,608
 #   embedding = lm_head = 32000*4096 = 131,072,000; norms (2*2 + 1)*4096 = 20,480
 LLAMA = {

@@ -180,7 +180,8 @@ def test_deepseek_v32_indexer_cache_beside_the_latent() -> None:
 
 
 def test_deepseek_v32_counts_the_indexer_weights() -> None:
-    # Per layer: wq_b 1536 x 64 x 128, wk 7168 x 128, k_norm (LayerNorm) 2 x 128, weights_proj 7168 x 64.
+    # Per layer: wq_b 1536 x 64 x 128, wk 7168 x 128, k_norm (LayerNorm) 2 x 128, weights_proj 7168
+    # x 64.
     indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
     assert (
         load_model("deepseek-v3.2").params.total - load_model("deepseek-v3").params.total
@@ -291,7 +292,8 @@ def test_minimax_m3_moe_layers_from_the_list() -> None:
     assert sum(cfg["moe_layer_freq"]) == 57
     assert model.params.experts_total == 57 * 128 * 3 * 6144 * 3072
     assert model.params.routers == 57 * 6144 * 128
-    # dense: 3 x 3 x 6144 x 12288; per MoE layer router 6144 x 128 + one shared expert 3 x 6144 x 3072
+    # dense: 3 x 3 x 6144 x 12288; per MoE layer router 6144 x 128 + one shared expert 3 x 6144 x
+    # 3072
     assert model.params.dense_mlp == 3 * 3 * 6144 * 12288 + 57 * (6144 * 128 + 3 * 6144 * 3072)
 
 

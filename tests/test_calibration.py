@@ -200,8 +200,10 @@ def test_shipped_dataset_replays(shared_data):
             (256, 512, True),
         ),  # V0: chunked prefill above 32K
         ("h100", "0.6.0", "serving", 8192, (256, 8192, False)),  # V0 short context: whole prompts
-        # benchmark_throughput/latency before vLLM PR #9529 (0.6.4) passed --enable-chunked-prefill's
-        # store_true default (False) to LLM(): no chunking even above 32K; a 0.6.4 dev build is before 0.6.4
+        # benchmark_throughput/latency before vLLM PR #9529 (0.6.4) passed
+        # --enable-chunked-prefill's
+        # store_true default (False) to LLM(): no chunking even above 32K; a 0.6.4 dev build is
+        # before 0.6.4
         ("h100", "0.6.3.post2.dev308+gb489fc3c", "throughput", 91680, (256, 91680, False)),
         ("h100", "0.6.4.dev4+gc9fc1608", "latency", 131072, (256, 131072, False)),
         (

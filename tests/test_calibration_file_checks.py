@@ -1,5 +1,6 @@
 """A calibration file is checked whole when `kvplan bench --calibration` loads it: every
-figure of its engine overhead finite and in its range (a NaN or infinite per-step overhead made every simulated step
+figure of its engine overhead finite and in its range (a NaN or infinite per-step overhead made
+every simulated step
 last forever), the held-out errors numbers, the file small and JSON. A refusal is one line
 naming the file and the key, exit 2, and the results file bench would have written is left
 as it was."""

@@ -39,7 +39,8 @@ def test_vllm_llama3_8b_on_a100_40gb_report() -> None:
 
 def test_budget_blocks_and_concurrency_by_hand() -> None:
     result = plan(inputs("llama-3.1-8b", "a100-80gb", context=4096, reserve_bytes=2 * GIB))
-    # no driver total observed for A100-80GB: datasheet x 0.99; vLLM >= 0.20's default utilization 0.92
+    # no driver total observed for A100-80GB: datasheet x 0.99; vLLM >= 0.20's default utilization
+    # 0.92
     usable = 80 * 0.99 * GIB * 0.92
     weights = 8_030_261_248 * 2
     budget = usable - weights - 2 * GIB

@@ -84,7 +84,8 @@ HAND_DERIVED_BF16_KV_BYTES_PER_TOKEN = {
     * 2
     * 256
     * 2,  # full attention in 48 / 4 = 12 layers; head_dim 256
-    # Gemma3TextConfig defaults (4 KV heads, head_dim 256) over 34 layers, 5 global + 29 sliding; 139264
+    # Gemma3TextConfig defaults (4 KV heads, head_dim 256) over 34 layers, 5 global + 29 sliding;
+    # 139264
     "gemma-3-4b": 34 * 2 * 4 * 256 * 2,
     "exaone-4.0-32b": 64
     * 2

@@ -1,4 +1,5 @@
-"""Mixed-precision checkpoints (per-layer quantization configs) sized by hand and against the shipped configs."""
+"""Mixed-precision checkpoints (per-layer quantization configs) sized by hand and against the
+shipped configs."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def test_mixed_precision_bytes_by_hand() -> None:
         ("dense", "nvfp4", 1.0),
         ("lm_head", "nvfp4", 1.0),
     )
-    # all-FP8 attention costs what a 0.3043 share of 16 bit beside NVFP4 does: 2k + 0.5625 (1 - k) = 1
+    # all-FP8 attention costs what a 0.3043 share of 16 bit beside NVFP4 does: 2k + 0.5625 (1 - k) =
+    # 1
     layers = {k: v for k, v in MIXED["quantized_layers"].items() if "mlp" in k}
     fp8_only = quant({**MIXED, "quantized_layers": {k: FP8 for k in layers}})
     assert (

@@ -183,7 +183,8 @@ def test_bitsandbytes() -> None:
 
 
 def test_fbgemm_fp8_not_convert_list() -> None:
-    # Meta's 405B-FP8 form: every self_attn projection named per layer, the MLPs of the first and last layers
+    # Meta's 405B-FP8 form: every self_attn projection named per layer, the MLPs of the first and
+    # last layers
     names = [
         f"model.layers.{i}.self_attn.{p}"
         for i in range(4)

@@ -229,7 +229,8 @@ def test_kv_budget_sizes_both_and_largest_context_stops_at_the_model_maximum() -
     result = run("estimate", "llama-3.1-8b", "--context", "32768", "--kv-budget", "2048", "--json")
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
-    # 32 layers x 8 KV heads x 128 x 2 x 2 B = 131,072 B/token; 32,768 tokens = 4 GiB, 2,048 kept = 256 MiB
+    # 32 layers x 8 KV heads x 128 x 2 x 2 B = 131,072 B/token; 32,768 tokens = 4 GiB, 2,048 kept =
+    # 256 MiB
     assert record["seq_kv_bytes_without_budget"] == 32768 * 131072
     assert record["seq_kv_bytes_full"] == 2048 * 131072
     assert record["max_batch_at_context"] == record["kv_budget_bytes_per_gpu"] // (2048 * 131072)

@@ -86,7 +86,8 @@ def test_missing_file_is_exit_2() -> None:
 
 
 def test_dense_logs_imply_kvplans_bytes_per_token(shared_data: Path) -> None:
-    """For dense full-attention models, KV memory / tokens equals kvplan's size within block rounding."""
+    """For dense full-attention models, KV memory / tokens equals kvplan's size within block
+    rounding."""
     records = {
         r["id"]: r
         for r in map(

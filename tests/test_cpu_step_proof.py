@@ -4,7 +4,8 @@ GQA Llama and a Qwen3-MoE of a few hundred million parameters, random weights, b
 
 The run's own driver process first measures the engine's time per step on each model's tiny
 twin (benchmarks/cpu_engine_overhead.py), then runs the models; `kvplan profile` then times
-their operators on this CPU in vLLM's environment (MoE experts through vLLM's own kernel) (a grid reaching the scenario's steps), and kvplan schedules the
+their operators on this CPU in vLLM's environment (MoE experts through vLLM's own kernel) (a grid
+reaching the scenario's steps), and kvplan schedules the
 same requests and predicts each step from those operators and that engine time. Targets:
 the whole run within 20%, the median step within 25%. Timings are wall clock: a machine busy
 with other work slows the measured steps (each failure message gives the run's CPU / wall

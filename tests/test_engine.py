@@ -197,7 +197,8 @@ def test_pool_split_by_hand_for_both_allocator_kinds() -> None:
         engine.submit(Request(i, 0.0, 5, 5))
     engine.step()  # both prefills run (5 tokens each) and sample their first token
     split = pool_split(engine.allocator, engine.scheduler)
-    # token states 10, reservation (final 10 + 10) - 10, internal 80 - 20, external 20, cached 0, free 0
+    # token states 10, reservation (final 10 + 10) - 10, internal 80 - 20, external 20, cached 0,
+    # free 0
     assert split == (10, 10, 60, 20, 0, 0)
     # paged, 8 blocks of 4: the same two requests hold 2 blocks each; nothing reserved ahead
     engine, _ = tiny_engine("paged", slots=32, block=4, max_len=40)

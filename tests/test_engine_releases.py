@@ -1,4 +1,5 @@
-"""vLLM's startup profile by release, and the weights as its kernels hold them, against hand counts."""
+"""vLLM's startup profile by release, and the weights as its kernels hold them, against hand
+counts."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def test_defaults_by_release() -> None:
 
 
 def test_v1_activation_is_the_larger_of_forward_and_sampler_by_hand() -> None:
-    """Llama-3.1-8B on an H100 (8,192 tokens, 1,024 rows), vLLM 0.11.1 (PyTorch sort, 28 B per logit)."""
+    """Llama-3.1-8B on an H100 (8,192 tokens, 1,024 rows), vLLM 0.11.1 (PyTorch sort, 28 B per
+    logit)."""
     fit, model, gpu = load_memory_fit(), load_model("llama-3.1-8b"), load_gpu("h100-80gb")
     settings = EngineSettings(version=(0, 11, 1))
     profile = predict_memory(
@@ -145,7 +147,8 @@ def test_expert_parallel_spreads_only_the_experts() -> None:
 
 
 def test_bitsandbytes_dequantizes_its_widest_matrix_for_prefill() -> None:
-    """Qwen2.5-7B: gate+up is 2 x 18,944 x 3,584 weights, wider than q/k/v; at 2 B each in 16 bit."""
+    """Qwen2.5-7B: gate+up is 2 x 18,944 x 3,584 weights, wider than q/k/v; at 2 B each in 16
+    bit."""
     from dataclasses import replace
 
     from kvplan.spec.quant_storage import CheckpointQuant
@@ -235,7 +238,8 @@ def test_sglang_bench_takes_its_own_limits() -> None:
     )
     unset = SchedulerConfig(max_num_seqs=None, max_num_batched_tokens=None)
     resolved = engine_scheduler(sizing, unset, pool_slots=400_000)
-    # context 131,072: the request pool is clamp(400,000 / 131,072 x 512 = 1,562, 2,048, 4,096) = 2,048
+    # context 131,072: the request pool is clamp(400,000 / 131,072 x 512 = 1,562, 2,048, 4,096) =
+    # 2,048
     assert (resolved.max_num_seqs, resolved.max_num_batched_tokens) == (2048, 8192)
     vllm = engine_scheduler(SizingConfig(model="llama-3.1-8b", gpu="h100-80gb"), unset)
     assert (vllm.max_num_seqs, vllm.max_num_batched_tokens, vllm.prefill_first) == (

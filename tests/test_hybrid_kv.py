@@ -47,7 +47,8 @@ def tiny(groups: tuple[AttentionGroup, ...], name: str = "tiny") -> ModelSpec:
 
 
 def test_pure_full_attention_is_plain_arithmetic():
-    # 4 layers x 2 KV heads x 64 x (K, V) x 2 B = 512 B per token per layer; page 16 x 512 = 8,192 B.
+    # 4 layers x 2 KV heads x 64 x (K, V) x 2 B = 512 B per token per layer; page 16 x 512 = 8,192
+    # B.
     model = tiny((FullAttentionSpec(4, 2, 64),))
     (group,) = kv_cache_groups(model, BF16, 1, 16)
     assert (group.num_layers, group.group_size, group.page_size_bytes) == (4, 4, 8192)
@@ -71,8 +72,10 @@ def test_uneven_layer_counts_pad_the_short_group():
         ("full", 3, 4),
         ("sliding", 4, 4),
     ]
-    # 2 MiB // 8,192 // 4 = 64 blocks; L = 256: full 16 blocks, sliding cdiv(min(63 + 2048, 256), 16)
-    # + 1 = 17; 64 / 33 = 1.939x, int(1.939 x 256) = 496 tokens. Per request 16 full blocks waste one
+    # 2 MiB // 8,192 // 4 = 64 blocks; L = 256: full 16 blocks, sliding cdiv(min(63 + 2048, 256),
+    # 16)
+    # + 1 = 17; 64 / 33 = 1.939x, int(1.939 x 256) = 496 tokens. Per request 16 full blocks waste
+    # one
     # 8,192-B layer slot each: 16 x 8,192 of 33 x 32,768 B, i.e. 2 MiB x 131,072 / 1,081,344.
     kv = vllm_kv_cache(model, BF16, 1, 2 * 2**20, 256)
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (64, 33, 496)
@@ -93,13 +96,15 @@ def test_gpt_oss_20b():
     model = load_model("gpt-oss-20b")
     fmt = parse_kv_format("auto", model)
     groups = kv_cache_groups(model, fmt, 1, 16)
-    # 12 full + 12 sliding(128), 8 KV heads x 64: page 16 x 8 x 64 x 2 x 2 B = 32,768 B; two groups of 12.
+    # 12 full + 12 sliding(128), 8 KV heads x 64: page 16 x 8 x 64 x 2 x 2 B = 32,768 B; two groups
+    # of 12.
     assert [(g.kind, g.num_layers, g.group_size, g.page_size_bytes) for g in groups] == [
         ("full", 12, 12, 32768),
         ("sliding", 12, 12, 32768),
     ]
     # 3 GiB // 32,768 // 12 = 8,192 blocks. L = 32,768: full 2,048 blocks; sliding (0.20-0.25, one
-    # batch in flight) cdiv(min(127 + 2,048, 32,768), 16) + 1 = 136 + 1 = 137; 8,192 / 2,185 = 3.749x;
+    # batch in flight) cdiv(min(127 + 2,048, 32,768), 16) + 1 = 136 + 1 = 137; 8,192 / 2,185 =
+    # 3.749x;
     # int(8,192 x 32,768 / 2,185) = 122,853 tokens (<= 0.19 printed 8,192 // 2 x 16 = 65,536).
     kv = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (8192, 2185, 122853)
@@ -113,7 +118,8 @@ def test_gpt_oss_20b():
     assert (newest.blocks_per_request, newest.reported_tokens) == (2313, 116055)
     # Once prefilled a request keeps cdiv(127, 16) + 1 = 9 sliding blocks: 8,192 / 2,057.
     assert kv.true_concurrency == pytest.approx(8192 / 2057)
-    # Hybrid manager off: one group of 24 layers, 3 GiB // 32,768 // 24 = 4,096 blocks, 2,048 per request.
+    # Hybrid manager off: one group of 24 layers, 3 GiB // 32,768 // 24 = 4,096 blocks, 2,048 per
+    # request.
     off = vllm_kv_cache(model, fmt, 1, 3 * GIB, 32768, hybrid_manager=False)
     assert (len(off.groups), off.num_blocks, off.reported_tokens, off.reported_concurrency) == (
         1,
@@ -139,7 +145,8 @@ def test_gemma_3_1b_pads_two_sliding_groups():
     # int(16,384 x 32,768 / 3,014) = 178,125 tokens.
     kv = vllm_kv_cache(model, fmt, 1, GIB, 32768, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (16384, 3014, 178125)
-    # Two batches in flight (>= 0.26): cdiv(511 + 4,096, 16) + 1 = 289 each, 2,048 + 6 x 289 = 3,782.
+    # Two batches in flight (>= 0.26): cdiv(511 + 4,096, 16) + 1 = 289 each, 2,048 + 6 x 289 =
+    # 3,782.
     assert vllm_kv_cache(model, fmt, 1, GIB, 32768).blocks_per_request == 3782
     # Padding: two 3-layer groups leave one 16,384-B slot empty in each of their 161 blocks:
     # 322 of the request's 3,014 x 4 layer-pages, over the whole 1 GiB pool.
@@ -150,8 +157,10 @@ def test_gemma_4_unifies_pages_by_doubling_the_full_block():
     model = load_model("gemma-4-26b-a4b")
     fmt = parse_kv_format("auto", model)
     groups = kv_cache_groups(model, fmt, 1, 16)
-    # sliding: 8 KV heads x 256 x 2 x 2 B = 8,192 B/token, page 131,072; full (k_eq_v, 2 heads x 512):
-    # 4,096 B/token, page 65,536 -> block 32 to reach 131,072. 5 full + 25 sliding: 1 + 5 groups of 5.
+    # sliding: 8 KV heads x 256 x 2 x 2 B = 8,192 B/token, page 131,072; full (k_eq_v, 2 heads x
+    # 512):
+    # 4,096 B/token, page 65,536 -> block 32 to reach 131,072. 5 full + 25 sliding: 1 + 5 groups of
+    # 5.
     assert [(g.kind, g.block_size, g.num_layers) for g in groups] == [("full", 32, 5)] + [
         ("sliding", 16, 5)
     ] * 5
@@ -161,7 +170,8 @@ def test_gemma_4_unifies_pages_by_doubling_the_full_block():
     # int(... x 4,096) = 61,398.
     kv = vllm_kv_cache(model, fmt, 1, 10 * GIB, 4096, vllm_version="0.25.0")
     assert (kv.num_blocks, kv.blocks_per_request, kv.reported_tokens) == (16384, 1093, 61398)
-    # Two in flight: min(1,023 + 4,096, 4,096) = 4,096 -> 257 per sliding group, 128 + 5 x 257 = 1,413.
+    # Two in flight: min(1,023 + 4,096, 4,096) = 4,096 -> 257 per sliding group, 128 + 5 x 257 =
+    # 1,413.
     assert vllm_kv_cache(model, fmt, 1, 10 * GIB, 4096).blocks_per_request == 1413
     assert kv.block_size == 16 and kv.padding_bytes == 0.0
     # Hybrid manager off: every layer full length, one group whose block costs the sum of the
@@ -192,7 +202,8 @@ def test_qwen3_5_27b_raises_the_block_to_hold_a_linear_attention_state():
     ] + [("state", 16, 784, 3211264)] * 3
     # vLLM issue #40691 (v0.19.0, H20, max_model_len 32,768) printed 290,864 tokens and 33.04x.
     # 1,487 blocks: full cdiv(32,768, 784) = 42 + 3 state blocks = 45 per request, 1,487 / 45 =
-    # 33.04x; the 0.19 token line 1,487 // 4 x 784 = 290,864. 1,487 blocks = 1,487 x 16 x 3,211,264 B.
+    # 33.04x; the 0.19 token line 1,487 // 4 x 784 = 290,864. 1,487 blocks = 1,487 x 16 x 3,211,264
+    # B.
     available = 1487 * 16 * 3211264
     old = vllm_kv_cache(
         model, fmt, 1, available, 32768, vllm_version="0.19.0", max_num_batched_tokens=16384
@@ -214,7 +225,8 @@ def test_sglang_swa_split_and_linear_attention_pool():
     model = load_model("gpt-oss-20b")
     fmt = parse_kv_format("auto", model)
     # cell = 24 layers x 2,048 B = 49,152 B: 10 GiB // 49,152 = 218,453 tokens at full length;
-    # full = int(218,453 x 24 / (0.8 x 12 + 12)) = int(242,725.5) = 242,725; swa = int(0.8 x that) = 194,180.
+    # full = int(218,453 x 24 / (0.8 x 12 + 12)) = int(242,725.5) = 242,725; swa = int(0.8 x that) =
+    # 194,180.
     swa = sglang_kv_tokens(model, fmt, 1, 10 * GIB)
     assert (swa.max_total_num_tokens, swa.full_tokens, swa.swa_tokens) == (242725, 242725, 194180)
     qwen = load_model("qwen3.5-27b")
@@ -246,7 +258,8 @@ def test_rec021_gemma4_on_l40s(shared_data):
     rec = _record(shared_data, "rec021")["reported"]
     model = load_model("gemma-4-26b-a4b")
     fmt = parse_kv_format("auto", model)
-    # Printed: 13.47 GiB, 63,988 tokens, 15.62x at 4,096. The line implies 22,074 blocks (13.4729 GiB)
+    # Printed: 13.47 GiB, 63,988 tokens, 15.62x at 4,096. The line implies 22,074 blocks (13.4729
+    # GiB)
     # over 1,413 blocks per request = 128 full + 5 x 257 sliding: the sliding groups reserved the
     # whole 4,096 tokens (cdiv(4,096, 16) + 1). v0.29 reserves window - 1 + two batches in flight
     # (async scheduling): 1,023 + 2 x 2,048 >= 4,096, with the logged --max-num-batched-tokens=2048.
@@ -323,7 +336,8 @@ def test_rec025_gpt_oss_120b_refused_on_h100(shared_data):
 def qwen3_6_35b_a3b() -> ModelSpec:
     # Assumed Qwen3.5-35B-A3B shapes (no profile ships): 40 layers, every 4th full attention
     # (2 KV heads x 256); linear attention 16 key / 32 value heads x 128, conv kernel 4:
-    # conv 3 x (2 x 2,048 + 4,096) x 2 B = 49,152 + SSM 32 x 128 x 128 x 4 B = 2,097,152 -> 2,146,304 B.
+    # conv 3 x (2 x 2,048 + 4,096) x 2 B = 49,152 + SSM 32 x 128 x 128 x 4 B = 2,097,152 ->
+    # 2,146,304 B.
     return tiny(
         (
             FullAttentionSpec(10, 2, 256),
@@ -336,7 +350,8 @@ def qwen3_6_35b_a3b() -> ModelSpec:
 def test_rec027_qwen3_6_35b_a3b_fp8_on_5090(shared_data):
     rec = _record(shared_data, "rec027")["reported"]
     model = qwen3_6_35b_a3b()
-    # fp8 attention: 2 x 2 x 256 x 1 B = 1,024 B/token; 2,146,304 / 1,024 = 2,096 tokens exactly (16-aligned).
+    # fp8 attention: 2 x 2 x 256 x 1 B = 1,024 B/token; 2,146,304 / 1,024 = 2,096 tokens exactly
+    # (16-aligned).
     # 10 full + 30 state: 4 groups of 10. Prefix caching on -> "align": 2 state blocks per group.
     # Per request: cdiv(131,072, 2,096) = 63 + 3 x 2 = 69; 5.98 GiB // 2,146,304 // 10 = 299 blocks:
     # 299 / 69 = 4.33x, int(299 / 69 x 131,072) = 567,978.
@@ -361,8 +376,10 @@ def test_rec029_qwen3_6_27b_tp2_mtp(shared_data):
     model = load_model("qwen3.5-27b")  # Qwen3.6-27B assumed to share Qwen3.5-27B's shapes
     # TP 2: state 3,207,168 / 2 = 1,603,584 B; fp8 attention 2 x 2 heads x 256 = 1,024 B/token ->
     # 1,566 tokens, 1,600 at a 64-token alignment (16 would give 1,568 and no block count matching).
-    # MTP adds 1 full layer: 17 full + 48 state -> group size 17, 1 + 3 groups (16 layers each, padded). Align mode + 3
-    # speculative tokens: 5 blocks per state group. Per request: cdiv(262,144, 1,600) = 164 + 15 = 179;
+    # MTP adds 1 full layer: 17 full + 48 state -> group size 17, 1 + 3 groups (16 layers each,
+    # padded). Align mode + 3
+    # speculative tokens: 5 blocks per state group. Per request: cdiv(262,144, 1,600) = 164 + 15 =
+    # 179;
     # 425 blocks: 425 / 179 = 2.37x, int(425 / 179 x 262,144) = 622,408. Memory not printed.
     kv = vllm_kv_cache(
         model,

@@ -1,4 +1,5 @@
-"""`import kvplan`, `kvplan estimate` and `kvplan explain` stay instant: no heavy libraries are loaded."""
+"""`import kvplan`, `kvplan estimate` and `kvplan explain` stay instant: no heavy libraries are
+loaded."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import sys
 from typer.testing import CliRunner
 import kvplan
 from kvplan.cli.app import app
-result = CliRunner().invoke(app, ["estimate", "llama-3.1-70b", "--tp", "4", "--sweep", "context=1k..8k"])
+result = CliRunner().invoke(
+    app, ["estimate", "llama-3.1-70b", "--tp", "4", "--sweep", "context=1k..8k"]
+)
 assert result.exit_code == 0, result.output
 result = CliRunner().invoke(app, ["estimate", "gpt-oss-120b"])
 assert result.exit_code == 0, result.output
-result = CliRunner().invoke(app, ["explain", {fixture!r}, "--model", "llama-3.1-8b", "--gpu", "a100-40gb"])
+result = CliRunner().invoke(
+    app, ["explain", {fixture!r}, "--model", "llama-3.1-8b", "--gpu", "a100-40gb"]
+)
 assert result.exit_code == 0, result.output
 print(",".join(name for name in {heavy!r} if name in sys.modules))
 """

@@ -30,7 +30,8 @@ TOL = {torch.float32: {"atol": 2e-5, "rtol": 1e-5}, torch.float16: {"atol": 2e-3
 
 @pytest.fixture(autouse=True)
 def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Triton on CPU tensors through its interpreter (kernels jit at first launch, so per test works);
+    """Triton on CPU tensors through its interpreter (kernels jit at first launch, so per test
+    works);
     the GPU tests switch it back off for themselves."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
@@ -76,7 +77,8 @@ def test_decode_variants_match_reference(
 def test_split_kv_decode_matches_reference(
     fmt: str, dtype: torch.dtype, variant_name: str, num_splits: int
 ) -> None:
-    # Splits are SPLIT_ALIGN (128) keys at least: lengths reach past 3 splits, and one sequence is empty.
+    # Splits are SPLIT_ALIGN (128) keys at least: lengths reach past 3 splits, and one sequence is
+    # empty.
     cache, tables, lens, gen, _, _ = paged_case(fmt, [300, 1, 129, 0, 520], 16, 8, 2, 64, dtype)
     variant = make_variant(variant_name, 8, gen)
     if variant.sliding_window:
@@ -103,7 +105,8 @@ def test_split_kv_decode_matches_reference(
 # -- prefill -----------------------------------------------------------------------------
 
 
-# A fresh prompt, a chunk extending a cached prefix, a one-token step and a long prompt spanning tiles.
+# A fresh prompt, a chunk extending a cached prefix, a one-token step and a long prompt spanning
+# tiles.
 Q_LENS, SEQ_LENS = [7, 5, 1, 37], [7, 21, 12, 37]
 
 

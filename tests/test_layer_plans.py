@@ -148,7 +148,8 @@ def test_nemotron_h_56b_layers_kv_and_mamba_state() -> None:
 
 def test_nemotron_h_56b_params_match_the_card() -> None:
     h, vocab, inner, conv_dim, heads = 8192, 131_072, 256 * 64, 256 * 64 + 2 * 8 * 256, 256
-    # MambaMixer2: in_proj to z, x, B, C, dt; depthwise conv with bias; A, D, dt_bias; gated norm; out_proj
+    # MambaMixer2: in_proj to z, x, B, C, dt; depthwise conv with bias; A, D, dt_bias; gated norm;
+    # out_proj
     mamba = h * (inner + conv_dim + heads) + conv_dim * 4 + conv_dim + 3 * heads + inner + inner * h
     attention = 2 * h * 64 * 128 + 2 * h * 8 * 128
     mlp = 2 * h * 32_768  # up / down, squared ReLU, no gate
@@ -166,7 +167,8 @@ def test_nemotron_3_nano_state_kv_and_moe_params() -> None:
         ("state", 23, 0, 0, None),
     ]
     assert model.kv_bytes_per_token(BF16) == 6 * 2 * 2 * 128 * 2 == 6_144
-    # The Mamba width is 64 heads x 64 = 4096 (not 2 x hidden 2688): conv_dim 4096 + 2 x 8 x 128 = 6144.
+    # The Mamba width is 64 heads x 64 = 4096 (not 2 x hidden 2688): conv_dim 4096 + 2 x 8 x 128 =
+    # 6144.
     conv, ssm = 3 * 6_144 * 2, 64 * 64 * 128 * 4  # mamba_ssm_cache_dtype float32
     assert model.groups[1].state_bytes_per_layer == conv + ssm == 2_134_016
     assert model.state_bytes_per_seq() == 23 * 2_134_016 == 49_082_368
@@ -284,7 +286,8 @@ def test_mllama_cross_attention_layers_hold_image_kv_not_token_kv() -> None:
         8,
         128,
     )
-    # One image at 4 tiles of (560 / 14)^2 patches + a class token: 4 x 1,601 = 6,404 encoder tokens,
+    # One image at 4 tiles of (560 / 14)^2 patches + a class token: 4 x 1,601 = 6,404 encoder
+    # tokens,
     # each with K and V in all 20 cross layers: 20 x 6,404 x 2 x 8 x 128 x 2 B = 500.3 MiB.
     assert model.encoder_tokens_per_image == 4 * ((560 // 14) ** 2 + 1) == 6_404
     assert model.cross_kv_bytes_per_image(BF16) == 20 * 6_404 * 2 * 8 * 128 * 2 == 524_615_680

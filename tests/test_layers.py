@@ -120,7 +120,8 @@ def _layer(module: str) -> str | None:
 
 
 def test_every_package_folder_has_an_init() -> None:
-    """setup.py discovers packages by their __init__.py: a folder without one is left out of the wheel."""
+    """setup.py discovers packages by their __init__.py: a folder without one is left out of the
+    wheel."""
     for folder in PACKAGE_DIRS.values():
         for sub in folder.rglob("*"):
             if sub.is_dir() and sub.name != "__pycache__" and any(sub.glob("*.py")):
@@ -197,8 +198,11 @@ from typer.testing import CliRunner
 from kvplan.cli.app import app
 import tempfile, os
 out = os.path.join(tempfile.mkdtemp(), "r.jsonl")
-result = CliRunner().invoke(app, ["bench", "--num-requests", "40", "--optimizations", "paged,prefix,contiguous-max",
-                                  "--out", out])
+result = CliRunner().invoke(
+    app,
+    ["bench", "--num-requests", "40", "--optimizations", "paged,prefix,contiguous-max",
+     "--out", out],
+)
 assert result.exit_code == 0, result.output
 print(",".join(name for name in {heavy!r} if name in sys.modules))
 """

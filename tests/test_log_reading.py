@@ -25,7 +25,7 @@ HYBRID_LOG = """\
 (EngineCore pid=107) INFO 07-06 22:50:46 [core.py:114] Initializing a V1 LLM engine (v0.24.0) with config: model='Qwen/Qwen3.6-35B-A3B', tensor_parallel_size=1
 (EngineCore pid=107) INFO 07-06 22:52:09 [gpu_worker.py:508] Available KV cache memory: 5.98 GiB
 (EngineCore pid=107) INFO 07-06 22:52:09 [kv_cache_utils.py:2146] GPU KV cache size: 567,978 tokens
-"""
+"""  # noqa: E501 (log lines as the server printed them)
 
 
 @pytest.mark.parametrize(("prefix", "tokens"), [("True", 567978), ("False", 593795)])

@@ -38,7 +38,8 @@ def test_fixture_llama3_8b_a100_40gb_v0_by_hand() -> None:
         profile.total_bytes == 39.50 * GIB
     )  # the driver total the log printed, not the datasheet's 40
     assert profile.usable_bytes == pytest.approx(35.55 * GIB)
-    # one layer's widest point per token: residual + normed hidden (2 x 4096) + gate, up, act (3 x 14336)
+    # one layer's widest point per token: residual + normed hidden (2 x 4096) + gate, up, act (3 x
+    # 14336)
     assert activation_elements_per_token(model, 1) == 2 * 4096 + 3 * 14336 == 51_200
     forward = fit.activation_scale * 8192 * 51_200 * 2
     sampler = (
@@ -61,7 +62,8 @@ def test_fixture_llama3_8b_a100_40gb_v0_by_hand() -> None:
     [("a100-80gb", 2048, 256), ("l4", 2048, 256), ("h100-80gb", 8192, 1024), ("h200", 8192, 1024)],
 )
 def test_v1_batching_defaults_follow_vllm(gpu: str, tokens: int, seqs: int) -> None:
-    """vLLM's API server: 8192 tokens / 1024 seqs on >= 70 GiB GPUs other than A100, else 2048 / 256."""
+    """vLLM's API server: 8192 tokens / 1024 seqs on >= 70 GiB GPUs other than A100, else 2048 /
+    256."""
     profile = predict_memory(
         load_model("qwen3-8b"),
         load_gpu(gpu),
@@ -83,7 +85,8 @@ def test_v0_profiles_max_model_len_until_chunked_prefill() -> None:
     long = predict_memory(
         model, gpu, tp=1, utilization=0.9, max_model_len=131072, weight_bytes=0, settings=v0
     )
-    # above 32K chunked prefill is on, with SchedulerConfig's 512-token budget (vllm/config.py, 0.5.4-0.6.x)
+    # above 32K chunked prefill is on, with SchedulerConfig's 512-token budget (vllm/config.py,
+    # 0.5.4-0.6.x)
     assert (short.batched_tokens, long.batched_tokens) == (20000, 512)
 
 
@@ -184,7 +187,8 @@ def test_checkpoint_names_pick_the_meta_recipe_only_for_metas_own_fp8() -> None:
 def test_v0_profiles_the_whole_max_model_len_before_long_context_chunked_prefill(
     version, tokens
 ) -> None:
-    """vLLM PR #6666 (in 0.5.4) turned chunked prefill on above 32K; before it the profile batched max_model_len."""
+    """vLLM PR #6666 (in 0.5.4) turned chunked prefill on above 32K; before it the profile batched
+    max_model_len."""
     profile = predict_memory(
         load_model("llama-3.1-8b"),
         load_gpu("h100-80gb"),

@@ -1,4 +1,5 @@
-"""MLA attention as vLLM runs it: absorbed decode in the latent space, prefill on up-projected heads."""
+"""MLA attention as vLLM runs it: absorbed decode in the latent space, prefill on up-projected
+heads."""
 
 from __future__ import annotations
 

@@ -102,7 +102,8 @@ def test_bench_runs_with_a_perf_table_and_records_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "problem"),
     [
-        (["--mode", "real"], "--perf-table times simulated steps from measured operators; drop it with --mode real"),
+        (["--mode", "real"], "--perf-table times simulated steps from measured operators; drop it "
+                             "with --mode real"),
         ([], "--perf-table file '{bad}': gemm[0].n must be a whole number >= 1"),
     ],
 )  # fmt: skip

@@ -85,20 +85,30 @@ def _drop(*keys: Any) -> Any:
         (_drop("gemm", 0, "seconds"), "gemm[0] misses the field 'seconds'"),
         (_set("gemm", 0, "n", value=0), "gemm[0].n must be a whole number >= 1, got 0"),
         (_set("gemm", 0, "format", value=""), "gemm[0].format must be a name, got ''"),
-        (_set("gemm", 0, "seconds", 1, value=math.nan), "gemm[0].seconds must hold finite seconds > 0, got nan"),
-        (_set("gemm", 0, "seconds", 1, value=math.inf), "gemm[0].seconds must hold finite seconds > 0, got inf"),
-        (_set("gemm", 0, "seconds", 0, value=0), "gemm[0].seconds must hold finite seconds > 0, got 0"),
-        (_set("gemm", 0, "seconds", 0, value=-1e-3), "gemm[0].seconds must hold finite seconds > 0"),
-        (_set("gemm", 0, "seconds", value=[1e-3]), "gemm[0].seconds must list 4 times, one per point"),
+        (_set("gemm", 0, "seconds", 1, value=math.nan), "gemm[0].seconds must hold finite seconds "
+                                                        "> 0, got nan"),
+        (_set("gemm", 0, "seconds", 1, value=math.inf), "gemm[0].seconds must hold finite seconds "
+                                                        "> 0, got inf"),
+        (_set("gemm", 0, "seconds", 0, value=0), "gemm[0].seconds must hold finite seconds > 0, "
+                                                 "got 0"),
+        (_set("gemm", 0, "seconds", 0, value=-1e-3),
+         "gemm[0].seconds must hold finite seconds > 0"),
+        (_set("gemm", 0, "seconds", value=[1e-3]), "gemm[0].seconds must list 4 times, one per "
+                                                   "point"),
         (_set("gemm", 0, "m", value=[1, 16, 2, 512]), "gemm[0].m must be strictly increasing"),
         (_set("gemm", 0, "m", value=[1, 2, 2, 512]), "gemm[0].m must be strictly increasing"),
-        (_set("gemm", 0, "m", value=[0, 2, 16, 512]), "gemm[0].m must hold finite numbers >= 1, got 0"),
+        (_set("gemm", 0, "m", value=[0, 2, 16, 512]), "gemm[0].m must hold finite numbers >= 1, "
+                                                      "got 0"),
         (_set("gemm", 0, "m", value=[1]), "gemm[0].m must list at least two points"),
         (_set("gemm", 1, "n", value="x"), "gemm[1].n must be a whole number >= 1, got 'x'"),
-        (_set("decode_attention", 0, "seconds", value=[[1e-3]]), "decode_attention[0].seconds must be 3 rows"),
-        (_set("decode_attention", 0, "seconds", 0, value=[1e-3]), "decode_attention[0].seconds[0] must list 3 times"),
-        (_set("prefill_attention", 0, "before", value=[-1, 64, 4096]), "prefill_attention[0].before must hold finite numbers >= 0"),
-        (_set("decode_attention", 0, "heads_per_gpu", value=0), "decode_attention[0].heads_per_gpu must be a finite number > 0"),
+        (_set("decode_attention", 0, "seconds", value=[[1e-3]]), "decode_attention[0].seconds "
+                                                                 "must be 3 rows"),
+        (_set("decode_attention", 0, "seconds", 0, value=[1e-3]), "decode_attention[0].seconds[0] "
+                                                                  "must list 3 times"),
+        (_set("prefill_attention", 0, "before", value=[-1, 64, 4096]),
+         "prefill_attention[0].before must hold finite numbers >= 0"),
+        (_set("decode_attention", 0, "heads_per_gpu", value=0),
+         "decode_attention[0].heads_per_gpu must be a finite number > 0"),
         (_set("memory", value=[1, 2]), "memory must be a table, got list"),
         (_set("notes", value="none"), "notes must be a list of text"),
         (_set("gemm", value={}), "gemm must be a list of curves, got dict"),
@@ -125,7 +135,8 @@ def test_a_repeated_shape_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ('{"format": "kvplan.perf-table/2"}', "is not a kvplan perf table (format 'kvplan.perf-table/2'"),
+        ('{"format": "kvplan.perf-table/2"}', "is not a kvplan perf table (format "
+                                              "'kvplan.perf-table/2'"),
         ('{"format": "kvplan.calibration/1"}', "is not a kvplan perf table"),
         ("[1, 2]", "is not a kvplan perf table (format None"),
         ("{not json", "': not JSON ("),

@@ -107,7 +107,8 @@ def test_closed_loop_real_pool_holds_what_the_simulator_charges(
         assert [slots[-1][1] for slots in measured.values()] == [max(split)] * 4
         assert measured[3][0] == (70, max(split))
         return
-    # The 70-token prompt is read whole, then pruned to the budget (paged-eviction: 3 whole pages go)
+    # The 70-token prompt is read whole, then pruned to the budget (paged-eviction: 3 whole pages
+    # go)
     assert measured[3][0] == (70, 70 - 3 * 16 if name == "paged-eviction" else BUDGET)
     if name == "snapkv":  # the prompt compressed once, then every generated token kept
         assert [slots[-1][1] for slots in measured.values()] == [59, 61, 53, 43]

@@ -161,7 +161,8 @@ def test_triton_interpreted_matches_transformers(
     triton = pytest.importorskip("triton")
     if type(triton.language.zeros_like).__name__ != "InterpretedFunction":
         pytest.skip(
-            "triton was imported without TRITON_INTERPRET=1 (run with it set, or with tests/test_kernels.py)"
+            "triton was imported without TRITON_INTERPRET=1 (run with it set, or with "
+            "tests/test_kernels.py)"
         )
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     check_against_transformers(kind, "triton")

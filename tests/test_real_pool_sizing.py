@@ -53,7 +53,8 @@ def test_the_pre_run_line_names_the_pool_rule_and_its_simplification() -> None:
         )  # fmt: skip
 
     assert (
-        "KV pool 20.00 GiB per optimization (0.9 of the card less what the loaded model uses; simplified: "
+        "KV pool 20.00 GiB per optimization (0.9 of the card less what the loaded model uses; "
+        "simplified: "
         "vLLM also sets activation memory aside)" in cost(20 * GIB, 0.9).describe()
     )
     assert "of the card" not in cost(GIB, None).describe()

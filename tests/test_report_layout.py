@@ -37,11 +37,14 @@ window.addEventListener("load", () => {
   const images = [...document.querySelectorAll("figure img")];
   const wide = boxes.filter(b => b.scrollWidth > b.clientWidth + 1);
   const result = {tables: boxes.length, scrolling: wide.length,
-                  which: wide.map(b => (b.previousElementSibling || {}).textContent + ": " + b.scrollWidth),
+                  which: wide.map(
+                    b => (b.previousElementSibling || {}).textContent + ": " + b.scrollWidth),
                   pageScrolls: document.documentElement.scrollWidth > window.innerWidth + 1,
                   images: images.length, unloaded: images.filter(i => !(i.naturalWidth > 0)).length,
                   innerWidth: window.innerWidth};
-  const out = document.createElement("pre"); out.id = "layout-probe"; out.textContent = JSON.stringify(result);
+  const out = document.createElement("pre");
+  out.id = "layout-probe";
+  out.textContent = JSON.stringify(result);
   document.body.appendChild(out);
 });
 </script>"""

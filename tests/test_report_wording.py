@@ -184,13 +184,15 @@ def test_a_load_every_run_serves_names_no_most_throughput() -> None:
     ]
     overloaded = bench_lines(
         [
-            {"optimization": "paged", "baseline": True, **served, "served_output_tokens_per_s": 500.0},
+            {"optimization": "paged", "baseline": True, **served,
+             "served_output_tokens_per_s": 500.0},
             {"optimization": "prefix", "baseline": False, **served, "overloaded": True,
              "served_output_tokens_per_s": 530.0},
         ]
     )  # fmt: skip
     assert overloaded[0] == (
-        "the most throughput: prefix, 530 output tokens/s in the steady state (1.06x paged; modeled)"
+        "the most throughput: prefix, 530 output tokens/s in the steady state (1.06x paged; "
+        "modeled)"
     )
 
 

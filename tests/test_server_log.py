@@ -26,7 +26,8 @@ def test_every_shipped_log_recovers_its_reported_figures(shared_data: Path) -> N
             if value is None or name == "weights_as_printed":
                 continue
             if record["id"] == "rec005" and name == "num_gpu_blocks":
-                # the quote shows two runs (before / after a fix); both are recovered, the first is kept
+                # the quote shows two runs (before / after a fix); both are recovered, the first is
+                # kept
                 assert log.values[name] == (7449, 7351)
                 continue
             assert getattr(log, name) == value, (record["id"], name)
@@ -48,11 +49,15 @@ def test_issue_12330_fixture_figures() -> None:
 
 def test_v1_engine_args_and_refusal() -> None:
     text = (
-        "(APIServer pid=1) INFO [utils.py:326] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_model_len': "
-        "40960, 'tensor_parallel_size': 2, 'kv_cache_dtype': 'fp8', 'block_size': 32, 'enforce_eager': True}\n"
+        "(APIServer pid=1) INFO [utils.py:326] non-default args: {'model': 'Qwen/Qwen3-8B', "
+        "'max_model_len': "
+        "40960, 'tensor_parallel_size': 2, 'kv_cache_dtype': 'fp8', 'block_size': 32, "
+        "'enforce_eager': True}\n"
         "(EngineCore_DP0 pid=7) INFO [gpu_worker.py:298] Available KV cache memory: 3.50 GiB\n"
-        "ValueError: To serve at least one request with the models's max seq len (40960), (5.00 GiB KV cache is "
-        "needed, which is larger than the available KV cache memory (3.50 GiB). Based on the available memory, "
+        "ValueError: To serve at least one request with the models's max seq len (40960), (5.00 "
+        "GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (3.50 GiB). Based on the "
+        "available memory, "
         "the estimated maximum model length is 28672."
     )
     log = parse_server_log(text)
@@ -70,7 +75,8 @@ def test_sglang_lines() -> None:
     text = (
         "[2025-03-03 06:49:28 TP0] Memory pool end. avail mem=12.31 GB\n"
         "[2025-03-03 06:49:28 TP0] KV Cache is allocated. #tokens: 120000, KV size: 7.87 GB\n"
-        "[2025-03-03 06:49:30 TP0] max_total_num_tokens=120000, chunked_prefill_size=8192, context_len=32768"
+        "[2025-03-03 06:49:30 TP0] max_total_num_tokens=120000, chunked_prefill_size=8192, "
+        "context_len=32768"
     )
     log = parse_server_log(text)
     assert log.engine == "sglang"
@@ -89,7 +95,10 @@ def test_rank_zero_is_preferred_for_per_rank_memory() -> None:
 
 
 def test_hard_wrapped_lines_are_joined() -> None:
-    head = "(EngineCore_0 pid=1257) (RayWorkerWrapper pid=374, ip=10.254.6.219) INFO 09-03 04:42:46 [gpu_worker.py:276] "
+    head = (
+        "(EngineCore_0 pid=1257) (RayWorkerWrapper pid=374, ip=10.254.6.219) INFO 09-03 "
+        "04:42:46 [gpu_worker.py:276] "
+    )
     text = head + "Available KV cache me\nmory: 11.03 GiB\n"
     assert "Available KV cache memory: 11.03 GiB" in unwrap(text)
     assert parse_server_log(text).available_kv_gib == 11.03

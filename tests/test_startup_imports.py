@@ -37,8 +37,10 @@ def test_light_commands_import_no_engine(args: list[str]) -> None:
     code = (
         "import json, sys\nfrom kvplan.cli.app import app\n"
         f"try:\n    app({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
-        # a heavy module or one of its submodules (kvplan.core.engine, not kvplan.core.engine_factory)
-        f"print(json.dumps(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r}))),"
+        # a heavy module or one of its submodules (kvplan.core.engine, not
+        # kvplan.core.engine_factory)
+        "print(json.dumps(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') "
+        f"for h in {HEAVY!r}))),"
         " file=sys.stderr)"
     )
     done = subprocess.run(
@@ -54,7 +56,8 @@ def test_light_commands_import_no_engine(args: list[str]) -> None:
 
 def test_the_entry_point_loads_only_the_command_it_runs() -> None:
     code = (
-        "import sys\nsys.argv = ['kvplan', 'estimate', 'llama-3.1-8b', '--gpu', 'h100-80gb', '--json']\n"
+        "import sys\nsys.argv = ['kvplan', 'estimate', 'llama-3.1-8b', '--gpu', 'h100-80gb', "
+        "'--json']\n"
         "from kvplan.cli.app import run\ntry:\n    run()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('kvplan.cli.')), file=sys.stderr)"
     )

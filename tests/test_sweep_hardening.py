@@ -257,7 +257,8 @@ def test_sigterm_stops_the_pool_workers(tmp_path: Path) -> None:
 )
 def test_a_stopped_ray_sweep_leaves_no_ray_process(tmp_path: Path, how: signal.Signals) -> None:
     """Ctrl-C returns at once (the Ray driver is a child process, execution/ray_driver.py), the
-    driver then tears the cluster down without a traceback; a killed sweep's driver does the same."""
+    driver then tears the cluster down without a traceback; a killed sweep's driver does the
+    same."""
     require_in_ci(
         importlib.util.find_spec("ray") is not None, "ray", "pip install -e '.[all]' installs it"
     )

@@ -18,7 +18,8 @@ from kvplan.kernels.variant import PLAIN  # noqa: E402
 
 
 def test_bucket_bounds_by_hand() -> None:
-    # Two long tiles and two short ones, overhead 50: [0, 2) + [2, 4) costs 2*100 + 50 + 2*10 + 50 = 320,
+    # Two long tiles and two short ones, overhead 50: [0, 2) + [2, 4) costs 2*100 + 50 + 2*10 + 50 =
+    # 320,
     # one bucket 4*100 + 50 = 450, four buckets 220 + 200 = 420.
     varlen_plan.BUCKET_OVERHEAD = 50
     try:
@@ -72,7 +73,8 @@ def test_decode_of_mixed_lengths_splits_into_buckets_and_matches_reference(
     plans = varlen_plan.varlen_plan(
         tables, torch.arange(len(seq_lens) + 1), lens, 4, variant, torch.device("cpu")
     )
-    # 3..255 tokens: one padded batch would mostly be padding; a window of 11 reads 3-4 blocks at most
+    # 3..255 tokens: one padded batch would mostly be padding; a window of 11 reads 3-4 blocks at
+    # most
     assert len(plans) > 1 if variant_name == "plain" else len(plans) == 1
     torch.testing.assert_close(
         paged_attention(*args, variant=variant, backend="torch"),

@@ -59,7 +59,8 @@ def test_blocks_leaving_the_window_are_freed_but_stay_cached() -> None:
     assert list(pool.free_queue) == [5, 6, 7, 2, 1, 0]
     assert sorted(pool.block_to_hash) == [0, 1, 2, 3, 4] and pool.num_cached_free == 3
     assert e.allocator.evicted_slots == 20 - 8
-    e.step()  # decode token 20: logical block 5 -> pool block 5; the window (13..20) still needs block 3
+    # decode token 20: logical block 5 -> pool block 5; the window (13..20) still needs block 3
+    e.step()
     assert a.status.value == "finished" and list(pool.free_queue) == [6, 7, 2, 1, 0, 5, 4, 3]
     assert pool.num_cached_free == 5 and e.allocator.evicted_slots == 0
 
@@ -71,7 +72,8 @@ def test_a_hit_skips_the_blocks_before_the_window() -> None:
         req(1, A_PROMPT[:12] + (50, 51, 52, 53, 54))
     )  # shares blocks 0-2; 17 tokens, limit 4 blocks
     hits = e.allocator.lookup(b)
-    # from the right: h3' misses, h2 (block 2) and h1 (block 1) make the run of 2; block 0 is skipped
+    # from the right: h3' misses, h2 (block 2) and h1 (block 1) make the run of 2; block 0 is
+    # skipped
     assert (hits.skipped, hits.blocks, hits.free_cached) == (1, [1, 2], 2)
     assert e.allocator.hit_tokens(hits) == 12
     assert e.allocator.adopt(b, hits) == 12

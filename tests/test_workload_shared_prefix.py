@@ -1,4 +1,5 @@
-"""Shared-prefix workloads: real token ids, designed sharing, Zipf popularity, chat growth, bound."""
+"""Shared-prefix workloads: real token ids, designed sharing, Zipf popularity, chat growth,
+bound."""
 
 from __future__ import annotations
 

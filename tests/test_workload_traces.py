@@ -199,7 +199,8 @@ def test_bad_mooncake_and_azure_lines(tmp_path: Path) -> None:
     az = tmp_path / "a.csv"
     az.write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,5,1\n"
-        "2023-11-16 18:15:47.1,5,0\n2023-11-16 18:15:48.1,5\nyesterday,5,5\n2023-11-16 18:15:49.1,7,2\n"
+        "2023-11-16 18:15:47.1,5,0\n2023-11-16 18:15:48.1,5\nyesterday,5,5\n2023-11-16 "
+        "18:15:49.1,7,2\n"
     )
     with pytest.raises(
         ValueError, match=r"a\.csv:3: GeneratedTokens must be >= 1, got 0 \(azure trace\)"

@@ -52,6 +52,7 @@ def require_compiled_triton(monkeypatch: pytest.MonkeyPatch) -> None:
 
     if type(tl.zeros_like).__name__ == "InterpretedFunction":
         pytest.fail(
-            "triton was imported with TRITON_INTERPRET=1: run the GPU tests with TRITON_INTERPRET=0 set"
+            "triton was imported with TRITON_INTERPRET=1: run the GPU tests with "
+            "TRITON_INTERPRET=0 set"
         )
     monkeypatch.setenv("TRITON_INTERPRET", "0")

@@ -61,7 +61,8 @@ def dequantize_asymmetric(
 def settle_counts(
     keys_waiting: int, values_full: int, residual: int = KIVI_RESIDUAL
 ) -> tuple[int, int]:
-    """After a step's attention: (oldest waiting keys to quantize, oldest full values to quantize)."""
+    """After a step's attention: (oldest waiting keys to quantize, oldest full values to
+    quantize)."""
     return keys_waiting - keys_waiting % residual, max(0, values_full - residual)
 
 
@@ -78,7 +79,8 @@ def value_width(head_dim: int, group: int = KIVI_GROUP) -> int:
 def quantize_values(
     values: torch.Tensor, bits: int, group: int = KIVI_GROUP
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """values [..., head_dim] per token -> packed [..., groups, width * bits / 8], scale/min [..., groups]."""
+    """values [..., head_dim] per token -> packed [..., groups, width * bits / 8], scale/min [...,
+    groups]."""
     width = value_width(values.shape[-1], group)
     return quantize_asymmetric(values.float().reshape(*values.shape[:-1], -1, width), bits)
 
@@ -155,7 +157,8 @@ class KiviPagedCache:
         return sum(t.flatten(0, 1)[slots].numel() * t.element_size() for t in self.tensors[3:])
 
     def store_keys(self, blocks: torch.Tensor, keys: torch.Tensor) -> None:
-        """keys [len(blocks), G, kv_heads, head_dim]: each block's whole group, quantized per channel."""
+        """keys [len(blocks), G, kv_heads, head_dim]: each block's whole group, quantized per
+        channel."""
         packed, scale, low = quantize_keys(keys.transpose(1, 2), self.bits)
         for tensor, rows in (
             (self.key_packed, packed),

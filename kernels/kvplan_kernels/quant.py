@@ -222,7 +222,8 @@ def tensor_scale(x: torch.Tensor, fmt: str | CacheFormat) -> torch.Tensor:
 
 
 def pack_bits(q: torch.Tensor, bits: int) -> torch.Tensor:
-    """Pack signed ints q [..., n] into uint8 [..., ceil(n * bits / 8)] (offset-binary, low bits first)."""
+    """Pack signed ints q [..., n] into uint8 [..., ceil(n * bits / 8)] (offset-binary, low bits
+    first)."""
     per_byte = 8 // bits
     pad = (-q.shape[-1]) % per_byte
     q = torch.nn.functional.pad(q.to(torch.int32), (0, pad))

@@ -92,7 +92,8 @@ def paged_prefill_reference(
     v_scale: torch.Tensor | None = None,
     variant: AttentionVariant = PLAIN,
 ) -> torch.Tensor:
-    """Varlen attention over paged KV: query [num_tokens, num_heads, head_dim] -> same shape and dtype.
+    """Varlen attention over paged KV: query [num_tokens, num_heads, head_dim] -> same shape and
+    dtype.
 
     Sequence i owns queries query_start[i] .. query_start[i+1] - 1, its newest tokens: with
     n = query_start[i+1] - query_start[i], query j sits at position seq_lens[i] - n + j and sees

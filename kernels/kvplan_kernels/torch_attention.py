@@ -40,7 +40,8 @@ def paged_attention_varlen(
     variant: AttentionVariant,
     plan_cache: dict | None = None,
 ) -> torch.Tensor:
-    """query [num_tokens, H, D] -> same shape and dtype (semantics of `reference.paged_prefill_reference`).
+    """query [num_tokens, H, D] -> same shape and dtype (semantics of
+    `reference.paged_prefill_reference`).
 
     plan_cache: a dict the caller keeps for one batch of tables and lengths (one model step):
     the index work, which depends on them and the variant's window/chunk but not on a

@@ -142,7 +142,8 @@ def decode_kernel(
             mask=qmask,
         )
     else:
-        # Partials: acc [S, H, NUM_SPLITS, HEAD_DIM_PAD], stats [S, H, NUM_SPLITS, 2] (max, sum), contiguous.
+        # Partials: acc [S, H, NUM_SPLITS, HEAD_DIM_PAD], stats [S, H, NUM_SPLITS, 2] (max, sum),
+        # contiguous.
         row = (seq * (GROUP * tl.num_programs(1)) + heads) * NUM_SPLITS + split
         tl.store(part_ptr + row[:, None] * HEAD_DIM_PAD + d[None, :], acc, mask=g[:, None] < GROUP)
         tl.store(stat_ptr + row * 2, m_i, mask=g < GROUP)

@@ -77,7 +77,8 @@ def prefill_kernel(
     rvalid = r < q_len
     pos = seq_len - q_len + r  # [BLOCK_M] query positions
     lo = first_key(pos, window, chunk)
-    # Keys this tile can see: from its first row's lower bound to its last valid row (empty past q_len).
+    # Keys this tile can see: from its first row's lower bound to its last valid row (empty past
+    # q_len).
     start = tl.min(tl.where(rvalid, lo, seq_len), axis=0)
     end = tl.max(tl.where(rvalid, pos + 1, 0), axis=0)
     d = tl.arange(0, HEAD_DIM_PAD)

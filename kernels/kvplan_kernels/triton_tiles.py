@@ -42,7 +42,8 @@ def load_kv_tile(
     HEAD_DIM_PAD: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):
-    """[BLOCK_N, HEAD_DIM_PAD] tile of the vectors starting at element offsets `row`; zeros where masked."""
+    """[BLOCK_N, HEAD_DIM_PAD] tile of the vectors starting at element offsets `row`; zeros where
+    masked."""
     if IS_INT and VPB > 1:  # packed: each byte is loaded once and split into its VPB values
         cb = tl.arange(0, HEAD_DIM_PAD // VPB)
         bmask = tvalid[:, None] & (cb[None, :] < (HEAD_DIM + VPB - 1) // VPB)

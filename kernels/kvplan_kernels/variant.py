@@ -73,5 +73,6 @@ def check_sinks(variant: AttentionVariant, num_heads: int) -> None:
     sinks = variant.sinks
     if sinks is not None and tuple(sinks.shape) != (num_heads,):
         raise ValueError(
-            f"attention sinks must be one logit per query head ({num_heads}), got {tuple(sinks.shape)}"
+            f"attention sinks must be one logit per query head ({num_heads}), got "
+            f"{tuple(sinks.shape)}"
         )

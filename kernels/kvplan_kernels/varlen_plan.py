@@ -27,7 +27,8 @@ import torch
 
 from .variant import AttentionVariant
 
-QUERY_TILE = 64  # prefill queries per tile: the causal triangle left to mask inside a tile is <= 64 keys per row
+# prefill queries per tile: the causal triangle left to mask inside a tile is <= 64 keys per row
+QUERY_TILE = 64
 # One more bucket costs about as much as this many (query row x key) pairs of padded work:
 # the fixed per-call cost of a gather, a few small tensor ops and an attention call on CPU.
 BUCKET_OVERHEAD = 2048
@@ -35,7 +36,8 @@ BUCKET_OVERHEAD = 2048
 
 @dataclass(frozen=True)
 class BucketPlan:
-    """One padded attention batch: `num_tiles` query tiles of up to `max_q` rows, `max_k` keys each."""
+    """One padded attention batch: `num_tiles` query tiles of up to `max_q` rows, `max_k` keys
+    each."""
 
     max_q: int
     max_k: int

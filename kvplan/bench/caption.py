@@ -59,7 +59,10 @@ def load_lines(records: list[ResultRecord]) -> list[str]:
         if r.metrics.get("sustainable_requests_per_s")
     ]
     if sustained:
-        advice += f"; a --rate below {rate(min(sustained))} compares every optimization at a load all serve"
+        advice += (
+            f"; a --rate below {rate(min(sustained))} compares every optimization at a "
+            "load all serve"
+        )
     else:
         advice += "; a lower --rate, or more requests to measure the ceiling"
     lines.append(advice)
@@ -79,7 +82,8 @@ def _drawn(record: ResultRecord, offered: float) -> list[str]:
     count = record.params.get("num_requests")
     these = f"these {count:,} arrivals" if isinstance(count, int) else "these arrivals"
     return [
-        f"offered: the rate {these} came at; --rate {asked:g} is the mean of the process that drew them"
+        f"offered: the rate {these} came at; --rate {asked:g} is the mean of the process that "
+        "drew them"
     ]
 
 

@@ -249,8 +249,10 @@ def _unsplit_entropy(records: list[ResultRecord]) -> list[str]:
     if not names:
         return []
     return [
-        f"{', '.join(names)}: simulated without weights to probe the per-layer split, so every layer is "
-        "charged --kv-budget, as h2o is (a named simplification); real serving holds its split's largest "
+        f"{', '.join(names)}: simulated without weights to probe the per-layer split, so every "
+        "layer is "
+        "charged --kv-budget, as h2o is (a named simplification); real serving holds its split's "
+        "largest "
         "layer budget in every layer (1.45x h2o's slots on stories260K at budget 32)"
     ]
 
@@ -309,7 +311,10 @@ def _time_note(record: ResultRecord) -> str:
         return "times are measured wall-clock"
     source = record.metrics.get("step_model")  # set when the operator step model timed the run
     if not source:
-        return "times are modeled from the GPU roofline at datasheet peak (a lower bound), not measured"
+        return (
+            "times are modeled from the GPU roofline at datasheet peak (a lower bound), "
+            "not measured"
+        )
     band = record.metrics.get("time_error_band")
     return f"times are modeled as the sum of each step's operators ({source}), not measured" + (
         f"; {band_text(band)}" if band else ""

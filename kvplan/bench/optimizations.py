@@ -32,7 +32,8 @@ FULL = (
 
 
 def names_help() -> str:
-    """Every valid optimization name, grouped, for `kvplan bench --help` (brackets escaped for rich)."""
+    """Every valid optimization name, grouped, for `kvplan bench --help` (brackets escaped for
+    rich)."""
     return (
         f"allocators: {', '.join(ALLOCATORS)}; prefix; offload: {', '.join(OFFLOAD_PARTS)}; "
         f"KV formats: {', '.join(KV_FORMAT_PARTS)}; "

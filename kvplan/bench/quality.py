@@ -60,7 +60,8 @@ def served_columns(
         seed=seed,
         kv_budget=kv_budget,
     )
-    # a pool of one text (and a block or two to spare) in the widest format: the model's own precision
+    # a pool of one text (and a block or two to spare) in the widest format: the model's own
+    # precision
     slot_bytes = factory.loaded.spec.kv_bytes_per_token(parse_kv_format(dtype, factory.loaded.spec))
     pooled = replace(sizing, kv_cache_gib=(len(tokens) + 2 * KIVI_GROUP) * slot_bytes / GIB)
     reference = None

@@ -120,8 +120,10 @@ def unserved(metrics: Mapping[str, Any]) -> str | None:
     if budget is not None:
         where += f" ({budget / GIB:.2f} GiB per GPU)"
     return (
-        f"all {metrics['requests_rejected']:,} requests were rejected ({reasons}) with {where}; give the pool "
-        "more memory (--gpu-memory-utilization, --kv-cache-gib, a larger --gpu or --tp) or shorten the requests "
+        f"all {metrics['requests_rejected']:,} requests were rejected ({reasons}) with {where}; "
+        "give the pool "
+        "more memory (--gpu-memory-utilization, --kv-cache-gib, a larger --gpu or --tp) or "
+        "shorten the requests "
         "(--max-model-len, the workload's lengths)"
     )
 

@@ -77,7 +77,7 @@ def bench(
     real: RealOptions,
     tiers: TierOptions,
 ) -> None:
-    """Run every optimization on the identical request stream and compare (simulated or real mode)."""
+    """Run every optimization on one identical request stream and compare (simulated or real)."""
     from kvplan.bench.run import run_bench
 
     panels: Panels = (hardware, kv, requests, cluster, engine, output, real, tiers)
@@ -184,7 +184,8 @@ def bench(
             _report_beside(outcome.out)
         return
     console.print(
-        f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} s; "
+        f"[dim]{outcome.num_requests:,} requests x {len(records)} optimizations in {elapsed:.1f} "
+        "s; "
         f"results: {escape(str(outcome.out))}[/]"
     )
     if output.report:
@@ -218,7 +219,8 @@ def bench_config(panels: Panels) -> BenchConfig:
 
 
 def _warn_real_footprint(model: str, layers: int | None, model_dtype: str, device: str) -> None:
-    """Say (or refuse, above the memory there is) what building the model costs, before minutes of it."""
+    """Say (or refuse, above the memory there is) what building the model costs, before minutes of
+    it."""
     from kvplan.real.footprint import check_real_model_memory
     from kvplan.real.model import resolve_device
     from kvplan.spec.resolve import load_model

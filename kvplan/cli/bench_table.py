@@ -21,7 +21,8 @@ from kvplan.cli.fit_table import RULED, fitted_tables
 def render_comparison(view: Comparison, console: Console, caption: Sequence[str] = ()) -> None:
     """caption: lines said under the title, before the table (kvplan.bench.caption: the
     load and whether each optimization kept up, what timed the steps)."""
-    # the title is a line of its own: as a table title it wrapped at the (often narrow) table's width
+    # the title is a line of its own: as a table title it wrapped at the (often narrow) table's
+    # width
     console.print(f"[bold]{escape(view.title)}[/]")
     for line in caption:
         style = "bold yellow" if "overloaded" in line else "dim"

@@ -28,7 +28,8 @@ def calibrate(
     results: Annotated[
         list[Path],
         typer.Argument(
-            help="`vllm bench serve --save-result` JSON files, or text files holding vLLM's printed 'Serving Benchmark Result' block."
+            help="`vllm bench serve --save-result` JSON files, or text files holding vLLM's "
+            "printed 'Serving Benchmark Result' block."
         ),
     ],
     model: ModelOpt = SIZING.model,
@@ -54,21 +55,25 @@ def calibrate(
         Optional[int],
         typer.Option(
             metavar="TOKENS",
-            help="random dataset: --input-len of the runs, one value for every file (default: each file's total input tokens / requests); a file whose totals disagree is refused.",
+            help="random dataset: --input-len of the runs, one value for every file (default: "
+            "each file's total input tokens / requests); a file whose totals disagree is "
+            "refused.",
         ),
     ] = None,
     output_len: Annotated[
         Optional[int],
         typer.Option(
             metavar="TOKENS",
-            help="random dataset: --output-len of the runs, one value for every file (default: each file's total output tokens / requests).",
+            help="random dataset: --output-len of the runs, one value for every file (default: "
+            "each file's total output tokens / requests).",
         ),
     ] = None,
     random_range_ratio: Annotated[
         Optional[float],
         typer.Option(
             metavar="X",
-            help="random dataset: --random-range-ratio as the run's vLLM read it (before 0.8.4: lengths in [L r, L]); default: fixed lengths.",
+            help="random dataset: --random-range-ratio as the run's vLLM read it (before 0.8.4: "
+            "lengths in [L r, L]); default: fixed lengths.",
         ),
     ] = None,
     max_concurrency: Annotated[
@@ -96,7 +101,8 @@ def calibrate(
         str,
         typer.Option(
             metavar="VERSION",
-            help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: current.",
+            help="vLLM version of the server, e.g. 0.6.3 (V0 defaults before 0.8); default: "
+            "current.",
         ),
     ] = "",
     out: Annotated[
@@ -107,7 +113,10 @@ def calibrate(
         ),
     ] = Path("calibration.json"),
 ) -> None:
-    """Fit bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert GEMMs' factor to measured runs; print the fit error per run."""
+    """Fit the step model to measured runs and print the fit error per run.
+
+    Fits bandwidth / attention / FLOP/s factors, per-step overheads and (MoE models) the expert
+    GEMMs' factor."""
     from kvplan.fit.calibrate_runs import calibrate_results
     from kvplan.spec.resolve import load_gpu, load_model
 
@@ -143,7 +152,8 @@ def calibrate(
         console.print(
             "held-out median error: "
             + ", ".join(
-                f"{name.removesuffix('_error')} ±{100 * value:.1f}% ({int(summary[name.replace('_error', '_runs')])} runs)"
+                f"{name.removesuffix('_error')} ±{100 * value:.1f}% "
+                f"({int(summary[name.replace('_error', '_runs')])} runs)"
                 for name, value in summary.items()
                 if name.endswith("_error")
             )

@@ -60,7 +60,8 @@ def render_plan(result: CapacityPlan) -> None:
         size.add_row(
             f"  kept under --kv-budget {i.kv_budget:,}",
             fmt_bytes(result.seq_bytes),
-            f"each layer keeps at most {i.kv_budget:,} tokens (whole blocks); concurrency below uses this",
+            f"each layer keeps at most {i.kv_budget:,} tokens (whole blocks); concurrency below "
+            "uses this",
         )
     else:
         size.add_row(
@@ -71,7 +72,8 @@ def render_plan(result: CapacityPlan) -> None:
         size.add_row(
             "  ideal, windows kept",
             fmt_bytes(result.seq_bytes_ideal),
-            f"sliding layers hold only their window{chosen}; vLLM's hybrid KV cache manager allocates this",
+            f"sliding layers hold only their window{chosen}; vLLM's hybrid KV cache manager "
+            "allocates this",
         )
     if m.state_bytes_per_seq(i.tp):
         size.add_row(
@@ -93,7 +95,8 @@ def render_plan(result: CapacityPlan) -> None:
         else "driver total seen in a real log; kvplan profiles gpus"
         if i.gpu.driver_memory_gib
         else (
-            f"datasheet {i.gpu.memory_gib:g} GiB x 15/16: inline GDDR ECC (driver total not observed)"
+            f"datasheet {i.gpu.memory_gib:g} GiB x 15/16: inline GDDR ECC (driver total not "
+            "observed)"
             if i.gpu.gddr_ecc
             else f"datasheet {i.gpu.memory_gib:g} GiB x 0.99 (driver total not observed)"
         )
@@ -114,10 +117,12 @@ def render_plan(result: CapacityPlan) -> None:
         memory.add_row(
             "activation peak",
             fmt_bytes(profile.activation_bytes),
-            f"profiling run: {profile.batched_tokens:,} tokens, sampler for {profile.sampler_rows:,} sequences"
+            f"profiling run: {profile.batched_tokens:,} tokens, sampler for "
+            f"{profile.sampler_rows:,} sequences"
             + (f" ({SAMPLER_PATH_NAMES[profile.sampler_path]})" if profile.sampler_path else "")
             + (
-                "; not modeled: the vision encoder's own profiling pass, which vLLM runs first unless "
+                "; not modeled: the vision encoder's own profiling pass, which vLLM runs first "
+                "unless "
                 "--language-model-only"
                 if m.params.vision and not isinstance(SERVING_ENGINES[profile.engine], SGLangEngine)
                 else ""
@@ -248,6 +253,7 @@ def render_roofline(result: CapacityPlan) -> None:
     console.print(table)
     console.print(
         f"[dim]prefill of {ctx:,} tokens >= {roof.prefill_time(ctx) * 1e3:,.1f} ms "
-        f"({'FP8' if roof.uses_fp8_compute else 'BF16'} peak {roof.peak_flops / 1e12:,.0f} TFLOP/s, "
+        f"({'FP8' if roof.uses_fp8_compute else 'BF16'} peak {roof.peak_flops / 1e12:,.0f} "
+        "TFLOP/s, "
         f"HBM {i.gpu.hbm_tbps} TB/s; source: {i.gpu.source})[/]"
     )

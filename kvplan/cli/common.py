@@ -120,7 +120,8 @@ def flag_of(setting: str) -> str:
 
 
 def fail(message: str) -> None:
-    """Print `error: message` (user text escaped: brackets survive, markup never runs) and exit 2."""
+    """Print `error: message` (user text escaped: brackets survive, markup never runs) and exit
+    2."""
     error_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(BAD_INPUT) from None
 
@@ -197,7 +198,9 @@ EngineOpt = Annotated[
         "--engine",
         rich_help_panel=ENGINE,
         metavar="NAME",
-        help="The serving engine modeled: vllm or sglang (vllm-v0 / vllm-v1 name a vLLM generation). Its release's defaults size the pool, set the batch limits and time the steps.",
+        help="The serving engine modeled: vllm or sglang (vllm-v0 / vllm-v1 name a vLLM "
+        "generation). Its release's defaults size the pool, set the batch limits and time "
+        "the steps.",
     ),
 ]
 EngineVersionOpt = Annotated[
@@ -206,7 +209,8 @@ EngineVersionOpt = Annotated[
         "--engine-version",
         rich_help_panel=ENGINE,
         metavar="X.Y.Z",
-        help="The engine's release, e.g. 0.11.0 or 0.5.4.post2; default: the newest behaviour kvplan knows.",
+        help="The engine's release, e.g. 0.11.0 or 0.5.4.post2; default: the newest behaviour "
+        "kvplan knows.",
     ),
 ]
 UtilOpt = Annotated[
@@ -215,7 +219,8 @@ UtilOpt = Annotated[
         "--gpu-memory-utilization",
         rich_help_panel=ENGINE,
         metavar="FRACTION",
-        help="Fraction of GPU memory the engine may use; default: the engine's own (vLLM >= 0.20: 0.92, older: 0.9, SGLang: 0.88).",
+        help="Fraction of GPU memory the engine may use; default: the engine's own (vLLM >= 0.20: "
+        "0.92, older: 0.9, SGLang: 0.88).",
     ),
 ]
 JsonOpt = Annotated[

@@ -60,8 +60,12 @@ def render_cpu_plan(result: CpuKvPlan) -> None:
             "non-KV usage (estimate)",
             fmt_bytes(result.consumed_bytes or 0),
             f"weights {fmt_bytes(result.weight_bytes)} + runtime {fmt_bytes(overhead)} "
-            f"({'--reserve-gib' if i.overhead_bytes is not None else f'kvplan: {RUNTIME_OVERHEAD_GIB} GiB measured on vLLM 0.32'}); "
-            "vLLM measures the worker's RSS",
+            + (
+                "(--reserve-gib); "
+                if i.overhead_bytes is not None
+                else f"(kvplan: {RUNTIME_OVERHEAD_GIB} GiB measured on vLLM 0.32); "
+            )
+            + "vLLM measures the worker's RSS",
         )
         memory.add_row(
             "KV cache", fmt_bytes(result.kv_bytes), "requested - non-KV usage (an estimate)"
@@ -128,7 +132,8 @@ def render_cpu_explain(record: dict) -> None:
     console.print(f"KV memory ({escape(source)}): {escape(cpu['kv_memory_rule'])}")
     if modeled:
         console.print(
-            f"[dim]kvplan's model of the auto rule: the worker's RSS = weights + {RUNTIME_OVERHEAD_GIB} "
+            "[dim]kvplan's model of the auto rule: the worker's RSS = weights + "
+            f"{RUNTIME_OVERHEAD_GIB} "
             "GiB of runtime (an estimate; vLLM measures it)[/]"
         )
     if record["not_computed"]:

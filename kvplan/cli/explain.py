@@ -121,7 +121,8 @@ def render(record: dict) -> None:
     if predicted:
         console.print(
             f"[dim]kvplan's model: {escape(predicted['engine_model'])}; profiling batch "
-            f"{predicted['profiling_batch_tokens']:,} tokens, sampler {predicted['sampler_rows']:,} rows; "
+            f"{predicted['profiling_batch_tokens']:,} tokens, sampler "
+            f"{predicted['sampler_rows']:,} rows; "
             f"predicts {predicted['kv_cache_tokens']:,} KV tokens"
             + (
                 f" ({predicted['error_pct']:+.1f}% vs the log)"
@@ -135,13 +136,15 @@ def render(record: dict) -> None:
     if capacity:
         unit = capacity["unit"]
         basis = (
-            f"the engine's KV arithmetic on the {record['memory_gib']['kv']} GiB of KV memory it logged"
+            f"the engine's KV arithmetic on the {record['memory_gib']['kv']} GiB of KV memory it "
+            "logged"
             if capacity["basis"] == "logged KV memory"
             else "kvplan's memory model"
         )
         console.print(
             f"[bold]KV capacity from what the log shows:[/] {fmt_cell(capacity['kvplan'])} {unit} "
-            f"({basis}), {capacity['error_pct']:+.1f}% vs the {fmt_cell(capacity['logged'])} it printed"
+            f"({basis}), {capacity['error_pct']:+.1f}% vs the {fmt_cell(capacity['logged'])} it "
+            "printed"
         )
 
     kv = record["kv"]

@@ -70,7 +70,8 @@ def plan(
         typer.Option(
             metavar="TARGETS",
             rich_help_panel=WORKLOAD,
-            help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. ttft_p90=2s,tpot_p90=60ms.",
+            help="Latency targets, any of ttft/tpot/e2e at p50/p90/p99, e.g. "
+            "ttft_p90=2s,tpot_p90=60ms.",
         ),
     ] = "ttft_p90=2s",
     workload: Annotated[
@@ -78,7 +79,8 @@ def plan(
         typer.Option(
             metavar="NAME",
             rich_help_panel=WORKLOAD,
-            help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, system-prompt, rag, chat, ...",
+            help="Synthetic workload (as kvplan bench --workload): sharegpt, alpaca, "
+            "system-prompt, rag, chat, ...",
         ),
     ] = "sharegpt",
     trace: Annotated[
@@ -86,7 +88,8 @@ def plan(
         typer.Option(
             metavar="FILE",
             rich_help_panel=WORKLOAD,
-            help="Replay a request trace instead (Mooncake / Azure / generic JSONL, as kvplan bench --trace); its arrivals are rescaled to each rate tried.",
+            help="Replay a request trace instead (Mooncake / Azure / generic JSONL, as kvplan "
+            "bench --trace); its arrivals are rescaled to each rate tried.",
         ),
     ] = None,
     input_len: Annotated[
@@ -111,7 +114,8 @@ def plan(
             "--workload-param",
             metavar="NAME=VALUE",
             rich_help_panel=WORKLOAD,
-            help="Generator setting NAME=VALUE, as in kvplan bench (--workload random reads input_len, output_len, random_range_ratio).",
+            help="Generator setting NAME=VALUE, as in kvplan bench (--workload random reads "
+            "input_len, output_len, random_range_ratio).",
         ),
     ] = None,
     gpu: Annotated[
@@ -130,7 +134,8 @@ def plan(
         typer.Option(
             metavar="FILE",
             rich_help_panel=HARDWARE,
-            help="TOML file of $/GPU-hour (\\[usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships no prices.",
+            help="TOML file of $/GPU-hour (\\[usd_per_gpu_hour] h100-80gb = 2.49); kvplan ships "
+            "no prices.",
         ),
     ] = None,
     tp: Annotated[
@@ -167,7 +172,8 @@ def plan(
         typer.Option(
             "--disagg",
             rich_help_panel=HARDWARE,
-            help="Also consider prefill/decode-disaggregated deployments (xPyD): each pool sized on its own, the pipeline verified with the KV transfer between them.",
+            help="Also consider prefill/decode-disaggregated deployments (xPyD): each pool sized "
+            "on its own, the pipeline verified with the KV transfer between them.",
         ),
     ] = False,
     kv_link_gbps: Annotated[
@@ -175,7 +181,9 @@ def plan(
         typer.Option(
             metavar="GB/S",
             rich_help_panel=HARDWARE,
-            help="--disagg: KV transfer bandwidth per GPU, one direction (default: the GPU profile's interconnect, i.e. both pools in one NVLink domain; across nodes give the NIC's, e.g. 50 for 400 Gb/s).",
+            help="--disagg: KV transfer bandwidth per GPU, one direction (default: the GPU "
+            "profile's interconnect, i.e. both pools in one NVLink domain; across nodes give "
+            "the NIC's, e.g. 50 for 400 Gb/s).",
         ),
     ] = None,
     optimization: Annotated[
@@ -183,7 +191,8 @@ def plan(
         typer.Option(
             metavar="NAME",
             rich_help_panel=KV_PANEL,
-            help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's and SGLang's default.",
+            help="KV optimization served with (as in kvplan bench); prefix caching is vLLM V1's "
+            "and SGLang's default.",
         ),
     ] = "prefix",
     engine: EngineOpt = DEFAULT_ENGINE_NAME,
@@ -208,7 +217,8 @@ def plan(
         typer.Option(
             metavar="NAME",
             rich_help_panel=OUTPUT,
-            help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]'): where the candidates' searches run.",
+            help="local (a process pool over this machine's cores) or ray (pip install "
+            "'kvplan\\[ray]'): where the candidates' searches run.",
         ),
     ] = "local",
     workers: Annotated[
@@ -234,11 +244,15 @@ def plan(
         typer.Option(
             metavar="DIR",
             rich_help_panel=OUTPUT,
-            help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).",
+            help="Also write DIR/plan.json (kvplan.plan/1) and DIR/plan.jsonl (one result record "
+            "per candidate; kvplan report DIR/plan.jsonl draws cost against capacity).",
         ),
     ] = None,
 ) -> None:
-    """Find the cheapest deployment (GPU, TP, KV format, replicas; with --disagg also prefill/decode pools) that serves --rate within --slo: the fewest replicas by branch and bound on kvplan's simulated engine, the best verified as a whole cluster."""
+    """Find the cheapest deployment (GPU, TP, KV format, replicas) that serves --rate within --slo.
+
+    The fewest replicas per candidate by branch and bound on kvplan's simulated engine, the best
+    verified as a whole cluster; with --disagg also prefill/decode pools."""
     from kvplan.bench.setting_use import calibration_warnings
     from kvplan.bench.workloads import WorkloadSpec, parse_workload_params
     from kvplan.deploy.demand import Candidate, Demand
@@ -257,7 +271,8 @@ def plan(
         raise ValueError(f"--rate must be a positive number of requests per second, got {rate}")
     if num_requests < 10:
         raise ValueError(
-            f"--num-requests must be at least 10 for a percentile to mean anything, got {num_requests}"
+            "--num-requests must be at least 10 for a percentile to mean anything, got "
+            f"{num_requests}"
         )
     check_numbers(
         {

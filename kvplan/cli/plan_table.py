@@ -86,7 +86,8 @@ def render_plan(data: dict, figures: list[str]) -> None:
     if winner is None:
         console.print(
             "[bold red]no candidate meets the SLO at this rate[/]; the table says why each failed: "
-            "try more GPU types or TP sizes (--gpu, --tp), fp8 KV (--kv-dtype auto,fp8) or a looser --slo"
+            "try more GPU types or TP sizes (--gpu, --tp), fp8 KV (--kv-dtype auto,fp8) or a "
+            "looser --slo"
         )
     else:
         cost = (
@@ -98,14 +99,17 @@ def render_plan(data: dict, figures: list[str]) -> None:
         split = winner["disaggregated"]
         if split is None:
             why = (
-                f"each replica sustains at least {winner['replica_capacity_rps']:.2f} req/s within the SLO, and a "
-                f"cluster of {winner['replicas']} behind the {data['router']} router met it at {data['rate_rps']:g} req/s"
+                f"each replica sustains at least {winner['replica_capacity_rps']:.2f} req/s "
+                "within the SLO, and a "
+                f"cluster of {winner['replicas']} behind the {data['router']} router met it at "
+                f"{data['rate_rps']:g} req/s"
             )
         else:
             transfer = split["kv_transfer_s_mean"]
             why = (
                 f"{split['prefill_replicas']} prefill replica(s) at TP {split['prefill_tp']} and "
-                f"{split['decode_replicas']} decode replica(s) at TP {split['decode_tp']}; the pipeline (KV transfer "
+                f"{split['decode_replicas']} decode replica(s) at TP {split['decode_tp']}; the "
+                "pipeline (KV transfer "
                 f"{_ms(transfer)} on average) met the SLO at {data['rate_rps']:g} req/s"
             )
         console.print(f"[bold]winner:[/] {escape(winner['layout'])} = {gpus}: {why}.")
@@ -128,8 +132,11 @@ def render_plan(data: dict, figures: list[str]) -> None:
             "not at the target rate[/]"
         )
     console.print(
-        f"[dim]{data['simulations']} simulations; replicas = the fewest n for which one replica meets "
-        "the SLO at rate / n; 'cost >=' rows stopped once they could not beat the best (--json says why "
-        "each row lost); headroom = replicas x per-replica capacity, between the highest rate seen to "
+        f"[dim]{data['simulations']} simulations; replicas = the fewest n for which one replica "
+        "meets "
+        "the SLO at rate / n; 'cost >=' rows stopped once they could not beat the best (--json "
+        "says why "
+        "each row lost); headroom = replicas x per-replica capacity, between the highest rate "
+        "seen to "
         "meet the SLO and the lowest seen to miss it[/]"
     )

@@ -37,7 +37,8 @@ def profile(
         str,
         typer.Argument(
             metavar="MODEL",
-            help="A profile name (kvplan profiles models), a Hugging Face id, or a config.json / model dir.",
+            help="A profile name (kvplan profiles models), a Hugging Face id, or a config.json / "
+            "model dir.",
         ),
     ],
     device: Annotated[
@@ -50,7 +51,8 @@ def profile(
         typer.Option(
             rich_help_panel=HARDWARE,
             metavar="DTYPE",
-            help="Weight dtype served (bf16, fp8, int4, ...); default: the checkpoint's. Only 16-bit weights are measured; the rest is left to the next source.",
+            help="Weight dtype served (bf16, fp8, int4, ...); default: the checkpoint's. Only "
+            "16-bit weights are measured; the rest is left to the next source.",
         ),
     ] = None,
     kv_dtype: KvDtypeOpt = SIZING.kv_dtype,
@@ -59,7 +61,8 @@ def profile(
         typer.Option(
             rich_help_panel=HARDWARE,
             metavar="DTYPE",
-            help="Dtype to compute in: bf16 (what vLLM serves a 16-bit model in, on GPUs and CPUs), fp16 or fp32.",
+            help="Dtype to compute in: bf16 (what vLLM serves a 16-bit model in, on GPUs and "
+            "CPUs), fp16 or fp32.",
         ),
     ] = "bf16",
     threads: Annotated[
@@ -67,7 +70,8 @@ def profile(
         typer.Option(
             rich_help_panel=HARDWARE,
             metavar="N",
-            help="CPU: torch's intra-op threads (1 matches a vLLM CPU server run with OMP_NUM_THREADS=1).",
+            help="CPU: torch's intra-op threads (1 matches a vLLM CPU server run with "
+            "OMP_NUM_THREADS=1).",
         ),
     ] = 1,
     max_tokens: Annotated[
@@ -75,7 +79,8 @@ def profile(
         typer.Option(
             rich_help_panel=GRID,
             metavar="N",
-            help="Largest step measured (GEMMs, experts, prefill chunks); above it times grow linearly. Default: 512 on CPU, 8192 on CUDA.",
+            help="Largest step measured (GEMMs, experts, prefill chunks); above it times grow "
+            "linearly. Default: 512 on CPU, 8192 on CUDA.",
         ),
     ] = None,
     max_seqs: Annotated[
@@ -83,7 +88,8 @@ def profile(
         typer.Option(
             rich_help_panel=GRID,
             metavar="N",
-            help="Largest decode batch and LM-head batch measured. Default: 64 on CPU, 256 on CUDA.",
+            help="Largest decode batch and LM-head batch measured. Default: 64 on CPU, 256 on "
+            "CUDA.",
         ),
     ] = None,
     max_context: Annotated[
@@ -91,7 +97,8 @@ def profile(
         typer.Option(
             rich_help_panel=GRID,
             metavar="TOKENS",
-            help="Longest context measured (decode, tokens before a prefill chunk). Default: 4096 on CPU, 16384 on CUDA.",
+            help="Longest context measured (decode, tokens before a prefill chunk). Default: 4096 "
+            "on CPU, 16384 on CUDA.",
         ),
     ] = None,
     points: Annotated[
@@ -103,7 +110,8 @@ def profile(
         typer.Option(
             rich_help_panel=GRID,
             metavar="N",
-            help="Timed repeats per point (the median is kept; a point stops after 0.5 s of repeats).",
+            help="Timed repeats per point (the median is kept; a point stops after 0.5 s of "
+            "repeats).",
         ),
     ] = 5,
     output: Annotated[
@@ -115,7 +123,10 @@ def profile(
         ),
     ] = None,
 ) -> None:
-    """Measure a model's operators (GEMMs, experts, attention, memory passes, all-reduces) on this machine's CPU or GPU into a table `kvplan bench --perf-table` times simulated steps with."""
+    """Measure a model's operators on this machine's CPU or GPU into a --perf-table table.
+
+    GEMMs, experts, attention, memory passes and all-reduces: the table `kvplan bench
+    --perf-table` times simulated steps with."""
     from kvplan.spec import parse_kv_format
     from kvplan.spec.extras import MissingExtra, missing_modules
     from kvplan.spec.numbers import check_numbers

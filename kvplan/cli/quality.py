@@ -96,8 +96,10 @@ def render(rows: list[dict[str, Any]], label: str, tokens: int, budget: int | No
     console.print(fitted_table(title, headers, cells, console.width, left=("optimization",)))
     if served:
         console.print(
-            "[dim]served: the text teacher-forced through the serving engine (scheduler, paged pool, "
-            "policy, kernels; KIVI in 32-token blocks, one key group each); '-': refused by real serving "
+            "[dim]served: the text teacher-forced through the serving engine (scheduler, paged "
+            "pool, "
+            "policy, kernels; KIVI in 32-token blocks, one key group each); '-': refused by real "
+            "serving "
             "(h2o-holes, a budget within one block)[/]"
         )
     console.print(

@@ -17,7 +17,8 @@ def report(
     results: Annotated[
         Optional[list[Path]],
         typer.Argument(
-            help="Results files written by kvplan bench or estimate --out; default: the newest bench run (reports/latest).",
+            help="Results files written by kvplan bench or estimate --out; default: the newest "
+            "bench run (reports/latest).",
             show_default=False,
         ),
     ] = None,
@@ -35,9 +36,11 @@ def report(
 
         written = write_report(results or [read_latest()], out)
     console.print(
-        f"wrote {escape(str(written.index))} ({len(written.charts)} charts, {len(written.files)} files)"
+        f"wrote {escape(str(written.index))} ({len(written.charts)} charts, {len(written.files)} "
+        "files)"
     )
     for alert in written.alerts:
         console.print(
-            f"[yellow]alert[/] {escape(alert['alert'])}: {escape(alert['run'])}: {escape(alert['detail'])}"
+            f"[yellow]alert[/] {escape(alert['alert'])}: {escape(alert['run'])}: "
+            f"{escape(alert['detail'])}"
         )

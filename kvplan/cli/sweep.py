@@ -41,7 +41,8 @@ def sweep(
         str,
         typer.Option(
             metavar="NAME",
-            help="local (a process pool over this machine's cores) or ray (pip install 'kvplan\\[ray]').",
+            help="local (a process pool over this machine's cores) or ray (pip install "
+            "'kvplan\\[ray]').",
         ),
     ] = DEFAULT_EXECUTOR,
     address: Annotated[
@@ -119,7 +120,8 @@ def sweep(
             f"{escape(str(record.metrics['error']))}"
         )
     console.print(
-        f"[dim]results: {escape(str(out / 'results.jsonl'))} ({len(records) - len(failed)} ok, {len(failed)} failed); "
+        f"[dim]results: {escape(str(out / 'results.jsonl'))} ({len(records) - len(failed)} ok, "
+        f"{len(failed)} failed); "
         f"kvplan report {escape(str(out / 'results.jsonl'))} draws them[/]"
     )
     if records and len(failed) == len(records):

@@ -14,7 +14,8 @@ free queue as an append-only log of block ids with, per free block, the
 log position it was queued at. A block taken out of the middle (a cache hit on a free block)
 only forgets its position; the stale log entry is skipped when the front reaches it, and the
 log is compacted when full. The log keeps a pool's length of room before its front, so
-blocks can be put at the front the same way. The hash -> block map stays a dict: hashes are arbitrary 64-bit
+blocks can be put at the front the same way. The hash -> block map stays a dict: hashes are
+arbitrary 64-bit
 ints, and the dict holds only what the pool caches now (numbering every hash a long trace
 ever shows costs more than it saves).
 """

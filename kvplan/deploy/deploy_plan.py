@@ -170,7 +170,8 @@ def _search(
     best: float,
     note: Progress,
 ) -> None:
-    """fewest_replicas for every row, in the executor's waves, each bounded by the best cost so far."""
+    """fewest_replicas for every row, in the executor's waves, each bounded by the best cost so
+    far."""
     wave = executor.wave or len(rows)
     by_candidate = {row.capacity.candidate: row for row in rows}
     for start in range(0, len(rows), max(wave, 1)):
@@ -209,7 +210,8 @@ def _verify_best(
     max_gpus: int | None,
     note: Progress,
 ) -> int:
-    """Verify the best until the best are verified (a cluster may need more replicas); the runs made."""
+    """Verify the best until the best are verified (a cluster may need more replicas); the runs
+    made."""
     runs = 0
     while True:
         rows.sort(key=_rank)
@@ -230,7 +232,8 @@ def _verify_best(
 
 
 def _rank(row: PlanRow) -> tuple:
-    """Feasible first; then cost, GPUs, the simpler deployment, and the most capacity per replica."""
+    """Feasible first; then cost, GPUs, the simpler deployment, and the most capacity per
+    replica."""
     cost = row.usd_per_hour if row.usd_per_hour is not None else math.inf
     return (not row.feasible, cost, row.gpus, row.parts, -row.capacity.capacity_rps)
 

@@ -108,7 +108,8 @@ class DisaggRow(PlanRow):
         if not self.feasible or self.prefill is None:
             return f"{decode.gpu} P/D {decode.kv_dtype}"
         return (
-            f"{self.prefill_replicas}P TP{self.prefill.candidate.tp} + {self.replicas}D TP{decode.tp} "
+            f"{self.prefill_replicas}P TP{self.prefill.candidate.tp} + {self.replicas}D "
+            f"TP{decode.tp} "
             f"{decode.gpu} {decode.kv_dtype}"
         )
 

@@ -103,7 +103,8 @@ class PlanRow:
 
     def verify(self, demand: Demand, router: str, prices: dict[str, float]) -> int:
         """Simulate the cluster at the target rate from the division's replica count: add replicas
-        while it misses the SLO; if it meets at once, the fewest that still meet. Returns the runs made."""
+        while it misses the SLO; if it meets at once, the fewest that still meet. Returns the runs
+        made."""
         candidate, runs = self.capacity.candidate, 0
 
         def meets(replicas: int) -> Mapping[str, Any] | None:
@@ -131,7 +132,8 @@ class PlanRow:
                 self.capacity,
                 status=SearchStatus.CLUSTER,
                 reason=(
-                    f"a cluster of up to {self.replicas + MAX_EXTRA_REPLICAS} replicas misses the SLO "
+                    f"a cluster of up to {self.replicas + MAX_EXTRA_REPLICAS} replicas misses the "
+                    "SLO "
                     f"at {demand.rate:g} req/s"
                 ),
             )

@@ -46,7 +46,8 @@ class Slo:
     targets: tuple[Target, ...]
 
     def misses(self, metrics: Mapping[str, Any]) -> list[str]:
-        """The targets a run's metrics miss, each as 'ttft_p90 3.1 s > 2 s'; [] when it meets them all.
+        """The targets a run's metrics miss, each as 'ttft_p90 3.1 s > 2 s'; [] when it meets them
+        all.
         A figure the run could not measure (no request finished) is a miss."""
         missed = []
         for target in self.targets:

@@ -55,7 +55,8 @@ def sent_at(
 ) -> WorkloadSpec:
     """The workload sent at `rate` requests/s: a synthetic one at that rate, a trace with its own
     arrivals rescaled (time_scale = its rate / the wanted one). An infinite rate sends everything
-    at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst, a trace squeezed."""
+    at t = 0: vLLM's datasets as `vllm bench` sends them, other kinds as a burst, a trace
+    squeezed."""
     if native_rate is None:
         if math.isinf(rate) and workload.kind not in VLLM_DATASETS:
             return dataclasses.replace(workload, arrival="burst", num_requests=requests)

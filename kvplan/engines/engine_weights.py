@@ -1,4 +1,5 @@
-"""Weights as vLLM holds them on the GPU, where its kernels need another layout than the checkpoint's.
+"""Weights as vLLM holds them on the GPU, where its kernels need another layout than the
+checkpoint's.
 
 MXFP4 MoE experts (gpt-oss): each MoE kernel backend pads the expert matrices to its tile
 before loading them (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py,
@@ -96,7 +97,8 @@ def loaded_weight_bytes_per_gpu(
     if is_vllm(engine) and weight_dtype is None and quant is not None:
         loaded = mxfp4_expert_bytes_per_gpu(model, gpu, tp)
         if loaded is not None:
-            # the checkpoint's experts as kvplan sizes them: every expert parameter at the format's bits
+            # the checkpoint's experts as kvplan sizes them: every expert parameter at the format's
+            # bits
             stored = (
                 model.params.experts_total
                 * (quant.weight_bits + quant.scale_bits / quant.group_size)

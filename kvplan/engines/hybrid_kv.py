@@ -29,7 +29,8 @@ repository, in kvplan's own words; steps 1-6, the groups, are kv_groups.py's):
 8. A max_model_len request needs, per group, ceil(bytes / page) blocks: full ceil(L / bs);
    sliding ceil(min(W - 1 + T, L) / bs) + 1; chunked ceil(min(W + T, L) / bs), where T is
    the tokens in flight: max_num_batched_tokens, and from 0.26 (PR #47728) that many per
-   concurrent batch, two under async scheduling (VllmConfig.max_in_flight_tokens); Mamba 1 (+1 with prefix caching's
+   concurrent batch, two under async scheduling (VllmConfig.max_in_flight_tokens); Mamba 1 (+1 with
+   prefix caching's
    "align" mode, + the speculative tokens); concurrency = num_blocks / their sum
    (get_max_concurrency_for_kv_cache_config, `max_memory_usage_bytes` of each spec).
 9. "GPU KV cache size: N tokens" was num_blocks // num_groups * min block size up to
@@ -119,7 +120,8 @@ class VllmKVCache:
 
     @property
     def true_concurrency(self) -> float:
-        """max_model_len requests that fit once prefilled (sliding layers hold their window only)."""
+        """max_model_len requests that fit once prefilled (sliding layers hold their window
+        only)."""
         held = sum(g.blocks_held(self.max_model_len, self.state_blocks) for g in self.groups)
         return self.num_blocks / held
 
@@ -134,7 +136,8 @@ class VllmKVCache:
 
     @property
     def estimated_max_model_len(self) -> int:
-        """The length vLLM's refusal suggests: the longest request whose blocks fit (binary search)."""
+        """The length vLLM's refusal suggests: the longest request whose blocks fit (binary
+        search)."""
         lo, hi, best = 1, self.max_model_len, 0
         while lo <= hi:
             mid = (lo + hi) // 2

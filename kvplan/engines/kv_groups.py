@@ -84,7 +84,8 @@ class KVCacheGroupSpec:
     def blocks_per_request(
         self, max_model_len: int, max_num_batched_tokens: int, state_blocks: int = 1
     ) -> int:
-        """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes / page)."""
+        """Blocks vLLM reserves per max_model_len request (the spec's max_memory_usage_bytes /
+        page)."""
         if issubclass(self.spec, SlidingWindowSpec):
             return (
                 cdiv(min(self.span - 1 + max_num_batched_tokens, max_model_len), self.block_size)

@@ -12,7 +12,8 @@ v1 gpu_worker.py determine_available_memory):
   gpu_model_runner.profile_run + _dummy_sampler_run). Defaults differ by engine:
   v0 batches max(max_model_len, 2048) tokens and samples 256 rows; from vLLM 0.5.4 (PR #6666,
   "enable chunked prefill by default for long context models") a max_model_len above 32K turns
-  chunked prefill on and the profile batches 2048 tokens; v1's API server batches 8192 tokens / 1024 rows on >= 70 GiB GPUs
+  chunked prefill on and the profile batches 2048 tokens; v1's API server batches 8192 tokens /
+  1024 rows on >= 70 GiB GPUs
   other than A100, else 2048 / 256 (EngineArgs defaults since ~0.8).
 - The activation itself is modeled as the live tensors of the widest layer per token (2 x
   hidden for the residual stream plus the wider of attention's q/k/v/o and the MLP's
@@ -111,7 +112,8 @@ class EngineSettings:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if self.sampler_path is not None and self.sampler_path not in SAMPLER_BYTES_PER_LOGIT:
             raise ValueError(
-                f"unknown sampler path '{self.sampler_path}'; one of {', '.join(SAMPLER_BYTES_PER_LOGIT)}"
+                f"unknown sampler path '{self.sampler_path}'; one of "
+                f"{', '.join(SAMPLER_BYTES_PER_LOGIT)}"
             )
 
 
@@ -150,7 +152,8 @@ def mlp_width(model: ModelSpec) -> float:
 
 
 def activation_elements_per_token(model: ModelSpec, tp: int) -> float:
-    """Live activation elements per token at the widest point of a layer (before the fitted scale)."""
+    """Live activation elements per token at the widest point of a layer (before the fitted
+    scale)."""
     kv_heads = model.self_attention_kv_heads
     attention = (2 * model.num_heads + 2 * kv_heads) * model.head_dim  # q, k, v and the output
     mlp = 3 * mlp_width(model)  # gate and up projections, then the activated product
@@ -202,7 +205,8 @@ def predict_memory(
     non_torch = fit.non_torch_gib * GIB
     engine = settings.serving_engine
     if isinstance(engine, SGLangEngine):
-        # the fraction is of the memory free once torch.distributed / NCCL started (the non-torch part)
+        # the fraction is of the memory free once torch.distributed / NCCL started (the non-torch
+        # part)
         usable = (total - non_torch) * utilization + non_torch
         return MemoryProfile(
             engine.generation, total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows

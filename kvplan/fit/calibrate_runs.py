@@ -80,7 +80,8 @@ def calibrate_results(
 
     if not paths:
         raise ValueError(
-            "no result files given; pass one or more `vllm bench serve --save-result` JSONs or pasted blocks"
+            "no result files given; pass one or more `vllm bench serve --save-result` JSONs or "
+            "pasted blocks"
         )
     check_settings(settings)
     check_out(out, paths)
@@ -136,7 +137,8 @@ def check_out(out: Path, inputs: list[Path]) -> None:
         same = out.exists() and path.exists() and os.path.samefile(out, path)
         if same or out.resolve() == path.resolve():
             raise SettingError(
-                "{out} '{path}' is one of the result files; pass another file name for the calibration",
+                "{out} '{path}' is one of the result files; pass another file name for the "
+                "calibration",
                 path=out,
             )
 

@@ -147,7 +147,8 @@ def _agree(path: Path, values: dict[str, Any], checked: dict[str, Any]) -> None:
         for key in PER_REQUEST_LISTS:
             if key in values and len(values[key]) < completed:
                 raise ValueError(
-                    f"{path}: '{key}' lists {len(values[key]):,} requests, but the result completed "
+                    f"{path}: '{key}' lists {len(values[key]):,} requests, but the result "
+                    "completed "
                     f"{completed:,}; pass the result file vLLM wrote, as it wrote it"
                 )
     duration = checked.get("duration")
@@ -234,7 +235,8 @@ def check_request_length(
     longest = max_model_len or model_max_len(load_model(model))
     if longest and input_len and output_len and input_len + output_len > longest:
         raise ValueError(
-            f"{path}: requests of {input_len:,} prompt + {output_len:,} output tokens (the result's "
+            f"{path}: requests of {input_len:,} prompt + {output_len:,} output tokens (the "
+            "result's "
             f"token totals / completed requests) are longer than {model} serves ({longest:,}); "
             "pass the result of a run on this model, or its --input-len and --output-len"
         )

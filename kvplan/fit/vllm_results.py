@@ -103,7 +103,8 @@ def read_vllm_block(path: Path, settings: dict[str, Any], text: str) -> Measured
             values[BLOCK_LABELS[label.strip()]] = _block_value(value.strip())
     if "output_throughput" not in values:
         raise ValueError(
-            f"{path}: the block has no 'Output token throughput (tok/s)' line; paste the whole block"
+            f"{path}: the block has no 'Output token throughput (tok/s)' line; paste the whole "
+            "block"
         )
     return _serving_run(path, values, settings)
 

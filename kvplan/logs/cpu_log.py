@@ -83,7 +83,8 @@ class _Sizing:
         return int(blocks / per_request * self.max_len) if per_request else None
 
     def block_range(self, kv_gib: float) -> tuple[int, int] | None:
-        """Blocks the KV memory gives at kvplan's size, the log's two-decimal rounding either way."""
+        """Blocks the KV memory gives at kvplan's size, the log's two-decimal rounding either
+        way."""
         cache = self.cache(0.0)
         if cache is None:
             return None

@@ -142,7 +142,8 @@ def explain(
     setup = server_setup(log, model_name=model, gpu_name=gpu)
     memory = memory_breakdown(log, setup)
     kv = bytes_per_token(log, setup, memory["kv"])
-    # What-ifs use kvplan's size where it is a per-token cost the log agrees with, else the log's own.
+    # What-ifs use kvplan's size where it is a per-token cost the log agrees with, else the log's
+    # own.
     dense = setup.model is not None and not (
         setup.model.has_windows or setup.model.state_bytes_per_seq()
     )

@@ -256,7 +256,8 @@ class CapacityPrediction:
 
 
 def stage_layers_share(model: ModelSpec, pp: int) -> float:
-    """Share of the layers on the first pipeline stage (vLLM gives the remainder to the first stages)."""
+    """Share of the layers on the first pipeline stage (vLLM gives the remainder to the first
+    stages)."""
     return math.ceil(model.num_layers / pp) / model.num_layers
 
 

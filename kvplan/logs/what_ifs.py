@@ -55,7 +55,8 @@ def what_ifs(
         add(
             f"{flag} 0.95",
             _tokens(kv + extra, per_token, step),
-            f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and fragmentation",
+            f"+{extra / GIB:.2f} GiB per GPU for KV; less headroom for other processes and "
+            "fragmentation",
         )
     if isinstance(engine, VllmEngine) and not no_cache:
         out += _longest_request(
@@ -79,7 +80,8 @@ def what_ifs(
             add(
                 f"{engine.tp_flag} {tp}",
                 _tokens(kv_tp, per_token_tp, step),
-                f"weights per GPU halve (+{weights / 2 / GIB:.2f} GiB for KV); KV heads split across {tp} GPUs; "
+                f"weights per GPU halve (+{weights / 2 / GIB:.2f} GiB for KV); KV heads split "
+                f"across {tp} GPUs; "
                 "activation peak assumed unchanged",
             )
     return out
@@ -106,9 +108,13 @@ def _longest_request(log: ServerLog, setup: ServerSetup, fits: int) -> list[dict
         cap = (
             "the model's maximum (its config's length with RoPE scaling, as vLLM derives it)"
             if known
-            else "the server's own max_model_len (kvplan does not know the model's maximum; pass --model)"
+            else "the server's own max_model_len (kvplan does not know the model's maximum; pass "
+            "--model)"
         )
-        note = f"{cap}; the KV cache holds {fits:,} tokens, {fits / longest:.2f} requests of this length"
+        note = (
+            f"{cap}; the KV cache holds {fits:,} tokens, {fits / longest:.2f} requests of "
+            "this length"
+        )
         return [
             {
                 "change": f"--max-model-len {longest}",

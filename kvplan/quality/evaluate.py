@@ -226,7 +226,8 @@ def calibrate(
         return None, None
     if not calibration:
         raise ValueError(
-            f"{spec.name if splits else kv_format} needs a calibration text other than the one scored"
+            f"{spec.name if splits else kv_format} needs a calibration text other than the one "
+            "scored"
         )
     _, probe = run_policy(model, calibration, PolicySpec("full"))
     budgets = scales = None

@@ -35,12 +35,14 @@ class KiviLayer:
     bits: int
     group: int = KIVI_GROUP
     residual: int = KIVI_RESIDUAL
-    # keys: per quantized run [kv_heads, groups, head_dim, packed group] + scale/min [kv_heads, groups, head_dim]
+    # keys: per quantized run [kv_heads, groups, head_dim, packed group] + scale/min [kv_heads,
+    # groups, head_dim]
     key_packed: list[Any] = field(default_factory=list)
     key_scale: list[Any] = field(default_factory=list)
     key_min: list[Any] = field(default_factory=list)
     key_full: Any = None  # [kv_heads, < residual, head_dim]
-    # values: per token [kv_heads, tokens, channel groups, packed] + scale/min [kv_heads, tokens, channel groups]
+    # values: per token [kv_heads, tokens, channel groups, packed] + scale/min [kv_heads, tokens,
+    # channel groups]
     value_packed: list[Any] = field(default_factory=list)
     value_scale: list[Any] = field(default_factory=list)
     value_min: list[Any] = field(default_factory=list)

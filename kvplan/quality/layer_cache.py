@@ -17,7 +17,8 @@ class LayerCache:
     keys: Any = None  # [kv_heads, n, head_dim]
     values: Any = None
     positions: Any = None  # np [kv_heads, n]: each kept token's original position
-    scores: Any = None  # np [kv_heads, n]: attention each token received (summed over the group's query heads)
+    # np [kv_heads, n]: attention each token received (summed over the group's query heads)
+    scores: Any = None
     window_rows: list[Any] = field(
         default_factory=list
     )  # snapkv: recent per-query attention [kv_heads, n_then]

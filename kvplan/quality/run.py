@@ -39,7 +39,8 @@ def load_tokens(text_path: Path, tokenizer: Path | None, model_path: str | None)
         return Llama2cTokenizer(tokenizer).encode(text)
     if not model_path:
         raise SettingError(
-            "{quality_text} needs {tokenizer} (a llama2.c tok*.bin) or a {model_path} with a tokenizer"
+            "{quality_text} needs {tokenizer} (a llama2.c tok*.bin) or a {model_path} with a "
+            "tokenizer"
         )
     from transformers import AutoTokenizer
 

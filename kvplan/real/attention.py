@@ -57,11 +57,13 @@ def check_supported(config: Any) -> None:
         )
     if getattr(text, "use_bidirectional_attention", False):
         raise ValueError(
-            "real mode cannot run a model with use_bidirectional_attention=true (its kernels are causal)"
+            "real mode cannot run a model with use_bidirectional_attention=true (its kernels are "
+            "causal)"
         )
     if getattr(text, "num_kv_shared_layers", 0):
         raise ValueError(
-            "real mode cannot run a model with num_kv_shared_layers (layers reading another layer's KV)"
+            "real mode cannot run a model with num_kv_shared_layers (layers reading another "
+            "layer's KV)"
         )
     layer_types = getattr(text, "layer_types", None) or []
     unknown = sorted(
@@ -106,7 +108,8 @@ def paged_attention_forward(
     kvplan_ctx: StepContext | None = None,
     **kwargs: Any,
 ) -> tuple[Any, None]:
-    """transformers attention interface: query [1, H, T, D], key/value [1, KV, T, D] (after RoPE)."""
+    """transformers attention interface: query [1, H, T, D], key/value [1, KV, T, D] (after
+    RoPE)."""
     import torch
 
     from kvplan.kernels.cache_ops import write_kv

@@ -90,8 +90,8 @@ class VllmCpuFusedMoe:
         inter = double // 2
         padded = -(-inter // VLLM_CPU_ALIGNMENT) * VLLM_CPU_ALIGNMENT
         if padded != inter:  # zero columns, as vLLM pads the intermediate width at load
-            up = torch.cat([up[:, :inter], up.new_zeros(experts, padded - inter, hidden),
-                            up[:, inter:], up.new_zeros(experts, padded - inter, hidden)], 1)  # fmt: skip
+            zeros = up.new_zeros(experts, padded - inter, hidden)
+            up = torch.cat([up[:, :inter], zeros, up[:, inter:], zeros], 1)
             down = torch.cat([down, down.new_zeros(experts, hidden, padded - inter)], 2)
         pack = self.ops.cpu_prepack_moe_weight
         return ExpertLayer(pack(up.contiguous(), self.isa), pack(down.contiguous(), self.isa))

@@ -252,7 +252,8 @@ class RealEngineFactory:
     def _allocate_pool(self, kv_format: KVFormat, blocks: int) -> list[Any]:
         """One cache per layer of `blocks` blocks in the format, on the model's device and dtype:
         KIVI's quantized blocks (the residual lives beside them: real/kivi_pool.py) or paged
-        blocks, whose per-tensor scales (fp8 / intB-tensor) are calibrated, not vLLM's default 1.0."""
+        blocks, whose per-tensor scales (fp8 / intB-tensor) are calibrated, not vLLM's default
+        1.0."""
         from kvplan.kernels.quant import allocate_kv_cache
 
         spec, device = self.loaded.spec, self.loaded.device
@@ -355,7 +356,8 @@ class RealEngineFactory:
             self.layer_budgets = tuple(budgets or ())
         if len(self.layer_budgets) != layers:
             raise ValueError(
-                f"entropy-budget needs one budget per layer ({layers}), got {len(self.layer_budgets)}"
+                f"entropy-budget needs one budget per layer ({layers}), got "
+                f"{len(self.layer_budgets)}"
             )
         return self.layer_budgets
 

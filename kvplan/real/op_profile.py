@@ -217,8 +217,8 @@ def _experts(
     tokens = grid.tokens()
     notes.append(f"experts: {bench.expert_kernel(shape.hidden).name}")
     label = f"experts {shape.experts} x {shape.hidden}x{shape.inter}, top {shape.topk}"
-    return [Measurement("experts", shape, label, len(tokens),
-                        _curve(tokens, lambda tick: bench.experts(shape, tokens, tick)))]  # fmt: skip
+    curve = _curve(tokens, lambda tick: bench.experts(shape, tokens, tick))
+    return [Measurement("experts", shape, label, len(tokens), curve)]
 
 
 def _attention(

@@ -240,7 +240,8 @@ class RealRunner:
                 cached = self.block_tokens.get(table[j - dropped])
                 if cached is not None and cached != tuple(tokens[j * size : (j + 1) * size]):
                     raise RuntimeError(
-                        f"prefix cache: block {table[j - dropped]} matched request {key[0]} by hash "
+                        f"prefix cache: block {table[j - dropped]} matched request {key[0]} by "
+                        "hash "
                         "but holds other tokens (a hash collision); rerun without 'prefix'"
                     )
         self.checked.add(key)
@@ -261,7 +262,8 @@ class RealRunner:
 
     def prepare(self, plan: StepPlan) -> PreparedStep:
         """Lay the step out, read its tokens and build the attention's step context."""
-        # Decode tokens first (one per sequence), then prefill chunks: each kernel gets a contiguous slice.
+        # Decode tokens first (one per sequence), then prefill chunks: each kernel gets a contiguous
+        # slice.
         order = sorted(plan.scheduled, key=lambda item: item[1] != 1)
         layout = lay_out(order, self.block_size, self.eviction)
         ids = self._token_ids(layout)
@@ -292,7 +294,8 @@ class RealRunner:
                 )
 
     def _token_ids(self, layout: StepLayout) -> list[int]:
-        """The packed token ids; blocks prefix caching may hit are checked and recorded on the way."""
+        """The packed token ids; blocks prefix caching may hit are checked and recorded on the
+        way."""
         check = not layout.contiguous and (self.eviction is None or self.eviction.positional)
         ids: list[int] = []
         for seq, count in layout.order:

@@ -101,7 +101,8 @@ class TensorTierStorage:
             self._path(block_hash).unlink(missing_ok=True)
 
     def take(self, tier: str, block_hash: int, keep: bool = False) -> list[Any] | None:
-        """Read a block out of its tier (it leaves the tier unless `keep`); None if it cannot be read."""
+        """Read a block out of its tier (it leaves the tier unless `keep`); None if it cannot be
+        read."""
         import torch
 
         if tier == "cpu":

@@ -211,7 +211,8 @@ def sharing(data: ReportData) -> Figure:
     rates.bar([i + 0.2 for i in x], savings, 0.4, label=label("sharing_savings"), color="#2b8a3e")
     rates.set_ylabel("%")
     legend_outside(rates)
-    # cluster runs report cache hits, not prefill saved: the same tokens (saved = hits + preempted hits)
+    # cluster runs report cache hits, not prefill saved: the same tokens (saved = hits + preempted
+    # hits)
     saved = [
         s if s else h
         for s, h in zip(

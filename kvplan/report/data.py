@@ -64,7 +64,8 @@ class ReportData:
 def load(paths: list[str | Path]) -> ReportData:
     if not paths:
         raise ValueError(
-            "no results files given; pass one or more files written by kvplan bench or estimate --out"
+            "no results files given; pass one or more files written by kvplan bench or estimate "
+            "--out"
         )
     bench_rows, estimate_rows, quality_rows, fidelity_rows, plan_rows = [], [], [], [], []
     raw_records: list[ResultRecord] = []

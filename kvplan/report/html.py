@@ -46,7 +46,7 @@ figcaption { color: #495057; font-size: 0.9rem; margin-bottom: 0.3rem; }
   table { font-size: 0.64rem; }
   th, td { padding: 0.15rem 0.2rem; }
 }
-"""
+"""  # noqa: E501 (the page's CSS, byte for byte as the report writes it)
 
 RUN_PARAMS = (
     "model",
@@ -182,7 +182,8 @@ def _estimates(data: ReportData) -> list[str]:
     )
     return [
         "<h2>Estimates</h2>",
-        f'<p class="muted">{len(shown):,} configurations; below, the {len(sample)} longest-context ones that fit; '
+        f'<p class="muted">{len(shown):,} configurations; below, the {len(sample)} '
+        "longest-context ones that fit; "
         'every row is in <a href="estimates.csv">estimates.csv</a></p>',
         _table(sample[[c for c in ESTIMATE_FIRST if c in sample]], ESTIMATE_FIRST),
     ]
@@ -242,7 +243,8 @@ def build_page(
         parts += [
             "<h2>Study</h2>",
             '<p class="muted">per group of sweep settings: the highest request rate whose '
-            "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per million output "
+            "p90 TTFT stays within the SLO, the first rate that crosses it, and the cost per "
+            "million output "
             "tokens where the sweep gave a GPU price; a rate marked top of the grid is the highest "
             "the sweep tried: the setup's limit lies above it</p>",
             _table(study_table(study, at_top)),
@@ -251,19 +253,22 @@ def build_page(
         parts += [
             "<h2>Comparison</h2>",
             '<p class="muted">ratios are to each run\'s baseline (its first optimization); '
-            "shares are time-averaged fractions of the KV pool; latencies are modeled in simulated mode "
+            "shares are time-averaged fractions of the KV pool; latencies are modeled in "
+            "simulated mode "
             "and measured in real mode</p>",
             *_comparison(comparison, data),
         ]
         parts.append("<h2>Alerts</h2>")
         if alerts:
             parts += [
-                f'<div class="alert"><b>{_esc(a["alert"])}</b> {_esc(a["run"])}: {_esc(a["detail"])}</div>'
+                f'<div class="alert"><b>{_esc(a["alert"])}</b> {_esc(a["run"])}: '
+                f"{_esc(a['detail'])}</div>"
                 for a in alerts
             ]
         else:
             parts.append(
-                '<div class="ok">no alerts: KV usage, prefix hit rate, preemptions and prefix-cache '
+                '<div class="ok">no alerts: KV usage, prefix hit rate, preemptions and '
+                "prefix-cache "
                 "evictions are within the usual thresholds</div>"
             )
     if not data.quality.empty:
@@ -286,7 +291,8 @@ def build_page(
         ]
         parts += [
             "<h2>Memory and quality</h2>",
-            '<p class="muted">measured on a real model: perplexity of the text, KL(full || optimized), '
+            '<p class="muted">measured on a real model: perplexity of the text, KL(full || '
+            "optimized), "
             "greedy agreement with the full cache</p>",
             _table(
                 data.quality[columns].rename(
@@ -303,8 +309,10 @@ def build_page(
     if not tradeoff.empty:
         parts += [
             "<h2>Eviction policies by budget</h2>",
-            '<p class="muted">the budget as a share of the full cache: of the workload\'s mean sequence '
-            "(simulated: KV held, time-averaged, and speed at the target GPU) and of the quality text "
+            '<p class="muted">the budget as a share of the full cache: of the workload\'s mean '
+            "sequence "
+            "(simulated: KV held, time-averaged, and speed at the target GPU) and of the quality "
+            "text "
             "(real: perplexity, KL(full || policy), greedy agreement)</p>",
             _table(tradeoff, COLUMNS),
         ]

@@ -108,7 +108,8 @@ def _bench(
     kind = workload.get("kind", "") if isinstance(workload, dict) else workload
     mode = "measured" if record_mode(base.get("mode")) is Mode.REAL else "modeled"
     heading = (
-        f"{params.get('model', '?')} on {params.get('gpu', '?')}: {int(params.get('num_requests') or 0):,} "
+        f"{params.get('model', '?')} on {params.get('gpu', '?')}: "
+        f"{int(params.get('num_requests') or 0):,} "
         f"requests ({kind}){f', {name}' if name else ''} (run {run_id})"
     )
     lines: list[str] = []
@@ -131,7 +132,8 @@ def _bench(
             else routed.iloc[0]
         )
         lines.append(
-            f"best routed hit rate: {best['optimization']} at {best.get('prefix_hit_rate', 0):.0%}, "
+            f"best routed hit rate: {best['optimization']} at "
+            f"{best.get('prefix_hit_rate', 0):.0%}, "
             f"load imbalance {best['load_imbalance']:.2f} (max / mean requests per pod)"
         )
     rejected = (
@@ -219,13 +221,15 @@ def _quality(frame: pd.DataFrame) -> list[str]:
     if len(close):
         best = close.loc[close["kv_bytes_vs_base"].idxmin()]
         lines.append(
-            f"{best['optimization']} keeps perplexity within {100 * best['perplexity_vs_base']:+.1f}% "
+            f"{best['optimization']} keeps perplexity within "
+            f"{100 * best['perplexity_vs_base']:+.1f}% "
             f"of the full cache with {best['kv_bytes_vs_base']:.0%} of its KV bytes"
         )
     worst = frame.loc[frame["perplexity_vs_base"].idxmax()]
     if worst["perplexity_vs_base"] > 0.01:
         lines.append(
-            f"the largest quality loss: {worst['optimization']}, perplexity {worst['perplexity']:.3f} "
+            f"the largest quality loss: {worst['optimization']}, perplexity "
+            f"{worst['perplexity']:.3f} "
             f"({100 * worst['perplexity_vs_base']:+.0f}% over the full cache's)"
         )
     return lines
@@ -234,13 +238,16 @@ def _quality(frame: pd.DataFrame) -> list[str]:
 def _estimates(frame: pd.DataFrame) -> list[str]:
     fits = frame[frame["verdict"] == "fits"]
     lines = [
-        f"{len(frame):,} configurations ({frame['model'].nunique()} model(s), {frame['gpu'].nunique()} GPU(s), "
+        f"{len(frame):,} configurations ({frame['model'].nunique()} model(s), "
+        f"{frame['gpu'].nunique()} GPU(s), "
         f"KV {', '.join(map(str, dict.fromkeys(frame['kv_dtype'])))}): {len(fits):,} fit"
     ]
     if len(fits):
         longest = fits.sort_values(["context", "max_concurrency"], ascending=False).iloc[0]
         lines.append(
-            f"the longest context that fits: {int(longest['context']):,} tokens on {int(longest['tp'])} x "
-            f"{longest['gpu']} with KV {longest['kv_dtype']} ({longest['max_concurrency']:.1f}x concurrency)"
+            f"the longest context that fits: {int(longest['context']):,} tokens on "
+            f"{int(longest['tp'])} x "
+            f"{longest['gpu']} with KV {longest['kv_dtype']} ({longest['max_concurrency']:.1f}x "
+            "concurrency)"
         )
     return lines

@@ -4,7 +4,8 @@ Every default-named bench run gets its own file, `bench-MODEL-GPU-YYYYMMDD-HHMMS
 (UTC; `-2`, `-3` ... when two runs start within one second), so a second run never
 overwrites the first. MODEL and GPU are the resolved profile names as slugs (`name_slug`:
 lowercase, `[a-z0-9._-]` only), never the text as typed: "NVIDIA L40S" or an `org/name` id
-would put a space or a folder in the path. Beside it, a one-line text file `latest` names the newest results
+would put a space or a folder in the path. Beside it, a one-line text file `latest` names the
+newest results
 file (a plain file, not a symlink, so it survives copies and Windows); `kvplan report`
 without arguments reads it. The pointer is rewritten atomically, only after the results
 were written.

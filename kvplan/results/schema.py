@@ -3,7 +3,8 @@
 A results file holds one JSON object per line with these fields:
 
     schema          "kvplan.result/1"
-    kind            "bench" | "estimate" | "quality" | "error" (a failed sweep point) | "fidelity" (simulated vs measured) | "plan" (a kvplan plan candidate)
+    kind            "bench" | "estimate" | "quality" | "error" (a failed sweep point) | "fidelity"
+    (simulated vs measured) | "plan" (a kvplan plan candidate)
     run_id          str: a hash of the run's inputs (deterministic)
     kvplan_version  str
     mode            "simulated" | "real" | "analytic"

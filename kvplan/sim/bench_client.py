@@ -39,7 +39,8 @@ class StepObserver:
         self.record_costs = costs and isinstance(runner, OperatorStepRunner)
         self.emitters: list[Sequence] = []
         self.steps = 0
-        # The earliest the next step may start: an idle engine's clock jump or the latest send it admits.
+        # The earliest the next step may start: an idle engine's clock jump or the latest send it
+        # admits.
         self.release: float | None = None
         self.cost_rows: list[tuple[float, ...]] = []
         self.admitted: dict[int, int] = {}  # request id -> the first step that scheduled it

@@ -24,7 +24,8 @@ from kvplan.sim.cluster import RouterConfig, run_cluster
 from kvplan.workload.request import Request
 
 SIMPLIFICATIONS = (
-    "the prefill pool frees a request's KV when its first token is out (vLLM holds it until the decode side has read it)",
+    "the prefill pool frees a request's KV when its first token is out (vLLM holds it until the "
+    "decode side has read it)",
     "the decode pool allocates the KV when the transfer ends (vLLM at its start)",
     "transfers do not contend for the link",
     "the decode pool serves no prefix-cache hits of its own (prefix caching is the prefill pool's)",

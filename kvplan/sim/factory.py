@@ -92,7 +92,8 @@ def size_engine(
 
 @dataclass(frozen=True)
 class SimulatedEngineFactory:
-    """Engines with no KV tensors whose steps take the time the step model (or the roofline) says."""
+    """Engines with no KV tensors whose steps take the time the step model (or the roofline)
+    says."""
 
     sizing: SizingConfig
     scheduler: SchedulerConfig = SchedulerConfig(

@@ -20,7 +20,8 @@ class SimulatedRunner:
         model, fmt, tp = roofline.model, roofline.kv_format, roofline.tp
         self.slot_bytes = model.kv_bytes_per_token(fmt, tp)
         # Per attention group: (window or None, KV bytes per token, attention FLOPs per query-key
-        # pair of a decode and of a prefill; they differ for MLA, AttentionGroup.attention_flops_per_pair).
+        # pair of a decode and of a prefill; they differ for MLA,
+        # AttentionGroup.attention_flops_per_pair).
         heads = model.num_heads / tp
         self.groups = [
             (

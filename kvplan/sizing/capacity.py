@@ -320,7 +320,8 @@ def _suggestions(result: CapacityPlan) -> tuple[str, ...]:
                 bigger = plan(replace(inputs, tp=tp), suggest=False)
                 if bigger.fits:
                     tips.append(
-                        f"TP={tp} ({tp} x {inputs.gpu.name}) fits, {bigger.max_concurrency:.2f}x concurrency"
+                        f"TP={tp} ({tp} x {inputs.gpu.name}) fits, {bigger.max_concurrency:.2f}x "
+                        "concurrency"
                     )
                     break
         if inputs.model.has_windows and not inputs.respect_windows:

@@ -249,7 +249,8 @@ def _compressed_tensors(q: dict[str, Any]) -> CheckpointQuant:
         8 * math.ceil(bits / 8) if naive else bits
     )  # naive-quantized: one int8 container per value
     packed = "pack" in fmt
-    # group scales in the activation dtype (wNa16); channel scales fp32 (vLLM's W8A8 int8 ChannelQuantScaleParameter)
+    # group scales in the activation dtype (wNa16); channel scales fp32 (vLLM's W8A8 int8
+    # ChannelQuantScaleParameter)
     scale_bits = SCALE_16 if (packed or group > 0) else SCALE_32
     zero_bits = 0.0 if symmetric else (float(bits) if packed else 8.0)
     layer = "compressed_tensors_wNa16.py" if packed else "compressed_tensors_w8a8_int8.py"
@@ -293,7 +294,8 @@ def _bitsandbytes(q: dict[str, Any]) -> CheckpointQuant:
             8.0,
             -1,
             SCALE_32,
-            source="bitsandbytes LLM.int8: int8 + fp32 SCB per output row (transformers quantizer_bnb_8bit)",
+            source="bitsandbytes LLM.int8: int8 + fp32 SCB per output row (transformers "
+            "quantizer_bnb_8bit)",
         )
     kind = str(q.get("bnb_4bit_quant_type", "fp4")).lower()
     blocksize = int(q.get("bnb_4bit_blocksize") or 64)
@@ -382,5 +384,6 @@ def checkpoint_quant(cfg: dict[str, Any], num_layers: int) -> CheckpointQuant | 
     elif method == "mxfp4":
         quant, exhaustive = _mxfp4(q), False
     else:
-        return None  # a method kvplan does not size (hqq, gguf, bitnet, ...): weights at the config's dtype
+        # a method kvplan does not size (hqq, gguf, bitnet, ...): weights at the config's dtype
+        return None
     return _finish(quant, entries, num_layers, has_vision, vision_default=exhaustive)

@@ -108,7 +108,8 @@ FIELD_RULES: dict[str, FieldRule] = {
         "ssm_state_size",
         "moe_latent_size",
     ),
-    # 0 is a real value: Qwen3-Coder (qwen3_moe) ships shared_expert_intermediate_size 0, "no shared expert"
+    # 0 is a real value: Qwen3-Coder (qwen3_moe) ships shared_expert_intermediate_size 0, "no shared
+    # expert"
     **_dims(
         "qk_rope_head_dim",
         "qk_nope_head_dim",
@@ -176,7 +177,8 @@ FIELD_RULES: dict[str, FieldRule] = {
         "mamba_chunk_size",
         high=LENGTH_MAX,
     ),
-    # DeepSeek: every n-th layer past first_k_dense_replace; MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer
+    # DeepSeek: every n-th layer past first_k_dense_replace; MiMo-V2-Flash / MiniMax-M3: one 0 / 1
+    # per layer
     "moe_layer_freq": FieldRule("int|flags", 1, COUNT_MAX),
     "num_parameters": FieldRule("int", 1, PARAMS_MAX),
     "sliding_window_pattern": FieldRule("int|pattern", 1, COUNT_MAX),  # Gemma3: 6; EXAONE-4: "LLLG"
@@ -251,7 +253,10 @@ def _top_k_within_experts(cfg: dict[str, Any]) -> str | None:
     experts = _first(cfg, "n_routed_experts", "num_local_experts", "num_experts")
     top_k = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk")
     if experts and top_k and experts[1] > 1 and top_k[1] > experts[1]:
-        return f"'{top_k[0]}' = {top_k[1]} exceeds '{experts[0]}' = {experts[1]}: a token cannot use more experts than exist"
+        return (
+            f"'{top_k[0]}' = {top_k[1]} exceeds '{experts[0]}' = {experts[1]}: a token "
+            "cannot use more experts than exist"
+        )
     return None
 
 
@@ -291,7 +296,8 @@ def _derived_head_dim_positive(cfg: dict[str, Any]) -> str | None:
     heads = _first(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if hidden and heads and cfg.get("head_dim") is None and hidden[1] < heads[1]:
         return (
-            f"'{hidden[0]}' = {hidden[1]} is smaller than '{heads[0]}' = {heads[1]}, so the head dimension "
+            f"'{hidden[0]}' = {hidden[1]} is smaller than '{heads[0]}' = {heads[1]}, so the head "
+            "dimension "
             "(hidden / heads) is 0; set 'head_dim'"
         )
     return None

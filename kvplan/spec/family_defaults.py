@@ -51,7 +51,8 @@ _EXAONE4 = {
 
 # transformers NemotronHConfig (models/nemotron_h/configuration_nemotron_h.py), the same values
 # as vLLM's NemotronHConfig (transformers_utils/configs/nemotron_h.py). mamba_ssm_cache_dtype:
-# float32 is also what vLLM falls back to (NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE).
+# float32 is also what vLLM falls back to
+# (NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE).
 _NEMOTRON_H = {
     "vocab_size": 131_072,
     "hidden_size": 4096,

@@ -263,7 +263,8 @@ def match_gpu_name(text: str) -> GpuMatch:
     candidates, unknown_forms = _by_form(candidates, words)
     if unknown_forms:
         notes.append(
-            f"ignored form {', '.join(unknown_forms)}: not a catalog variant of {candidates[0].product}"
+            f"ignored form {', '.join(unknown_forms)}: not a catalog variant of "
+            f"{candidates[0].product}"
         )
     if (
         len({s.product for s in candidates}) > 1
@@ -284,7 +285,8 @@ def match_gpu_name(text: str) -> GpuMatch:
             if not given
         ]
         notes.append(
-            f"the name gives no {' or '.join(missing) or 'detail'} to tell {spec.name} from {others}: "
+            f"the name gives no {' or '.join(missing) or 'detail'} to tell {spec.name} from "
+            f"{others}: "
             f"assumed {spec.name}, "
             + (
                 f"the default {spec.product} variant"

@@ -171,7 +171,10 @@ def hub_unreachable(endpoint: str) -> str | None:
     try:
         socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
     except OSError as err:
-        return f"{host} unreachable: {err.strerror or type(err).__name__}; set HF_HUB_OFFLINE=1 to skip the Hub"
+        return (
+            f"{host} unreachable: {err.strerror or type(err).__name__}; set "
+            "HF_HUB_OFFLINE=1 to skip the Hub"
+        )
     return None
 
 

@@ -130,7 +130,8 @@ KV_FORMAT_NAMES = (
 
 
 def parse_kv_format(name: str, model: HasDtype | None = None) -> KVFormat:
-    """auto (the model's dtype), fp32, fp16, bf16, fp8[-e4m3|-e5m2], int8/int4/int2 (per token-head scales),
+    """auto (the model's dtype), fp32, fp16, bf16, fp8[-e4m3|-e5m2], int8/int4/int2 (per token-head
+    scales),
     int4-g64 (group-wise scales every 64 elements), int8-tensor (one scale per tensor)."""
     # vLLM and its logs write fp8_e4m3 / fp8_e5m2 (--kv-cache-dtype): the same formats
     lowered = name.lower().replace("_", "-")
@@ -150,7 +151,8 @@ def parse_kv_format(name: str, model: HasDtype | None = None) -> KVFormat:
         per_byte = max(2, 8 // bits)  # whole bytes per group, as kvplan.kernels packs them
         if group < per_byte or group > 4096 or group & (group - 1):
             raise ValueError(
-                f"KV format '{name}': the group size must be a power of two from {per_byte} to 4096 "
+                f"KV format '{name}': the group size must be a power of two from {per_byte} to "
+                "4096 "
                 f"(a multiple of {per_byte}), e.g. int{bits}-g32 or int{bits}-g64"
             )
         return KVFormat(key, bits, False, "group", group)

@@ -113,7 +113,8 @@ def layer_kinds(cfg: dict[str, Any], num_layers: int) -> list[str]:
     ):  # MiMo-V2-Flash (vLLM mimo_v2_flash.py): 1 = sliding-window layer, 0 = full
         if len(hybrid) != num_layers:
             raise ValueError(
-                f"hybrid_layer_pattern has {len(hybrid)} entries but the model has {num_layers} layers"
+                f"hybrid_layer_pattern has {len(hybrid)} entries but the model has {num_layers} "
+                "layers"
             )
         return ["sliding" if flag and window else "full" for flag in hybrid]
     llama4 = _llama4_kinds(cfg, num_layers)

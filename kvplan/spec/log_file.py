@@ -30,7 +30,8 @@ def read_log(source: str, stdin: IO[bytes] | None = None) -> str:
         except (OSError, ValueError) as err:
             reason = getattr(err, "strerror", None) or str(err)
             raise ValueError(
-                f"cannot read {name}: {reason}; pass a vLLM or SGLang startup log file, or - for stdin"
+                f"cannot read {name}: {reason}; pass a vLLM or SGLang startup log file, or - for "
+                "stdin"
             ) from None
     if len(data) > MAX_LOG_BYTES:
         shown = "LOG" if source == "-" else shlex.quote(source)

@@ -162,7 +162,8 @@ class ModelSpec:
 
     @property
     def kv_kind(self) -> str:
-        """MHA / GQA / MQA / MLA, with +SWA for sliding-window layers and +linear for state layers."""
+        """MHA / GQA / MQA / MLA, with +SWA for sliding-window layers and +linear for state
+        layers."""
         if self.has_group(MLAAttentionSpec):
             return "MLA+indexer" if self.has_group(IndexerSpec) else "MLA"
         heads = next(g.num_kv_heads for g in self.groups if isinstance(g, HeadedAttentionSpec))

@@ -185,12 +185,14 @@ MAX_SWEEP_POINTS = 100_000  # bench sweep points: each runs a whole simulation
 
 
 def setting_name(name: str) -> str:
-    """A flag's, axis's or sweep-file key's name as the setting's: `kv-cache-gib` -> `kv_cache_gib`."""
+    """A flag's, axis's or sweep-file key's name as the setting's: `kv-cache-gib` ->
+    `kv_cache_gib`."""
     return name.strip().lower().replace("-", "_")
 
 
 def rule_for(name: str) -> NumberRule | None:
-    """The rule for a setting, a flag, a `--sweep` axis or a sweep-file key (dashes or underscores)."""
+    """The rule for a setting, a flag, a `--sweep` axis or a sweep-file key (dashes or
+    underscores)."""
     return RULES.get(setting_name(name))
 
 

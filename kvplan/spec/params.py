@@ -159,12 +159,14 @@ def _moe_layers(cfg: dict[str, Any], num_layers: int) -> list[int]:
     if plans is not None:  # Nemotron-H: the E layers
         return [i for i, plan in enumerate(plans) if plan.ffn == "moe"]
     if str(cfg.get("model_type", "")).startswith("llama4"):
-        # transformers' Llama4TextConfig: moe_layers defaults to every interleave_moe_layer_step-th layer
+        # transformers' Llama4TextConfig: moe_layers defaults to every interleave_moe_layer_step-th
+        # layer
         step = int(cfg.get("interleave_moe_layer_step") or 1)
         return list(cfg.get("moe_layers") or range(step - 1, num_layers, step))
     flags = cfg.get("moe_layer_freq")
     if isinstance(flags, list) and flags:
-        # MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer (vLLM's MiniMaxM3DecoderLayer.is_moe_layer:
+        # MiMo-V2-Flash / MiniMax-M3: one 0 / 1 per layer (vLLM's
+        # MiniMaxM3DecoderLayer.is_moe_layer:
         # bool(moe_layer_freq[layer_id]); the same per-layer list in MiMoV2Flash)
         if len(flags) != num_layers:
             raise ValueError(
@@ -206,7 +208,8 @@ def _router_params(cfg: dict[str, Any], hidden: int, experts: int) -> int:
 def _always_on_per_moe_layer(
     cfg: dict[str, Any], hidden: int, experts: int, expert_width: int
 ) -> int:
-    """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the experts."""
+    """Weights of a MoE layer every token uses: router, shared experts, a dense MLP beside the
+    experts."""
     model_type = str(cfg.get("model_type", ""))
     router = _router_params(cfg, hidden, experts)
     if model_type == "nemotron_h":

@@ -206,7 +206,8 @@ def catalog_match(query: ModelQuery) -> tuple[ModelProfile, str, str | None] | N
         reasons.append(f"'-{'-'.join(tuning)}' names a fine-tune, which keeps every shape")
     if quant:
         reasons.append(
-            f"'-{'-'.join(quant)}' names a quantization, which keeps the shapes and sets the weight "
+            f"'-{'-'.join(quant)}' names a quantization, which keeps the shapes and sets the "
+            "weight "
             f"format ({hint} weights, read from the name)"
         )
     if dated:
@@ -263,7 +264,8 @@ def resolve_model(text: str) -> ResolvedModel:
 def _resolve(text: str, cache: str, is_offline: bool) -> ResolvedModel:
     if not text or not text.strip():
         raise ValueError(
-            "no model given; pass a profile name, a Hugging Face id (org/name) or a config.json path"
+            "no model given; pass a profile name, a Hugging Face id (org/name) or a config.json "
+            "path"
         )
     tried: list[str] = []
     if _looks_like_path(text.strip()):

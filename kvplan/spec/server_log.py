@@ -198,7 +198,8 @@ def lines_looked_for() -> str:
         "'Memory profiling results', 'Maximum concurrency for M tokens per request', "
         "'CPU KV cache size: N tokens', 'Auto set (X/T) GiB for KV cache' / 'Explicitly set', "
         "'Loading model weights took' / 'Model loading took', 'can store only N tokens' / "
-        "'estimated maximum model length', SGLang 'max_total_num_tokens=' or 'KV Cache is allocated'"
+        "'estimated maximum model length', SGLang 'max_total_num_tokens=' or 'KV Cache is "
+        "allocated'"
     )
 
 

@@ -29,7 +29,8 @@ Every pattern runs in time linear in the line: a number starts only where no dig
 comma stands before it (so a run of 100,000 digits offers one start, not 100,000), no
 pattern begins with an optional or repeated part (`\s*` at a start is tried at every space
 of a run), adjacent repeats never match the same characters (`\s*(?:=|\s)\s*` splits a
-run of spaces every possible way), and a lazy scan steps by words, a bounded number of them. Patterns
+run of spaces every possible way), and a lazy scan steps by words, a bounded number of them.
+Patterns
 start with plain text where they can, which the engine finds by a fast scan; the few that
 start with a figure are tried only just before their text (server_log.py). Lines
 longer than MAX_LINE_CHARS are read up to that length.

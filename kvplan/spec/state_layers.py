@@ -39,7 +39,8 @@ def _model_dtype_bytes(cfg: dict[str, Any]) -> int:
 
 
 def _ssm_dtype_bytes(cfg: dict[str, Any]) -> int:
-    # Qwen3.5 names it mamba_ssm_dtype, Nemotron-H mamba_ssm_cache_dtype; vLLM defaults both to fp32.
+    # Qwen3.5 names it mamba_ssm_dtype, Nemotron-H mamba_ssm_cache_dtype; vLLM defaults both to
+    # fp32.
     return int(
         dtype_bytes(
             str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "float32")

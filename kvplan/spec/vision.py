@@ -43,7 +43,8 @@ the reference modeling code (transformers; formulas derived, not copied):
 
 Checked against published totals (tests/test_vision_params.py): Qwen2.5-VL-7B-Instruct 8.29B,
 Gemma-3-4b-it 4.30B and 27b-it 27.4B (a 417M SigLIP tower), LLaVA-1.5-7B 7.06B, Llama-4
-Scout 109B, Llama-3.2-90B-Vision 88.6B. Towers of other families (Gemma 4's gemma4_vision, audio encoders) count 0.
+Scout 109B, Llama-3.2-90B-Vision 88.6B. Towers of other families (Gemma 4's gemma4_vision, audio
+encoders) count 0.
 
 vLLM differs from the checkpoint in one case: for LLaVA-style models it builds the tower only
 up to vision_feature_layer (init_vision_tower_for_llava), dropping the later layers; kvplan

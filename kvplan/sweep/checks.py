@@ -27,7 +27,8 @@ def check_sweep_data(data: dict[str, Any], path: str, known: set[str]) -> None:
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
         raise ValueError(
-            f"{where}: unknown table(s) {', '.join(unknown)}; use {', '.join(f'[{t}]' for t in TABLES)}"
+            f"{where}: unknown table(s) {', '.join(unknown)}; use "
+            f"{', '.join(f'[{t}]' for t in TABLES)}"
         )
     for table in TABLES:
         if table in data and not isinstance(data[table], dict):

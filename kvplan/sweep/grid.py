@@ -133,7 +133,8 @@ def run_sweep(
     progress: Callable[[int, int], None] | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> list[ResultRecord]:
-    """Run every missing point; returns the records in grid order (also written to DIR/results.jsonl)."""
+    """Run every missing point; returns the records in grid order (also written to
+    DIR/results.jsonl)."""
     points = spec.points()
     # A missing optional package is one error before the output folder is touched, not an
     # import error recorded for every point
@@ -154,7 +155,8 @@ def run_sweep(
     outside = [r for r in finished if r.params["point_id"] not in grid_ids]
     if outside and notify:
         notify(
-            f"{len(outside)} finished points in {results} are not in this grid; they stay in the file "
+            f"{len(outside)} finished points in {results} are not in this grid; they stay in the "
+            "file "
             "(use a new --out folder to keep studies apart)"
         )
     rewrite(results, [done[p["point_id"]] for p in points if p["point_id"] in done] + outside)

@@ -10,7 +10,8 @@ from kvplan.bench.config import BenchConfig
 from kvplan.bench.workloads import WorkloadSpec
 from kvplan.results import ResultRecord, error_record
 
-# Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat names)
+# Sweep-file names of the workload settings -> WorkloadSpec fields (the rest: BenchConfig's flat
+# names)
 WORKLOAD_KEYS = {
     "workload": "kind",
     **{f.name: f.name for f in fields(WorkloadSpec) if f.name not in ("kind", "params")},

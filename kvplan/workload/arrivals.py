@@ -45,7 +45,8 @@ def check_inputs(
         or num_requests < 1
     ):
         raise ValueError(
-            f"num_requests must be an integer >= 1, got {num_requests!r}; ask for at least one request"
+            f"num_requests must be an integer >= 1, got {num_requests!r}; ask for at least one "
+            "request"
         )
     if arrival not in ARRIVALS:
         raise ValueError(f"unknown arrival process {arrival!r}; use one of {', '.join(ARRIVALS)}")

@@ -116,7 +116,8 @@ def load_length_stats(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(
-            f"ShareGPT stats file {path} not found; pass stats_path pointing at {SHAREGPT_STATS_FILE} "
+            f"ShareGPT stats file {path} not found; pass stats_path pointing at "
+            f"{SHAREGPT_STATS_FILE} "
             "(or at the excerpt that `kvplan samples path sharegpt-stats` prints)"
         )
     prompts: list[int] = []

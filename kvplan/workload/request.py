@@ -34,11 +34,13 @@ class Request:
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
             raise ValueError(
-                f"request {self.request_id}: prompt length must be at least 1, got {self.prompt_len}"
+                f"request {self.request_id}: prompt length must be at least 1, got "
+                f"{self.prompt_len}"
             )
         if self.output_len < 1:
             raise ValueError(
-                f"request {self.request_id}: output length must be at least 1, got {self.output_len}"
+                f"request {self.request_id}: output length must be at least 1, got "
+                f"{self.output_len}"
             )
         if not self.arrival_s >= 0:  # also rejects NaN
             raise ValueError(

@@ -109,7 +109,8 @@ def load_trace(
         raise ValueError(f"trace file {path} not found; check the path")
     if fmt is not None and fmt not in TRACE_FORMATS:
         raise ValueError(
-            f"unknown trace format {fmt!r}; use one of {', '.join(TRACE_FORMATS)} or omit it to detect"
+            f"unknown trace format {fmt!r}; use one of {', '.join(TRACE_FORMATS)} or omit it to "
+            "detect"
         )
     if not (0 < time_scale < math.inf):
         raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
@@ -123,7 +124,8 @@ def load_trace(
         nonlocal skipped
         if not skip_bad_lines:
             raise SettingError(
-                "{where}: {problem} ({fmt} trace); fix the line or pass {skip_bad_lines} to skip it",
+                "{where}: {problem} ({fmt} trace); fix the line or pass {skip_bad_lines} to skip "
+                "it",
                 where=f"{path}:{lineno}",
                 problem=problem,
                 fmt=fmt,

@@ -22,7 +22,8 @@ CONTIGUOUS_RULES = {
 }
 ALLOCATORS = ("paged", *CONTIGUOUS_RULES)
 
-# The rest load on first use (kvplan.lazy_attribute): the allocator names alone are a CLI's help text.
+# The rest load on first use (kvplan.lazy_attribute): the allocator names alone are a CLI's help
+# text.
 _HOMES = {
     "NO_HITS": "kvplan.core.kv.base",
     "Allocator": "kvplan.core.kv.base",

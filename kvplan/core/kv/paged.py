@@ -47,8 +47,10 @@ class PagedAllocator(Allocator):
             )
         if tiers is not None and evicting is not None:
             raise ValueError(
-                f"offload tiers cannot be combined with '{evicting.name}': a tier reload continues a "
-                "prefix hit block by block from its start, while a window's hit is the run of blocks "
+                f"offload tiers cannot be combined with '{evicting.name}': a tier reload "
+                "continues a "
+                "prefix hit block by block from its start, while a window's hit is the run of "
+                "blocks "
                 "before the hit point; use one or the other"
             )
         window = (
@@ -126,7 +128,8 @@ class PagedAllocator(Allocator):
         kept = self.watermark_blocks if watermark else 0
         if not hits.blocks:
             return self.pool.num_free - self.blocks_needed(seq, tokens) >= kept
-        # Hits on free cached blocks leave the free queue too; a window's skipped blocks are not held.
+        # Hits on free cached blocks leave the free queue too; a window's skipped blocks are not
+        # held.
         new = cdiv(tokens, self.block_size) - hits.skipped - len(hits.blocks)
         return self.pool.num_free - hits.free_cached - new >= kept
 

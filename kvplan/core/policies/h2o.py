@@ -18,7 +18,8 @@ from typing import Any
 from kvplan.core.policies.base import EvictionPolicy, top_indices
 
 NO_SCORES = (
-    "a request that hits the prefix cache never computes the cached prefix's attention, so {} has no "
+    "a request that hits the prefix cache never computes the cached prefix's attention, so {} has "
+    "no "
     "scores to choose from"
 )
 
@@ -61,6 +62,7 @@ class H2OHoles(H2O):
         "model; use h2o (compacting) with --samples, or --samples 1"
     )
     real_refusal = (
-        "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its runs "
+        "the paged kernels read a sequence's slots densely, so real h2o compacts its holes (its "
+        "runs "
         "report the blocks holes would hold: eviction_hole_blocks_ratio)"
     )

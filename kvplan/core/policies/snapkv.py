@@ -40,7 +40,8 @@ class SnapKV(EvictionPolicy):
     def check(self, spec: Any) -> None:
         if spec.budget is not None and spec.budget <= spec.window:
             raise ValueError(
-                f"snapkv keeps its {spec.window}-query observation window: the budget must exceed it"
+                f"snapkv keeps its {spec.window}-query observation window: the budget must exceed "
+                "it"
             )
 
     def held_over_budget(self, spec: Any, prompt_len: int, length: int, budget: int) -> int:

@@ -48,7 +48,8 @@ class PolicySpec:
                 or min(self.layer_budgets) < 1
             ):
                 raise SettingError(
-                    "{policy}'s layer budgets {split} must be positive and sum to {kv_budget} x layers",
+                    "{policy}'s layer budgets {split} must be positive and sum to {kv_budget} x "
+                    "layers",
                     policy=self.name,
                     split=list(self.layer_budgets),
                 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from kvplan.core.policies.base import SINKS, WindowPolicy
 
 _SINKS_CONFLICT = (
-    "StreamingLLM writes the 4 sinks over the first slots of each query's window, so its blocks stop "
+    "StreamingLLM writes the 4 sinks over the first slots of each query's window, so its blocks "
+    "stop "
     "holding the tokens their hashes name and cannot be shared"
 )
 

@@ -158,7 +158,10 @@ class OperatorStepRunner(SimulatedRunner):
 
     def describe(self) -> str:
         """Which sources timed the operators, and the engine overhead, in words."""
-        return f"operators by {self.sources.describe()}; engine time per step {self.overhead.describe()}"
+        return (
+            f"operators by {self.sources.describe()}; engine time per step "
+            f"{self.overhead.describe()}"
+        )
 
     def _token_ops(self, tokens: int) -> float:
         ops, sources = self.ops, self.sources
