@@ -101,38 +101,26 @@ def test_the_command_names_the_repeated_flag(kept: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "line"),
+    ("args", "setting", "named"),
     [
-        (
-            ["--kv-budget", "256", "--optimizations", "paged,prefix"],
-            "error: --kv-budget 256 is kept only by an eviction policy",
-        ),
-        (["--input-len", "512"], "error: --input-len sets the lengths of --workload random"),
-        (
-            ["--workload", "sharegpt", "--output-len", "64"],
-            "error: --output-len sets the lengths of --workload random (vLLM's random dataset); "
-            "the sharegpt workload does not read it",
-        ),
-        (
-            ["--burstiness", "2"],
-            "error: --burstiness shapes the send gaps of --workload random or --rate inf (vLLM's "
-            "benchmark client); the system-prompt workload at 50 requests/s does not read it",
-        ),
+        (["--kv-budget", "256", "--optimizations", "paged,prefix"], "--kv-budget", ("256",)),
+        (["--input-len", "512"], "--input-len", ("--workload random",)),
+        (["--workload", "sharegpt", "--output-len", "64"], "--output-len", ("sharegpt",)),
+        (["--burstiness", "2"], "--burstiness", ("system-prompt",)),
         (
             ["--workload-param", "doc_len=2048"],
-            "error: --workload-param 'doc_len' is not a setting of the system-prompt workload, "
-            "which would ignore it; its settings: system_prompt_len, num_system_prompts, "
-            "vocab_size",
+            "--workload-param",
+            ("'doc_len'", "system-prompt", "system_prompt_len, num_system_prompts, vocab_size"),
         ),
-        (
-            ["--workload", "random", "--workload-param", "zipf_s=1"],
-            "error: --workload-param set kvplan's workload generators; vLLM's random dataset",
-        ),
+        (["--workload", "random", "--workload-param", "zipf_s=1"], "--workload-param", ("zipf_s",)),
     ],
 )
-def test_a_setting_the_run_ignores_is_refused(kept: Path, args: list[str], line: str) -> None:
-    refused = fails_cleanly([*QUICK, *args, "--out", kept / "keep.jsonl"], kept)
-    assert refused.startswith(line), refused
+def test_a_setting_the_run_ignores_is_refused(
+    kept: Path, args: list[str], setting: str, named: tuple[str, ...]
+) -> None:
+    # bad input (exit 2), naming the setting first and what the run would not read
+    refused = fails_cleanly([*QUICK, *args, "--out", kept / "keep.jsonl"], kept, *named)
+    assert refused.startswith(f"error: {setting} "), refused
 
 
 def test_a_budget_beside_an_eviction_policy_runs(tmp_path: Path) -> None:
@@ -218,11 +206,10 @@ def test_a_huge_count_is_refused_with_its_maximum(
     line = fails_cleanly(
         [*QUICK, "--workload", kind, "--workload-param", f"{param}=1e8"],
         kept,
+        f"<= {most}",
+        "got 100,000,000",
     )
-    assert line == (
-        f"error: --workload-param {param} must be a whole number >= "
-        f"{4 if param == 'vocab_size' else 1} and <= {most}, got 100,000,000"
-    )
+    assert line.startswith(f"error: --workload-param {param} "), line
 
 
 def test_a_whole_number_written_as_a_float_is_a_count() -> None:

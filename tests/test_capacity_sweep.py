@@ -78,3 +78,27 @@ def test_sweep_over_models_includes_hybrid_state() -> None:
             replace(base, model=load_model(row["model"]), context=row["context"]), suggest=False
         )
         assert row["max_batch_at_context"] == single.max_batch
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm-v1"])
+def test_a_sweep_over_the_memory_share_equals_single_plans_for_each_engine(engine: str) -> None:
+    """SGLang's mem_fraction_static is of the memory left once NCCL started, vLLM's
+    gpu_memory_utilization of the whole GPU: a swept share takes each engine's own rule, as a
+    single plan does (the grid and the point run the same kernel)."""
+    base = PlanInputs(load_model("llama-3.1-8b"), load_gpu("h100-80gb"), engine=engine)
+    axes = dict([parse_axis("context=4k,32k"), parse_axis("gpu-memory-utilization=0.5,0.8,0.95")])
+    table = rows(sweep(base, axes))
+    assert len(table) == 6
+    for row in table:
+        single = plan(
+            replace(
+                base,
+                context=row["context"],
+                gpu_memory_utilization=row["gpu_memory_utilization"],
+            ),
+            suggest=False,
+        )
+        assert row["kv_budget_bytes_per_gpu"] == int(single.kv_pool_bytes // 1)
+        assert row["num_blocks"] == single.num_blocks
+        assert row["max_batch_at_context"] == single.max_batch
+        assert row["verdict"] == single.verdict

@@ -189,7 +189,5 @@ def test_a_log_of_two_servers_is_refused_and_disagreeing_kv_lines_are_warned() -
     sglang = "[2025-01-01 00:00:01] KV Cache is allocated. #tokens: 12345, K size: 1.0 GB\n"
     mixed = runner.invoke(app, ["explain", "-"], input=text + sglang)
     assert mixed.exit_code == 2
-    assert mixed.output.strip().splitlines() == [
-        "error: the log holds the KV figures of both a vLLM and an SGLang server; give kvplan "
-        "explain one server's log"
-    ]
+    (line,) = mixed.output.strip().splitlines()
+    assert line.startswith("error: ") and "vLLM and an SGLang server" in line

@@ -93,10 +93,10 @@ def test_bench_report_without_its_extra_keeps_the_run(tmp_path: Path, monkeypatc
     _without(monkeypatch, "pandas", "matplotlib")
     out = tmp_path / "r.jsonl"
     result = _bench(out, "--report")
-    assert _one_error_line(result) == (
-        f"error: kvplan bench --report {REPORT_MESSAGE}; the results were written to {out} "
-        f"(kvplan report {out} draws them)"
-    )
+    # the setting and the extra it needs; the run is kept, and the line says where
+    line = _one_error_line(result)
+    assert line.startswith("error: kvplan bench --report ") and REPORT_MESSAGE in line
+    assert f"written to {out}" in line and f"kvplan report {out}" in line
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["optimization"] for r in records] == ["paged", "prefix"]
     assert "paged" in result.stdout  # the run's table was shown before the report was tried
@@ -111,10 +111,9 @@ def test_bench_report_failing_otherwise_keeps_the_run_too(tmp_path: Path, monkey
     monkeypatch.setitem(sys.modules, "kvplan.report", SimpleNamespace(write_report=failing))
     out = tmp_path / "r.jsonl"
     result = _bench(out, "--report")
-    assert _one_error_line(result) == (
-        "error: the chart could not be drawn; shorten the names; the results were written to "
-        f"{out} (kvplan report {out} draws them)"
-    )
+    line = _one_error_line(result)
+    assert line.startswith("error: the chart could not be drawn; shorten the names; ")
+    assert f"written to {out}" in line and f"kvplan report {out}" in line
     assert len(out.read_text().splitlines()) == 2
 
 
@@ -152,9 +151,9 @@ def test_quality_report_without_its_extra_is_refused_before_the_model_loads(
     text = tmp_path / "t.txt"
     text.write_text("once upon a time")
     result = _bench(tmp_path / "q.jsonl", "--mode", "real", "--quality-text", str(text), "--report")
-    assert _one_error_line(result) == (
-        f"error: kvplan bench --quality-text --report {REPORT_MESSAGE}"
-    )
+    line = _one_error_line(result)
+    assert line.startswith("error: kvplan bench --quality-text --report ")
+    assert REPORT_MESSAGE in line
 
 
 SWEEP = "[fixed]\nnum_requests = 10\n{extra}\n[axes]\nrate = [1, 2]\n"

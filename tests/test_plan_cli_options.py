@@ -94,30 +94,25 @@ def test_bench_and_plan_share_the_default_that_admits_long_random_requests() -> 
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "named"),
     [
-        (
-            ["--input-len", "6000", "--max-model-len", "4096"],
-            "error: --max-model-len 4,096 is shorter than the workload's longest request (6,200 "
-            "tokens, prompt + output), which the engine would refuse: raise it to at least 6200",
-        ),
-        (
-            ["--input-len", "200000"],
-            "error: the workload's longest request needs 200,200 tokens (prompt + output), above "
-            "llama-3.1-8b's maximum of 131,072, the longest --max-model-len vLLM accepts",
-        ),
-        (["--input-len", "10", "--max-model-len", "1"], "error: --max-model-len must be"),
-        (["--input-len", "10", "--max-model-len", "200000"], "error: --max-model-len 200,000"),
+        # the setting, the length it has and the fix: the length the longest request needs
+        (["--input-len", "6000", "--max-model-len", "4096"], ("--max-model-len 4,096", "6200")),
+        # no --max-model-len could hold it: the model's maximum, and the flag it caps
+        (["--input-len", "200000"], ("200,200 tokens", "131,072", "--max-model-len")),
+        (["--input-len", "10", "--max-model-len", "1"], ("--max-model-len",)),
+        (["--input-len", "10", "--max-model-len", "200000"], ("--max-model-len 200,000",)),
     ],
 )
 def test_requests_the_engine_would_reject_for_length_are_one_line_naming_the_fix(
-    args: list[str], expected: str
+    args: list[str], named: tuple[str, ...]
 ) -> None:
     result = _run(
         ["plan", "llama-3.1-8b", *QUICK, "--gpu", "h100-80gb", "--tp", "1", "--workload"]
         + ["random", "--output-len", "200", *args]
     )
-    assert _error_line(result).startswith(expected)
+    line = _error_line(result)
+    assert all(part in line for part in named), line
 
 
 # --- --workload-param with --workload random -----------------------------------------------------
@@ -142,23 +137,16 @@ def test_random_reads_its_lengths_as_workload_params_in_bench_and_plan(tmp_path:
 
 
 @pytest.mark.parametrize(
-    ("params", "expected"),
+    ("params", "named"),
     [
-        (
-            ["doc_len=10"],
-            "error: --workload-param set kvplan's workload generators; vLLM's random dataset "
-            "reads only its lengths, so 'doc_len' would be ignored: its settings are input_len, "
-            "output_len, random_range_ratio",
-        ),
-        (["input_len=0"], "error: --workload-param input_len must be"),
-        (
-            ["input_len=10", "--input-len", "20"],
-            "error: --workload-param 'input_len' and --input-len both set it; give one",
-        ),
+        # the ignored name and the settings random does read
+        (["doc_len=10"], ("'doc_len'", "input_len, output_len, random_range_ratio")),
+        (["input_len=0"], ("input_len",)),
+        (["input_len=10", "--input-len", "20"], ("'input_len'", "--input-len")),
     ],
 )
 def test_plan_and_bench_refuse_the_same_random_params_in_the_same_words(
-    params: list[str], expected: str, tmp_path: Path
+    params: list[str], named: tuple[str, ...], tmp_path: Path
 ) -> None:
     lines = []
     for command in (
@@ -168,7 +156,8 @@ def test_plan_and_bench_refuse_the_same_random_params_in_the_same_words(
         lines.append(
             _error_line(_run([*command, "--workload", "random", "--workload-param", *params]))
         )
-    assert lines[0] == lines[1] and lines[0].startswith(expected), lines
+    assert lines[0] == lines[1] and lines[0].startswith("error: --workload-param "), lines
+    assert all(part in lines[0] for part in named), lines[0]
 
 
 def test_a_misnamed_random_param_is_a_setting_error_naming_the_accepted_ones() -> None:
@@ -180,26 +169,21 @@ def test_a_misnamed_random_param_is_a_setting_error_naming_the_accepted_ones() -
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "setting", "named"),
     [
-        (
-            ["--step-model", "rooflin"],
-            "error: --step-model must be fitted or roofline, got 'rooflin'; a file written by "
-            "`kvplan calibrate` goes in --calibration FILE",
-        ),
-        (
-            ["--step-model", "{file}"],
-            "error: --step-model must be fitted or roofline, got '{file}'",
-        ),
+        # the typo, and where a calibration file goes instead
+        (["--step-model", "rooflin"], "--step-model", ("'rooflin'", "--calibration FILE")),
+        (["--step-model", "{file}"], "--step-model", ("'{file}'",)),
         (
             ["--step-model", "roofline", "--calibration", "{file}"],
-            "error: --step-model roofline and --calibration exclude each other",
+            "--step-model",
+            ("--calibration",),
         ),
-        (["--calibration", "{missing}"], "error: calibration file '{missing}' cannot be read"),
+        (["--calibration", "{missing}"], "calibration file", ("'{missing}'",)),
     ],
 )
 def test_plan_checks_step_model_and_calibration_exactly_as_bench(
-    args: list[str], expected: str, tmp_path: Path
+    args: list[str], setting: str, named: tuple[str, ...], tmp_path: Path
 ) -> None:
     """The trial's typo (`rooflin`) was read as a calibration file that could not be opened,
     and every candidate was listed as "does not fit" with exit 0."""
@@ -210,8 +194,10 @@ def test_plan_checks_step_model_and_calibration_exactly_as_bench(
         ["plan", "llama-3.1-8b", "--rate", "2", "--gpus", "l4,h100-80gb", "--tp", "1", *filled]
     )
     bench = _run(["bench", "--num-requests", "5", "--out", tmp_path / "r.jsonl", *filled])
-    assert _error_line(plan) == _error_line(bench)
-    assert _error_line(plan).startswith(expected.format(**names))
+    line = _error_line(plan)
+    assert line == _error_line(bench)
+    assert line.startswith(f"error: {setting} ")
+    assert all(part.format(**names) in line for part in named), line
 
 
 # --- a bad setting is an error, "does not fit" is memory only ----------------------------------
@@ -221,9 +207,9 @@ def test_a_setting_no_engine_starts_with_is_an_error_not_a_verdict() -> None:
     """Qwen2.5-7B has 28 attention heads: TP 8 is refused as vLLM refuses it, in one line,
     where it used to be listed as a candidate that "does not fit"."""
     result = _run(["plan", "qwen2.5-7b-instruct", *QUICK, "--gpu", "l4", "--tp", "8"])
-    assert _error_line(result) == (
-        "error: --tp 8 must divide the 28 attention heads of qwen2.5-7b-instruct; try 1, 2, 4"
-    )
+    line = _error_line(result)
+    assert line.startswith("error: --tp 8 ") and "28 attention heads" in line
+    assert line.endswith("try 1, 2, 4")
     demand = Demand(
         model="qwen2.5-7b-instruct",
         rate=1.0,
@@ -240,10 +226,8 @@ def test_an_optimization_that_needs_a_kv_budget_is_an_error_not_a_verdict() -> N
     """plan sizes no KV budget, so an eviction policy could never be built: every candidate
     was listed as "does not fit" (the budget's refusal read as memory)."""
     result = _run(["plan", "llama-3.1-8b", *QUICK, "--gpu", "l4", "--optimization", "paged+h2o"])
-    assert _error_line(result).startswith(
-        "error: --optimization paged+h2o keeps a KV budget (bench's --kv-budget), which a plan "
-        "does not size"
-    )
+    line = _error_line(result)
+    assert line.startswith("error: --optimization paged+h2o ") and "--kv-budget" in line
 
 
 def test_the_default_tp_sizes_are_those_the_model_takes() -> None:

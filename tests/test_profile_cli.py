@@ -71,9 +71,8 @@ def test_profile_without_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr("kvplan.spec.extras.missing_modules", lambda extra: ["torch"])
     result = _invoke("profile", STORIES)
     assert result.exit_code == 2
-    assert _one_line_error(result.output) == (
-        "error: kvplan profile needs torch: pip install 'kvplan[real]'"
-    )
+    line = _one_line_error(result.output)
+    assert line.startswith("error: kvplan profile needs torch") and "kvplan[real]" in line
 
 
 def test_profile_on_cuda_without_a_gpu_is_refused() -> None:

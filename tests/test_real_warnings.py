@@ -74,12 +74,15 @@ def test_the_memory_refusal_names_fixes_other_than_the_flags_given(
     result = CliRunner().invoke(app, [*args, "--optimizations", "paged"])
     assert result.exit_code == 2
     line = result.stderr.strip()
-    assert line == (
-        f"error: real mode builds llama-3.1-8b (2 layers) in fp32: about {weights_gib(2, 4):.1f} "
-        "GiB of weights in host memory, but only 2.0 GiB is available; --model-dtype bf16 "
-        f"({weights_gib(2, 2):.1f} GiB) or a smaller --model; the embeddings and LM head take "
-        f"{weights_gib(0, 4):.1f} GiB at any --layers"
-    )
+    # the weights against the memory there is, and each fix with what it would take
+    assert line.startswith("error: real mode builds llama-3.1-8b (2 layers) in fp32")
+    for part in (
+        f"about {weights_gib(2, 4):.1f} GiB",
+        "only 2.0 GiB is available",
+        f"--model-dtype bf16 ({weights_gib(2, 2):.1f} GiB)",
+        f"{weights_gib(0, 4):.1f} GiB at any --layers",
+    ):
+        assert part in line, (part, line)
     assert not out.exists()
 
 

@@ -108,3 +108,17 @@ def test_hard_wrapped_lines_are_joined() -> None:
 def test_nothing_usable_is_an_error_naming_the_lines(text: str) -> None:
     with pytest.raises(ValueError, match="GPU KV cache size"):
         parse_server_log(text)
+
+
+def test_a_vllm_refusal_beside_an_sglang_pool_is_two_servers() -> None:
+    """vLLM's refusal prints the tokens its KV cache holds: beside SGLang's pool line the log
+    is two servers' (refused), so no reader has to choose which capacity wins."""
+    refusal = (
+        "ValueError: To serve at least one request with the models's max seq len (131072), "
+        "(16.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(4.5 GiB). Based on the available memory, the estimated maximum model length is 36864.\n"
+    )
+    assert parse_server_log(refusal).max_tokens_in_kv_from_error == 36864
+    sglang = "[2025-01-01 00:00:01] KV Cache is allocated. #tokens: 12345, K size: 1.0 GB\n"
+    with pytest.raises(ValueError, match="both a vLLM and an SGLang server"):
+        parse_server_log(refusal + sglang)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from kvplan import GIB
 from kvplan.engines.engine_releases import SAMPLER_BYTES_PER_LOGIT, v1_sampler_path
@@ -143,6 +144,13 @@ class MemoryProfile:
     def kv_bytes(self) -> float:
         return self.usable_bytes - self.weight_bytes - self.reserve_bytes
 
+    def usable_at(self, utilization: Any) -> Any:
+        """The usable memory at another share of the GPU (a number or a numpy array), the
+        rest of the profile unchanged."""
+        return SERVING_ENGINES[self.engine].usable_bytes(
+            self.total_bytes, self.non_torch_bytes, utilization
+        )
+
 
 def mlp_width(model: ModelSpec) -> float:
     """Intermediate width one token passes through per layer (active experts summed), from the
@@ -205,9 +213,7 @@ def predict_memory(
     non_torch = fit.non_torch_gib * GIB
     engine = settings.serving_engine
     if isinstance(engine, SGLangEngine):
-        # the fraction is of the memory free once torch.distributed / NCCL started (the non-torch
-        # part)
-        usable = (total - non_torch) * utilization + non_torch
+        usable = engine.usable_bytes(total, non_torch, utilization)
         return MemoryProfile(
             engine.generation, total, usable, weight_bytes, 0.0, non_torch, 0.0, tokens, rows
         )
@@ -231,7 +237,7 @@ def predict_memory(
     return MemoryProfile(
         settings.engine,
         total,
-        total * utilization,
+        engine.usable_bytes(total, non_torch, utilization),
         weight_bytes,
         activation,
         non_torch,

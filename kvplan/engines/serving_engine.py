@@ -11,7 +11,7 @@ turns that name into its class, and nothing else compares it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kvplan.engines import sglang_defaults
 from kvplan.engines.engine_releases import (
@@ -80,6 +80,11 @@ class ServingEngine(ABC):
     def overlaps_scheduling(self, version: Version | None) -> bool:
         """Whether the CPU schedules step N + 1 while the GPU runs step N by default."""
         return False
+
+    def usable_bytes(self, total: Any, non_torch: Any, utilization: Any) -> Any:
+        """The memory the engine's share gives (numbers or numpy arrays alike): vLLM's
+        gpu_memory_utilization is of the GPU's total memory."""
+        return total * utilization
 
     def scheduling_rules(self, version: Version | None) -> SchedulingRules:
         """The scheduler rules a simulated run follows: kvplan's own unless the engine's are
@@ -230,6 +235,11 @@ class SGLangEngine(ServingEngine):
 
     def overlaps_scheduling(self, version: Version | None) -> bool:
         return on_or_after(version, sglang_defaults.OVERLAP_SCHEDULER_FROM)
+
+    def usable_bytes(self, total: Any, non_torch: Any, utilization: Any) -> Any:
+        # mem_fraction_static is of the memory free once torch.distributed / NCCL started (the
+        # non-torch part), which stays in use besides
+        return (total - non_torch) * utilization + non_torch
 
     def description(self, version: Version | None) -> str:
         if version is None:

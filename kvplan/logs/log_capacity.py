@@ -31,15 +31,10 @@ def round_or_none(value: float | None, digits: int = 2) -> float | None:
 
 
 def logged_kv_tokens(log: ServerLog, setup: ServerSetup) -> int | None:
-    if log.gpu_kv_cache_tokens is not None:
-        return log.gpu_kv_cache_tokens
-    if log.num_gpu_blocks is not None:
-        return log.num_gpu_blocks * setup.block_size
-    if log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens:
-        return log.sglang_kv_tokens_allocated or log.sglang_max_total_num_tokens
-    if log.max_tokens_in_kv_from_error is not None:
-        return log.max_tokens_in_kv_from_error
-    return None
+    """The capacity the log prints, in tokens (its blocks at the server's block size); None
+    where it prints only memory or nothing."""
+    logged = logged_capacity(log)
+    return None if logged is None else logged.tokens(setup.block_size)
 
 
 def bytes_per_token(log: ServerLog, setup: ServerSetup, kv_gib: float | None) -> dict:
@@ -103,6 +98,12 @@ class LoggedCapacity:
 
     unit: str
     value: float
+
+    def tokens(self, block_size: int) -> int | None:
+        """The figure in tokens (blocks of `block_size` each); None for a memory figure."""
+        if self.unit == "GiB":
+            return None
+        return int(self.value) * (block_size if self.unit == "blocks" else 1)
 
 
 def logged_capacity(log: ServerLog) -> LoggedCapacity | None:

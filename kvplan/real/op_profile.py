@@ -48,6 +48,7 @@ from kvplan.kernels.quant import get_format
 from kvplan.quality.torch_threads import intra_op_threads
 from kvplan.real.op_timer import Timer
 from kvplan.real.op_workloads import Tick, Workbench
+from kvplan.sizing.operators.attention import OPS_BY_NAME, FullAttention, SlidingAttention
 from kvplan.sizing.operators.profile_table import (
     AllReduceShape,
     AttentionShape,
@@ -61,7 +62,8 @@ from kvplan.sizing.operators.profile_table import (
 from kvplan.sizing.operators.shapes import ModelOps
 from kvplan.spec.setting_error import SettingError
 
-MEASURED_KINDS = ("FullAttention", "SlidingAttention", "ChunkedAttention")
+# the attention operators kvplan's paged kernels run (a chunked one is a sliding one)
+MEASURED_OPS = (FullAttention, SlidingAttention)
 NOT_MEASURED = "not measured (the next source times it)"
 MEASURED_FORMAT = "bf16"  # GEMMs and experts in 16-bit weights: torch runs them as they are
 BLOCK_SIZE = {"cuda": 16, "cpu": 128}  # vLLM's default KV block, on GPUs and its CPU backend
@@ -249,7 +251,8 @@ def _attention(
 
 def _unmeasured(shape: AttentionShape) -> str:
     """Why kvplan's kernels cannot time this attention ('' when they can)."""
-    if shape.kind not in MEASURED_KINDS:
+    op = OPS_BY_NAME.get(shape.kind)
+    if op is None or not issubclass(op, MEASURED_OPS):
         return "kvplan's paged kernels run full, sliding and chunked attention only"
     if not float(shape.heads_per_gpu).is_integer():
         return f"{shape.heads_per_gpu:g} heads per GPU is not a whole number"

@@ -31,6 +31,7 @@ from kvplan.kernels.quant import PagedKVCache, allocate_kv_cache, get_format
 from kvplan.kernels.variant import AttentionVariant
 from kvplan.real.expert_kernels import ExpertKernel, expert_kernel
 from kvplan.real.op_timer import Timer
+from kvplan.sizing.operators.attention import OPS_BY_NAME, ChunkedAttention, SlidingAttention
 from kvplan.sizing.operators.profile_table import AttentionShape, ExpertsShape
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -39,10 +40,15 @@ Call = Callable[[], object]
 
 
 def variant_of(shape: AttentionShape) -> AttentionVariant:
-    if shape.kind == "SlidingAttention" and shape.window:
-        return AttentionVariant(sliding_window=shape.window)
-    if shape.kind == "ChunkedAttention" and shape.window:
+    """The kernel variant of a table's attention shape: its window, as its operator keeps it."""
+    op = OPS_BY_NAME.get(shape.kind)
+    if op is None or not shape.window:
+        return AttentionVariant()
+    # a chunked layer is a sliding one that restarts its window at every chunk
+    if issubclass(op, ChunkedAttention):
         return AttentionVariant(chunk_size=shape.window)
+    if issubclass(op, SlidingAttention):
+        return AttentionVariant(sliding_window=shape.window)
     return AttentionVariant()
 
 

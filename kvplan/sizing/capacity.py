@@ -17,9 +17,15 @@ from kvplan import GIB
 from kvplan.engines.engine_weights import loaded_weight_bytes_per_gpu
 from kvplan.engines.hybrid_kv import vllm_kv_cache
 from kvplan.engines.memory_model import MemoryProfile, predict_memory
-from kvplan.engines.pool_sizing import model_max_len, whole_blocks
+from kvplan.engines.pool_sizing import model_max_len
 from kvplan.engines.serving_engine import SGLangEngine, VllmV1Engine
 from kvplan.engines.sglang_kv import sglang_kv_tokens
+from kvplan.sizing.capacity_kernel import (
+    KV_DOES_NOT_FIT,
+    WEIGHTS_DO_NOT_FIT,
+    pool_capacity,
+    sequence_bytes,
+)
 from kvplan.sizing.plan_inputs import MAX_TOKENS, PlanInputs, valid_tps
 from kvplan.spec import parse_kv_format
 
@@ -59,6 +65,9 @@ class CapacityPlan:
     seq_bytes_ideal: float
     seq_bytes_full: float
     seq_bytes_unbudgeted: float  # one sequence under the chosen allocation, ignoring --kv-budget
+    # of the KV pool, what sequences can use: whole blocks, plus the remainder for models whose
+    # linear-attention layers keep a per-sequence state outside the blocks
+    allocatable_bytes: float
     max_batch: int
     max_context: int
     verdict: str
@@ -72,14 +81,6 @@ class CapacityPlan:
     @property
     def kv_cache_tokens(self) -> int:
         return self.num_blocks * self.inputs.block_size
-
-    @property
-    def allocatable_bytes(self) -> float:
-        """Of the KV pool, what sequences can use: whole blocks, plus the remainder for
-        models whose linear-attention layers keep a per-sequence state outside the blocks."""
-        if self.inputs.model.state_bytes_per_seq(self.inputs.tp):
-            return max(0.0, self.kv_pool_bytes)
-        return self.num_blocks * self.block_bytes
 
     @property
     def max_concurrency(self) -> float:
@@ -191,14 +192,17 @@ def _seq_bytes(
 ) -> float:
     """Bytes one sequence holds per GPU, rounded up to whole blocks per attention group;
     with `budgeted`, each layer keeps at most --kv-budget tokens."""
-    model, fmt, block = inputs.model, inputs.kv_format, inputs.block_size
-    total = float(model.state_bytes_per_seq(inputs.tp))
-    for group in model.token_groups:
-        tokens = group.retained_tokens(context) if respect_windows else context
-        if budgeted and inputs.kv_budget is not None:
-            tokens = min(tokens, inputs.kv_budget)
-        total += math.ceil(tokens / block) * block * group.bytes_per_token(fmt, inputs.tp)
-    return total
+    return float(
+        sequence_bytes(
+            inputs.model,
+            inputs.kv_format,
+            inputs.tp,
+            context,
+            inputs.block_size,
+            respect_windows=respect_windows,
+            kv_budget=inputs.kv_budget if budgeted else None,
+        )
+    )
 
 
 def _max_context(inputs: PlanInputs, allocatable: float, batch: int, limit: int) -> int:
@@ -224,15 +228,26 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     memory = engine_memory(inputs)
     usable, weights = memory.usable_bytes, memory.weight_bytes
     reserve = inputs.reserve_bytes if inputs.reserve_bytes is not None else memory.reserve_bytes
-    kv_pool = (
-        inputs.kv_cache_bytes if inputs.kv_cache_bytes is not None else usable - weights - reserve
-    )
-    per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
-    blocks = whole_blocks(kv_pool, per_token, inputs.block_size)
     context = inputs.max_model_len
+    # the same lines a sweep runs over its grid, at one point
+    pool = pool_capacity(
+        model,
+        inputs.kv_format,
+        tp,
+        usable=usable,
+        weights=weights,
+        reserve=reserve,
+        kv_cache_bytes=inputs.kv_cache_bytes,
+        context=context,
+        batch=inputs.batch,
+        block=inputs.block_size,
+        respect_windows=inputs.respect_windows,
+        kv_budget=inputs.kv_budget,
+    )
+    kv_pool, blocks, seq = pool.kv_pool, pool.num_blocks, float(pool.seq_bytes)
+    per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
     seq_full = _seq_bytes(inputs, context, False)
     seq_ideal = _seq_bytes(inputs, context, True)
-    seq = seq_ideal if inputs.respect_windows else seq_full
     shell = CapacityPlan(
         inputs,
         usable,
@@ -246,14 +261,15 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
         seq_ideal,
         seq_full,
         _seq_bytes(inputs, context, inputs.respect_windows, budgeted=False),
+        pool.allocatable,
         0,
         0,
         "",
         (),
         (),
     )
-    allocatable = shell.allocatable_bytes
-    max_batch = int(allocatable // seq) if seq else 0
+    allocatable = pool.allocatable
+    max_batch = int(pool.max_batch) if seq else 0
     max_context = (
         _max_context(inputs, allocatable, inputs.batch, shell.context_limit)
         if allocatable > 0
@@ -261,20 +277,17 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     )
 
     reasons: list[str] = []
-    if weights + reserve > usable and inputs.kv_cache_bytes is None:
-        verdict = "weights-do-not-fit"
+    verdict = pool.verdict
+    if verdict == WEIGHTS_DO_NOT_FIT:
         reasons.append(
             f"weights need {weights / GIB:.1f} GiB per GPU + {reserve / GIB:.1f} GiB reserve, "
             f"but only {usable / GIB:.1f} GiB is usable at {inputs.utilization:.0%}"
         )
-    elif seq * inputs.batch > allocatable:
-        verdict = "kv-does-not-fit"
+    elif verdict == KV_DOES_NOT_FIT:
         reasons.append(
             f"{inputs.batch} x {context:,} tokens need {seq * inputs.batch / GIB:.2f} GiB of KV "
             f"per GPU; the KV budget is {max(kv_pool, 0) / GIB:.2f} GiB"
         )
-    else:
-        verdict = "fits"
     result = replace(
         shell, max_batch=max_batch, max_context=max_context, verdict=verdict, reasons=tuple(reasons)
     )

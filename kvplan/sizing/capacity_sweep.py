@@ -16,6 +16,7 @@ from typing import Any
 from kvplan.engines.pool_sizing import check_max_model_len
 from kvplan.results import ResultRecord
 from kvplan.sizing.capacity import PlanInputs, engine_memory
+from kvplan.sizing.capacity_kernel import pool_capacity
 from kvplan.spec import parse_kv_format
 from kvplan.spec.comma_list import comma_list
 from kvplan.spec.numbers import MAX_GRID_POINTS, check_grid_size, check_number, parse_count
@@ -151,7 +152,6 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
         # the grid's contexts go to engine_memory one by one; the point asks for none (a model
         # swept without a context axis is sized at the base model's, as before)
         point = replace(base, model=model, gpu=gpu, kv_format=fmt, tp=int(tp), context=None)
-        per_token = model.kv_bytes_per_token(fmt, point.tp)
         profiles = {int(c): engine_memory(point, context=int(c)) for c in np.unique(context)}
         weights = next(iter(profiles.values())).weight_bytes  # the weights as the engine loads them
         reserve = (
@@ -159,31 +159,25 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
             if base.reserve_bytes is not None
             else np.array([profiles[int(c)].reserve_bytes for c in context])
         )
-        usable = profiles[int(context[0])].total_bytes * util
-        kv_pool = (
-            np.full(n, base.kv_cache_bytes)
-            if base.kv_cache_bytes is not None
-            else usable - weights - reserve
+        # the engine's share of the GPU at each point (SGLang's is of the memory NCCL leaves)
+        usable = profiles[int(context[0])].usable_at(util)
+        pool = pool_capacity(
+            model,
+            fmt,
+            point.tp,
+            usable=usable,
+            weights=weights,
+            reserve=reserve,
+            kv_cache_bytes=base.kv_cache_bytes,
+            context=context,
+            batch=batch,
+            block=block,
+            respect_windows=base.respect_windows,
+            kv_budget=base.kv_budget,
+            ops=np,
         )
-        blocks = np.maximum(0, np.floor(kv_pool / (per_token * block)))
-        state = model.state_bytes_per_seq(point.tp)
-        seq = np.full(n, float(state))
-        for group in model.token_groups:
-            tokens = (
-                np.minimum(context, group.window)
-                if (base.respect_windows and group.window)
-                else context
-            )
-            if base.kv_budget is not None:
-                tokens = np.minimum(tokens, base.kv_budget)
-            seq += np.ceil(tokens / block) * block * group.bytes_per_token(fmt, point.tp)
-        allocatable = np.maximum(0, kv_pool) if state else blocks * block * per_token
-        weights_fail = (weights + reserve > usable) & (base.kv_cache_bytes is None)
-        verdict = np.where(
-            weights_fail,
-            "weights-do-not-fit",
-            np.where(seq * batch > allocatable, "kv-does-not-fit", "fits"),
-        )
+        kv_pool = np.broadcast_to(np.asarray(pool.kv_pool, dtype=float), (n,))
+        blocks, seq, allocatable = pool.num_blocks, pool.seq_bytes, pool.allocatable
         values = {
             "model": [model.name] * n,
             "gpu": [gpu.name] * n,
@@ -201,8 +195,8 @@ def sweep(base: PlanInputs, axes: dict[str, list[Any]]) -> dict[str, Any]:
             "num_blocks": blocks.astype(np.int64),
             "kv_cache_tokens": (blocks * block).astype(np.int64),
             "max_concurrency": np.round(allocatable / seq, 4),
-            "max_batch_at_context": np.floor(allocatable / seq).astype(np.int64),
-            "verdict": verdict,
+            "max_batch_at_context": pool.max_batch.astype(np.int64),
+            "verdict": pool.verdict,
         }
         for column in COLUMNS:
             parts[column].append(values[column])

@@ -187,7 +187,8 @@ class ServerLog:
 DISAGREEING_FIELDS = ("gpu_kv_cache_tokens", "num_gpu_blocks", "sglang_max_total_num_tokens")
 # a server's own KV figures, by engine: a log with both is two servers
 ENGINE_KV_FIELDS = {
-    "vLLM": ("gpu_kv_cache_tokens", "num_gpu_blocks"),
+    # vLLM's refusal names the tokens its KV cache holds, as a pool line would
+    "vLLM": ("gpu_kv_cache_tokens", "num_gpu_blocks", "max_tokens_in_kv_from_error"),
     "SGLang": ("sglang_max_total_num_tokens", "sglang_kv_tokens_allocated"),
 }
 

@@ -111,6 +111,8 @@ OPS_BY_SPEC: dict[type[AttentionGroup], type[AttentionOp]] = {
     IndexerSpec: IndexerKeys,
     MambaSpec: StateUpdate,
 }
+# a profile table names each attention operator by its class
+OPS_BY_NAME: dict[str, type[AttentionOp]] = {op.__name__: op for op in OPS_BY_SPEC.values()}
 
 
 def attention_ops(model: ModelSpec, tp: int, kv_format: KVFormat) -> tuple[AttentionOp, ...]:
