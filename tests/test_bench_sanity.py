@@ -123,6 +123,14 @@ def test_a_setting_the_run_ignores_is_refused(
     assert refused.startswith(f"error: {setting} "), refused
 
 
+def test_an_unknown_tier_policy_is_refused_by_its_flag(kept: Path) -> None:
+    args = ["--tier-policy", "mru", "--optimizations", "offload-cpu"]
+    refused = fails_cleanly(
+        [*QUICK, *args, "--out", kept / "keep.jsonl"], kept, "'mru'", "lru, arc"
+    )
+    assert refused.startswith("error: --tier-policy "), refused
+
+
 def test_a_budget_beside_an_eviction_policy_runs(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     result = invoke([*QUICK, "--kv-budget", "256", "--optimizations", "paged,h2o", "--out", out])

@@ -141,8 +141,8 @@ def test_replicas_are_the_division_then_what_the_cluster_needs() -> None:
     assert demand.slo.meets(row.cluster_metrics)
 
 
-@pytest.mark.slow  # 8 s on 2 cores, four plans; `pytest -m slow` runs it
 def test_a_higher_rate_or_a_tighter_slo_never_needs_fewer_gpus() -> None:
+    # four plans at the cheap demand's size: about 5 s on 2 cores
     candidates = [Candidate("h100-80gb", 1, "auto", 8)]
 
     def gpus(rate: float, slo: str) -> int:

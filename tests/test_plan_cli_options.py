@@ -230,6 +230,11 @@ def test_an_optimization_that_needs_a_kv_budget_is_an_error_not_a_verdict() -> N
     assert line.startswith("error: --optimization paged+h2o ") and "--kv-budget" in line
 
 
+def test_an_unknown_executor_is_refused_by_its_flag() -> None:
+    line = _error_line(_run(["plan", "llama-3.1-8b", *QUICK, "--gpu", "l4", "--executor", "dask"]))
+    assert line.startswith("error: --executor ") and "'dask'" in line and "local, ray" in line
+
+
 def test_the_default_tp_sizes_are_those_the_model_takes() -> None:
     """Without --tp, a 28-head model is planned at TP 1, 2 and 4 (8 does not divide its heads)."""
     result = _run(

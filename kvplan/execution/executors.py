@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan.execution.pool import run_pool
+from kvplan.spec.setting_error import SettingError
 
 
 @dataclass(frozen=True)
@@ -64,4 +65,6 @@ def make_executor(name: str, workers: int | None = None, address: str | None = N
         return RayExecutor(address)
     if name == "local":
         return LocalExecutor(workers or os.cpu_count() or 1)
-    raise ValueError(f"unknown executor '{name}'; use one of: {', '.join(EXECUTORS)}")
+    raise SettingError(
+        "{executor} must be one of {known}, got '{got}'", known=", ".join(EXECUTORS), got=name
+    )

@@ -10,6 +10,9 @@ from collections import OrderedDict
 class ARCSet:
     """Adaptive replacement: T1 (seen once), T2 (seen again), ghosts B1/B2 steer `p`."""
 
+    name = "arc"
+    keeps_promoted = True
+
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.p = 0

@@ -21,8 +21,11 @@ from typing import Any
 
 from kvplan.core.tiers.arc import ARCSet
 from kvplan.core.tiers.lru import LRUSet
+from kvplan.spec.setting_error import SettingError
 
-TIER_POLICIES = ("lru", "arc")  # the first is the default (TierConfig's too)
+# each tier policy by its name; the first is the default (TierConfig's too)
+TIER_SETS: dict[str, type[LRUSet] | type[ARCSet]] = {s.name: s for s in (LRUSet, ARCSet)}
+TIER_POLICIES = tuple(TIER_SETS)
 
 
 @dataclass
@@ -47,16 +50,16 @@ class Tier:
 
     def __post_init__(self) -> None:
         if self.policy not in TIER_POLICIES:
-            raise ValueError(
-                f"unknown tier policy '{self.policy}'; use one of: {', '.join(TIER_POLICIES)}"
+            raise SettingError(
+                "{tier_policy} must be one of {known}, got '{got}'",
+                known=", ".join(TIER_POLICIES),
+                got=self.policy,
             )
         if self.capacity_blocks < 0 or self.bandwidth <= 0:
             raise ValueError(
                 f"tier {self.name} needs a non-negative capacity and a positive bandwidth"
             )
-        self.blocks = (
-            ARCSet(self.capacity_blocks) if self.policy == "arc" else LRUSet(self.capacity_blocks)
-        )
+        self.blocks = TIER_SETS[self.policy](self.capacity_blocks)
 
 
 class TieredCache:
@@ -111,7 +114,7 @@ class TieredCache:
         """Read a block from its tier for reloading (an LRU tier gives it up, an ARC tier keeps
         it). Returns its bytes in real mode (None if they cannot be read), True in simulated mode.
         `readmitted`: the block serves a preempted request's readmission."""
-        keep = tier.policy == "arc"
+        keep = tier.blocks.keeps_promoted
         if keep:
             tier.blocks.touch(block_hash)  # seen again: frequent
         else:

@@ -6,6 +6,12 @@ from collections import OrderedDict
 
 
 class LRUSet:
+    """Least recently used: a block read back to the device leaves the tier."""
+
+    name = "lru"
+    # whether a block promoted to the device stays here too (seen again: kept as frequent)
+    keeps_promoted = False
+
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.items: OrderedDict[int, None] = OrderedDict()
