@@ -31,7 +31,6 @@ from kvplan.results.latest import (
     timestamped_path,
     write_latest,
 )
-from kvplan.spec.resolve import load_gpu, load_model
 
 _PLAIN_LIMITS = (
     SchedulerConfig().max_num_seqs or 256,
@@ -56,7 +55,7 @@ def prepare(config: BenchConfig, workload: WorkloadSpec) -> tuple[BenchConfig, W
         config = dataclasses.replace(
             config, sizing=dataclasses.replace(config.sizing, model=config.real.model_path)
         )
-    spec = load_model(config.sizing.model)
+    spec = config.sizing.model_spec
     workload = dataclasses.replace(
         workload,
         range_below=config.sizing.serving_engine.range_ratio_is_floor(
@@ -84,8 +83,8 @@ def configured(config: BenchConfig, built: Workload) -> BenchConfig:
 def default_out(config: BenchConfig) -> Path:
     """Reports/bench-MODEL-GPU-TIMESTAMP.jsonl: a new file per run, never an old one; MODEL
     and GPU are the resolved profile names (`l40s`, not the "NVIDIA L40S" typed), as slugs."""
-    name = load_model(config.sizing.model).name
-    gpu = load_gpu(config.sizing.gpu).name if config.mode is Mode.SIMULATED else "real"
+    name = config.sizing.model_spec.name
+    gpu = config.sizing.gpu_spec.name if config.mode is Mode.SIMULATED else "real"
     return timestamped_path(DEFAULT_FOLDER, default_stem("bench", name, gpu))
 
 

@@ -1,7 +1,8 @@
-"""One run: an optimization's engine (or a cluster of them behind a router) serving a list of
-requests, and what it measured as a typed RunMetrics. bench's matrix, sweep points and the
-plan's trials all run through `simulate`; result records are built only where they are written
-(bench/matrix.py)."""
+"""One run: an optimization's engine (a cluster of them behind a router, or a disaggregated
+pipeline of a prefill and a decode pool) serving a list of requests, and what it measured as a
+typed RunMetrics. bench's matrix, sweep points, the plan's trials and its disaggregated
+pipelines all run through `simulate`; result records are built only where they are written
+(bench/matrix.py, sweep/point.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from kvplan.bench.config import BenchConfig
 from kvplan.bench.mode import Mode
+from kvplan.core.engine import Engine
 from kvplan.core.engine_factory import EngineFactory, EngineSizing, Optimization
 from kvplan.core.hashing import hashes_by_request
 from kvplan.core.step_trace import StepTrace
@@ -19,6 +21,7 @@ from kvplan.sim.bench_client import run_client
 from kvplan.sim.cluster import RouterConfig, run_cluster
 from kvplan.sim.factory import SimulatedEngineFactory
 from kvplan.sim.vllm_metrics import serving_metrics
+from kvplan.spec.resolve import load_gpu
 from kvplan.workload.request import Request
 
 
@@ -81,12 +84,26 @@ class RunMetrics:
         )
 
 
+@dataclass(frozen=True)
+class Pipeline:
+    """A disaggregated deployment: `prefills` engines of the run's config behind its router
+    prefill every request, its KV crosses a link to `decodes` engines of `decode` (behind
+    least-loaded), which decode it. The link runs at `link_gbps` per GPU (None: the decode GPU's
+    interconnect)."""
+
+    prefills: int
+    decode: BenchConfig
+    decodes: int
+    link_gbps: float | None = None
+
+
 def simulate(
     config: BenchConfig,
     requests: list[Request],
     optimization: Optimization,
     *,
     router: str | None = None,
+    pipeline: Pipeline | None = None,
     factory: EngineFactory | None = None,
     hashes: dict[int, list[int]] | None = None,
     progress: Callable[[int], None] | None = None,
@@ -105,6 +122,8 @@ def simulate(
         hashes = hashes_by_request(
             requests, config.sizing.block_size, stable=config.mode is Mode.REAL
         )
+    if pipeline is not None:
+        return _pipelined(config, requests, optimization, router, pipeline, factory, hashes)
     report_tokens = None
     # real steps are slow: progress in tokens
     if progress is not None and config.mode is Mode.REAL:
@@ -155,6 +174,58 @@ def simulate(
             requests
         )
     return RunMetrics.of(figures, series), sizing
+
+
+def _engines(
+    factory: EngineFactory,
+    optimization: Optimization,
+    count: int,
+    hashes: dict[int, list[int]] | None,
+) -> tuple[list[Engine], EngineSizing]:
+    """`count` engines of one pool, knowing the requests' block hashes where they cache
+    prefixes; the pool's sizing."""
+    engines, sizing = [], None
+    for _ in range(count):
+        engine, sizing = factory.build(optimization)
+        if hashes is not None and optimization.prefix_caching:
+            engine.allocator.use_known_hashes(hashes)
+        engines.append(engine)
+    assert sizing is not None
+    return engines, sizing
+
+
+def _pipelined(
+    config: BenchConfig,
+    requests: list[Request],
+    optimization: Optimization,
+    router: str | None,
+    pipeline: Pipeline,
+    factory: EngineFactory,
+    hashes: dict[int, list[int]] | None,
+) -> tuple[RunMetrics, EngineSizing]:
+    """The disaggregated run: the prefill pool, the link, the decode pool (sim/disagg.py)."""
+    from kvplan.sim.disagg import KvLink, run_disaggregated
+
+    prefill_pods, prefill_sizing = _engines(factory, optimization, pipeline.prefills, hashes)
+    decode_factory = engine_factory(pipeline.decode)
+    decode_pods, decode_sizing = _engines(decode_factory, optimization, pipeline.decodes, hashes)
+    gpu = load_gpu(pipeline.decode.sizing.gpu)
+    link = KvLink(
+        max(prefill_sizing.slot_bytes, decode_sizing.slot_bytes),
+        pipeline.link_gbps or gpu.interconnect_gbps,
+        gpu.interconnect_latency_us * 1e-6,
+    )
+    cluster = config.cluster
+    figures = run_disaggregated(
+        prefill_pods,
+        decode_pods,
+        requests,
+        link,
+        RouterConfig(router or RouterConfig.name, cluster.w_hit, cluster.w_load),
+        config.sizing.block_size,
+    )
+    figures.update(decode_factory.run_metrics(decode_pods[0]))
+    return RunMetrics.of(figures, {}), decode_sizing
 
 
 class TokenCountingRunner:

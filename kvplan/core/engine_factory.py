@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvplan import GIB
@@ -22,7 +23,7 @@ from kvplan.engines.engine_releases import (
 from kvplan.engines.pool_sizing import GPU_BLOCK_SIZE, max_model_len_for
 from kvplan.engines.scheduling_rules import SchedulingRules
 from kvplan.engines.serving_engine import SERVING_ENGINES, ServingEngine, SGLangEngine
-from kvplan.spec import KVFormat, ModelSpec
+from kvplan.spec import GpuSpec, KVFormat, ModelSpec
 from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.setting_error import SettingError
 
@@ -74,6 +75,16 @@ class SizingConfig:
     def serving_engine(self) -> ServingEngine:
         return SERVING_ENGINES[self.generation]
 
+    # The model and GPU the names resolve to, once per config: every engine built from it,
+    # its sizing and its scheduler's limits read these, not the names.
+    @cached_property
+    def model_spec(self) -> ModelSpec:
+        return load_model(self.model)
+
+    @cached_property
+    def gpu_spec(self) -> GpuSpec:
+        return load_gpu(self.gpu)
+
     def __post_init__(self) -> None:
         self.generation  # validates the engine name
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -111,8 +122,8 @@ def engine_scheduler(
         and not sglang
     ):
         return scheduler
-    gpu = load_gpu(config.gpu)
-    max_model_len = max_model_len_for(load_model(config.model), config.max_model_len)
+    gpu = config.gpu_spec
+    max_model_len = max_model_len_for(config.model_spec, config.max_model_len)
     defaults = config.serving_engine.batch_defaults(
         version, gpu.usable_memory_bytes / GIB, gpu.name, max_model_len
     )
@@ -180,7 +191,7 @@ def make_tiers(
 
     if not optimization.offload:
         return None
-    gpu = load_gpu(sizing_config.gpu)
+    gpu = sizing_config.gpu_spec
     block_bytes = sizing.slot_bytes * sizing_config.block_size
     sizes = {
         "cpu": (tier_config.cpu_cache_gb, tier_config.host_link_gbps or gpu.host_link_gbps),

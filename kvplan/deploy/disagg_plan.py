@@ -204,53 +204,23 @@ def _decode_is_short(slo: Slo, metrics: Mapping[str, Any]) -> bool:
 def pipeline_run(demand: Demand, row: DisaggRow, prefills: int, decodes: int, router: str) -> Run:
     """A Run (trials.settled_run) of the whole pipeline: x prefill pods behind the
     plan's router, the link, y decode pods behind least-loaded."""
-    from kvplan.bench.config import BenchConfig
     from kvplan.bench.optimizations import parse_optimization
     from kvplan.bench.run import configured, prepare
-    from kvplan.bench.simulation import RunMetrics, engine_factory
-    from kvplan.core.hashing import hashes_by_request
-    from kvplan.sim.cluster import RouterConfig
-    from kvplan.sim.disagg import KvLink, run_disaggregated
-    from kvplan.spec.resolve import load_gpu
+    from kvplan.bench.simulation import Pipeline, RunMetrics, simulate
 
     assert row.prefill is not None
     prefill_candidate, decode_candidate = row.prefill.candidate, row.capacity.candidate
     optimization = parse_optimization(demand.optimization)
 
-    def pool(
-        config: BenchConfig, count: int, hashes: dict[int, list[int]]
-    ) -> tuple[Any, list[Any], Any]:
-        """`count` engines of one pool: the factory, the engines and their sizing."""
-        factory, engines = engine_factory(config), []
-        for _ in range(count):
-            engine, sizing = factory.build(optimization)
-            if hashes:
-                engine.allocator.use_known_hashes(hashes)
-            engines.append(engine)
-        return factory, engines, sizing
-
     def run(workload: WorkloadSpec) -> RunMetrics:
-        prefill_config, built = prepare(
-            demand.config(prefill_candidate), workload
-        )  # one workload, both pools
+        # one workload, both pools
+        prefill_config, built = prepare(demand.config(prefill_candidate), workload)
         decode_config = configured(demand.config(decode_candidate), built)
-        block_size = prefill_config.sizing.block_size
-        hashes = (
-            hashes_by_request(built.requests, block_size) if optimization.prefix_caching else {}
+        pipeline = Pipeline(prefills, decode_config, decodes, row.link_gbps)
+        metrics, _ = simulate(
+            prefill_config, built.requests, optimization, router=router, pipeline=pipeline
         )
-        _, prefill_pods, prefill_sizing = pool(prefill_config, prefills, hashes)
-        decode_factory, decode_pods, decode_sizing = pool(decode_config, decodes, hashes)
-        gpu = load_gpu(decode_candidate.gpu)
-        link = KvLink(
-            max(prefill_sizing.slot_bytes, decode_sizing.slot_bytes),
-            row.link_gbps or gpu.interconnect_gbps,
-            gpu.interconnect_latency_us * 1e-6,
-        )
-        metrics = run_disaggregated(
-            prefill_pods, decode_pods, built.requests, link, RouterConfig(router), block_size
-        )
-        metrics.update(decode_factory.run_metrics(decode_pods[0]))
-        return RunMetrics.of(metrics, {})
+        return metrics
 
     return run
 

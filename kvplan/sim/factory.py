@@ -41,7 +41,6 @@ from kvplan.sim.step_models import (
 )
 from kvplan.sizing.capacity import PlanInputs, plan
 from kvplan.spec import parse_kv_format
-from kvplan.spec.resolve import load_gpu, load_model
 from kvplan.spec.roofline import Roofline
 
 
@@ -52,13 +51,13 @@ def size_engine(
 
     Linear-attention state (hybrids) is set aside for max_num_seqs sequences up front.
     """
-    model = load_model(config.model)
+    model = config.model_spec
     kv_format = parse_kv_format(optimization.kv_dtype or config.kv_dtype, model)
     max_model_len = max_model_len_for(model, config.max_model_len)
     scheduler = engine_scheduler(config, scheduler)
     inputs = PlanInputs(
         model=model,
-        gpu=load_gpu(config.gpu),
+        gpu=config.gpu_spec,
         tp=config.tp,
         kv_format=kv_format,
         context=max_model_len,
@@ -128,7 +127,7 @@ class SimulatedEngineFactory:
             optimization, self.kv_budget, config.block_size, lambda: self.layer_budgets
         )
         roofline = Roofline(
-            sizing.model, load_gpu(config.gpu), config.tp, sizing.kv_format, config.weight_dtype
+            sizing.model, config.gpu_spec, config.tp, sizing.kv_format, config.weight_dtype
         )
         swap_slots = int(config.swap_space_gib * GIB / sizing.slot_bytes)
         scheduler = replace(
