@@ -1,8 +1,7 @@
-"""Paged decode attention on a CUDA GPU: kvplan's Triton kernel against torch SDPA, as HBM
-bandwidth.
+"""Paged decode attention on a CUDA GPU: kvplan's Triton kernel against torch SDPA, in HBM TB/s.
 
-Run: python benchmarks/gpu_paged_decode.py [--quick]   (H100/H200; a few minutes; --quick: 4k and
-8k)
+Run: python benchmarks/gpu_paged_decode.py [--quick]
+(H100/H200; a few minutes; --quick: 4k and 8k)
 Without a CUDA GPU it prints one line and exits 0: nothing is measured.
 
 Method. Shape of Llama-3.1-8B: 32 query heads, 8 KV heads, head_dim 128, block size 16, batch 64,

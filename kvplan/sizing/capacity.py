@@ -269,7 +269,7 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
         (),
     )
     allocatable = pool.allocatable
-    max_batch = int(pool.max_batch) if seq else 0
+    max_batch = int(pool.max_batch)
     max_context = (
         _max_context(inputs, allocatable, inputs.batch, shell.context_limit)
         if allocatable > 0
