@@ -48,9 +48,11 @@ def _plan_json(args: list[str]) -> dict:
 
 
 def test_plan_takes_gpu_as_estimate_and_bench_spell_it_and_keeps_gpus() -> None:
-    data = _plan_json(["--gpu", "l4,h100-80gb", "--tp", "1"])
+    # a TPOT target keeps the trials short: the question is which GPUs are candidates
+    quick = ["--tp", "1", "--slo", "tpot_p90=1s"]
+    data = _plan_json(["--gpu", "l4,h100-80gb", *quick])
     assert sorted(row["gpu"] for row in data["candidates"]) == ["h100-80gb", "l4"]
-    alias = _plan_json(["--gpus", "h100-80gb", "--tp", "1"])
+    alias = _plan_json(["--gpus", "h100-80gb", *quick])
     assert [row["gpu"] for row in alias["candidates"]] == ["h100-80gb"]
 
 
@@ -69,8 +71,9 @@ def test_plan_errors_and_help_name_gpu() -> None:
 def test_long_random_requests_fit_by_default_as_vllm_serves_them() -> None:
     """6,020-token requests on one H100: vLLM's default max_model_len (the model's maximum,
     131,072 for Llama-3.1-8B) admits them, so the candidate is planned, not "does not fit"."""
+    # a TPOT target sees the batch, not the queue: short trials (the question is admission)
     data = _plan_json(
-        ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random"]
+        ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random", "--slo", "tpot_p90=1s"]
         + ["--input-len", "6000", "--output-len", "20"]
     )
     (row,) = data["candidates"]
@@ -122,7 +125,7 @@ def test_random_reads_its_lengths_as_workload_params_in_bench_and_plan(tmp_path:
     spec = WorkloadSpec(kind="random", params={"input_len": 6000, "output_len": 2e2})
     assert (spec.input_len, spec.output_len, spec.params) == (6000, 200, {})
     data = _plan_json(
-        ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random"]
+        ["--gpu", "h100-80gb", "--tp", "1", "--workload", "random", "--slo", "tpot_p90=1s"]
         + ["--workload-param", "input_len=6000", "--workload-param", "output_len=20"]
     )
     assert data["candidates"][0]["status"] == "ok"
