@@ -23,7 +23,7 @@ def run_matrix(
     optimizations: list[str],
     progress: Callable[[str, int], None] | None = None,
     factory: EngineFactory | None = None,
-    trace: Callable[[str], None] | None = None,
+    trace: Callable[[str], object] | None = None,
 ) -> list[ResultRecord]:
     """Run each optimization on the same requests; one result record per optimization (and
     per router with pods > 1). trace(line): every engine step's decisions as a JSON line
@@ -68,7 +68,7 @@ def _run_variants(
     identity: str,
     progress: Callable[[str, int], None] | None,
     records: list[ResultRecord],
-    trace: Callable[[str], None] | None = None,
+    trace: Callable[[str], object] | None = None,
 ) -> None:
     """Run each (optimization, router) in turn, appending its record as soon as it ends."""
     for index, (optimization, router) in enumerate(variants):

@@ -59,7 +59,8 @@ def parse_optimization(text: str) -> Optimization:
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:
         raise ValueError("empty optimization name; use e.g. paged, contiguous-max or paged+fp8")
-    allocator, kv_dtype, prefix, policy, offload = None, None, False, None, ()
+    allocator, kv_dtype, prefix, policy = None, None, False, None
+    offload: tuple[str, ...] = ()
     for part in parts:
         if part == FULL:
             continue

@@ -101,10 +101,8 @@ def _keep_finished(interrupt: KeyboardInterrupt, out: Path) -> None:
         write_jsonl(out, records)
         write_latest(out)
     names = ", ".join(record.optimization for record in records)
-    interrupt.kept = (
-        f"kept the {len(records)} optimization(s) that finished ({names}) "  # type: ignore[attr-defined]
-        f"in {out}"
-    )
+    kept = f"kept the {len(records)} optimization(s) that finished ({names}) in {out}"
+    interrupt.kept = kept  # type: ignore[attr-defined]
 
 
 def unserved(metrics: Mapping[str, Any]) -> str | None:

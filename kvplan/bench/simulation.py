@@ -107,7 +107,7 @@ def simulate(
     factory: EngineFactory | None = None,
     hashes: dict[int, list[int]] | None = None,
     progress: Callable[[int], None] | None = None,
-    trace: Callable[[str], None] | None = None,
+    trace: Callable[[str], object] | None = None,
     name: str | None = None,
 ) -> tuple[RunMetrics, EngineSizing]:
     """Serve `requests` with the optimization's engine (one per pod behind `router` when the

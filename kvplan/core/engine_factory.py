@@ -61,7 +61,7 @@ class SizingConfig:
     # release's behaviour): whose startup profile sizes the pool (engines/memory_model.py, with
     # the scheduler's own batch limits), whose batch limits a scheduler that sets none gets,
     # and whose step-model overheads time the steps.
-    engine: str = DEFAULT_ENGINE_NAME
+    engine: str | None = DEFAULT_ENGINE_NAME
     engine_version: str | None = None
     # vLLM's --num-gpu-blocks-override: the pool's blocks whatever memory would give (vLLM's
     # null block among them), as a test or a reproduction of a known server sets it
@@ -240,7 +240,9 @@ def eviction_policy(
 class EngineFactory(Protocol):
     """Builds one engine per optimization (and per pod); simulated and real mode provide one."""
 
-    mode: str
+    @property
+    def mode(self) -> str:
+        """simulated or real (the records' mode)."""
 
     def check(self, optimization: Optimization) -> None:
         """Fail on an impossible setup before anything runs."""

@@ -35,7 +35,7 @@ class StepTrace:
     """Writes an engine's steps as lines through `write` (one string per line, newline
     included), each labelled with `labels` (the optimization and pod it ran)."""
 
-    def __init__(self, write: Callable[[str], None], labels: dict[str, Any]) -> None:
+    def __init__(self, write: Callable[[str], object], labels: dict[str, Any]) -> None:
         self.write = write
         self.labels = labels
         self.steps = 0

@@ -323,7 +323,8 @@ def chat(
     for turns in planned.tolist():
         if remaining == 0:
             break
-        context, session = 0, []
+        context = 0
+        session: list[tuple[int, int]] = []
         while len(session) < min(turns, remaining):
             prompt = context + user_len[pos]
             pos += 1
@@ -339,16 +340,18 @@ def chat(
     outputs = tokens.draw([output for _, output in flat])
     starts = arrival_times(rng, len(sessions), arrival, rate, cv)
     think = rng.exponential(think_time, n).tolist() if think_time > 0 else [0.0] * n
-    rows = []  # (arrival, session, turn, prompt, output)
-    for k, (start, session) in enumerate(zip(starts.tolist(), sessions)):
-        t, context = start, ()
-        for turn in range(len(session)):
+    # (arrival, session, turn, prompt, output)
+    rows: list[tuple[float, int, int, tuple[int, ...], tuple[int, ...]]] = []
+    for k, (start, turns_of) in enumerate(zip(starts.tolist(), sessions)):
+        t = start
+        history: tuple[int, ...] = ()
+        for turn in range(len(turns_of)):
             i = len(rows)
             if turn:
                 t += len(outputs[i - 1]) * decode_s_per_token + think[i]
-            prompt = context + users[i]
+            prompt = history + users[i]
             rows.append((t, k, turn, prompt, outputs[i]))
-            context = prompt + outputs[i]
+            history = prompt + outputs[i]
     rows.sort(key=lambda row: row[:3])
     return [
         Request(
