@@ -128,18 +128,12 @@ def simulate(
     # real steps are slow: progress in tokens
     if progress is not None and config.mode is Mode.REAL:
         report_tokens, progress = progress, None
-    engines = []
-    sizing = None
-    for pod in range(cluster.pods if router else 1):
-        engine, sizing = factory.build(optimization)
+    engines, sizing = _engines(factory, optimization, cluster.pods if router else 1, hashes)
+    for pod, engine in enumerate(engines):
         if trace is not None:
             engine.trace = StepTrace(trace, {"optimization": name or optimization.name, "pod": pod})
         if report_tokens is not None:
             engine.runner = TokenCountingRunner(engine.runner, report_tokens)
-        if hashes is not None and optimization.prefix_caching:
-            engine.allocator.use_known_hashes(hashes)
-        engines.append(engine)
-    assert sizing is not None
     series: dict[str, list[float]] = {}
     if router:
         figures = run_cluster(

@@ -99,13 +99,15 @@ class ServingEngine(ABC):
         """Whether the release's benchmark client reads --random-range-ratio as a floor."""
         return False
 
-    @abstractmethod
     def description(self, version: Version | None) -> str:
         """The memory rules a release gets, in words; `rules` for the newest."""
+        if version is None:
+            return self.rules
+        return self.release_rules(version, "v" + ".".join(map(str, version)))
 
-
-def _release(version: Version) -> str:
-    return "v" + ".".join(map(str, version))
+    @abstractmethod
+    def release_rules(self, version: Version, release: str) -> str:
+        """The memory rules of one release (written `release`, as v0.8.5), in words."""
 
 
 class VllmEngine(ServingEngine):
@@ -141,12 +143,9 @@ class VllmV0Engine(VllmEngine):
         chunked = max_model_len > LONG_CONTEXT and on_or_after(version, V0_LONG_CONTEXT_CHUNKED)
         return BatchDefaults(256, V0_CHUNK_BUDGET if chunked else max(max_model_len, 2048), chunked)
 
-    def description(self, version: Version | None) -> str:
-        if version is None:
-            return self.rules
+    def release_rules(self, version: Version, release: str) -> str:
         return (
-            f"vLLM V0 engine, {_release(version)} rules (profiling of worker.py, graphs outside "
-            "the budget)"
+            f"vLLM V0 engine, {release} rules (profiling of worker.py, graphs outside the budget)"
         )
 
 
@@ -192,15 +191,13 @@ class VllmV1Engine(VllmEngine):
         """Whether the profiling run counts the CUDA graphs' memory in the KV budget."""
         return on_or_after(version, CUDA_GRAPHS_IN_BUDGET)
 
-    def description(self, version: Version | None) -> str:
-        if version is None:
-            return self.rules
+    def release_rules(self, version: Version, release: str) -> str:
         graphs = (
             "CUDA-graph memory profiled into the budget"
             if self.graphs_in_budget(version)
             else "CUDA graphs captured outside the budget"
         )
-        return f"vLLM V1 engine, {_release(version)} rules ({graphs})"
+        return f"vLLM V1 engine, {release} rules ({graphs})"
 
 
 class SGLangEngine(ServingEngine):
@@ -241,10 +238,8 @@ class SGLangEngine(ServingEngine):
         # non-torch part), which stays in use besides
         return (total - non_torch) * utilization + non_torch
 
-    def description(self, version: Version | None) -> str:
-        if version is None:
-            return self.rules
-        return f"SGLang {_release(version)} (mem_fraction_static of total memory, minus weights)"
+    def release_rules(self, version: Version, release: str) -> str:
+        return f"SGLang {release} (mem_fraction_static of total memory, minus weights)"
 
 
 SERVING_ENGINES: dict[str, ServingEngine] = {

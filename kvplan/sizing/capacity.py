@@ -246,8 +246,10 @@ def plan(inputs: PlanInputs, suggest: bool = True) -> CapacityPlan:
     )
     kv_pool, blocks, seq = pool.kv_pool, pool.num_blocks, float(pool.seq_bytes)
     per_token = model.kv_bytes_per_token(inputs.kv_format, tp)
-    seq_full = _seq_bytes(inputs, context, False)
-    seq_ideal = _seq_bytes(inputs, context, True)
+    # the kernel sized the chosen allocation; the other one is sized here
+    windows = inputs.respect_windows
+    seq_full = _seq_bytes(inputs, context, False) if windows else seq
+    seq_ideal = seq if windows else _seq_bytes(inputs, context, True)
     shell = CapacityPlan(
         inputs,
         usable,
